@@ -1,0 +1,199 @@
+# heapd - build, check, install, demo, bench.
+#
+#   make                  build everything (installs missing Debian packages first)
+#   make check            build and run every test that needs no GPU
+#   make demo             heapd + a 4-rank example trainer on the host backend
+#   make bench            benchmarks (CPU); see docs/benchmarks.md
+#   make install          PREFIX=/usr/local DESTDIR=
+#
+# Switches: V=1 (full command lines), WERROR=0 (no -Werror, for packagers),
+# SANITIZE=address,undefined (build and test under sanitizers), DEBUG=1
+# (debug build: invariant validator on every allocator call), BUILD=dir,
+# HEAPD_NO_DEPS=1 (skip the dependency step).
+
+ifndef HEAPD_INNER
+# Outer make: run the dependency step once, then the real build in a sub-make
+# so that pkg-config sees the packages the step installed.
+GOALS := $(or $(MAKECMDGOALS),all)
+NODEPS_GOALS := clean distclean help
+.PHONY: $(GOALS) _outer
+$(firstword $(GOALS)): _outer
+$(filter-out $(firstword $(GOALS)),$(GOALS)): _outer ; @:
+_outer:
+	@$(if $(filter-out $(NODEPS_GOALS),$(GOALS)),sh scripts/deps.sh)
+	@$(MAKE) --no-print-directory HEAPD_INNER=1 $(MAKECMDGOALS)
+Makefile: ;
+else
+
+BUILD    ?= build
+PREFIX   ?= /usr/local
+DESTDIR  ?=
+BINDIR   ?= $(PREFIX)/bin
+SBINDIR  ?= $(PREFIX)/sbin
+LIBDIR   ?= $(PREFIX)/lib
+INCDIR   ?= $(PREFIX)/include
+MANDIR   ?= $(PREFIX)/share/man
+SYSCONFDIR ?= /etc
+CUDA_HOME ?= /usr/local/cuda
+VERSION  := 0.1.0
+
+CC       ?= cc
+WERROR   ?= 1
+DEBUG    ?= 0
+SANITIZE ?=
+PROTOC_C ?= protoc-c
+PKG_CONFIG ?= pkg-config
+
+ifeq ($(V),1)
+Q :=
+say = @:
+else
+Q := @
+say = @printf '  %-7s %s\n' $(1) $(2);
+endif
+
+PKGS := libuv libprotobuf-c hiredis inih
+PKG_CFLAGS = $(shell $(PKG_CONFIG) --cflags $(PKGS))
+PKG_LIBS   = $(shell $(PKG_CONFIG) --libs $(PKGS))
+CHECK_CFLAGS = $(shell $(PKG_CONFIG) --cflags check)
+CHECK_LIBS   = $(shell $(PKG_CONFIG) --libs check)
+
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
+ifeq ($(WERROR),1)
+WARN += -Werror
+endif
+OPT := -O2 -g
+ifeq ($(DEBUG),1)
+OPT := -O0 -g3 -DHEAPD_DEBUG=1
+endif
+ifneq ($(SANITIZE),)
+OPT += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all -DHEAPD_DEBUG=1
+SAN_LDFLAGS := -fsanitize=$(SANITIZE)
+endif
+ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
+CUDA_CFLAGS := -I$(CUDA_HOME)/include -DHEAPD_HAVE_CUDA_H=1
+endif
+
+CPPFLAGS += -D_GNU_SOURCE -DHEAPD_VERSION='"$(VERSION)"' -I. -Icommon -Idaemon -Iclient -I$(BUILD)/proto
+CFLAGS   ?=
+CFLAGS   += -std=c11 $(OPT) $(WARN) -fPIC -MMD -MP $(PKG_CFLAGS) $(CUDA_CFLAGS)
+LDFLAGS  += $(SAN_LDFLAGS)
+LDLIBS   += $(PKG_LIBS) -ldl -lpthread -lm
+
+# ---- sources ------------------------------------------------------------
+PROTO_C   := $(BUILD)/proto/heapd.pb-c.c
+PROTO_H   := $(BUILD)/proto/heapd.pb-c.h
+COMMON_SRC := $(wildcard common/*.c)
+# Programs: one file each; everything else in daemon/ is the daemon library.
+DAEMON_MAINS := daemon/heapd.c daemon/heapsim.c
+DAEMON_SRC := $(filter-out $(DAEMON_MAINS),$(wildcard daemon/*.c))
+CLIENT_MAINS := client/heapctl.c
+CLIENT_NCCL_SRC := $(wildcard client/heapc_nccl*.c)
+CLIENT_SRC := $(filter-out $(CLIENT_MAINS) $(CLIENT_NCCL_SRC),$(wildcard client/*.c))
+TEST_SRC  := $(wildcard tests/check_*.c)
+TPROG_SRC := $(wildcard tests/prog_*.c)
+BENCH_SRC := $(wildcard bench/*.c)
+EXAMPLE_SRC := $(wildcard examples/*.c)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+PROTO_OBJ  := $(BUILD)/obj/proto/heapd.pb-c.o
+COMMON_OBJ := $(call obj,$(COMMON_SRC)) $(PROTO_OBJ)
+DAEMON_OBJ := $(call obj,$(DAEMON_SRC))
+CLIENT_OBJ := $(call obj,$(CLIENT_SRC))
+
+LIBHEAPD   := $(BUILD)/libheapd_core.a
+LIBHEAPC_A := $(BUILD)/libheapc.a
+LIBHEAPC_SO := $(BUILD)/libheapc.so
+PROGS      := $(patsubst daemon/%.c,$(BUILD)/%,$(wildcard $(DAEMON_MAINS))) $(patsubst client/%.c,$(BUILD)/%,$(wildcard $(CLIENT_MAINS)))
+TESTS      := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+TPROGS     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TPROG_SRC))
+BENCHES    := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+EXAMPLES   := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRC))
+
+ALL_OBJ := $(COMMON_OBJ) $(DAEMON_OBJ) $(CLIENT_OBJ) $(call obj,$(DAEMON_MAINS) $(CLIENT_MAINS) $(TEST_SRC) $(TPROG_SRC) $(BENCH_SRC) $(EXAMPLE_SRC))
+
+.PHONY: all check bench demo install uninstall clean distclean help tests
+.DEFAULT_GOAL := all
+
+all: $(PROGS) $(LIBHEAPC_A) $(LIBHEAPC_SO) $(TESTS) $(TPROGS) $(BENCHES) $(EXAMPLES)
+
+# ---- rules --------------------------------------------------------------
+$(PROTO_C) $(PROTO_H): proto/heapd.proto
+	@mkdir -p $(BUILD)/proto
+	$(call say,PROTOC,$<)$(Q)$(PROTOC_C) --proto_path=proto --c_out=$(BUILD)/proto $<
+
+$(BUILD)/obj/proto/heapd.pb-c.o: $(PROTO_C)
+	@mkdir -p $(dir $@)
+	$(call say,CC,$<)$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-error -c -o $@ $<
+
+$(BUILD)/obj/%.o: %.c | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(call say,CC,$<)$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(LIBHEAPD): $(DAEMON_OBJ) $(COMMON_OBJ)
+	$(call say,AR,$@)$(Q)rm -f $@ && ar rcs $@ $^
+
+$(LIBHEAPC_A): $(CLIENT_OBJ) $(COMMON_OBJ)
+	$(call say,AR,$@)$(Q)rm -f $@ && ar rcs $@ $^
+
+$(LIBHEAPC_SO): $(CLIENT_OBJ) $(COMMON_OBJ)
+	$(call say,LD,$@)$(Q)$(CC) -shared -Wl,-soname,libheapc.so.0 $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/heapd $(BUILD)/heapsim: $(BUILD)/%: $(BUILD)/obj/daemon/%.o $(LIBHEAPD)
+	$(call say,LD,$@)$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/heapctl: $(BUILD)/obj/client/heapctl.o $(LIBHEAPC_A)
+	$(call say,LD,$@)$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIBHEAPD) $(LIBHEAPC_A)
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIBHEAPD) $(LIBHEAPC_A) $(CHECK_LIBS) $(LDLIBS)
+
+$(BUILD)/obj/tests/%.o: tests/%.c | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(call say,CC,$<)$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(CHECK_CFLAGS) -c -o $@ $<
+
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBHEAPD) $(LIBHEAPC_A)
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIBHEAPD) $(LIBHEAPC_A) $(LDLIBS)
+
+$(BUILD)/examples/%: $(BUILD)/obj/examples/%.o $(LIBHEAPC_A)
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIBHEAPC_A) $(LDLIBS)
+
+-include $(ALL_OBJ:.o=.d)
+
+# ---- check, bench, demo -------------------------------------------------
+# Unit tests (check framework, one file per module) then the shell-driven
+# integration tests in tests/*.sh; each prints its own result lines.
+check: all
+	@BUILD=$(BUILD) sh tests/run.sh
+
+bench: all
+	@BUILD=$(BUILD) sh bench/run.sh
+
+demo: all
+	@BUILD=$(BUILD) sh scripts/demo.sh
+
+# ---- install ------------------------------------------------------------
+install: all
+	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR)
+	install -m 0755 $(BUILD)/heapd $(DESTDIR)$(SBINDIR)/heapd
+	install -m 0755 $(BUILD)/heapctl $(BUILD)/heapsim $(DESTDIR)$(BINDIR)/
+	install -m 0644 $(LIBHEAPC_A) $(DESTDIR)$(LIBDIR)/
+	install -m 0755 $(LIBHEAPC_SO) $(DESTDIR)$(LIBDIR)/libheapc.so.0
+	ln -sf libheapc.so.0 $(DESTDIR)$(LIBDIR)/libheapc.so
+	install -m 0644 client/heapc.h $(DESTDIR)$(INCDIR)/
+
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/heapd $(DESTDIR)$(BINDIR)/heapctl $(DESTDIR)$(BINDIR)/heapsim
+	rm -f $(DESTDIR)$(LIBDIR)/libheapc.a $(DESTDIR)$(LIBDIR)/libheapc.so $(DESTDIR)$(LIBDIR)/libheapc.so.0
+	rm -f $(DESTDIR)$(INCDIR)/heapc.h
+
+clean distclean:
+	rm -rf $(BUILD)
+
+help:
+	@sed -n '1,/^$$/p' Makefile | sed 's/^# \{0,1\}//'
+
+endif

@@ -1,0 +1,181 @@
+/* alloc.h - the symmetric allocator core.
+ *
+ * One ha_heap is the bookkeeping of one symmetric heap as seen by one node:
+ * the offset space shared by every rank (free blocks, extent) and, per rank
+ * this core tracks, which blocks the rank still holds and which it released.
+ *
+ * What this module promises:
+ *   - Pure and deterministic: no I/O, no CUDA, no clock, no locks, no
+ *     globals. Two heaps built with the same parameters and fed the same
+ *     sequence of calls make the same decisions, byte for byte. That is what
+ *     keeps offsets symmetric: every node (and heapsim) runs this same code.
+ *   - It never grows the heap or collects by itself. ha_alloc() answers
+ *     HA_NEED_COLLECT or HA_NEED_GROW and the caller makes that happen
+ *     (collectively, across ranks and nodes), then calls ha_alloc() again.
+ *   - Frees are deferred: ha_free() only records that a rank released a
+ *     block. A block is reused only after a collect that follows its release
+ *     by every rank (ha_collect / ha_collect_apply).
+ *   - Cost of ha_alloc and ha_free does not grow with the number of live
+ *     blocks (hash lookup, per-class hierarchical bitmaps or LIFO lists).
+ *     A collect costs O(k log k) in the k blocks it reclaims.
+ *   - Errors are negative codes (ha_strerror gives a sentence); nothing is
+ *     printed. A failed call leaves the heap unchanged.
+ *   - Not thread-safe: one heap is driven by one thread.
+ *
+ * The alloc protocol, as the daemon and heapsim drive it:
+ *
+ *     for (;;) {
+ *         rc = ha_alloc(h, size, &res);
+ *         if (rc == HA_NEED_COLLECT) { every rank collects; ha_collect(h); continue; }
+ *         if (rc == HA_NEED_GROW)    { create res.grow_chunks chunks; ha_grow(h, res.grow_chunks); continue; }
+ *         break;   // HA_OK: res.offset, res.block_size; or an error
+ *     }
+ *
+ * ha_alloc asks for a collect at most once between two successful
+ * allocations, so the loop terminates: collect, then (only if still needed)
+ * grow, then succeed or fail with HA_EVA.
+ */
+#ifndef HEAPD_ALLOC_H
+#define HEAPD_ALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define HA_MAX_RANKS 4096u
+
+typedef enum ha_policy {
+    /* Default. Buddy blocks (power-of-two classes, naturally aligned) that
+     * merge with their free buddy when reclaimed; address-ordered first fit;
+     * classes whose blocks mostly die before a collect are placed from the
+     * top of the heap down, the others from the bottom up; collect only when
+     * an allocation would otherwise grow the heap. */
+    HA_POLICY_COALESCE = 0,
+    /* The seed pull request's final algorithm: exact power-of-two classes
+     * with LIFO free lists, a bump pointer aligned to min_block, top-of-heap
+     * rollback at collect, collect when the bytes handed out since the last
+     * collect reach mapped / 8, collect before growing. */
+    HA_POLICY_SEED = 1,
+} ha_policy;
+
+typedef struct ha_params {
+    uint32_t ranks;        /* ranks tracked by this core: 1..HA_MAX_RANKS */
+    uint64_t chunk_size;   /* growth unit; a multiple of min_block */
+    uint64_t initial_size; /* mapped at creation; a multiple of chunk_size, >= one chunk */
+    uint64_t va_size;      /* maximum extent; a multiple of chunk_size, >= initial_size */
+    uint64_t min_block;    /* smallest block; a power of two */
+    ha_policy policy;
+} ha_params;
+
+/* Return codes. >= 0: the call did what it says (or asks for a step);
+ * < 0: an error, nothing changed. */
+enum {
+    HA_OK = 0,
+    HA_NEED_COLLECT = 1,   /* nothing allocated: collect, then call again */
+    HA_NEED_GROW = 2,      /* nothing allocated: grow by res.grow_chunks, call again */
+    HA_EINVAL = -1,        /* bad parameter or argument */
+    HA_ENOMEM = -2,        /* bookkeeping memory could not be allocated */
+    HA_EVA = -3,           /* the allocation does not fit even at va_size */
+    HA_ENOTHELD = -4,      /* free of an offset the rank does not hold */
+    HA_ESTATE = -5,        /* call not valid now (grow not requested, ...) */
+};
+
+typedef struct ha_alloc_result {
+    uint64_t offset;       /* HA_OK: where the block starts (same on every rank) */
+    uint64_t block_size;   /* HA_OK: the size class reserved */
+    uint32_t grow_chunks;  /* HA_NEED_GROW: chunks to add */
+    uint8_t collect_reason;/* HA_NEED_COLLECT: HA_COLLECT_TRIGGER or HA_COLLECT_FULL */
+} ha_alloc_result;
+
+enum { HA_COLLECT_TRIGGER = 1, HA_COLLECT_FULL = 2 };
+
+typedef struct ha_stats {
+    uint64_t mapped;          /* current extent in bytes */
+    uint64_t live_bytes;      /* blocks at least one rank still holds */
+    uint64_t pending_bytes;   /* blocks every rank released, not yet reclaimed */
+    uint64_t free_bytes;      /* mapped bytes not in any block */
+    uint64_t live_blocks;
+    uint64_t pending_blocks;
+    uint64_t allocs;          /* successful ha_alloc calls */
+    uint64_t frees;           /* successful ha_free calls (one per rank per block) */
+    uint64_t collects;
+    uint64_t growths;         /* ha_grow calls */
+    uint64_t handed_since_collect; /* bytes handed out since the last collect */
+    uint64_t top;             /* highest byte in use or pending + 1 (seed: bump) */
+} ha_stats;
+
+typedef struct ha_heap ha_heap;
+
+/* Parameters ------------------------------------------------------------- */
+
+/* Checks p; on error returns HA_EINVAL and writes which parameter is wrong
+ * and why into err. */
+int ha_params_check(const ha_params *p, char *err, size_t errlen);
+const char *ha_policy_name(ha_policy p);
+/* "seed" or "coalesce" (also "default") -> *out; HA_EINVAL otherwise. */
+int ha_policy_parse(const char *s, ha_policy *out);
+
+/* Lifetime --------------------------------------------------------------- */
+
+int ha_create(const ha_params *p, ha_heap **out, char *err, size_t errlen);
+void ha_destroy(ha_heap *h);
+const ha_params *ha_get_params(const ha_heap *h);
+
+/* Allocation ------------------------------------------------------------- */
+
+/* Size class of an allocation of `size` bytes: the next power of two of
+ * max(size, min_block). 0 if size is 0 or the class would exceed 2^63. */
+uint64_t ha_class_size(const ha_heap *h, uint64_t size);
+
+/* One step of an allocation of `size` bytes (the protocol above). The
+ * block is held by every rank on HA_OK. HA_EINVAL for size 0; HA_EVA when
+ * the block can never fit in va_size. */
+int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res);
+
+/* Adds `chunks` chunks to the extent. Valid after HA_NEED_GROW (with at
+ * most that many chunks... or more: the caller may grow further); HA_EVA if
+ * the extent would exceed va_size. */
+int ha_grow(ha_heap *h, uint32_t chunks);
+
+/* Rank `rank` releases the block that starts at `offset`: deferred. Returns
+ * HA_ENOTHELD if no block starts there or the rank already released it. */
+int ha_free(ha_heap *h, uint32_t rank, uint64_t offset);
+
+/* Size of the block starting at offset (held or pending), 0 if none. */
+uint64_t ha_block_size(const ha_heap *h, uint64_t offset);
+/* 1 if `rank` holds the block at offset, 0 otherwise. */
+int ha_rank_holds(const ha_heap *h, uint32_t rank, uint64_t offset);
+
+/* Collect ---------------------------------------------------------------- */
+
+/* Single node: reclaims every block every tracked rank released.
+ * *reclaimed_blocks / *reclaimed_bytes may be NULL. */
+int ha_collect(ha_heap *h, uint64_t *reclaimed_blocks, uint64_t *reclaimed_bytes);
+
+/* Several nodes: the offsets every tracked rank released, sorted ascending,
+ * in a malloc'd array the caller frees (NULL when *n == 0). */
+int ha_collect_candidates(const ha_heap *h, uint64_t **offsets, size_t *n);
+/* Reclaims exactly `offsets` (sorted ascending, each a current candidate:
+ * HA_EINVAL otherwise, and nothing changes); the other candidates stay
+ * pending. Counts as one collect. */
+int ha_collect_apply(ha_heap *h, const uint64_t *offsets, size_t n,
+                     uint64_t *reclaimed_bytes);
+
+/* Introspection ---------------------------------------------------------- */
+
+void ha_get_stats(const ha_heap *h, ha_stats *out);
+/* Bytes rank `rank` holds and has released but not yet seen reclaimed. */
+void ha_rank_stats(const ha_heap *h, uint32_t rank, uint64_t *held_bytes,
+                   uint64_t *released_bytes);
+/* Bytes of bookkeeping memory the heap uses (for benchmarks). */
+size_t ha_memory_usage(const ha_heap *h);
+
+/* Checks every invariant written above the structs in alloc.c: blocks and
+ * free space tile [0, mapped) with no overlap, free structures consistent,
+ * counters equal to what they count. O(blocks + free blocks). Returns HA_OK
+ * or HA_EINVAL with the first violation in err. Debug builds (HEAPD_DEBUG)
+ * run it after every mutating call and abort on a violation. */
+int ha_validate(const ha_heap *h, char *err, size_t errlen);
+
+const char *ha_strerror(int code);
+
+#endif
