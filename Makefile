@@ -45,10 +45,8 @@ PROTOC_C ?= protoc-c
 PKG_CONFIG ?= pkg-config
 
 ifeq ($(V),1)
-Q :=
-say = @:
+say =
 else
-Q := @
 say = @printf '  %-7s %s\n' $(1) $(2);
 endif
 
@@ -120,46 +118,46 @@ all: $(PROGS) $(LIBHEAPC_A) $(LIBHEAPC_SO) $(TESTS) $(TPROGS) $(BENCHES) $(EXAMP
 # ---- rules --------------------------------------------------------------
 $(PROTO_C) $(PROTO_H): proto/heapd.proto
 	@mkdir -p $(BUILD)/proto
-	$(call say,PROTOC,$<)$(Q)$(PROTOC_C) --proto_path=proto --c_out=$(BUILD)/proto $<
+	$(call say,PROTOC,$<)$(PROTOC_C) --proto_path=proto --c_out=$(BUILD)/proto $<
 
 $(BUILD)/obj/proto/heapd.pb-c.o: $(PROTO_C)
 	@mkdir -p $(dir $@)
-	$(call say,CC,$<)$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-error -c -o $@ $<
+	$(call say,CC,$<)$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-error -c -o $@ $<
 
 $(BUILD)/obj/%.o: %.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
-	$(call say,CC,$<)$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+	$(call say,CC,$<)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
 $(LIBHEAPD): $(DAEMON_OBJ) $(COMMON_OBJ)
-	$(call say,AR,$@)$(Q)rm -f $@ && ar rcs $@ $^
+	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
 
 $(LIBHEAPC_A): $(CLIENT_OBJ) $(COMMON_OBJ)
-	$(call say,AR,$@)$(Q)rm -f $@ && ar rcs $@ $^
+	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
 
 $(LIBHEAPC_SO): $(CLIENT_OBJ) $(COMMON_OBJ)
-	$(call say,LD,$@)$(Q)$(CC) -shared -Wl,-soname,libheapc.so.0 $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libheapc.so.0 $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/heapd $(BUILD)/heapsim: $(BUILD)/%: $(BUILD)/obj/daemon/%.o $(LIBHEAPD)
-	$(call say,LD,$@)$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/heapctl: $(BUILD)/obj/client/heapctl.o $(LIBHEAPC_A)
-	$(call say,LD,$@)$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIBHEAPD) $(LIBHEAPC_A)
 	@mkdir -p $(dir $@)
-	$(call say,LD,$@)$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIBHEAPD) $(LIBHEAPC_A) $(CHECK_LIBS) $(LDLIBS)
+	$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIBHEAPD) $(LIBHEAPC_A) $(CHECK_LIBS) $(LDLIBS)
 
 $(BUILD)/obj/tests/%.o: tests/%.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
-	$(call say,CC,$<)$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(CHECK_CFLAGS) -c -o $@ $<
+	$(call say,CC,$<)$(CC) $(CPPFLAGS) $(CFLAGS) $(CHECK_CFLAGS) -c -o $@ $<
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBHEAPD) $(LIBHEAPC_A)
 	@mkdir -p $(dir $@)
-	$(call say,LD,$@)$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIBHEAPD) $(LIBHEAPC_A) $(LDLIBS)
+	$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIBHEAPD) $(LIBHEAPC_A) $(LDLIBS)
 
 $(BUILD)/examples/%: $(BUILD)/obj/examples/%.o $(LIBHEAPC_A)
 	@mkdir -p $(dir $@)
-	$(call say,LD,$@)$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIBHEAPC_A) $(LDLIBS)
+	$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIBHEAPC_A) $(LDLIBS)
 
 -include $(ALL_OBJ:.o=.d)
 

@@ -1,0 +1,42 @@
+/* config.h - heapd.conf: defaults, parsing, validation.
+ *
+ * The file is `key = value` lines (inih syntax; `#` or `;` starts a comment
+ * line). Every key, its meaning and its default are listed in heapd.conf(5)
+ * and in the shipped heapd.conf. Unknown keys and bad values are errors of
+ * the form "FILE:LINE: what is wrong"; nothing is applied from a file with an
+ * error. Sizes take K, M, G, T suffixes (powers of 1024). */
+#ifndef HEAPD_CONFIG_H
+#define HEAPD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "alloc.h"
+
+#define HD_DEFAULT_CONFIG "/etc/heapd/heapd.conf"
+#define HD_DEFAULT_SOCKET "/run/heapd/heapd.sock"
+
+typedef struct hd_config {
+    char socket_path[108];
+    unsigned socket_mode;           /* permissions of the socket file */
+    char backend[16];               /* auto | cuda | host */
+    int log_level;                  /* HD_LOG_* */
+    /* Defaults for heaps whose Attach leaves a parameter at 0. */
+    uint64_t chunk_size;
+    uint64_t initial_size;          /* 0: one chunk */
+    uint64_t va_size;
+    uint64_t min_block;
+    ha_policy policy;
+    uint32_t collect_timeout_ms;
+    /* Limits. */
+    uint32_t max_clients;
+    uint32_t meminfo_interval_ms;   /* device memory sampling period */
+} hd_config;
+
+void hd_config_defaults(hd_config *c);
+
+/* Loads FILE over the defaults. On error returns -1 and writes
+ * "FILE:LINE: message" (or "FILE: message") into err; *c is unchanged. */
+int hd_config_load(const char *path, hd_config *c, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,1049 @@
+/* heap.c - the heap registry (see heap.h). */
+#include "heap.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "size.h"
+
+#define HD_NAME_MAX 255
+#define HD_LOG_TRIM 4096
+#pragma GCC diagnostic ignored "-Wformat-truncation" /* decisions kept before trying to trim the log */
+
+/* One decision of the allocation sequence.
+ * Invariant: offset + block_size <= mapped, mapped % chunk_size == 0. */
+typedef struct hd_decision {
+    uint64_t size, offset, block_size, mapped;
+    uint32_t rank;            /* the rank that asked first */
+} hd_decision;
+
+/* A rank's slot in a heap.
+ * Invariants: nchunks == heap->mapped / chunk_size once the rank has
+ *             attached (joined); conn != NULL <=> a client is attached as
+ *             this rank; known_chunks <= nchunks. */
+typedef struct hd_rank {
+    bool joined;              /* attached at least once: chunks exist */
+    hd_conn *conn;
+    pid_t pid;
+    int device;
+    char uuid[HB_UUID_LEN];
+    uint64_t next_seq;        /* next allocation number of this rank */
+    hb_chunk *chunks;
+    uint32_t nchunks, capchunks;
+    uint32_t known_chunks;    /* chunk indices the attached client was sent */
+    bool attach_wait;         /* waiting for the heap to form */
+    uint64_t attach_id;
+    bool in_collect;
+    uint64_t collect_id;
+} hd_rank;
+
+/* Invariants:
+ *   log holds decisions log_base .. decided-1;
+ *   log_base <= min(next_seq of attached ranks) (trimmed lazily);
+ *   collect_at == UINT64_MAX or collect_at == decided (a collect is owed
+ *   before allocation number `decided`);
+ *   coll_active => coll_waiting == number of ranks with in_collect. */
+struct hd_heap {
+    hd_registry *reg;
+    char name[HD_NAME_MAX + 1];
+    uint32_t world_size;
+    ha_params ap;
+    uint32_t timeout_ms;
+    uint64_t epoch;
+    ha_heap *core;
+    hd_rank *ranks;
+    uint32_t njoined, nattached;
+    bool formed;
+    hd_decision *log;
+    size_t nlog, caplog;
+    uint64_t log_base, decided;
+    uint64_t collect_at;
+    bool forced;              /* collect_at was set by an operator */
+    bool coll_active;
+    uint64_t coll_seq;
+    uint32_t coll_waiting;
+    uv_timer_t timer;         /* attach and collect timeouts */
+    bool timer_attach;
+    hd_heap *next;
+};
+
+struct hd_registry {
+    uv_loop_t *loop;
+    hb_backend *be;
+    hd_config cfg;
+    hd_heap *heaps;
+    uint32_t nheaps;
+    uint64_t next_epoch;
+};
+
+int hd_registry_create(uv_loop_t *loop, hb_backend *be, const hd_config *cfg, hd_registry **out)
+{
+    hd_registry *r = calloc(1, sizeof *r);
+    if (!r)
+        return -1;
+    r->loop = loop;
+    r->be = be;
+    r->cfg = *cfg;
+    r->next_epoch = 1;
+    *out = r;
+    return 0;
+}
+
+void hd_registry_set_config(hd_registry *r, const hd_config *cfg) { r->cfg = *cfg; }
+uint32_t hd_registry_heaps(const hd_registry *r) { return r->nheaps; }
+
+static const char *human(uint64_t b, char *buf, size_t len) { return hs_format_size(b, buf, len); }
+
+/* ---- heap lifetime ------------------------------------------------------- */
+
+static void timer_closed(uv_handle_t *h)
+{
+    hd_heap *hp = h->data;
+    free(hp);
+}
+
+static void heap_destroy(hd_heap *h)
+{
+    hd_registry *r = h->reg;
+    for (hd_heap **pp = &r->heaps; *pp; pp = &(*pp)->next)
+        if (*pp == h) {
+            *pp = h->next;
+            break;
+        }
+    r->nheaps--;
+    uint64_t released = 0;
+    for (uint32_t i = 0; i < h->world_size; i++) {
+        hd_rank *k = &h->ranks[i];
+        for (uint32_t j = 0; j < k->nchunks; j++) {
+            released += k->chunks[j].size;
+            hb_chunk_release(r->be, &k->chunks[j]);
+        }
+        free(k->chunks);
+    }
+    char b1[32];
+    hd_info("heap \"%s\" destroyed: last client gone, %s of chunks released", h->name,
+            human(released, b1, sizeof b1));
+    free(h->ranks);
+    free(h->log);
+    ha_destroy(h->core);
+    uv_timer_stop(&h->timer);
+    uv_close((uv_handle_t *)&h->timer, timer_closed);
+}
+
+static hd_heap *heap_find(hd_registry *r, const char *name)
+{
+    for (hd_heap *h = r->heaps; h; h = h->next)
+        if (!strcmp(h->name, name))
+            return h;
+    return NULL;
+}
+
+void hd_registry_destroy(hd_registry *r)
+{
+    if (!r)
+        return;
+    while (r->heaps)
+        heap_destroy(r->heaps);
+    free(r);
+}
+
+/* Lists ranks matching `want` (in_collect / attach state) as "0, 2, 5". */
+static void rank_list(const hd_heap *h, int which, char *buf, size_t len)
+{
+    size_t n = 0;
+    int count = 0;
+    buf[0] = 0;
+    for (uint32_t i = 0; i < h->world_size && n + 16 < len; i++) {
+        const hd_rank *k = &h->ranks[i];
+        bool match = which == 0 ? !k->in_collect       /* missing from collect */
+                   : which == 1 ? k->in_collect        /* waiting in collect */
+                   : which == 2 ? !k->conn              /* never attached / gone */
+                                : k->attach_wait;       /* waiting in attach */
+        if (!match)
+            continue;
+        n += (size_t)snprintf(buf + n, len - n, "%s%u", count ? ", " : "", i);
+        count++;
+    }
+    if (n + 16 >= len)
+        snprintf(buf + n, len - n, ", ...");
+}
+
+/* ---- chunks ------------------------------------------------------------------ */
+
+static int rank_add_chunks(hd_heap *h, hd_rank *k, uint32_t upto, char *err, size_t errlen)
+{
+    if (upto > k->capchunks) {
+        uint32_t nc = k->capchunks ? k->capchunks : 4;
+        while (nc < upto)
+            nc *= 2;
+        hb_chunk *n = realloc(k->chunks, nc * sizeof *n);
+        if (!n) {
+            snprintf(err, errlen, "out of memory for chunk records");
+            return -1;
+        }
+        k->chunks = n;
+        k->capchunks = nc;
+    }
+    while (k->nchunks < upto) {
+        int rc = hb_chunk_create(h->reg->be, k->device, h->ap.chunk_size, &k->chunks[k->nchunks], err, errlen);
+        if (rc)
+            return rc;
+        k->nchunks++;
+    }
+    return 0;
+}
+
+/* Drops chunks beyond `keep` (rollback of a failed growth). */
+static void rank_trim_chunks(hd_heap *h, hd_rank *k, uint32_t keep)
+{
+    while (k->nchunks > keep)
+        hb_chunk_release(h->reg->be, &k->chunks[--k->nchunks]);
+}
+
+/* Appends ChunkRefs (and dup'ed fds) for chunk indices [from, to) of every
+ * joined rank. Returns 0, or -1 if out of memory / fds. */
+typedef struct chunk_msg {
+    Heapd__ChunkRef *refs;
+    Heapd__ChunkRef **ptrs;
+    int *fds;
+    size_t n;
+} chunk_msg;
+
+static void chunk_msg_free(chunk_msg *m, bool close_fds)
+{
+    if (close_fds)
+        for (size_t i = 0; i < m->n; i++)
+            if (m->fds[i] >= 0)
+                close(m->fds[i]);
+    free(m->refs);
+    free(m->ptrs);
+    free(m->fds);
+    memset(m, 0, sizeof *m);
+}
+
+static int chunk_msg_build(hd_heap *h, uint32_t from, uint32_t to, chunk_msg *m)
+{
+    memset(m, 0, sizeof *m);
+    if (to <= from)
+        return 0;
+    size_t max = (size_t)(to - from) * h->world_size;
+    m->refs = calloc(max, sizeof *m->refs);
+    m->ptrs = calloc(max, sizeof *m->ptrs);
+    m->fds = calloc(max, sizeof *m->fds);
+    if (!m->refs || !m->ptrs || !m->fds) {
+        chunk_msg_free(m, false);
+        return -1;
+    }
+    for (uint32_t q = 0; q < h->world_size; q++) {
+        hd_rank *k = &h->ranks[q];
+        if (!k->joined)
+            continue;
+        for (uint32_t j = from; j < to && j < k->nchunks; j++) {
+            int fd = dup(k->chunks[j].fd);
+            if (fd < 0) {
+                chunk_msg_free(m, true);
+                return -1;
+            }
+            heapd__chunk_ref__init(&m->refs[m->n]);
+            m->refs[m->n].rank = q;
+            m->refs[m->n].index = j;
+            m->refs[m->n].fd_index = (uint32_t)m->n;
+            m->ptrs[m->n] = &m->refs[m->n];
+            m->fds[m->n] = fd;
+            m->n++;
+        }
+    }
+    return 0;
+}
+
+/* ---- attach ------------------------------------------------------------------ */
+
+static void fill_params(const hd_heap *h, Heapd__HeapParams *p)
+{
+    heapd__heap_params__init(p);
+    p->chunk_size = h->ap.chunk_size;
+    p->initial_size = h->ap.initial_size;
+    p->va_size = h->ap.va_size;
+    p->min_block = h->ap.min_block;
+    p->policy = h->ap.policy == HA_POLICY_SEED ? HEAPD__POLICY__POLICY_SEED : HEAPD__POLICY__POLICY_COALESCE;
+    p->collect_timeout_ms = h->timeout_ms;
+}
+
+static void send_attach_reply(hd_heap *h, uint32_t rank, uint64_t id)
+{
+    hd_rank *k = &h->ranks[rank];
+    uint32_t nch = (uint32_t)(ha_get_params(h->core)->initial_size / h->ap.chunk_size);
+    ha_stats st;
+    ha_get_stats(h->core, &st);
+    nch = (uint32_t)(st.mapped / h->ap.chunk_size);
+    chunk_msg cm;
+    if (chunk_msg_build(h, 0, nch, &cm)) {
+        hd_conn_error(k->conn, id, HEAPD__ERR_CODE__ERR_NO_MEMORY,
+                      "heapd could not duplicate chunk fds for the attach reply (out of fds or memory); "
+                      "raise heapd's fd limit (LimitNOFILE) or use a larger chunk_size");
+        return;
+    }
+    Heapd__HeapParams params;
+    fill_params(h, &params);
+    uint32_t *local = calloc(h->world_size, sizeof *local);
+    for (uint32_t q = 0; local && q < h->world_size; q++)
+        local[q] = q;
+    Heapd__AttachReply ar = HEAPD__ATTACH_REPLY__INIT;
+    ar.params = &params;
+    ar.world_size = h->world_size;
+    ar.n_local_ranks = local ? h->world_size : 0;
+    ar.local_ranks = local;
+    ar.mapped = st.mapped;
+    ar.n_chunks = cm.n;
+    ar.chunks = cm.ptrs;
+    ar.status_fd_index = -1;
+    ar.next_seq = k->next_seq;
+    ar.backend = (char *)hb_name(h->reg->be);
+    ar.epoch = h->epoch;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.id = id;
+    f.body_case = HEAPD__FRAME__BODY_ATTACH_REPLY;
+    f.attach_reply = &ar;
+    k->known_chunks = nch;
+    hd_conn_send(k->conn, &f, cm.fds, cm.n);
+    free(local);
+    chunk_msg_free(&cm, false);
+}
+
+static void heap_timeout(uv_timer_t *t);
+
+static void arm_timer(hd_heap *h, bool attach)
+{
+    h->timer_attach = attach;
+    uv_timer_start(&h->timer, heap_timeout, h->timeout_ms, 0);
+}
+
+static uint64_t pick(uint64_t requested, uint64_t dflt) { return requested ? requested : dflt; }
+
+static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_conn *c, uint64_t id)
+{
+    const Heapd__HeapParams *rp = m->params;
+    const hd_config *cfg = &r->cfg;
+    ha_params ap;
+    memset(&ap, 0, sizeof ap);
+    ap.ranks = m->world_size;
+    ap.chunk_size = pick(rp ? rp->chunk_size : 0, cfg->chunk_size);
+    ap.min_block = pick(rp ? rp->min_block : 0, cfg->min_block);
+    ap.va_size = pick(rp ? rp->va_size : 0, cfg->va_size);
+    ap.initial_size = pick(rp ? rp->initial_size : 0, cfg->initial_size ? cfg->initial_size : ap.chunk_size);
+    ap.policy = cfg->policy;
+    if (rp && rp->policy == HEAPD__POLICY__POLICY_SEED)
+        ap.policy = HA_POLICY_SEED;
+    else if (rp && rp->policy == HEAPD__POLICY__POLICY_COALESCE)
+        ap.policy = HA_POLICY_COALESCE;
+    uint64_t gran = hb_granularity(r->be, 0);
+    if (gran && ap.chunk_size % gran) {
+        char b1[32], b2[32];
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_INVALID,
+                      "chunk_size %s is not a multiple of the %s backend's granularity %s; use a multiple of %s",
+                      human(ap.chunk_size, b1, sizeof b1), hb_name(r->be), human(gran, b2, sizeof b2), b2);
+        return NULL;
+    }
+    char why[256];
+    if (ha_params_check(&ap, why, sizeof why)) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap parameters rejected: %s", why);
+        return NULL;
+    }
+    hd_heap *h = calloc(1, sizeof *h);
+    if (!h || !(h->ranks = calloc(m->world_size, sizeof *h->ranks)) ||
+        ha_create(&ap, &h->core, why, sizeof why)) {
+        if (h)
+            free(h->ranks);
+        free(h);
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory creating heap \"%s\"", m->heap);
+        return NULL;
+    }
+    h->reg = r;
+    snprintf(h->name, sizeof h->name, "%s", m->heap);
+    h->world_size = m->world_size;
+    h->ap = ap;
+    h->timeout_ms = pick(rp ? rp->collect_timeout_ms : 0, cfg->collect_timeout_ms);
+    h->epoch = r->next_epoch++;
+    h->collect_at = UINT64_MAX;
+    uv_timer_init(r->loop, &h->timer);
+    h->timer.data = h;
+    h->next = r->heaps;
+    r->heaps = h;
+    r->nheaps++;
+    char b1[32], b2[32], b3[32];
+    hd_info("heap \"%s\" created: %u ranks, chunk %s, initial %s, va %s, policy %s", h->name, h->world_size,
+            human(ap.chunk_size, b1, sizeof b1), human(ap.initial_size, b2, sizeof b2),
+            human(ap.va_size, b3, sizeof b3), ha_policy_name(ap.policy));
+    return h;
+}
+
+/* Returns the name of the first parameter that differs, with both values. */
+static bool params_differ(const hd_heap *h, const Heapd__Attach *m, char *why, size_t len)
+{
+    if (m->world_size != h->world_size) {
+        snprintf(why, len, "world_size %u differs from the heap's %u", m->world_size, h->world_size);
+        return true;
+    }
+    const Heapd__HeapParams *p = m->params;
+    if (!p)
+        return false;
+#define CHK(field, name, have)                                                                      \
+    if (p->field && p->field != (have)) {                                                           \
+        snprintf(why, len, "%s %llu differs from the heap's %llu", name, (unsigned long long)p->field,   \
+                 (unsigned long long)(have));                                                       \
+        return true;                                                                                \
+    }
+    CHK(chunk_size, "chunk_size", h->ap.chunk_size)
+    CHK(initial_size, "initial_size", h->ap.initial_size)
+    CHK(va_size, "va_size", h->ap.va_size)
+    CHK(min_block, "min_block", h->ap.min_block)
+    CHK(collect_timeout_ms, "collect_timeout_ms", h->timeout_ms)
+#undef CHK
+    if (p->policy != HEAPD__POLICY__POLICY_DEFAULT) {
+        ha_policy want = p->policy == HEAPD__POLICY__POLICY_SEED ? HA_POLICY_SEED : HA_POLICY_COALESCE;
+        if (want != h->ap.policy) {
+            snprintf(why, len, "policy %s differs from the heap's %s", ha_policy_name(want),
+                     ha_policy_name(h->ap.policy));
+            return true;
+        }
+    }
+    return false;
+}
+
+void hd_heap_attach(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Attach *m)
+{
+    hd_binding *b = hd_conn_binding(c);
+    if (b->heap) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_STATE,
+                      "this connection is already attached to heap \"%s\" as rank %u; detach first",
+                      b->heap->name, b->rank);
+        return;
+    }
+    if (!m->heap || !m->heap[0] || strlen(m->heap) > HD_NAME_MAX) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap name must be 1 to %d bytes", HD_NAME_MAX);
+        return;
+    }
+    if (m->world_size < 1 || m->world_size > HA_MAX_RANKS) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "world_size %u is out of range (1..%u)", m->world_size,
+                      HA_MAX_RANKS);
+        return;
+    }
+    if (m->rank >= m->world_size) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "rank %u is out of range: world_size is %u (ranks 0..%u)",
+                      m->rank, m->world_size, m->world_size - 1);
+        return;
+    }
+    int device = 0;
+    char err[512];
+    if (hb_device_from_uuid(r->be, m->device_uuid ? m->device_uuid : "", &device, err, sizeof err)) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "%s", err);
+        return;
+    }
+    hd_heap *h = heap_find(r, m->heap);
+    bool created = false;
+    if (!h) {
+        h = heap_create(r, m, c, id);
+        if (!h)
+            return;
+        created = true;
+    } else if (params_differ(h, m, err, sizeof err)) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_MISMATCH, "heap \"%s\" exists with other parameters: %s",
+                      h->name, err);
+        return;
+    }
+    hd_rank *k = &h->ranks[m->rank];
+    if (k->conn) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_STATE,
+                      "rank %u of heap \"%s\" is already attached by pid %ld; each rank attaches once",
+                      m->rank, h->name, (long)k->pid);
+        return;
+    }
+    if (!k->joined) {
+        k->device = device;
+        snprintf(k->uuid, sizeof k->uuid, "%s", m->device_uuid ? m->device_uuid : "");
+        ha_stats st;
+        ha_get_stats(h->core, &st);
+        if (rank_add_chunks(h, k, (uint32_t)(st.mapped / h->ap.chunk_size), err, sizeof err)) {
+            rank_trim_chunks(h, k, 0);
+            hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "could not create the chunks of rank %u: %s",
+                          m->rank, err);
+            if (created && h->nattached == 0)
+                heap_destroy(h);
+            return;
+        }
+        k->joined = true;
+        h->njoined++;
+    } else if (k->next_seq < h->log_base) {
+        hd_warn("heap \"%s\": rank %u re-attached at allocation %llu, which is no longer logged; "
+                "it continues at %llu", h->name, m->rank, (unsigned long long)k->next_seq,
+                (unsigned long long)h->decided);
+        k->next_seq = h->decided;
+    }
+    k->conn = c;
+    k->pid = hd_conn_pid(c);
+    h->nattached++;
+    b->heap = h;
+    b->rank = m->rank;
+    hd_info("heap \"%s\": rank %u attached (pid %ld, %u of %u ranks)", h->name, m->rank, (long)k->pid,
+            h->nattached, h->world_size);
+    if (h->formed) {
+        send_attach_reply(h, m->rank, id);
+        return;
+    }
+    k->attach_wait = true;
+    k->attach_id = id;
+    if (h->njoined == h->world_size) {
+        h->formed = true;
+        uv_timer_stop(&h->timer);
+        for (uint32_t q = 0; q < h->world_size; q++)
+            if (h->ranks[q].attach_wait && h->ranks[q].conn) {
+                h->ranks[q].attach_wait = false;
+                send_attach_reply(h, q, h->ranks[q].attach_id);
+            }
+    } else if (!uv_is_active((uv_handle_t *)&h->timer)) {
+        arm_timer(h, true);
+    }
+}
+
+/* ---- collect ----------------------------------------------------------------- */
+
+static void collect_fail(hd_heap *h, Heapd__ErrCode code, const char *msg)
+{
+    for (uint32_t q = 0; q < h->world_size; q++) {
+        hd_rank *k = &h->ranks[q];
+        if (k->in_collect) {
+            k->in_collect = false;
+            if (k->conn)
+                hd_conn_error(k->conn, k->collect_id, code, "%s", msg);
+        }
+    }
+    h->coll_active = false;
+    h->coll_waiting = 0;
+    uv_timer_stop(&h->timer);
+}
+
+static void collect_finish(hd_heap *h)
+{
+    uint64_t blocks = 0, bytes = 0;
+    ha_collect(h->core, &blocks, &bytes);
+    if (h->collect_at == h->coll_seq) {
+        h->collect_at = UINT64_MAX;
+        h->forced = false;
+    }
+    ha_stats st;
+    ha_get_stats(h->core, &st);
+    char b1[32];
+    hd_debug("heap \"%s\": collect at allocation %llu reclaimed %llu blocks (%s)", h->name,
+             (unsigned long long)h->coll_seq, (unsigned long long)blocks, human(bytes, b1, sizeof b1));
+    Heapd__CollectReply cr = HEAPD__COLLECT_REPLY__INIT;
+    cr.reclaimed_blocks = blocks;
+    cr.reclaimed_bytes = bytes;
+    cr.collects = st.collects;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.body_case = HEAPD__FRAME__BODY_COLLECT_REPLY;
+    f.collect_reply = &cr;
+    for (uint32_t q = 0; q < h->world_size; q++) {
+        hd_rank *k = &h->ranks[q];
+        if (!k->in_collect)
+            continue;
+        k->in_collect = false;
+        f.id = k->collect_id;
+        hd_conn_send(k->conn, &f, NULL, 0);
+    }
+    h->coll_active = false;
+    h->coll_waiting = 0;
+    uv_timer_stop(&h->timer);
+}
+
+static void heap_timeout(uv_timer_t *t)
+{
+    hd_heap *h = t->data;
+    char missing[400], waiting[400], msg[1400];
+    msg[0] = 0;
+    if (h->timer_attach) {
+        if (h->formed)
+            return;
+        rank_list(h, 2, missing, sizeof missing);
+        rank_list(h, 3, waiting, sizeof waiting);
+        snprintf(msg, sizeof msg,
+                 "attach to heap \"%s\" timed out after %u ms: rank(s) %s never attached (attached: %s); "
+                 "start every rank, or raise collect_timeout_ms",
+                 h->name, h->timeout_ms, missing, waiting);
+        hd_warn("%s", msg);
+        for (uint32_t q = 0; q < h->world_size; q++) {
+            hd_rank *k = &h->ranks[q];
+            if (k->attach_wait && k->conn) {
+                k->attach_wait = false;
+                hd_conn_error(k->conn, k->attach_id, HEAPD__ERR_CODE__ERR_TIMEOUT, "%s", msg);
+            }
+        }
+        return;
+    }
+    if (!h->coll_active)
+        return;
+    rank_list(h, 0, missing, sizeof missing);
+    rank_list(h, 1, waiting, sizeof waiting);
+    snprintf(msg, sizeof msg,
+             "collect on heap \"%s\" at allocation %llu timed out after %u ms: rank(s) %s never arrived "
+             "(waiting: %s); check that every rank reaches the same allocation",
+             h->name, (unsigned long long)h->coll_seq, h->timeout_ms, missing, waiting);
+    hd_warn("%s", msg);
+    collect_fail(h, HEAPD__ERR_CODE__ERR_TIMEOUT, msg);
+}
+
+void hd_heap_collect(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Collect *m)
+{
+    (void)r;
+    hd_binding *b = hd_conn_binding(c);
+    hd_heap *h = b->heap;
+    if (!h || !h->formed) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "collect before attach: attach to a heap first");
+        return;
+    }
+    hd_rank *k = &h->ranks[b->rank];
+    if (k->in_collect) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "rank %u is already waiting in a collect", b->rank);
+        return;
+    }
+    if (m->seq != k->next_seq) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL,
+                      "collect at allocation %llu, but rank %u is at allocation %llu",
+                      (unsigned long long)m->seq, b->rank, (unsigned long long)k->next_seq);
+        return;
+    }
+    for (uint32_t q = 0; q < h->world_size; q++)
+        if (!h->ranks[q].conn) {
+            char msg[512];
+            snprintf(msg, sizeof msg,
+                     "collect on heap \"%s\" cannot complete: rank %u is not connected (pid %ld disconnected "
+                     "or detached); restart the job",
+                     h->name, q, (long)h->ranks[q].pid);
+            hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_PEER_GONE, "%s", msg);
+            if (h->coll_active)
+                collect_fail(h, HEAPD__ERR_CODE__ERR_PEER_GONE, msg);
+            return;
+        }
+    if (h->coll_active && m->seq != h->coll_seq) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_ASYMMETRY,
+                      "collect: rank %u is at allocation %llu but the collect in progress is at %llu; every rank "
+                      "must collect at the same point of its allocation sequence",
+                      b->rank, (unsigned long long)m->seq, (unsigned long long)h->coll_seq);
+        return;
+    }
+    if (!h->coll_active) {
+        h->coll_active = true;
+        h->coll_seq = m->seq;
+        h->coll_waiting = 0;
+        arm_timer(h, false);
+    }
+    k->in_collect = true;
+    k->collect_id = id;
+    h->coll_waiting++;
+    if (h->coll_waiting == h->world_size)
+        collect_finish(h);
+}
+
+/* ---- alloc ------------------------------------------------------------------- */
+
+static void trim_log(hd_heap *h)
+{
+    uint64_t min = h->decided;
+    for (uint32_t q = 0; q < h->world_size; q++)
+        if (h->ranks[q].conn && h->ranks[q].next_seq < min)
+            min = h->ranks[q].next_seq;
+    if (min <= h->log_base)
+        return;
+    size_t drop = (size_t)(min - h->log_base);
+    memmove(h->log, h->log + drop, (h->nlog - drop) * sizeof *h->log);
+    h->nlog -= drop;
+    h->log_base = min;
+}
+
+static int grow(hd_heap *h, uint32_t chunks, char *err, size_t errlen)
+{
+    ha_stats st;
+    ha_get_stats(h->core, &st);
+    uint32_t have = (uint32_t)(st.mapped / h->ap.chunk_size);
+    for (uint32_t q = 0; q < h->world_size; q++) {
+        if (rank_add_chunks(h, &h->ranks[q], have + chunks, err, errlen)) {
+            for (uint32_t p = 0; p <= q; p++)
+                rank_trim_chunks(h, &h->ranks[p], have);
+            return -1;
+        }
+    }
+    if (ha_grow(h->core, chunks)) {
+        for (uint32_t p = 0; p < h->world_size; p++)
+            rank_trim_chunks(h, &h->ranks[p], have);
+        snprintf(err, errlen, "the allocator refused to grow by %u chunks", chunks);
+        return -1;
+    }
+    char b1[32], b2[32];
+    hd_info("heap \"%s\" grew from %s to %s per rank (%u chunk%s on each of %u ranks)", h->name,
+            human(st.mapped, b1, sizeof b1), human(st.mapped + (uint64_t)chunks * h->ap.chunk_size, b2, sizeof b2),
+            chunks, chunks == 1 ? "" : "s", h->world_size);
+    return 0;
+}
+
+static void send_collect_needed(hd_conn *c, uint64_t id, uint64_t seq)
+{
+    Heapd__AllocReply ar = HEAPD__ALLOC_REPLY__INIT;
+    ar.seq = seq;
+    ar.collect_needed = true;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.id = id;
+    f.body_case = HEAPD__FRAME__BODY_ALLOC_REPLY;
+    f.alloc_reply = &ar;
+    hd_conn_send(c, &f, NULL, 0);
+}
+
+void hd_heap_alloc(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Alloc *m)
+{
+    (void)r;
+    hd_binding *b = hd_conn_binding(c);
+    hd_heap *h = b->heap;
+    if (!h || !h->formed) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "alloc before attach: attach to a heap first");
+        return;
+    }
+    hd_rank *k = &h->ranks[b->rank];
+    if (m->seq != k->next_seq) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "allocation number %llu out of order: rank %u is at %llu",
+                      (unsigned long long)m->seq, b->rank, (unsigned long long)k->next_seq);
+        return;
+    }
+    if (m->size == 0) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "allocation %llu: size 0 is not allowed",
+                      (unsigned long long)m->seq);
+        return;
+    }
+    if (m->size > h->ap.va_size) {
+        char b1[32];
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_VA_EXHAUSTED,
+                      "allocation %llu of %llu bytes is larger than the heap's va_size (%s); attach with a larger va_size",
+                      (unsigned long long)m->seq, (unsigned long long)m->size, human(h->ap.va_size, b1, sizeof b1));
+        return;
+    }
+    const hd_decision *d;
+    if (m->seq < h->decided) {
+        d = &h->log[m->seq - h->log_base];
+        if (d->size != m->size) {
+            hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_ASYMMETRY,
+                          "asymmetric allocation %llu on heap \"%s\": rank %u asked for %llu bytes, rank %u for %llu; "
+                          "every rank must make the same allocations in the same order",
+                          (unsigned long long)m->seq, h->name, b->rank, (unsigned long long)m->size, d->rank,
+                          (unsigned long long)d->size);
+            return;
+        }
+    } else {
+        if (h->collect_at == m->seq) {
+            send_collect_needed(c, id, m->seq);
+            return;
+        }
+        if (h->nlog == h->caplog) {
+            if (h->nlog >= HD_LOG_TRIM)
+                trim_log(h);
+            if (h->nlog == h->caplog) {
+                size_t nc = h->caplog ? h->caplog * 2 : 64;
+                hd_decision *nl = realloc(h->log, nc * sizeof *nl);
+                if (!nl) {
+                    hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+                    return;
+                }
+                h->log = nl;
+                h->caplog = nc;
+            }
+        }
+        ha_alloc_result res;
+        char err[512];
+        for (;;) {
+            int rc = ha_alloc(h->core, m->size, &res);
+            if (rc == HA_OK)
+                break;
+            if (rc == HA_NEED_COLLECT) {
+                h->collect_at = m->seq;
+                send_collect_needed(c, id, m->seq);
+                return;
+            }
+            if (rc == HA_NEED_GROW) {
+                if (grow(h, res.grow_chunks, err, sizeof err)) {
+                    hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY,
+                                  "allocation %llu of %llu bytes needs the heap to grow by %u chunk(s), which failed: %s",
+                                  (unsigned long long)m->seq, (unsigned long long)m->size, res.grow_chunks, err);
+                    return;
+                }
+                continue;
+            }
+            if (rc == HA_EVA) {
+                ha_stats st;
+                ha_get_stats(h->core, &st);
+                char b1[32], b2[32], b3[32];
+                hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_VA_EXHAUSTED,
+                              "allocation %llu of %llu bytes does not fit: heap \"%s\" has %s mapped, %s live, "
+                              "va_size %s; free memory or attach with a larger va_size",
+                              (unsigned long long)m->seq, (unsigned long long)m->size, h->name,
+                              human(st.mapped, b1, sizeof b1), human(st.live_bytes, b2, sizeof b2),
+                              human(h->ap.va_size, b3, sizeof b3));
+                return;
+            }
+            hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "allocation %llu failed: %s",
+                          (unsigned long long)m->seq, ha_strerror(rc));
+            return;
+        }
+        ha_stats st;
+        ha_get_stats(h->core, &st);
+        hd_decision *nd = &h->log[h->nlog++];
+        nd->size = m->size;
+        nd->offset = res.offset;
+        nd->block_size = res.block_size;
+        nd->mapped = st.mapped;
+        nd->rank = b->rank;
+        h->decided++;
+        d = nd;
+    }
+    uint32_t upto = (uint32_t)(d->mapped / h->ap.chunk_size);
+    chunk_msg cm = {0};
+    if (upto > k->known_chunks && chunk_msg_build(h, k->known_chunks, upto, &cm)) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY,
+                      "heapd could not duplicate chunk fds (out of fds or memory); raise heapd's fd limit");
+        return;
+    }
+    Heapd__AllocReply ar = HEAPD__ALLOC_REPLY__INIT;
+    ar.seq = m->seq;
+    ar.offset = d->offset;
+    ar.block_size = d->block_size;
+    ar.mapped = d->mapped;
+    ar.n_new_chunks = cm.n;
+    ar.new_chunks = cm.ptrs;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.id = id;
+    f.body_case = HEAPD__FRAME__BODY_ALLOC_REPLY;
+    f.alloc_reply = &ar;
+    if (upto > k->known_chunks)
+        k->known_chunks = upto;
+    k->next_seq++;
+    hd_conn_send(c, &f, cm.fds, cm.n);
+    chunk_msg_free(&cm, false);
+}
+
+/* ---- free -------------------------------------------------------------------- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+void hd_heap_free(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Free *m)
+{
+    (void)r;
+    hd_binding *b = hd_conn_binding(c);
+    hd_heap *h = b->heap;
+    if (!h || !h->formed) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "free before attach: attach to a heap first");
+        return;
+    }
+    for (size_t i = 0; i < m->n_offsets; i++)
+        if (!ha_rank_holds(h->core, b->rank, m->offsets[i])) {
+            hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_NOT_HELD,
+                          "free of offset %llu: rank %u holds no block there (never allocated, or already freed); "
+                          "none of the %zu offsets in this batch were freed",
+                          (unsigned long long)m->offsets[i], b->rank, m->n_offsets);
+            return;
+        }
+    if (m->n_offsets > 1) {
+        uint64_t *s = malloc(m->n_offsets * sizeof *s);
+        if (!s) {
+            hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+            return;
+        }
+        memcpy(s, m->offsets, m->n_offsets * sizeof *s);
+        qsort(s, m->n_offsets, sizeof *s, cmp_u64);
+        for (size_t i = 1; i < m->n_offsets; i++)
+            if (s[i] == s[i - 1]) {
+                hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_NOT_HELD,
+                              "free of offset %llu: given twice in one batch (double free); none of the batch was freed",
+                              (unsigned long long)s[i]);
+                free(s);
+                return;
+            }
+        free(s);
+    }
+    for (size_t i = 0; i < m->n_offsets; i++)
+        ha_free(h->core, b->rank, m->offsets[i]);
+    Heapd__FreeReply fr = HEAPD__FREE_REPLY__INIT;
+    fr.accepted = (uint32_t)m->n_offsets;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.id = id;
+    f.body_case = HEAPD__FRAME__BODY_FREE_REPLY;
+    f.free_reply = &fr;
+    hd_conn_send(c, &f, NULL, 0);
+}
+
+/* ---- detach and disconnect ---------------------------------------------------- */
+
+static void rank_leave(hd_heap *h, uint32_t rank, bool clean)
+{
+    hd_rank *k = &h->ranks[rank];
+    k->conn = NULL;
+    k->attach_wait = false;
+    h->nattached--;
+    hd_info("heap \"%s\": rank %u (pid %ld) %s", h->name, rank, (long)k->pid, clean ? "detached" : "disconnected");
+    if (h->coll_active) {
+        bool was_in = k->in_collect;
+        if (was_in) {
+            k->in_collect = false;
+            h->coll_waiting--;
+        }
+        char msg[512];
+        snprintf(msg, sizeof msg, "collect on heap \"%s\" failed: rank %u (pid %ld) %s while the others waited",
+                 h->name, rank, (long)k->pid, clean ? "detached" : "disconnected");
+        collect_fail(h, HEAPD__ERR_CODE__ERR_PEER_GONE, msg);
+    }
+    if (h->nattached == 0)
+        heap_destroy(h);
+}
+
+void hd_heap_detach(hd_registry *r, hd_conn *c, uint64_t id)
+{
+    (void)r;
+    hd_binding *b = hd_conn_binding(c);
+    if (!b->heap) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "detach: this connection is not attached to a heap");
+        return;
+    }
+    hd_heap *h = b->heap;
+    uint32_t rank = b->rank;
+    b->heap = NULL;
+    Heapd__DetachReply dr = HEAPD__DETACH_REPLY__INIT;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.id = id;
+    f.body_case = HEAPD__FRAME__BODY_DETACH_REPLY;
+    f.detach_reply = &dr;
+    hd_conn_send(c, &f, NULL, 0);
+    rank_leave(h, rank, true);
+}
+
+void hd_heap_conn_closed(hd_registry *r, hd_conn *c)
+{
+    (void)r;
+    hd_binding *b = hd_conn_binding(c);
+    if (!b->heap)
+        return;
+    hd_heap *h = b->heap;
+    b->heap = NULL;
+    rank_leave(h, b->rank, false);
+}
+
+/* ---- stats and forced collect --------------------------------------------------- */
+
+void hd_heap_force_collect(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__ForceCollect *m)
+{
+    hd_heap *h = heap_find(r, m->heap ? m->heap : "");
+    if (!h) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_NOT_FOUND, "no heap named \"%s\"; `heapctl heaps` lists them",
+                      m->heap ? m->heap : "");
+        return;
+    }
+    h->collect_at = h->decided;
+    h->forced = true;
+    hd_info("heap \"%s\": forced collect requested by pid %ld, at allocation %llu", h->name, (long)hd_conn_pid(c),
+            (unsigned long long)h->decided);
+    Heapd__ForceCollectReply fr = HEAPD__FORCE_COLLECT_REPLY__INIT;
+    fr.at_seq = h->decided;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.id = id;
+    f.body_case = HEAPD__FRAME__BODY_FORCE_COLLECT_REPLY;
+    f.force_collect_reply = &fr;
+    hd_conn_send(c, &f, NULL, 0);
+}
+
+void hd_heap_stats(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Stats *m, const char *backend_name,
+                   uint32_t clients)
+{
+    const char *want = m->heap && m->heap[0] ? m->heap : NULL;
+    if (want && !heap_find(r, want)) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_NOT_FOUND, "no heap named \"%s\"; `heapctl heaps` lists them", want);
+        return;
+    }
+    size_t n = 0, nr = 0;
+    for (hd_heap *h = r->heaps; h; h = h->next)
+        if (!want || !strcmp(h->name, want)) {
+            n++;
+            nr += h->world_size;
+        }
+    Heapd__HeapStats *hs = calloc(n ? n : 1, sizeof *hs);
+    Heapd__HeapStats **hsp = calloc(n ? n : 1, sizeof *hsp);
+    Heapd__HeapParams *pp = calloc(n ? n : 1, sizeof *pp);
+    Heapd__RankStats *rs = calloc(nr ? nr : 1, sizeof *rs);
+    Heapd__RankStats **rsp = calloc(nr ? nr : 1, sizeof *rsp);
+    if (!hs || !hsp || !pp || !rs || !rsp) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        goto out;
+    }
+    size_t i = 0, j = 0;
+    for (hd_heap *h = r->heaps; h; h = h->next) {
+        if (want && strcmp(h->name, want))
+            continue;
+        ha_stats st;
+        ha_get_stats(h->core, &st);
+        Heapd__HeapStats *s = &hs[i];
+        heapd__heap_stats__init(s);
+        fill_params(h, &pp[i]);
+        s->name = h->name;
+        s->world_size = h->world_size;
+        s->params = &pp[i];
+        s->mapped = st.mapped;
+        s->live_bytes = st.live_bytes;
+        s->released_bytes = st.pending_bytes;
+        s->free_bytes = st.free_bytes;
+        s->collects = st.collects;
+        s->growths = st.growths;
+        s->clients = h->nattached;
+        s->next_seq = h->decided;
+        s->epoch = h->epoch;
+        s->collect_pending = h->collect_at != UINT64_MAX;
+        s->pending_collect_seq = s->collect_pending ? h->collect_at : 0;
+        uint64_t fb = 0, tb = 0;
+        char err[256];
+        int dev = h->world_size ? h->ranks[0].device : 0;
+        if (hb_meminfo(r->be, dev, &fb, &tb, err, sizeof err) == 0) {
+            s->device_free = fb;
+            s->device_total = tb;
+        }
+        s->ranks = &rsp[j];
+        s->n_ranks = h->world_size;
+        for (uint32_t q = 0; q < h->world_size; q++, j++) {
+            heapd__rank_stats__init(&rs[j]);
+            rsp[j] = &rs[j];
+            rs[j].rank = q;
+            rs[j].attached = h->ranks[q].conn != NULL;
+            ha_rank_stats(h->core, q, &rs[j].live_bytes, &rs[j].released_bytes);
+            rs[j].next_seq = h->ranks[q].next_seq;
+            rs[j].pid = (uint32_t)h->ranks[q].pid;
+        }
+        hsp[i] = s;
+        i++;
+    }
+    Heapd__StatsReply sr = HEAPD__STATS_REPLY__INIT;
+    sr.n_heaps = n;
+    sr.heaps = hsp;
+    sr.backend = (char *)backend_name;
+    sr.clients = clients;
+    sr.version = (char *)HEAPD_VERSION;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.id = id;
+    f.body_case = HEAPD__FRAME__BODY_STATS_REPLY;
+    f.stats_reply = &sr;
+    hd_conn_send(c, &f, NULL, 0);
+out:
+    free(hs);
+    free(hsp);
+    free(pp);
+    free(rs);
+    free(rsp);
+}

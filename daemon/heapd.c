@@ -1,0 +1,237 @@
+/* heapd.c - the heapd program: options, config, backend, loop, signals. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "backend.h"
+#include "config.h"
+#include "heap.h"
+#include "log.h"
+#include "notify.h"
+#include "server.h"
+
+static const char usage[] =
+    "usage: heapd [options]\n"
+    "\n"
+    "heapd owns GPU memory (or host memory) on this node and serves it to the ranks of\n"
+    "distributed jobs as a symmetric heap over a Unix socket.\n"
+    "\n"
+    "options:\n"
+    "  -c, --config FILE     configuration file (default " HD_DEFAULT_CONFIG " if it exists)\n"
+    "      --check-config    check the configuration, print the effective values, and exit\n"
+    "  -s, --socket PATH     Unix socket to listen on (overrides `socket`)\n"
+    "  -b, --backend KIND    auto, cuda or host (overrides `backend`)\n"
+    "  -l, --log-level LVL   error, warn, info or debug (overrides `log_level`)\n"
+    "  -h, --help            this help\n"
+    "  -V, --version         print the version\n"
+    "\n"
+    "signals: SIGTERM/SIGINT stop cleanly, SIGHUP reloads the configuration.\n"
+    "See heapd(8) and heapd.conf(5).\n";
+
+typedef struct daemon_state {
+    uv_loop_t *loop;
+    hd_config cfg;
+    const char *config_path;
+    hb_backend *be;
+    hd_registry *reg;
+    hd_server *srv;
+    uv_signal_t sigterm, sigint, sighup;
+    uv_timer_t status;
+    int stopping;
+} daemon_state;
+
+static void status_update(daemon_state *d)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "STATUS=%u heap(s), %u client(s), backend %s", hd_registry_heaps(d->reg),
+             hd_server_clients(d->srv), hb_name(d->be));
+    hd_notify(buf);
+}
+
+static void status_cb(uv_timer_t *t) { status_update(t->data); }
+
+static void on_stop(uv_signal_t *s, int signum)
+{
+    daemon_state *d = s->data;
+    if (d->stopping)
+        return;
+    d->stopping = 1;
+    hd_info("received %s: stopping (refusing new requests, closing %u client(s))",
+            signum == SIGTERM ? "SIGTERM" : "SIGINT", hd_server_clients(d->srv));
+    hd_notify("STOPPING=1\nSTATUS=stopping");
+    hd_server_shutdown(d->srv);
+    uv_signal_stop(&d->sigterm);
+    uv_signal_stop(&d->sigint);
+    uv_signal_stop(&d->sighup);
+    uv_close((uv_handle_t *)&d->sigterm, NULL);
+    uv_close((uv_handle_t *)&d->sigint, NULL);
+    uv_close((uv_handle_t *)&d->sighup, NULL);
+    uv_timer_stop(&d->status);
+    uv_close((uv_handle_t *)&d->status, NULL);
+}
+
+static void on_hup(uv_signal_t *s, int signum)
+{
+    (void)signum;
+    daemon_state *d = s->data;
+    if (!d->config_path) {
+        hd_info("SIGHUP: no configuration file to reload");
+        return;
+    }
+    hd_notify("RELOADING=1");
+    hd_config n;
+    hd_config_defaults(&n);
+    char err[512];
+    if (hd_config_load(d->config_path, &n, err, sizeof err)) {
+        hd_error("SIGHUP: configuration not reloaded: %s", err);
+        hd_notify("READY=1");
+        return;
+    }
+    if (strcmp(n.socket_path, d->cfg.socket_path) || n.socket_mode != d->cfg.socket_mode)
+        hd_warn("SIGHUP: socket/socket_mode changed; restart heapd to apply (kept %s)", d->cfg.socket_path);
+    if (strcmp(n.backend, d->cfg.backend))
+        hd_warn("SIGHUP: backend changed to %s; restart heapd to apply (kept %s)", n.backend, d->cfg.backend);
+    if (n.max_clients != d->cfg.max_clients)
+        hd_warn("SIGHUP: max_clients changed; restart heapd to apply");
+    snprintf(n.socket_path, sizeof n.socket_path, "%s", d->cfg.socket_path);
+    n.socket_mode = d->cfg.socket_mode;
+    snprintf(n.backend, sizeof n.backend, "%s", d->cfg.backend);
+    n.max_clients = d->cfg.max_clients;
+    d->cfg = n;
+    hd_log_set_level(n.log_level);
+    hd_registry_set_config(d->reg, &n);
+    hd_info("SIGHUP: configuration reloaded from %s (log level, heap defaults and timeouts apply to new heaps)",
+            d->config_path);
+    hd_notify("READY=1");
+}
+
+static void print_config(const char *path, const hd_config *c)
+{
+    printf("%s: ok\n", path ? path : "(built-in defaults)");
+    printf("socket = %s\nsocket_mode = %04o\nbackend = %s\nlog_level = %d\n", c->socket_path, c->socket_mode,
+           c->backend, c->log_level);
+    printf("chunk_size = %llu\ninitial_size = %llu\nva_size = %llu\nmin_block = %llu\npolicy = %s\n",
+           (unsigned long long)c->chunk_size, (unsigned long long)c->initial_size,
+           (unsigned long long)c->va_size, (unsigned long long)c->min_block, ha_policy_name(c->policy));
+    printf("collect_timeout_ms = %u\nmax_clients = %u\nmeminfo_interval_ms = %u\n", c->collect_timeout_ms,
+           c->max_clients, c->meminfo_interval_ms);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"config", required_argument, 0, 'c'}, {"check-config", no_argument, 0, 'C'},
+        {"socket", required_argument, 0, 's'}, {"backend", required_argument, 0, 'b'},
+        {"log-level", required_argument, 0, 'l'}, {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, 'V'},      {0, 0, 0, 0}};
+    daemon_state d;
+    memset(&d, 0, sizeof d);
+    const char *socket_opt = NULL, *backend_opt = NULL, *level_opt = NULL;
+    int check = 0, o;
+    while ((o = getopt_long(argc, argv, "c:s:b:l:hV", opts, NULL)) != -1) {
+        switch (o) {
+        case 'c': d.config_path = optarg; break;
+        case 'C': check = 1; break;
+        case 's': socket_opt = optarg; break;
+        case 'b': backend_opt = optarg; break;
+        case 'l': level_opt = optarg; break;
+        case 'h': fputs(usage, stdout); return 0;
+        case 'V': printf("heapd %s (protocol %d)\n", HEAPD_VERSION, HEAPD__CONST__PROTOCOL_VERSION); return 0;
+        default: fputs("heapd: try `heapd --help`\n", stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "heapd: unexpected argument \"%s\"; try `heapd --help`\n", argv[optind]);
+        return 2;
+    }
+    if (getenv("JOURNAL_STREAM"))
+        hd_log_set_journal(1);
+    hd_config_defaults(&d.cfg);
+    if (!d.config_path && access(HD_DEFAULT_CONFIG, R_OK) == 0)
+        d.config_path = HD_DEFAULT_CONFIG;
+    char err[1024];
+    if (d.config_path && hd_config_load(d.config_path, &d.cfg, err, sizeof err)) {
+        fprintf(stderr, "heapd: %s\n", err);
+        return 1;
+    }
+    if (socket_opt) {
+        if (socket_opt[0] != '/' || strlen(socket_opt) >= sizeof d.cfg.socket_path) {
+            fprintf(stderr, "heapd: --socket %s: must be an absolute path shorter than %zu bytes\n", socket_opt,
+                    sizeof d.cfg.socket_path);
+            return 2;
+        }
+        snprintf(d.cfg.socket_path, sizeof d.cfg.socket_path, "%s", socket_opt);
+    }
+    if (backend_opt) {
+        if (strcmp(backend_opt, "auto") && strcmp(backend_opt, "cuda") && strcmp(backend_opt, "host")) {
+            fprintf(stderr, "heapd: --backend %s: must be auto, cuda or host\n", backend_opt);
+            return 2;
+        }
+        snprintf(d.cfg.backend, sizeof d.cfg.backend, "%s", backend_opt);
+    }
+    if (level_opt) {
+        int l = hd_log_parse_level(level_opt);
+        if (l < 0) {
+            fprintf(stderr, "heapd: --log-level %s: must be error, warn, info or debug\n", level_opt);
+            return 2;
+        }
+        d.cfg.log_level = l;
+    }
+    if (check) {
+        print_config(d.config_path, &d.cfg);
+        return 0;
+    }
+    hd_log_set_level(d.cfg.log_level);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (hb_open(d.cfg.backend, &d.be, err, sizeof err)) {
+        hd_error("cannot open the %s backend: %s", d.cfg.backend, err);
+        hd_notify("STATUS=backend failed");
+        return 1;
+    }
+    d.loop = uv_default_loop();
+    if (hd_registry_create(d.loop, d.be, &d.cfg, &d.reg)) {
+        hd_error("out of memory");
+        return 1;
+    }
+    if (hd_server_create(d.loop, &d.cfg, d.reg, hb_name(d.be), &d.srv, err, sizeof err) ||
+        hd_server_start(d.srv, err, sizeof err)) {
+        hd_error("%s", err);
+        hd_notify("STATUS=cannot listen");
+        return 1;
+    }
+    uv_signal_init(d.loop, &d.sigterm);
+    uv_signal_init(d.loop, &d.sigint);
+    uv_signal_init(d.loop, &d.sighup);
+    d.sigterm.data = d.sigint.data = d.sighup.data = &d;
+    uv_signal_start(&d.sigterm, on_stop, SIGTERM);
+    uv_signal_start(&d.sigint, on_stop, SIGINT);
+    uv_signal_start(&d.sighup, on_hup, SIGHUP);
+    uv_timer_init(d.loop, &d.status);
+    d.status.data = &d;
+    uv_timer_start(&d.status, status_cb, 5000, 5000);
+    uv_unref((uv_handle_t *)&d.status);
+
+    hd_info("heapd %s ready: socket %s%s, backend %s (%d device%s)", HEAPD_VERSION, d.cfg.socket_path,
+            hd_server_socket_activated(d.srv) ? " (from systemd)" : "", hb_name(d.be), hb_device_count(d.be),
+            hb_device_count(d.be) == 1 ? "" : "s");
+    char ready[256];
+    snprintf(ready, sizeof ready, "READY=1\nSTATUS=0 heaps, 0 clients, backend %s\nMAINPID=%ld", hb_name(d.be),
+             (long)getpid());
+    hd_notify(ready);
+
+    uv_run(d.loop, UV_RUN_DEFAULT);
+
+    hd_registry_destroy(d.reg);
+    hd_server_destroy(d.srv);
+    uv_run(d.loop, UV_RUN_NOWAIT);
+    uv_loop_close(d.loop);
+    hb_close(d.be);
+    hd_info("stopped");
+    return 0;
+}
