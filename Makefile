@@ -9,7 +9,8 @@
 # Switches: V=1 (full command lines), WERROR=0 (no -Werror, for packagers),
 # SANITIZE=address,undefined (build and test under sanitizers), DEBUG=1
 # (debug build: invariant validator on every allocator call), BUILD=dir,
-# HEAPD_NO_DEPS=1 (skip the dependency step).
+# HEAPD_NO_DEPS=1 (skip the dependency step), STATIC=1 (link the dependencies'
+# static archives: binaries for the GPU machine).
 
 ifndef HEAPD_INNER
 # Outer make: run the dependency step once, then the real build in a sub-make
@@ -55,6 +56,14 @@ PKG_CFLAGS = $(shell $(PKG_CONFIG) --cflags $(PKGS))
 PKG_LIBS   = $(shell $(PKG_CONFIG) --libs $(PKGS))
 CHECK_CFLAGS = $(shell $(PKG_CONFIG) --cflags check)
 CHECK_LIBS   = $(shell $(PKG_CONFIG) --libs check)
+# STATIC=1: link the Debian packages' static archives, so the binaries run on
+# a machine that has none of them (the GPU machine); libcuda and libnccl are
+# always loaded with dlopen.
+ifeq ($(STATIC),1)
+sa = $(shell $(CC) -print-file-name=$(1))
+PKG_LIBS   = $(call sa,libuv_a.a) $(call sa,libprotobuf-c.a) $(call sa,libhiredis.a) $(call sa,libinih.a) -lrt
+CHECK_LIBS = $(call sa,libcheck_pic.a) $(call sa,libsubunit.a) -lrt -lm
+endif
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
 ifeq ($(WERROR),1)
@@ -174,19 +183,58 @@ demo: all
 	@BUILD=$(BUILD) sh scripts/demo.sh
 
 # ---- install ------------------------------------------------------------
+# Everything honours PREFIX and DESTDIR. The configuration is installed only
+# when there is none (an operator's heapd.conf is never overwritten, and
+# uninstall leaves it), with `backend = auto` (the shipped file says host, for
+# the demo). heapc.pc gets libdir/includedir relative to ${prefix} where they
+# lie under PREFIX, so `pkg-config --define-prefix` works on a DESTDIR tree.
+UNITDIR  ?= $(PREFIX)/lib/systemd/system
+PCDIR    ?= $(LIBDIR)/pkgconfig
+pcdir = $(patsubst $(PREFIX)/%,$${prefix}/%,$(patsubst $(PREFIX),$${prefix},$(1)))
+
 install: all
-	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR)
+	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) \
+	    $(DESTDIR)$(PCDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/heapd \
+	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
 	install -m 0755 $(BUILD)/heapd $(DESTDIR)$(SBINDIR)/heapd
 	install -m 0755 $(BUILD)/heapctl $(BUILD)/heapsim $(DESTDIR)$(BINDIR)/
-	install -m 0644 $(LIBHEAPC_A) $(DESTDIR)$(LIBDIR)/
+	install -m 0644 $(LIBHEAPC_A) $(DESTDIR)$(LIBDIR)/libheapc.a
 	install -m 0755 $(LIBHEAPC_SO) $(DESTDIR)$(LIBDIR)/libheapc.so.0
 	ln -sf libheapc.so.0 $(DESTDIR)$(LIBDIR)/libheapc.so
-	install -m 0644 client/heapc.h $(DESTDIR)$(INCDIR)/
+	install -m 0644 client/heapc.h $(DESTDIR)$(INCDIR)/heapc.h
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(call pcdir,$(LIBDIR))|g' \
+	    -e 's|@INCDIR@|$(call pcdir,$(INCDIR))|g' -e 's|@VERSION@|$(VERSION)|g' \
+	    client/heapc.pc.in > $(DESTDIR)$(PCDIR)/heapc.pc
+	chmod 0644 $(DESTDIR)$(PCDIR)/heapc.pc
+	sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+	    systemd/heapd.service.in > $(DESTDIR)$(UNITDIR)/heapd.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/heapd.service
+	install -m 0644 systemd/heapd.socket $(DESTDIR)$(UNITDIR)/heapd.socket
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/heapd/heapd.conf ]; then \
+	    echo "kept $(DESTDIR)$(SYSCONFDIR)/heapd/heapd.conf (exists; the new default is heapd.conf in the source tree)"; \
+	else \
+	    echo "sed 's/^backend = host$$/backend = auto/' heapd.conf > $(DESTDIR)$(SYSCONFDIR)/heapd/heapd.conf"; \
+	    sed 's/^backend = host$$/backend = auto/' heapd.conf > $(DESTDIR)$(SYSCONFDIR)/heapd/heapd.conf && \
+	    chmod 0644 $(DESTDIR)$(SYSCONFDIR)/heapd/heapd.conf; \
+	fi
+	install -m 0644 docs/man/heapctl.1 $(DESTDIR)$(MANDIR)/man1/heapctl.1
+	install -m 0644 docs/man/libheapc.3 $(DESTDIR)$(MANDIR)/man3/libheapc.3
+	install -m 0644 docs/man/heapd.conf.5 $(DESTDIR)$(MANDIR)/man5/heapd.conf.5
+	install -m 0644 docs/man/heapd.8 $(DESTDIR)$(MANDIR)/man8/heapd.8
+	@echo "installed; as root, without DESTDIR: ldconfig; groupadd --system heapd;" \
+	    "useradd --system -g heapd -d / -s /usr/sbin/nologin heapd; systemctl daemon-reload;" \
+	    "systemctl enable --now heapd.socket heapd.service (docs/operations.md)"
 
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/heapd $(DESTDIR)$(BINDIR)/heapctl $(DESTDIR)$(BINDIR)/heapsim
 	rm -f $(DESTDIR)$(LIBDIR)/libheapc.a $(DESTDIR)$(LIBDIR)/libheapc.so $(DESTDIR)$(LIBDIR)/libheapc.so.0
-	rm -f $(DESTDIR)$(INCDIR)/heapc.h
+	rm -f $(DESTDIR)$(INCDIR)/heapc.h $(DESTDIR)$(PCDIR)/heapc.pc
+	rm -f $(DESTDIR)$(UNITDIR)/heapd.service $(DESTDIR)$(UNITDIR)/heapd.socket
+	rm -f $(DESTDIR)$(MANDIR)/man1/heapctl.1 $(DESTDIR)$(MANDIR)/man3/libheapc.3 \
+	    $(DESTDIR)$(MANDIR)/man5/heapd.conf.5 $(DESTDIR)$(MANDIR)/man8/heapd.8
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/heapd/heapd.conf ]; then \
+	    echo "left $(DESTDIR)$(SYSCONFDIR)/heapd/heapd.conf (the operator's configuration): remove it by hand if it is no longer wanted"; \
+	fi
 
 clean distclean:
 	rm -rf $(BUILD)

@@ -629,10 +629,13 @@ void hd_heap_collect(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Colle
             return;
         }
     if (h->coll_active && m->seq != h->coll_seq) {
-        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_ASYMMETRY,
-                      "collect: rank %u is at allocation %llu but the collect in progress is at %llu; every rank "
-                      "must collect at the same point of its allocation sequence",
-                      b->rank, (unsigned long long)m->seq, (unsigned long long)h->coll_seq);
+        char msg[512];
+        snprintf(msg, sizeof msg,
+                 "asymmetric collect on heap \"%s\": rank %u collects at allocation %llu but the collect in "
+                 "progress is at %llu; every rank must collect at the same point of its allocation sequence",
+                 h->name, b->rank, (unsigned long long)m->seq, (unsigned long long)h->coll_seq);
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_ASYMMETRY, "%s", msg);
+        collect_fail(h, HEAPD__ERR_CODE__ERR_ASYMMETRY, msg);
         return;
     }
     if (!h->coll_active) {

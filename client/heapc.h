@@ -1,0 +1,360 @@
+/* heapc.h - libheapc: the client library of heapd, the per-node symmetric heap
+ * daemon. This header is the whole public API; nothing else in client/ is
+ * public.
+ *
+ * A rank of a distributed job connects to its node's heapd, attaches to a
+ * heap (collective: every rank of the heap attaches), and allocates from it.
+ * The n-th allocation returns the same offset on every rank, so a rank reaches
+ * a local peer's copy of a block at heapc_peer_ptr(c, peer, offset).
+ *
+ *     heapc *c = heapc_connect(NULL);               // $HEAPD_SOCKET or the default
+ *     if (heapc_err(c)) { fprintf(stderr, "%s\n", heapc_errstr(c)); ... }
+ *     heapc_attach(c, "job42", rank, world_size, NULL);
+ *     void *p; uint64_t off;
+ *     heapc_alloc(c, 1 << 20, &p, &off);            // same off on every rank
+ *     ... heapc_peer_ptr(c, peer, off) ...
+ *     heapc_free(c, off);                           // deferred
+ *     heapc_collect(c);                             // collective: reuse what all ranks freed
+ *     heapc_detach(c);
+ *     heapc_free_ctx(c);
+ *
+ * Errors (the hiredis model). Every call that can fail returns HEAPC_OK (0)
+ * or a negative HEAPC_E* code, and records it in the context: heapc_err(c)
+ * is the code of the last call that set it (0 after a success) and
+ * heapc_errstr(c) one sentence saying what happened and what to do. Errors
+ * that heapd reports keep heapd's code (HEAPC_E<name> = -ERR_<name> of
+ * docs/protocol.md) and heapd's message, verbatim: an asymmetry error, for
+ * instance, names the allocation number and both sizes. The library never
+ * prints, never exits, never raises a signal (SIGPIPE included).
+ *
+ * Collective calls. heapc_attach, heapc_collect and (when heapd answers that a
+ * collect is needed) heapc_alloc wait until every rank of the heap has made
+ * the same call, or fail with HEAPC_ETIMEOUT (naming the ranks that never
+ * came) or HEAPC_EPEER_GONE (naming the rank that disconnected). Every rank
+ * must make the same sequence of heapc_alloc sizes and heapc_collect calls.
+ *
+ * Threads.
+ *   - Lock-free and safe from any thread at any time while attached, also
+ *     concurrently with heapc_alloc / heapc_free / heapc_collect on another
+ *     thread: heapc_ptr, heapc_peer_ptr, heapc_base, heapc_mapped,
+ *     heapc_rank, heapc_world_size, heapc_local_ranks. They read an
+ *     immutable per-attach view and an atomic extent, never set heapc_err,
+ *     never block. The extent only grows while attached, and a chunk is
+ *     mapped before the extent that covers it is published.
+ *     They must not race with heapc_detach, heapc_attach or heapc_free_ctx
+ *     (which unmap and release the view): order those yourself.
+ *   - Every other call takes an internal mutex, so calls from several
+ *     threads on one context are serialised (a collective call holds it
+ *     while it waits for the other ranks). heapc_err / heapc_errstr then
+ *     describe the last failed call of any thread: read them before another
+ *     thread's call can overwrite them, or use one context per thread.
+ *   - Different contexts are independent.
+ *   - fork: a context belongs to the process that created it; a child must
+ *     connect its own (the trainer example forks its ranks before connecting).
+ *
+ * Memory. On the host backend the heap is shared memory (memfd chunks); base
+ * and peer pointers are ordinary host pointers. On the cuda backend they are
+ * CUDA device addresses (unified addressing), usable from kernels and
+ * cuMemcpy, not dereferenceable on the CPU.
+ */
+#ifndef HEAPC_H
+#define HEAPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- error codes -------------------------------------------------------- */
+
+enum {
+    HEAPC_OK = 0,
+    /* heapd's error codes (proto ErrCode), negated. */
+    HEAPC_EPROTOCOL = -1,     /* malformed or unexpected message (either side) */
+    HEAPC_EVERSION = -2,      /* protocol version mismatch between libheapc and heapd */
+    HEAPC_EINVAL = -3,        /* bad argument (size 0, rank >= world_size, ...) */
+    HEAPC_EMISMATCH = -4,     /* attach parameters differ from the heap's */
+    HEAPC_EASYMMETRY = -5,    /* ranks disagree: n-th allocation sizes or collect points */
+    HEAPC_ETIMEOUT = -6,      /* a collective timed out; the message names missing ranks */
+    HEAPC_EPEER_GONE = -7,    /* a rank disconnected during a collective */
+    HEAPC_ENOMEM = -8,        /* heapd's backend could not create a chunk */
+    HEAPC_EVA_EXHAUSTED = -9, /* the heap would exceed its va_size */
+    HEAPC_ENOTFOUND = -10,    /* unknown heap */
+    HEAPC_ESTATE = -11,       /* not valid now (not attached, already attached, rank taken) */
+    HEAPC_ENOTHELD = -12,     /* free of an offset this rank does not hold (double free) */
+    HEAPC_EBACKEND = -13,     /* backend or driver error; the message names the call */
+    HEAPC_EDENIED = -14,      /* permission denied */
+    HEAPC_ESHUTDOWN = -15,    /* heapd is stopping */
+    HEAPC_ESTORE = -16,       /* cross-node store failure */
+    HEAPC_EQUOTA = -17,       /* quota exceeded */
+    /* Client-side errors. */
+    HEAPC_ECONN = -100,       /* cannot connect, or heapd closed the connection: the
+                                 context can no longer talk to heapd; connect again */
+    HEAPC_EMAP = -101,        /* mapping a chunk into this process failed */
+    HEAPC_EOOM = -102,        /* out of host memory in the client */
+    HEAPC_ENOREPLY = -103,    /* no reply within heapc_set_timeout's limit; the
+                                 connection was closed (its state is unknown) */
+    HEAPC_ESYNC = -104,       /* the device-sync hook failed before a collect */
+};
+
+/* Short name of a code: "ERR_ASYMMETRY" for heapd's codes (as in
+ * docs/protocol.md), "ERR_CONN", "ERR_MAP", "ERR_OOM", "ERR_NOREPLY",
+ * "ERR_SYNC" for the client's, "OK" for 0, "ERR_UNKNOWN" otherwise.
+ * Thread-safe. */
+const char *heapc_errname(int code);
+
+/* ---- context ------------------------------------------------------------ */
+
+typedef struct heapc heapc;
+
+/* Default socket when neither the argument nor $HEAPD_SOCKET names one. */
+#define HEAPC_DEFAULT_SOCKET "/run/heapd/heapd.sock"
+#define HEAPC_PROTOCOL_VERSION 1u
+
+/* Connects to heapd at socket_path (NULL or "": $HEAPD_SOCKET, else
+ * HEAPC_DEFAULT_SOCKET) and does the Hello handshake. Always returns a
+ * context, NULL only when the context itself cannot be allocated; check
+ * heapc_err(c): HEAPC_ECONN (nothing listens there: the message names the
+ * path and says to check heapd), HEAPC_EVERSION, HEAPC_EPROTOCOL. A failed
+ * context must still be released with heapc_free_ctx. */
+heapc *heapc_connect(const char *socket_path);
+
+/* Closes the connection and releases the context. If still attached, the
+ * heap is unmapped (the caller must make sure no device work still touches
+ * it) and the connection just closes: queued frees that were not sent are
+ * dropped and heapd sees a disconnect. Call heapc_detach first for an orderly
+ * exit. NULL is a no-op. */
+void heapc_free_ctx(heapc *c);
+
+/* Last error code (0: none) and its sentence ("" when none). Never NULL. */
+int heapc_err(const heapc *c);
+const char *heapc_errstr(const heapc *c);
+
+/* What heapd's Hello answered: "heapd 0.1.0", "host" / "cuda" ("" before). */
+const char *heapc_server(const heapc *c);
+const char *heapc_backend(const heapc *c);
+
+/* Client-side limit, in milliseconds, on waiting for any one reply; < 0 (the
+ * default) waits as long as heapd takes (heapd bounds collectives with the
+ * heap's collect_timeout_ms). When it expires the call fails with
+ * HEAPC_ENOREPLY and the connection is closed. */
+int heapc_set_timeout(heapc *c, int timeout_ms);
+
+/* ---- attach ------------------------------------------------------------- */
+
+typedef enum heapc_policy {
+    HEAPC_POLICY_DEFAULT = 0,   /* heapd's default (coalesce) */
+    HEAPC_POLICY_COALESCE = 1,  /* buddy blocks that merge; collect only before growing */
+    HEAPC_POLICY_SEED = 2,      /* the seed policy: LIFO classes, bump, mapped/8 trigger */
+} heapc_policy;
+
+/* "default", "coalesce", "seed"; "unknown" otherwise. */
+const char *heapc_policy_name(heapc_policy p);
+
+/* Heap parameters. A zeroed struct (or params == NULL) takes heapd's
+ * defaults for everything (heapd.conf). The first attach of a heap name
+ * creates it; later attaches must give the same world size and the same
+ * non-zero parameters, else HEAPC_EMISMATCH names the parameter. */
+typedef struct heapc_params {
+    uint64_t chunk_size;          /* growth unit; 0: default */
+    uint64_t initial_size;        /* mapped at creation; 0: one chunk */
+    uint64_t va_size;             /* maximum extent per rank; 0: default */
+    uint64_t min_block;           /* smallest block (power of two); 0: default */
+    heapc_policy policy;
+    uint32_t collect_timeout_ms;  /* collectives fail after this; 0: default */
+    /* cuda backend: this rank's GPU, "GPU-xxxxxxxx-..." (nvidia-smi -L).
+     * NULL or "": the GPU of the calling thread's current CUDA context, else
+     * device 0. Ignored (sent empty) on the host backend. */
+    const char *device_uuid;
+} heapc_params;
+
+/* Attaches to heap `heap` as `rank` of `world_size` and maps the heap: its own
+ * chunks and those of every rank this heapd serves (local peers), each rank
+ * in its own reserved range of va_size bytes. Collective: returns when every
+ * rank has attached (HEAPC_ETIMEOUT otherwise). A rank that attaches again
+ * after its connection ended continues at its own allocation number.
+ * Errors: HEAPC_ESTATE (this context is already attached, or the rank is
+ * taken), HEAPC_EMISMATCH, HEAPC_EINVAL, HEAPC_EMAP (reserving or mapping
+ * failed: nothing stays mapped), HEAPC_ECONN, ... */
+int heapc_attach(heapc *c, const char *heap, uint32_t rank, uint32_t world_size,
+                 const heapc_params *params);
+
+/* The heap's effective parameters (heapd's defaults filled in) into *out;
+ * out->device_uuid points into the context (valid until detach).
+ * HEAPC_ESTATE when not attached. */
+int heapc_get_params(heapc *c, heapc_params *out);
+
+/* Unmaps every chunk and releases the reservations. Queued frees are sent
+ * first, then Detach. The caller must make sure no device work still touches
+ * the heap. When heapd is gone the heap is still unmapped locally and the
+ * call returns HEAPC_ECONN. HEAPC_ESTATE when not attached. */
+int heapc_detach(heapc *c);
+
+/* ---- allocation --------------------------------------------------------- */
+
+/* Allocates `size` bytes (rounded up to the heap's size class). *offset (if
+ * not NULL) gets the offset, identical on every rank for the same allocation
+ * number; *ptr (if not NULL) gets heapc_ptr(c, offset). Every rank's n-th
+ * heapc_alloc must ask for the same size, else HEAPC_EASYMMETRY (heapd's
+ * message names n and both sizes; this rank stays at n).
+ * When heapd says a collect is needed first (before the heap grows, on the
+ * policy's trigger, or forced by `heapctl collect`) the call syncs the device
+ * (heapc_set_device_sync), sends the queued frees, takes part in the collect
+ * (collective: waits for every rank) and retries. New chunks (own and local
+ * peers') are mapped before the call returns.
+ * HEAPC_EMAP: heapd made the allocation (the allocation number advanced and
+ * *offset is set; free it as usual) but a new chunk could not be mapped.
+ * Other errors: HEAPC_EINVAL (size 0), HEAPC_ESTATE (not attached),
+ * HEAPC_EVA_EXHAUSTED, HEAPC_ENOMEM, HEAPC_ETIMEOUT, HEAPC_EPEER_GONE, ... */
+int heapc_alloc(heapc *c, size_t size, void **ptr, uint64_t *offset);
+
+/* Releases the block at offset. Deferred: the offset is queued locally and
+ * sent to heapd in one batch when the queue reaches the batch size
+ * (heapc_set_free_batch), before a collect, at heapc_flush and at detach.
+ * The block is reused only after a collect that follows its release by every
+ * rank. The library tracks this rank's live blocks and refuses a double free
+ * or an offset it never handed out at once (HEAPC_ENOTHELD); heapd checks
+ * again when the batch arrives. After re-attaching to a heap this rank used
+ * before, blocks from the earlier connection are unknown to the library: such
+ * an offset is sent to heapd alone, at once, and heapd's verdict
+ * (HEAPC_ENOTHELD naming it) is this call's result. */
+int heapc_free(heapc *c, uint64_t offset);
+
+/* heapc_free of the block that starts at ptr (a pointer heapc_alloc or
+ * heapc_ptr gave for this rank's own copy). HEAPC_EINVAL when ptr is not in
+ * this rank's mapped heap. */
+int heapc_free_ptr(heapc *c, void *ptr);
+
+/* Queue length that triggers sending a Free batch: 1..65536, default 1024
+ * (1: every free is sent at once). */
+int heapc_set_free_batch(heapc *c, size_t n);
+
+/* Sends the queued frees now. */
+int heapc_flush(heapc *c);
+
+/* Collective: syncs the device, sends the queued frees and collects (every
+ * rank must call it at the same point of its allocation sequence; heapd
+ * reports HEAPC_EASYMMETRY otherwise). Blocks released by every rank become
+ * reusable. Also usable as a barrier across the heap's ranks. */
+int heapc_collect(heapc *c);
+
+/* The device sync run before every collect: it must make sure the device no
+ * longer touches memory this rank released (cudaDeviceSynchronize, or a
+ * stream sync of the streams that used the heap). fn returns 0, or non-zero
+ * to fail the collect with HEAPC_ESYNC. NULL restores the default: nothing
+ * on the host backend; on the cuda backend, see TODO below.
+ *
+ * TODO(cuda): the default cuda sync should call cuCtxSynchronize through
+ * libheapc's dlopen'ed driver table, but heapc_cuda.h's hc_cuda table does
+ * not load cuCtxSynchronize yet. Until it does, the default does NOT sync the
+ * device on the cuda backend: CUDA users must install a hook here (e.g. one
+ * that calls cudaDeviceSynchronize) or sync before every heapc_collect and
+ * heapc_alloc. */
+typedef int (*heapc_sync_fn)(void *arg);
+int heapc_set_device_sync(heapc *c, heapc_sync_fn fn, void *arg);
+
+/* ---- addresses (lock-free, see Threads) ---------------------------------- */
+
+/* This rank's address of offset; NULL when not attached or offset >=
+ * heapc_mapped(c). */
+void *heapc_ptr(heapc *c, uint64_t offset);
+
+/* Local peer `rank`'s copy of offset (rank may be this rank); NULL when rank
+ * is not served by this node's heapd, or offset >= heapc_mapped(c). */
+void *heapc_peer_ptr(heapc *c, uint32_t rank, uint64_t offset);
+
+/* Start of rank's copy of the heap (offset 0); NULL when not local. */
+void *heapc_base(heapc *c, uint32_t rank);
+
+/* Bytes mapped per rank (the heap's extent as this client has mapped it);
+ * 0 when not attached. Only grows while attached. */
+uint64_t heapc_mapped(heapc *c);
+
+/* This rank and the heap's world size; UINT32_MAX and 0 when not attached. */
+uint32_t heapc_rank(heapc *c);
+uint32_t heapc_world_size(heapc *c);
+
+/* The ranks this node's heapd serves (self included), ascending: writes up to
+ * max of them into out (out may be NULL when max is 0) and returns how many
+ * there are (0 when not attached). */
+size_t heapc_local_ranks(heapc *c, uint32_t *out, size_t max);
+
+/* This rank's next allocation number (0 for a new heap). Serialised. */
+uint64_t heapc_next_seq(heapc *c);
+
+/* The status page fd heapd sent at attach (read-only shared memory with the
+ * heap's counters, for libheapc_nccl's probe), or -1. Owned by the context. */
+int heapc_status_fd(heapc *c);
+
+/* ---- counters and stats -------------------------------------------------- */
+
+/* What this context did since it attached (serialised). */
+typedef struct heapc_counters {
+    uint64_t allocs;             /* successful heapc_alloc calls */
+    uint64_t frees;              /* heapc_free calls accepted (queued) */
+    uint64_t free_batches;       /* Free messages sent */
+    uint64_t collects;           /* collects this rank took part in */
+    uint64_t collects_needed;    /* of those, asked for by heapd during heapc_alloc */
+    uint64_t chunks_mapped;      /* chunks mapped (own and peers') */
+    uint64_t heap_collects;      /* the heap's collect count after the last collect */
+    uint64_t last_reclaimed_blocks; /* what the last collect reclaimed */
+    uint64_t last_reclaimed_bytes;
+    uint64_t queued_frees;       /* frees queued now, not yet sent */
+} heapc_counters;
+int heapc_get_counters(heapc *c, heapc_counters *out);
+
+typedef struct heapc_rank_stats {
+    uint32_t rank;
+    int attached;                /* 1 when the rank is connected and attached */
+    uint64_t live_bytes;         /* held by this rank */
+    uint64_t released_bytes;     /* released by this rank, not yet reclaimed */
+    uint64_t next_seq;           /* allocation number reached */
+    uint32_t pid;                /* 0 when unknown */
+} heapc_rank_stats;
+
+typedef struct heapc_heap_stats {
+    char *name;
+    uint32_t world_size;
+    heapc_params params;         /* params.device_uuid is NULL */
+    uint64_t mapped;             /* bytes mapped per rank */
+    uint64_t live_bytes;         /* blocks some rank still holds */
+    uint64_t released_bytes;     /* blocks every rank released, awaiting collect */
+    uint64_t free_bytes;         /* mapped bytes available to allocations */
+    uint64_t collects;
+    uint64_t growths;
+    uint32_t clients;
+    uint64_t next_seq;           /* allocations decided so far */
+    uint64_t epoch;              /* heap incarnation */
+    uint64_t pending_collect_seq; /* forced collect pending at this seq, 0 if none */
+    uint64_t device_free;        /* the device's free and total bytes (0 on host) */
+    uint64_t device_total;
+    size_t nranks;
+    heapc_rank_stats *ranks;
+} heapc_heap_stats;
+
+typedef struct heapc_daemon_stats {
+    char *version;               /* heapd's version */
+    char *backend;               /* "host" or "cuda" */
+    uint32_t clients;            /* connections heapd serves */
+    size_t nheaps;
+    heapc_heap_stats *heaps;
+} heapc_daemon_stats;
+
+/* Statistics of heap `heap` (NULL or "": every heap) into a new *out that
+ * the caller releases with heapc_stats_free. Works without attaching.
+ * HEAPC_ENOTFOUND for an unknown heap. */
+int heapc_stats(heapc *c, const char *heap, heapc_daemon_stats **out);
+void heapc_stats_free(heapc_daemon_stats *s);
+
+/* Admin: makes every rank of `heap` collect at the same point of its
+ * allocation sequence; *at_seq (if not NULL) gets the allocation number at
+ * which it takes effect. Works without attaching. */
+int heapc_force_collect(heapc *c, const char *heap, uint64_t *at_seq);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HEAPC_H */

@@ -1,0 +1,155 @@
+/* heapc_cuda.c - libheapc's dlopen loader for the CUDA driver API. See
+ * heapc_cuda.h. */
+#include "heapc_cuda.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+void hc_uuid_format(const unsigned char b[16], char *out, size_t len)
+{
+    snprintf(out, len,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
+             b[13], b[14], b[15]);
+}
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int hc_uuid_parse(const char *s, unsigned char out[16])
+{
+    if (!s)
+        return -1;
+    if (strncasecmp(s, "GPU-", 4) == 0 || strncasecmp(s, "MIG-", 4) == 0)
+        s += 4;
+    int n = 0;
+    for (; *s; s++) {
+        if (*s == '-')
+            continue;
+        int v = hexval((unsigned char)*s);
+        if (v < 0 || n >= 32)
+            return -1;
+        if (n % 2 == 0)
+            out[n / 2] = (unsigned char)(v << 4);
+        else
+            out[n / 2] |= (unsigned char)v;
+        n++;
+    }
+    return n == 32 ? 0 : -1;
+}
+
+#if HEAPD_HAVE_CUDA_H
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+
+static struct {
+    int ok;
+    char err[320];
+    hc_cuda api;
+} hc_state;
+
+static pthread_once_t hc_once = PTHREAD_ONCE_INIT;
+
+static void hc_load(void)
+{
+    dlerror();
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char *why = dlerror();
+        snprintf(hc_state.err, sizeof hc_state.err,
+                 "no NVIDIA driver was found (dlopen of libcuda.so.1 failed: %s); use a heap "
+                 "on the host backend on machines without a GPU",
+                 why ? why : "unknown error");
+        return;
+    }
+    hc_cuda *a = &hc_state.api;
+    struct { void **slot; const char *name; const char *alt; } syms[] = {
+        {(void **)&a->GetErrorName, "cuGetErrorName", NULL},
+        {(void **)&a->GetErrorString, "cuGetErrorString", NULL},
+        {(void **)&a->Init, "cuInit", NULL},
+        {(void **)&a->DeviceGetCount, "cuDeviceGetCount", NULL},
+        {(void **)&a->DeviceGet, "cuDeviceGet", NULL},
+        {(void **)&a->DeviceGetUuid, "cuDeviceGetUuid_v2", "cuDeviceGetUuid"},
+        {(void **)&a->DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", NULL},
+        {(void **)&a->DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", NULL},
+        {(void **)&a->CtxGetCurrent, "cuCtxGetCurrent", NULL},
+        {(void **)&a->CtxSetCurrent, "cuCtxSetCurrent", NULL},
+        {(void **)&a->CtxGetDevice, "cuCtxGetDevice", NULL},
+        {(void **)&a->MemGetAllocationGranularity, "cuMemGetAllocationGranularity", NULL},
+        {(void **)&a->MemAddressReserve, "cuMemAddressReserve", NULL},
+        {(void **)&a->MemAddressFree, "cuMemAddressFree", NULL},
+        {(void **)&a->MemImportFromShareableHandle, "cuMemImportFromShareableHandle", NULL},
+        {(void **)&a->MemMap, "cuMemMap", NULL},
+        {(void **)&a->MemUnmap, "cuMemUnmap", NULL},
+        {(void **)&a->MemSetAccess, "cuMemSetAccess", NULL},
+        {(void **)&a->MemRelease, "cuMemRelease", NULL},
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        void *p = dlsym(lib, syms[i].name);
+        if (!p && syms[i].alt)
+            p = dlsym(lib, syms[i].alt);
+        if (!p) {
+            snprintf(hc_state.err, sizeof hc_state.err,
+                     "libcuda.so.1 has no %s: the NVIDIA driver is too old for libheapc (it "
+                     "needs CUDA VMM, driver 450 or newer); update the driver",
+                     syms[i].name);
+            return; /* keep libcuda loaded: unloading it is not safe */
+        }
+        *syms[i].slot = p;
+    }
+    CUresult rc = a->Init(0);
+    if (rc != CUDA_SUCCESS) {
+        hc_cuda_fail(hc_state.err, sizeof hc_state.err, rc,
+                     "the NVIDIA driver found no usable GPU for this process; check "
+                     "CUDA_VISIBLE_DEVICES and nvidia-smi",
+                     "cuInit");
+        return;
+    }
+    hc_state.ok = 1;
+}
+
+const hc_cuda *hc_cuda_get(char *err, size_t errlen)
+{
+    pthread_once(&hc_once, hc_load);
+    if (hc_state.ok)
+        return &hc_state.api;
+    if (err && errlen)
+        snprintf(err, errlen, "%s", hc_state.err);
+    return NULL;
+}
+
+void hc_cuda_fail(char *err, size_t errlen, CUresult rc, const char *hint, const char *fmt, ...)
+{
+    if (!err || !errlen)
+        return;
+    const char *name = NULL, *text = NULL;
+    if (hc_state.api.GetErrorName && hc_state.api.GetErrorName(rc, &name) != CUDA_SUCCESS)
+        name = NULL;
+    if (hc_state.api.GetErrorString && hc_state.api.GetErrorString(rc, &text) != CUDA_SUCCESS)
+        text = NULL;
+    char call[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(call, sizeof call, fmt, ap);
+    va_end(ap);
+    char num[48];
+    if (!name) {
+        snprintf(num, sizeof num, "CUDA error %d", (int)rc);
+        name = num;
+    }
+    snprintf(err, errlen, "%s failed: %s (%s)%s%s", call, name, text ? text : "no description",
+             hint ? "; " : "", hint ? hint : "");
+}
+
+#endif /* HEAPD_HAVE_CUDA_H */

@@ -1,0 +1,65 @@
+/* heapc_cuda.h - libheapc's loader for the CUDA driver API.
+ *
+ * What the module promises:
+ *   - libcuda.so.1 is loaded with dlopen on first use and cuInit(0) is called
+ *     once; libheapc never links libcuda, so it loads on machines without a
+ *     GPU and only the CUDA paths fail there, with a message.
+ *   - The table is loaded once per process (pthread_once), never unloaded,
+ *     and is the module's only global state; hc_cuda_get is thread-safe.
+ *   - Entry points are the versioned symbols cuda.h maps the names to
+ *     (cuDevicePrimaryCtxRelease_v2, cuDeviceGetUuid_v2, ...).
+ *   - Without cuda.h at build time (HEAPD_HAVE_CUDA_H unset) only the UUID
+ *     helpers exist; client code must guard its CUDA paths the same way.
+ *
+ * heapd's daemon has its own table (daemon/backend_cuda.c): it does not link
+ * libheapc.
+ */
+#ifndef HEAPC_CUDA_H
+#define HEAPC_CUDA_H
+
+#include <stddef.h>
+
+/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" from 16 bytes; len >= 41. */
+void hc_uuid_format(const unsigned char bytes[16], char *out, size_t len);
+
+/* Parses "GPU-…", "MIG-…" or bare hex (dashes optional, any case) into 16
+ * bytes; returns 0, or -1 when s is not a UUID. */
+int hc_uuid_parse(const char *s, unsigned char bytes[16]);
+
+#if HEAPD_HAVE_CUDA_H
+#include <cuda.h>
+
+typedef struct hc_cuda {
+    __typeof__(cuGetErrorName) *GetErrorName;
+    __typeof__(cuGetErrorString) *GetErrorString;
+    __typeof__(cuInit) *Init;
+    __typeof__(cuDeviceGetCount) *DeviceGetCount;
+    __typeof__(cuDeviceGet) *DeviceGet;
+    __typeof__(cuDeviceGetUuid_v2) *DeviceGetUuid;
+    __typeof__(cuDevicePrimaryCtxRetain) *DevicePrimaryCtxRetain;
+    __typeof__(cuDevicePrimaryCtxRelease_v2) *DevicePrimaryCtxRelease;
+    __typeof__(cuCtxGetCurrent) *CtxGetCurrent;
+    __typeof__(cuCtxSetCurrent) *CtxSetCurrent;
+    __typeof__(cuCtxGetDevice) *CtxGetDevice;
+    __typeof__(cuMemGetAllocationGranularity) *MemGetAllocationGranularity;
+    __typeof__(cuMemAddressReserve) *MemAddressReserve;
+    __typeof__(cuMemAddressFree) *MemAddressFree;
+    __typeof__(cuMemImportFromShareableHandle) *MemImportFromShareableHandle;
+    __typeof__(cuMemMap) *MemMap;
+    __typeof__(cuMemUnmap) *MemUnmap;
+    __typeof__(cuMemSetAccess) *MemSetAccess;
+    __typeof__(cuMemRelease) *MemRelease;
+} hc_cuda;
+
+/* The loaded table, cuInit done; NULL with a message in err when libcuda is
+ * missing, too old, or cuInit fails (no GPU). */
+const hc_cuda *hc_cuda_get(char *err, size_t errlen);
+
+/* Writes "<call> failed: CUDA_ERROR_X (text)[; hint]" into err, where call
+ * is formatted from fmt. */
+void hc_cuda_fail(char *err, size_t errlen, CUresult rc, const char *hint, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+#endif /* HEAPD_HAVE_CUDA_H */
+
+#endif /* HEAPC_CUDA_H */

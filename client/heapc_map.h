@@ -1,0 +1,109 @@
+/* heapc_map.h - libheapc's mapping of heap chunks into a rank's address space.
+ *
+ * An hm_space is one reserved virtual range for one rank's copy of a heap
+ * (the client's own and one per local peer). Chunk k of that rank is mapped
+ * at base + k * chunk_size, so heap offsets are plain additions to base.
+ *
+ *   HM_HOST  base is a host address. The range is reserved with an anonymous
+ *            PROT_NONE MAP_NORESERVE mapping; a chunk (a memfd from heapd's
+ *            host backend) replaces its slot with a MAP_SHARED read/write
+ *            mapping. Unmapped slots fault on access.
+ *   HM_CUDA  base is a CUDA device address (unified addressing): the range is
+ *            reserved with cuMemAddressReserve; a chunk (a POSIX fd exported
+ *            by heapd's cuda backend, on this rank's GPU or a local peer's) is
+ *            imported with cuMemImportFromShareableHandle, mapped with
+ *            cuMemMap and made read/write for the space's device.
+ *
+ * What the module promises:
+ *   - hm_map_chunk never takes ownership of fd: the caller may (and should)
+ *     close it once the call returns, whether it succeeded or not. The mapping
+ *     (host) or the imported allocation handle (cuda) holds its own
+ *     reference to the memory.
+ *   - A failed call leaves the space as it was (no half-mapped slot).
+ *   - hm_unmap_all unmaps every chunk, releases the CUDA handles and the VA
+ *     reservation, and leaves *s zeroed (base NULL); calling it again, or on
+ *     a zeroed hm_space, is a no-op. Before it, the caller must make sure no
+ *     device work still touches the range (device or stream sync).
+ *   - HM_CUDA calls work with or without a current CUDA context: when the
+ *     thread has none, the space's device's primary context (retained by
+ *     hm_reserve, the one the CUDA runtime uses) is made current for the call
+ *     and the thread is left with no context again.
+ *   - Errors: HM_OK (0) or a negative hm_status, and one sentence in err
+ *     (when not NULL) saying what happened and what to do; CUDA messages name
+ *     the driver call and the CUDA error. Nothing prints, nothing exits.
+ *   - Threads: one hm_space is used by one thread at a time; different
+ *     spaces are independent. libcuda is loaded with dlopen (heapc_cuda.h),
+ *     never linked; without a GPU or driver only HM_CUDA fails.
+ */
+#ifndef HEAPC_MAP_H
+#define HEAPC_MAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum hm_kind { HM_HOST = 0, HM_CUDA = 1 } hm_kind;
+
+typedef enum hm_status {
+    HM_OK = 0,
+    HM_EINVAL = -1,     /* a bad argument: sizes, index, fd, slot already mapped */
+    HM_ENOMEM = -2,     /* out of address space or device memory */
+    HM_EUNAVAIL = -3,   /* CUDA is not available (no driver, no GPU, no headers) */
+    HM_ENOTFOUND = -4,  /* no GPU has that UUID */
+    HM_ESYS = -5        /* a system or driver call failed */
+} hm_status;
+
+/* Fields are read-only for callers; set them only through this API. */
+typedef struct hm_space {
+    hm_kind kind;
+    void *base;            /* start of the range; NULL when not reserved */
+    uint64_t va_size;      /* reserved bytes: nchunks * chunk_size */
+    uint64_t chunk_size;
+    uint32_t nchunks;      /* slots in the range */
+    uint32_t nmapped;      /* slots mapped now */
+    int device;            /* HM_CUDA: ordinal given read/write access */
+    uint8_t *mapped;       /* per slot: 1 when mapped */
+    uint64_t *handles;     /* HM_CUDA: per slot, the imported allocation handle */
+    void *ctx;             /* HM_CUDA: the retained primary context of device */
+} hm_space;
+
+/* Reserves a range of va_size bytes, rounded up to whole chunks, with no
+ * chunk mapped. chunk_size: a multiple of the page size (host) or of the
+ * device's allocation granularity (cuda, 2 MiB on H100/H200).
+ * HM_CUDA: access goes to the device of the calling thread's current CUDA
+ * context, or device 0 when no context is current; hm_set_cuda_device
+ * changes it. */
+int hm_reserve(hm_kind kind, uint64_t va_size, uint64_t chunk_size, hm_space *out,
+               char *err, size_t errlen);
+
+/* HM_CUDA: gives read/write access of the chunks mapped from now on to
+ * device ordinal (as this process numbers its GPUs, e.g. from
+ * hm_cuda_device_by_uuid). Only before the first hm_map_chunk. */
+int hm_set_cuda_device(hm_space *s, int ordinal, char *err, size_t errlen);
+
+/* Maps the chunk behind fd at base + index * chunk_size. The fd is not
+ * consumed (see above). Errors: index out of range, slot already mapped, an
+ * fd smaller than chunk_size (host), or the driver's refusal (cuda). */
+int hm_map_chunk(hm_space *s, uint32_t index, int fd, char *err, size_t errlen);
+
+/* base, or NULL when s is not reserved. */
+void *hm_base(const hm_space *s);
+
+/* 1 when slot index is mapped. */
+int hm_is_mapped(const hm_space *s, uint32_t index);
+
+/* Unmaps and releases everything (see above). Returns HM_OK, or HM_ESYS when
+ * a release call failed (everything else is still released). */
+int hm_unmap_all(hm_space *s);
+
+/* Client-side GPU naming (CUDA): the ordinal, in this process's numbering
+ * (after CUDA_VISIBLE_DEVICES), of the GPU whose UUID is uuid (nvidia-smi
+ * form "GPU-…"; "" means ordinal 0); and the UUID of an ordinal. A rank names
+ * its GPU to heapd by UUID because ordinals differ between processes. */
+int hm_cuda_device_by_uuid(const char *uuid, int *ordinal, char *err, size_t errlen);
+int hm_cuda_device_uuid(int ordinal, char *buf, size_t len, char *err, size_t errlen);
+
+/* The ordinal of the calling thread's current CUDA context; HM_ENOTFOUND
+ * when the thread has none. */
+int hm_cuda_current_device(int *ordinal, char *err, size_t errlen);
+
+#endif /* HEAPC_MAP_H */

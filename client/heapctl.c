@@ -1,0 +1,482 @@
+/* heapctl - operator's command line for heapd: list heaps, show statistics,
+ * force a collect. Talks to heapd through libheapc (heapc.h). */
+#include "heapc.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef HEAPD_VERSION
+#define HEAPD_VERSION "unknown"
+#endif
+
+#define EXIT_OPFAIL 1
+#define EXIT_USAGE 2
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"Usage: heapctl [--socket PATH] [--json] COMMAND [ARGS]\n"
+"\n"
+"Inspect and steer heapd, the per-node symmetric heap daemon.\n"
+"\n"
+"Commands:\n"
+"  heaps           List the heaps heapd serves, one line each: name, world size,\n"
+"                  connected clients, bytes mapped per rank, allocation policy.\n"
+"  stats [HEAP]    Statistics of HEAP (default: every heap): per heap the bytes\n"
+"                  mapped, live (held by some rank), released (released by every\n"
+"                  rank, awaiting a collect) and free, collects, growths, clients,\n"
+"                  allocations decided, the pending forced collect, parameters and\n"
+"                  device memory; per rank whether it is attached, its pid, live\n"
+"                  and released bytes and its next allocation number.\n"
+"  collect HEAP    Force a collect on HEAP: every rank collects at the same\n"
+"                  allocation number, which heapctl prints. Ranks reach it when\n"
+"                  they next allocate.\n"
+"\n"
+"Options:\n"
+"  -s, --socket PATH  heapd's socket (default: $HEAPD_SOCKET, else\n"
+"                     " HEAPC_DEFAULT_SOCKET ")\n"
+"  -j, --json         print one JSON object on stdout instead of text\n"
+"  -h, --help         print this help and exit\n"
+"  -V, --version      print heapctl's version and exit\n"
+"\n"
+"Options may come before or after the command. Sizes in text output are\n"
+"binary (1 KiB = 1024 B); JSON gives every size in bytes.\n"
+"\n"
+"Exit status: 0 success, 1 heapd could not be reached or refused the\n"
+"operation (the message on stderr says why), 2 usage error.\n"
+"\n"
+"Examples:\n"
+"  heapctl heaps\n"
+"  heapctl stats trainer\n"
+"  heapctl --json stats | jq '.heaps[].collects'\n"
+"  heapctl --socket /tmp/heapd.sock collect trainer\n");
+}
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("heapctl: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\nTry 'heapctl --help'.\n", stderr);
+    return EXIT_USAGE;
+}
+
+static int op_error(heapc *c)
+{
+    fprintf(stderr, "heapctl: %s\n", heapc_errstr(c));
+    return EXIT_OPFAIL;
+}
+
+/* ---- text helpers -------------------------------------------------------- */
+
+/* "0 B", "1000 B", "4 KiB", "12.5 MiB": exact values without decimals. */
+static const char *human(uint64_t v, char *buf, size_t len)
+{
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    int u = 0;
+    double d = (double)v;
+    while (d >= 1024.0 && u < 6) {
+        d /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, len, "%" PRIu64 " B", v);
+    else if (v % ((uint64_t)1 << (10 * u)) == 0)
+        snprintf(buf, len, "%" PRIu64 " %s", v >> (10 * u), units[u]);
+    else
+        snprintf(buf, len, "%.1f %s", d, units[u]);
+    return buf;
+}
+
+#define MAXCOL 12
+#define CELL 64
+
+typedef struct table {
+    int ncol;
+    const char *head[MAXCOL];
+    int right[MAXCOL];     /* right-align this column */
+    char (*cells)[MAXCOL][CELL];
+    size_t nrows, cap;
+} table;
+
+static void tbl_init(table *t, int ncol, const char *const *head, const int *right)
+{
+    memset(t, 0, sizeof *t);
+    t->ncol = ncol;
+    for (int i = 0; i < ncol; i++) {
+        t->head[i] = head[i];
+        t->right[i] = right[i];
+    }
+}
+
+/* Appends a row; cells filled with tbl_set. NULL when out of memory. */
+static char (*tbl_row(table *t))[CELL]
+{
+    if (t->nrows == t->cap) {
+        size_t ncap = t->cap ? t->cap * 2 : 16;
+        void *n = realloc(t->cells, ncap * sizeof *t->cells);
+        if (!n)
+            return NULL;
+        t->cells = n;
+        t->cap = ncap;
+    }
+    memset(t->cells[t->nrows], 0, sizeof t->cells[t->nrows]);
+    return t->cells[t->nrows++];
+}
+
+static void cellf(char *cell, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void cellf(char *cell, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cell, CELL, fmt, ap);
+    va_end(ap);
+}
+
+static void tbl_print(const table *t, const char *indent)
+{
+    int w[MAXCOL];
+    for (int i = 0; i < t->ncol; i++) {
+        w[i] = (int)strlen(t->head[i]);
+        for (size_t r = 0; r < t->nrows; r++) {
+            int l = (int)strlen(t->cells[r][i]);
+            if (l > w[i])
+                w[i] = l;
+        }
+    }
+    for (size_t r = 0; r <= t->nrows; r++) {
+        fputs(indent, stdout);
+        for (int i = 0; i < t->ncol; i++) {
+            const char *s = r == 0 ? t->head[i] : t->cells[r - 1][i];
+            int last = i == t->ncol - 1;
+            if (t->right[i])
+                printf("%*s", w[i], s);
+            else if (last)
+                printf("%s", s);
+            else
+                printf("%-*s", w[i], s);
+            if (!last)
+                fputs("  ", stdout);
+        }
+        putchar('\n');
+    }
+}
+
+static void tbl_free(table *t)
+{
+    free(t->cells);
+    t->cells = NULL;
+}
+
+/* ---- JSON ---------------------------------------------------------------- */
+
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        switch (*p) {
+        case '"': fputs("\\\"", stdout); break;
+        case '\\': fputs("\\\\", stdout); break;
+        case '\b': fputs("\\b", stdout); break;
+        case '\f': fputs("\\f", stdout); break;
+        case '\n': fputs("\\n", stdout); break;
+        case '\r': fputs("\\r", stdout); break;
+        case '\t': fputs("\\t", stdout); break;
+        default:
+            if (*p < 0x20 || *p == 0x7f)
+                printf("\\u%04x", *p);
+            else
+                putchar(*p);
+        }
+    }
+    putchar('"');
+}
+
+static void json_params(const heapc_params *p)
+{
+    printf("{\"chunk_size\": %" PRIu64 ", \"initial_size\": %" PRIu64 ", \"va_size\": %" PRIu64
+           ", \"min_block\": %" PRIu64 ", \"policy\": ",
+           p->chunk_size, p->initial_size, p->va_size, p->min_block);
+    json_str(heapc_policy_name(p->policy));
+    printf(", \"collect_timeout_ms\": %" PRIu32 "}", p->collect_timeout_ms);
+}
+
+static void json_heap(const heapc_heap_stats *h)
+{
+    fputs("{\"name\": ", stdout);
+    json_str(h->name);
+    printf(", \"world_size\": %" PRIu32 ", \"params\": ", h->world_size);
+    json_params(&h->params);
+    printf(", \"mapped\": %" PRIu64 ", \"live_bytes\": %" PRIu64 ", \"released_bytes\": %" PRIu64
+           ", \"free_bytes\": %" PRIu64 ", \"collects\": %" PRIu64 ", \"growths\": %" PRIu64
+           ", \"clients\": %" PRIu32 ", \"next_seq\": %" PRIu64 ", \"epoch\": %" PRIu64
+           ", \"pending_collect_seq\": %" PRIu64 ", \"device_free\": %" PRIu64
+           ", \"device_total\": %" PRIu64 ", \"ranks\": [",
+           h->mapped, h->live_bytes, h->released_bytes, h->free_bytes, h->collects, h->growths,
+           h->clients, h->next_seq, h->epoch, h->pending_collect_seq, h->device_free,
+           h->device_total);
+    for (size_t r = 0; r < h->nranks; r++) {
+        const heapc_rank_stats *k = &h->ranks[r];
+        printf("%s{\"rank\": %" PRIu32 ", \"attached\": %s, \"pid\": %" PRIu32
+               ", \"live_bytes\": %" PRIu64 ", \"released_bytes\": %" PRIu64
+               ", \"next_seq\": %" PRIu64 "}",
+               r ? ", " : "", k->rank, k->attached ? "true" : "false", k->pid, k->live_bytes,
+               k->released_bytes, k->next_seq);
+    }
+    fputs("]}", stdout);
+}
+
+static void json_stats(const heapc_daemon_stats *s, int full)
+{
+    fputs("{\"version\": ", stdout);
+    json_str(s->version);
+    fputs(", \"backend\": ", stdout);
+    json_str(s->backend);
+    printf(", \"clients\": %" PRIu32 ", \"heaps\": [", s->clients);
+    for (size_t i = 0; i < s->nheaps; i++) {
+        const heapc_heap_stats *h = &s->heaps[i];
+        fputs(i ? ", " : "", stdout);
+        if (full) {
+            json_heap(h);
+        } else {
+            fputs("{\"name\": ", stdout);
+            json_str(h->name);
+            printf(", \"world_size\": %" PRIu32 ", \"clients\": %" PRIu32 ", \"mapped\": %" PRIu64
+                   ", \"policy\": ",
+                   h->world_size, h->clients, h->mapped);
+            json_str(heapc_policy_name(h->params.policy));
+            fputs("}", stdout);
+        }
+    }
+    fputs("]}\n", stdout);
+}
+
+/* ---- commands ------------------------------------------------------------- */
+
+static int cmd_heaps(heapc *c, int json)
+{
+    heapc_daemon_stats *s;
+    if (heapc_stats(c, NULL, &s) != HEAPC_OK)
+        return op_error(c);
+    if (json) {
+        json_stats(s, 0);
+    } else {
+        int wn = 0;
+        for (size_t i = 0; i < s->nheaps; i++) {
+            int l = (int)strlen(s->heaps[i].name);
+            wn = l > wn ? l : wn;
+        }
+        for (size_t i = 0; i < s->nheaps; i++) {
+            const heapc_heap_stats *h = &s->heaps[i];
+            char m[32];
+            printf("%-*s  world %" PRIu32 "  clients %" PRIu32 "  mapped %s  policy %s\n", wn,
+                   h->name, h->world_size, h->clients, human(h->mapped, m, sizeof m),
+                   heapc_policy_name(h->params.policy));
+        }
+    }
+    heapc_stats_free(s);
+    return fflush(stdout) == 0 ? 0 : EXIT_OPFAIL;
+}
+
+static int cmd_stats(heapc *c, const char *heap, int json)
+{
+    heapc_daemon_stats *s;
+    if (heapc_stats(c, heap, &s) != HEAPC_OK)
+        return op_error(c);
+    if (json) {
+        json_stats(s, 1);
+        heapc_stats_free(s);
+        return fflush(stdout) == 0 ? 0 : EXIT_OPFAIL;
+    }
+    printf("heapd %s, backend %s, %" PRIu32 " client%s, %zu heap%s\n", s->version, s->backend,
+           s->clients, s->clients == 1 ? "" : "s", s->nheaps, s->nheaps == 1 ? "" : "s");
+    if (s->nheaps == 0) {
+        heapc_stats_free(s);
+        return fflush(stdout) == 0 ? 0 : EXIT_OPFAIL;
+    }
+    static const char *hh[] = {"HEAP", "WORLD", "CLIENTS", "MAPPED", "LIVE", "RELEASED", "FREE",
+                               "COLLECTS", "GROWTHS", "ALLOCS", "COLLECT_AT"};
+    static const int hr[] = {0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    static const char *ph[] = {"HEAP", "POLICY", "CHUNK", "INITIAL", "VA", "MIN_BLOCK",
+                               "TIMEOUT", "EPOCH", "DEVICE_FREE", "DEVICE_TOTAL"};
+    static const int pr[] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+    static const char *rh[] = {"HEAP", "RANK", "ATTACHED", "PID", "LIVE", "RELEASED", "NEXT_SEQ"};
+    static const int rr[] = {0, 1, 0, 1, 1, 1, 1};
+    table th, tp, tr;
+    tbl_init(&th, 11, hh, hr);
+    tbl_init(&tp, 10, ph, pr);
+    tbl_init(&tr, 7, rh, rr);
+    int rc = 0;
+    for (size_t i = 0; i < s->nheaps && rc == 0; i++) {
+        const heapc_heap_stats *h = &s->heaps[i];
+        char(*row)[CELL] = tbl_row(&th);
+        char(*prow)[CELL] = tbl_row(&tp);
+        if (!row || !prow) {
+            rc = EXIT_OPFAIL;
+            break;
+        }
+        cellf(row[0], "%s", h->name);
+        cellf(row[1], "%" PRIu32, h->world_size);
+        cellf(row[2], "%" PRIu32, h->clients);
+        human(h->mapped, row[3], CELL);
+        human(h->live_bytes, row[4], CELL);
+        human(h->released_bytes, row[5], CELL);
+        human(h->free_bytes, row[6], CELL);
+        cellf(row[7], "%" PRIu64, h->collects);
+        cellf(row[8], "%" PRIu64, h->growths);
+        cellf(row[9], "%" PRIu64, h->next_seq);
+        if (h->pending_collect_seq)
+            cellf(row[10], "%" PRIu64, h->pending_collect_seq);
+        else
+            cellf(row[10], "-");
+        cellf(prow[0], "%s", h->name);
+        cellf(prow[1], "%s", heapc_policy_name(h->params.policy));
+        human(h->params.chunk_size, prow[2], CELL);
+        human(h->params.initial_size, prow[3], CELL);
+        human(h->params.va_size, prow[4], CELL);
+        human(h->params.min_block, prow[5], CELL);
+        cellf(prow[6], "%" PRIu32 " ms", h->params.collect_timeout_ms);
+        cellf(prow[7], "%" PRIu64, h->epoch);
+        if (h->device_total) {
+            human(h->device_free, prow[8], CELL);
+            human(h->device_total, prow[9], CELL);
+        } else {
+            cellf(prow[8], "-");
+            cellf(prow[9], "-");
+        }
+        for (size_t r = 0; r < h->nranks; r++) {
+            const heapc_rank_stats *k = &h->ranks[r];
+            char(*rrow)[CELL] = tbl_row(&tr);
+            if (!rrow) {
+                rc = EXIT_OPFAIL;
+                break;
+            }
+            cellf(rrow[0], "%s", h->name);
+            cellf(rrow[1], "%" PRIu32, k->rank);
+            cellf(rrow[2], "%s", k->attached ? "yes" : "no");
+            if (k->pid)
+                cellf(rrow[3], "%" PRIu32, k->pid);
+            else
+                cellf(rrow[3], "-");
+            human(k->live_bytes, rrow[4], CELL);
+            human(k->released_bytes, rrow[5], CELL);
+            cellf(rrow[6], "%" PRIu64, k->next_seq);
+        }
+    }
+    if (rc == 0) {
+        putchar('\n');
+        tbl_print(&th, "");
+        putchar('\n');
+        tbl_print(&tp, "");
+        if (tr.nrows) {
+            putchar('\n');
+            tbl_print(&tr, "");
+        }
+    } else {
+        fprintf(stderr, "heapctl: out of memory formatting the statistics\n");
+    }
+    tbl_free(&th);
+    tbl_free(&tp);
+    tbl_free(&tr);
+    heapc_stats_free(s);
+    if (fflush(stdout) != 0)
+        rc = EXIT_OPFAIL;
+    return rc;
+}
+
+static int cmd_collect(heapc *c, const char *heap, int json)
+{
+    uint64_t at = 0;
+    if (heapc_force_collect(c, heap, &at) != HEAPC_OK)
+        return op_error(c);
+    if (json) {
+        fputs("{\"heap\": ", stdout);
+        json_str(heap);
+        printf(", \"at_seq\": %" PRIu64 "}\n", at);
+    } else {
+        printf("collect on heap %s takes effect at allocation %" PRIu64 "\n", heap, at);
+    }
+    return fflush(stdout) == 0 ? 0 : EXIT_OPFAIL;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"socket", required_argument, NULL, 's'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *sock = NULL;
+    int json = 0, o;
+    opterr = 0;
+    while ((o = getopt_long(argc, argv, ":s:jhV", opts, NULL)) != -1) {
+        switch (o) {
+        case 's': sock = optarg; break;
+        case 'j': json = 1; break;
+        case 'h': usage(stdout); return 0;
+        case 'V': printf("heapctl %s\n", HEAPD_VERSION); return 0;
+        case ':': return usage_error("option %s needs an argument", argv[optind - 1]);
+        default:
+            if (optopt)
+                return usage_error("unknown option -%c", optopt);
+            return usage_error("unknown option %s", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        return usage_error("no command given (heaps, stats, collect)");
+    const char *cmd = argv[optind];
+    int nargs = argc - optind - 1;
+    char **args = argv + optind + 1;
+    if (sock && !*sock)
+        return usage_error("--socket needs a path");
+
+    int want;
+    if (!strcmp(cmd, "heaps"))
+        want = 0;
+    else if (!strcmp(cmd, "stats"))
+        want = 1;
+    else if (!strcmp(cmd, "collect"))
+        want = 2;
+    else if (!strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    } else
+        return usage_error("unknown command '%s' (heaps, stats, collect)", cmd);
+    if (want == 0 && nargs > 0)
+        return usage_error("heaps takes no argument");
+    if (want == 1 && nargs > 1)
+        return usage_error("stats takes at most one heap name");
+    if (want == 2 && nargs != 1)
+        return usage_error("collect takes exactly one heap name");
+    if (want == 2 && !*args[0])
+        return usage_error("collect: the heap name is empty");
+
+    heapc *c = heapc_connect(sock);
+    if (!c) {
+        fprintf(stderr, "heapctl: out of memory\n");
+        return EXIT_OPFAIL;
+    }
+    if (heapc_err(c)) {
+        int rc = op_error(c);
+        heapc_free_ctx(c);
+        return rc;
+    }
+    int rc;
+    if (want == 0)
+        rc = cmd_heaps(c, json);
+    else if (want == 1)
+        rc = cmd_stats(c, nargs ? args[0] : NULL, json);
+    else
+        rc = cmd_collect(c, args[0], json);
+    heapc_free_ctx(c);
+    return rc;
+}
