@@ -344,7 +344,8 @@ static int cmp_u64(const void *a, const void *b)
  *             freebits[k] has bit i <=> [i*2^k, (i+1)*2^k) is a free block.
  *   seed:     bump % min_block == 0, bump <= E, every block and every LIFO
  *             entry lies below bump, lifo[k] holds free blocks of class k.
- *   collected_since_alloc == a collect ran after the last successful alloc.
+ *   collected_since_alloc == a collect ran after the last successful alloc
+ *                            and no rank released a block since.
  */
 struct ha_heap {
     ha_params p;
@@ -718,6 +719,8 @@ int ha_free(ha_heap *h, uint32_t rank, uint64_t offset)
     h->held_bytes[rank] -= sz;
     h->rel_bytes[rank] += sz;
     h->frees++;
+    /* A new release may make a collect useful again. */
+    h->collected_since_alloc = false;
     if (b->nrel == h->p.ranks) {
         b->pending = 1;
         h->pending.v[h->pending.n++] = offset;

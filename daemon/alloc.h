@@ -32,8 +32,9 @@
  *     }
  *
  * ha_alloc asks for a collect at most once between two successful
- * allocations, so the loop terminates: collect, then (only if still needed)
- * grow, then succeed or fail with HA_EVA.
+ * allocations (again only if a rank released a block since that collect), so
+ * the loop terminates: collect, then (only if still needed) grow, then
+ * succeed or fail with HA_EVA.
  */
 #ifndef HEAPD_ALLOC_H
 #define HEAPD_ALLOC_H
