@@ -1,0 +1,594 @@
+/* heapsim - replay an allocation trace through heapd's allocator core.
+ *
+ *   heapsim [--policy seed|coalesce] [--offsets] TRACE     (TRACE "-": stdin)
+ *
+ * The same code the daemon runs (daemon/alloc.h) makes every decision, so
+ * a trace replayed here lands on the offsets a real job would get. The trace
+ * format is in usage() below. Exit status: 0 done, 1 an allocation failed
+ * (or out of memory), 2 a usage error or a bad trace line.
+ */
+#include "alloc.h"
+#include "size.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef HEAPD_VERSION
+#define HEAPD_VERSION "unknown"
+#endif
+
+#define MAX_ID_LEN 64
+/* Steps of the alloc protocol one allocation may take: collect, grow, ok. */
+#define MAX_PROTOCOL_STEPS 8
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: heapsim [--policy seed|coalesce] [--offsets] TRACE\n"
+            "       heapsim --help | --version\n"
+            "\n"
+            "Replays TRACE (\"-\" reads stdin) through heapd's allocator core and prints\n"
+            "one summary line:\n"
+            "  mapped=BYTES growths=N collects=N live=BYTES pending=BYTES free=BYTES\n"
+            "  allocs=N frees=N triggered=N policy=NAME\n"
+            "(collects counts explicit and triggered ones; triggered counts those an\n"
+            "allocation asked for, before growing or on the seed policy's trigger).\n"
+            "\n"
+            "options:\n"
+            "  --policy P   allocator policy: coalesce (default) or seed\n"
+            "  --offsets    first print \"c\" for every collect and \"a ID OFFSET\" for\n"
+            "               every allocation, in order (a triggered collect comes\n"
+            "               before the line of the allocation that triggered it)\n"
+            "  --help       this text\n"
+            "  --version    print the version\n"
+            "\n"
+            "trace format (one command a line; '#' starts a comment):\n"
+            "  heap ranks=R chunk=SIZE initial=SIZE min_block=SIZE [va=SIZE]\n"
+            "                  first line; va defaults to 64 * initial\n"
+            "  a ID SIZE       every rank allocates SIZE bytes, the block is named ID\n"
+            "  f RANK ID       rank RANK frees block ID (\"f * ID\": every rank frees it)\n"
+            "  c               a collect on every rank\n"
+            "SIZE is bytes with an optional K, M, G or T suffix (powers of 1024); an ID is\n"
+            "any word of up to %d characters and can be reused once every rank freed it.\n"
+            "\n"
+            "exit status: 0 ok, 1 an allocation failed, 2 usage error or bad trace line\n",
+            MAX_ID_LEN);
+}
+
+/* ---- ID map: open addressing, linear probing, backward-shift delete ---- */
+
+typedef struct id_entry {
+    char *key;        /* NULL: empty slot */
+    uint64_t hash;
+    uint64_t offset;
+    uint32_t holders; /* ranks that still hold the block */
+} id_entry;
+
+typedef struct id_map {
+    id_entry *slots;
+    size_t cap; /* power of two */
+    size_t len;
+} id_map;
+
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ull;
+    }
+    h ^= h >> 29; /* FNV's low bits are weak for short keys */
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
+    return h;
+}
+
+static int idmap_init(id_map *m)
+{
+    m->cap = 1024;
+    m->len = 0;
+    m->slots = calloc(m->cap, sizeof *m->slots);
+    return m->slots ? 0 : -1;
+}
+
+static void idmap_free(id_map *m)
+{
+    for (size_t i = 0; i < m->cap; i++)
+        free(m->slots[i].key);
+    free(m->slots);
+}
+
+static id_entry *idmap_find(const id_map *m, const char *key)
+{
+    uint64_t h = hash_str(key);
+    size_t mask = m->cap - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+        id_entry *e = &m->slots[i];
+        if (e->key == NULL)
+            return NULL;
+        if (e->hash == h && strcmp(e->key, key) == 0)
+            return e;
+    }
+}
+
+static int idmap_grow(id_map *m)
+{
+    size_t ncap = m->cap * 2;
+    id_entry *ns = calloc(ncap, sizeof *ns);
+    if (ns == NULL)
+        return -1;
+    for (size_t i = 0; i < m->cap; i++) {
+        if (m->slots[i].key == NULL)
+            continue;
+        size_t j = m->slots[i].hash & (ncap - 1);
+        while (ns[j].key != NULL)
+            j = (j + 1) & (ncap - 1);
+        ns[j] = m->slots[i];
+    }
+    free(m->slots);
+    m->slots = ns;
+    m->cap = ncap;
+    return 0;
+}
+
+/* Inserts key (not present). Returns the entry, NULL when out of memory. */
+static id_entry *idmap_insert(id_map *m, const char *key)
+{
+    if ((m->len + 1) * 10 > m->cap * 7 && idmap_grow(m) != 0)
+        return NULL;
+    char *k = strdup(key);
+    if (k == NULL)
+        return NULL;
+    uint64_t h = hash_str(key);
+    size_t mask = m->cap - 1;
+    size_t i = h & mask;
+    while (m->slots[i].key != NULL)
+        i = (i + 1) & mask;
+    m->slots[i] = (id_entry){.key = k, .hash = h};
+    m->len++;
+    return &m->slots[i];
+}
+
+static void idmap_remove(id_map *m, id_entry *e)
+{
+    size_t mask = m->cap - 1;
+    size_t i = (size_t)(e - m->slots);
+    free(e->key);
+    m->slots[i].key = NULL;
+    m->len--;
+    /* Shift later members of the probe run back into the hole. */
+    for (size_t j = (i + 1) & mask; m->slots[j].key != NULL; j = (j + 1) & mask) {
+        size_t home = m->slots[j].hash & mask;
+        /* Move j to i unless its home lies cyclically in (i, j]. */
+        int stays = (i <= j) ? (home > i && home <= j) : (home > i || home <= j);
+        if (stays)
+            continue;
+        m->slots[i] = m->slots[j];
+        m->slots[j].key = NULL;
+        i = j;
+    }
+}
+
+/* ---- the replay --------------------------------------------------------- */
+
+typedef struct sim {
+    const char *name; /* trace name for messages */
+    unsigned long line;
+    int offsets;
+    ha_policy policy;
+    ha_heap *heap;
+    uint32_t ranks;
+    id_map ids;
+    uint64_t triggered; /* collects ha_alloc asked for */
+} sim;
+
+/* A bad trace line: message, exit status 2. */
+static int bad_line(const sim *s, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "heapsim: %s:%lu: ", s->name, s->line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return 2;
+}
+
+/* Any other failure at this line: message, exit status 1. */
+static int failed_at(const sim *s, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "heapsim: %s:%lu: ", s->name, s->line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return 1;
+}
+
+static int parse_dec_u64(const char *t, uint64_t *out)
+{
+    if (*t < '0' || *t > '9')
+        return -1;
+    uint64_t v = 0;
+    for (; *t; t++) {
+        if (*t < '0' || *t > '9')
+            return -1;
+        unsigned d = (unsigned)(*t - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+#define MAX_TOKENS 8
+
+/* Splits line in place into at most MAX_TOKENS words, dropping a '#'
+ * comment. Returns the word count, or MAX_TOKENS + 1 when there are more. */
+static int split(char *line, char **tok)
+{
+    char *hash = strchr(line, '#');
+    if (hash)
+        *hash = '\0';
+    int n = 0;
+    char *p = line;
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n' || *p == '\v' || *p == '\f')
+            p++;
+        if (*p == '\0')
+            return n;
+        if (n == MAX_TOKENS)
+            return MAX_TOKENS + 1;
+        tok[n++] = p;
+        while (*p && !(*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n' || *p == '\v' ||
+                       *p == '\f'))
+            p++;
+        if (*p)
+            *p++ = '\0';
+    }
+}
+
+static const char heap_syntax[] =
+    "heap ranks=R chunk=SIZE initial=SIZE min_block=SIZE [va=SIZE]";
+
+static int do_heap(sim *s, char **tok, int n)
+{
+    if (s->heap)
+        return bad_line(s, "a second heap line: a trace describes one heap; remove this line "
+                           "or split the trace");
+    ha_params p = {.policy = s->policy};
+    int have_ranks = 0, have_chunk = 0, have_initial = 0, have_min = 0, have_va = 0;
+    for (int i = 1; i < n; i++) {
+        char *eq = strchr(tok[i], '=');
+        if (eq == NULL)
+            return bad_line(s, "'%s' is not key=value: write %s", tok[i], heap_syntax);
+        *eq = '\0';
+        const char *k = tok[i], *v = eq + 1;
+        int *have;
+        uint64_t *dst = NULL, r64 = 0;
+        if (strcmp(k, "ranks") == 0) {
+            have = &have_ranks;
+            if (parse_dec_u64(v, &r64) != 0 || r64 == 0 || r64 > HA_MAX_RANKS)
+                return bad_line(s, "ranks=%s: give a whole number of ranks from 1 to %u", v,
+                                HA_MAX_RANKS);
+            p.ranks = (uint32_t)r64;
+        } else if (strcmp(k, "chunk") == 0) {
+            have = &have_chunk;
+            dst = &p.chunk_size;
+        } else if (strcmp(k, "initial") == 0) {
+            have = &have_initial;
+            dst = &p.initial_size;
+        } else if (strcmp(k, "min_block") == 0) {
+            have = &have_min;
+            dst = &p.min_block;
+        } else if (strcmp(k, "va") == 0) {
+            have = &have_va;
+            dst = &p.va_size;
+        } else {
+            return bad_line(s, "unknown heap key '%s': write %s", k, heap_syntax);
+        }
+        if (*have)
+            return bad_line(s, "heap key '%s' given twice: keep one", k);
+        *have = 1;
+        if (dst && hs_parse_size(v, dst) != 0)
+            return bad_line(s, "%s=%s is not a size: write bytes with an optional K, M, G or T "
+                               "suffix, e.g. %s=256M",
+                            k, v, k);
+    }
+    const char *missing = !have_ranks     ? "ranks"
+                          : !have_chunk   ? "chunk"
+                          : !have_initial ? "initial"
+                          : !have_min     ? "min_block"
+                                          : NULL;
+    if (missing)
+        return bad_line(s, "the heap line lacks %s=: write %s", missing, heap_syntax);
+    if (!have_va) {
+        /* 64 * initial, or initial itself when that would overflow. */
+        p.va_size = p.initial_size <= UINT64_MAX / 64 ? p.initial_size * 64 : p.initial_size;
+    }
+    char err[256];
+    if (ha_params_check(&p, err, sizeof err) != HA_OK)
+        return bad_line(s, "bad heap parameters: %s", err);
+    int rc = ha_create(&p, &s->heap, err, sizeof err);
+    if (rc != HA_OK)
+        return failed_at(s, "cannot create the heap: %s", err);
+    s->ranks = p.ranks;
+    return 0;
+}
+
+static int collect_all(sim *s)
+{
+    int rc = ha_collect(s->heap, NULL, NULL);
+    if (rc < 0)
+        return failed_at(s, "collect failed: %s", ha_strerror(rc));
+    if (s->offsets)
+        fputs("c\n", stdout);
+    return 0;
+}
+
+static int do_alloc(sim *s, char **tok, int n)
+{
+    if (n != 3)
+        return bad_line(s, "'a' takes an ID and a size: write a ID SIZE");
+    const char *id = tok[1];
+    uint64_t size;
+    if (strlen(id) > MAX_ID_LEN)
+        return bad_line(s, "ID '%.20s...' is longer than %d characters: use a shorter name", id,
+                        MAX_ID_LEN);
+    if (hs_parse_size(tok[2], &size) != 0)
+        return bad_line(s, "'%s' is not a size: write bytes with an optional K, M, G or T "
+                           "suffix, e.g. 1M",
+                        tok[2]);
+    if (size == 0)
+        return bad_line(s, "a %s 0: an allocation needs at least 1 byte", id);
+    if (idmap_find(&s->ids, id))
+        return bad_line(s, "ID '%s' names a block some rank still holds: free it on every rank "
+                           "first (f * %s) or use another ID",
+                        id, id);
+    ha_alloc_result res;
+    int rc = 0;
+    for (int step = 0;; step++) {
+        if (step == MAX_PROTOCOL_STEPS)
+            return failed_at(s, "a %s %s: the allocator asked for more than %d collect/grow "
+                                "steps; this is a bug in the allocator core, please report it "
+                                "with this trace",
+                             id, tok[2], MAX_PROTOCOL_STEPS);
+        memset(&res, 0, sizeof res);
+        rc = ha_alloc(s->heap, size, &res);
+        if (rc == HA_NEED_COLLECT) {
+            s->triggered++;
+            if ((rc = collect_all(s)) != 0)
+                return rc;
+            continue;
+        }
+        if (rc == HA_NEED_GROW) {
+            int g = ha_grow(s->heap, res.grow_chunks);
+            if (g < 0) {
+                ha_stats st;
+                ha_get_stats(s->heap, &st);
+                return failed_at(s, "a %s %s: growing the heap by %" PRIu32 " chunks (mapped "
+                                    "%" PRIu64 " bytes) failed: %s",
+                                 id, tok[2], res.grow_chunks, st.mapped, ha_strerror(g));
+            }
+            continue;
+        }
+        break;
+    }
+    if (rc != HA_OK) {
+        ha_stats st;
+        ha_get_stats(s->heap, &st);
+        const ha_params *p = ha_get_params(s->heap);
+        return failed_at(s, "a %s %s: allocation of %" PRIu64 " bytes failed: %s (mapped %" PRIu64
+                            ", live %" PRIu64 ", pending %" PRIu64 ", va=%" PRIu64 ")%s",
+                         id, tok[2], size, ha_strerror(rc), st.mapped, st.live_bytes,
+                         st.pending_bytes, p->va_size,
+                         rc == HA_EVA ? "; raise va= in the heap line or free more blocks "
+                                        "before this line"
+                                      : "");
+    }
+    id_entry *e = idmap_insert(&s->ids, id);
+    if (e == NULL)
+        return failed_at(s, "out of memory for the ID table");
+    e->offset = res.offset;
+    e->holders = s->ranks;
+    if (s->offsets)
+        printf("a %s %" PRIu64 "\n", id, res.offset);
+    return 0;
+}
+
+static int free_one(sim *s, id_entry *e, uint32_t rank, const char *id)
+{
+    int rc = ha_free(s->heap, rank, e->offset);
+    if (rc == HA_ENOTHELD)
+        return bad_line(s, "rank %" PRIu32 " already freed '%s': free it once per rank", rank,
+                        id);
+    if (rc < 0)
+        return failed_at(s, "f %" PRIu32 " %s (offset %" PRIu64 ") failed: %s", rank, id,
+                         e->offset, ha_strerror(rc));
+    e->holders--;
+    return 0;
+}
+
+static int do_free(sim *s, char **tok, int n)
+{
+    if (n != 3)
+        return bad_line(s, "'f' takes a rank (or *) and an ID: write f RANK ID");
+    const char *id = tok[2];
+    id_entry *e = idmap_find(&s->ids, id);
+    if (e == NULL)
+        return bad_line(s, "no live block is named '%s' (never allocated, or freed by every "
+                           "rank already): check the ID",
+                        id);
+    int rc;
+    if (strcmp(tok[1], "*") == 0) {
+        /* Check first, so the message names the rank that already freed it. */
+        for (uint32_t r = 0; r < s->ranks; r++)
+            if (!ha_rank_holds(s->heap, r, e->offset))
+                return bad_line(s, "f * %s: rank %" PRIu32 " already freed '%s': free it on "
+                                   "the remaining ranks one by one",
+                                id, r, id);
+        for (uint32_t r = 0; r < s->ranks; r++)
+            if ((rc = free_one(s, e, r, id)) != 0)
+                return rc;
+    } else {
+        uint64_t r;
+        if (parse_dec_u64(tok[1], &r) != 0)
+            return bad_line(s, "'%s' is not a rank: write a rank number or *", tok[1]);
+        if (r >= s->ranks)
+            return bad_line(s, "rank %s is out of range: the heap has %" PRIu32
+                               " ranks (0..%" PRIu32 ")",
+                            tok[1], s->ranks, s->ranks - 1);
+        if ((rc = free_one(s, e, (uint32_t)r, id)) != 0)
+            return rc;
+    }
+    if (e->holders == 0)
+        idmap_remove(&s->ids, e); /* every rank released it: the ID is free again */
+    return 0;
+}
+
+static int do_line(sim *s, char *line)
+{
+    char *tok[MAX_TOKENS];
+    int n = split(line, tok);
+    if (n == 0)
+        return 0;
+    if (n > MAX_TOKENS)
+        return bad_line(s, "too many words on the line");
+    if (strcmp(tok[0], "heap") == 0)
+        return do_heap(s, tok, n);
+    if (s->heap == NULL)
+        return bad_line(s, "'%s' before the heap line: the trace must start with %s", tok[0],
+                        heap_syntax);
+    if (strcmp(tok[0], "a") == 0)
+        return do_alloc(s, tok, n);
+    if (strcmp(tok[0], "f") == 0)
+        return do_free(s, tok, n);
+    if (strcmp(tok[0], "c") == 0) {
+        if (n != 1)
+            return bad_line(s, "'c' takes no arguments");
+        return collect_all(s);
+    }
+    return bad_line(s, "unknown command '%s': lines are heap, a, f or c", tok[0]);
+}
+
+static int replay(sim *s, FILE *in)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    errno = 0;
+    while (getline(&line, &cap, in) >= 0) {
+        s->line++;
+        if ((rc = do_line(s, line)) != 0)
+            break;
+    }
+    if (rc == 0 && ferror(in)) {
+        fprintf(stderr, "heapsim: %s: read error after line %lu: %s\n", s->name, s->line,
+                strerror(errno));
+        rc = 1;
+    }
+    free(line);
+    if (rc == 0 && s->heap == NULL) {
+        fprintf(stderr, "heapsim: %s: no heap line: start the trace with %s\n", s->name,
+                heap_syntax);
+        rc = 2;
+    }
+    return rc;
+}
+
+static void print_summary(const sim *s)
+{
+    ha_stats st;
+    ha_get_stats(s->heap, &st);
+    printf("mapped=%" PRIu64 " growths=%" PRIu64 " collects=%" PRIu64 " live=%" PRIu64
+           " pending=%" PRIu64 " free=%" PRIu64 " allocs=%" PRIu64 " frees=%" PRIu64
+           " triggered=%" PRIu64 " policy=%s\n",
+           st.mapped, st.growths, st.collects, st.live_bytes, st.pending_bytes, st.free_bytes,
+           st.allocs, st.frees, s->triggered, ha_policy_name(s->policy));
+}
+
+int main(int argc, char **argv)
+{
+    sim s = {.policy = HA_POLICY_COALESCE};
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *pol = NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--version") == 0) {
+            printf("heapsim %s\n", HEAPD_VERSION);
+            return 0;
+        } else if (strcmp(a, "--offsets") == 0) {
+            s.offsets = 1;
+        } else if (strcmp(a, "--policy") == 0) {
+            if (i + 1 == argc) {
+                fprintf(stderr, "heapsim: --policy needs a value: seed or coalesce\n");
+                return 2;
+            }
+            pol = argv[++i];
+        } else if (strncmp(a, "--policy=", 9) == 0) {
+            pol = a + 9;
+        } else if (strcmp(a, "--") == 0) {
+            if (i + 1 < argc && path == NULL)
+                path = argv[++i];
+            if (i + 1 < argc) {
+                fprintf(stderr, "heapsim: more than one trace given; replay one at a time\n");
+                return 2;
+            }
+        } else if (a[0] == '-' && a[1] != '\0') {
+            fprintf(stderr, "heapsim: unknown option '%s'; run heapsim --help for usage\n", a);
+            return 2;
+        } else if (path == NULL) {
+            path = a;
+        } else {
+            fprintf(stderr, "heapsim: more than one trace given ('%s' and '%s'); replay one "
+                            "at a time\n",
+                    path, a);
+            return 2;
+        }
+        if (pol && ha_policy_parse(pol, &s.policy) != HA_OK) {
+            fprintf(stderr, "heapsim: unknown policy '%s': use seed or coalesce\n", pol);
+            return 2;
+        }
+    }
+    if (path == NULL) {
+        fprintf(stderr, "heapsim: no trace given; usage: heapsim [--policy seed|coalesce] "
+                        "[--offsets] TRACE (\"-\" for stdin)\n");
+        return 2;
+    }
+    FILE *in = stdin;
+    s.name = "<stdin>";
+    if (strcmp(path, "-") != 0) {
+        s.name = path;
+        in = fopen(path, "r");
+        if (in == NULL) {
+            fprintf(stderr, "heapsim: cannot open trace %s: %s\n", path, strerror(errno));
+            return 1;
+        }
+    }
+    if (idmap_init(&s.ids) != 0) {
+        fprintf(stderr, "heapsim: out of memory\n");
+        return 1;
+    }
+    int rc = replay(&s, in);
+    if (in != stdin)
+        fclose(in);
+    if (rc == 0)
+        print_summary(&s);
+    if (fflush(stdout) != 0 && rc == 0) {
+        fprintf(stderr, "heapsim: cannot write the output: %s\n", strerror(errno));
+        rc = 1;
+    }
+    idmap_free(&s.ids);
+    if (s.heap)
+        ha_destroy(s.heap);
+    return rc;
+}

@@ -1,0 +1,36 @@
+#!/bin/sh
+# gen.sh - write the seed review's bookkeeping models as heapsim traces.
+#
+#   sh tests/traces/gen.sh model1|model2 > FILE
+#
+# Both: one rank, 256 MiB chunk and initial extent, min_block 512, va 4 GiB.
+#   model1: 1000 times "allocate 1 MiB, free it", then allocate 128 MiB.
+#   model2: for step in 0..19999: allocate 1 MiB, free it, and when
+#           step % 100 == 0 allocate (and keep) 512 KiB; then allocate 64 MiB.
+# model1.trace is committed next to this script (small); model2 (~40,000
+# lines) is generated at test time into $BUILD by tests/it_heapsim.sh.
+# The scratch block reuses the ID "s": an ID is free again once every rank
+# freed it.
+set -eu
+case "${1:-}" in
+model1)
+    awk 'BEGIN {
+        print "# seed 002 review, model 1: churn of a 1 MiB scratch buffer, then 128 MiB"
+        print "heap ranks=1 chunk=256M initial=256M min_block=512 va=4G"
+        for (i = 0; i < 1000; i++) { print "a s 1M"; print "f * s" }
+        print "a big 128M"
+    }' ;;
+model2)
+    awk 'BEGIN {
+        print "# seed 002 review, model 2: scratch churn keeping 512 KiB every 100th step, then 64 MiB"
+        print "heap ranks=1 chunk=256M initial=256M min_block=512 va=4G"
+        for (step = 0; step < 20000; step++) {
+            print "a s 1M"; print "f * s"
+            if (step % 100 == 0) print "a k" step " 512K"
+        }
+        print "a big 64M"
+    }' ;;
+*)
+    echo "usage: sh gen.sh model1|model2 > FILE" >&2
+    exit 2 ;;
+esac
