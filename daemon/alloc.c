@@ -531,10 +531,10 @@ static bool co_take(ha_heap *h, uint32_t k, uint64_t *off_out)
     return true;
 }
 
-/* Chunks to add so that a naturally aligned block of class k fits. */
-static uint64_t co_grow_need(const ha_heap *h, uint32_t k)
+/* Start of the run of free blocks that ends at the extent (the extent
+ * itself if the last block is in use). O(classes^2). */
+static uint64_t co_top_free_run(const ha_heap *h)
 {
-    /* T: start of the free run that ends at the extent. */
     uint64_t t = h->mapped;
     for (bool moved = true; moved && t > 0;) {
         moved = false;
@@ -547,7 +547,13 @@ static uint64_t co_grow_need(const ha_heap *h, uint32_t k)
             }
         }
     }
-    return align_up(t, UINT64_C(1) << k) + (UINT64_C(1) << k);
+    return t;
+}
+
+/* The extent needed so that a naturally aligned block of class k fits. */
+static uint64_t co_grow_need(const ha_heap *h, uint32_t k)
+{
+    return align_up(co_top_free_run(h), UINT64_C(1) << k) + (UINT64_C(1) << k);
 }
 
 /* ---- lifetime ------------------------------------------------------------ */
@@ -889,21 +895,7 @@ void ha_get_stats(const ha_heap *h, ha_stats *s)
     if (h->p.policy == HA_POLICY_SEED) {
         s->top = h->bump;
     } else {
-        /* The top of the highest non-free byte: the extent minus the free
-         * run that ends at it. */
-        uint64_t t = h->mapped;
-        for (bool moved = true; moved && t > 0;) {
-            moved = false;
-            for (uint32_t j = h->kmin; j <= h->kmax; j++) {
-                uint64_t sz = UINT64_C(1) << j;
-                if (t % sz == 0 && t >= sz && hb_test(&h->freebits[j], (t - sz) >> j)) {
-                    t -= sz;
-                    moved = true;
-                    break;
-                }
-            }
-        }
-        s->top = t;
+        s->top = co_top_free_run(h);
     }
 }
 
