@@ -122,7 +122,13 @@ ALL_OBJ := $(COMMON_OBJ) $(DAEMON_OBJ) $(CLIENT_OBJ) $(call obj,$(DAEMON_MAINS) 
 .PHONY: all check bench demo install uninstall clean distclean help tests
 .DEFAULT_GOAL := all
 
-all: $(PROGS) $(LIBHEAPC_A) $(LIBHEAPC_SO) $(TESTS) $(TPROGS) $(BENCHES) $(EXAMPLES)
+# STATIC=1 builds no shared library: the static archives are not PIC.
+ifeq ($(STATIC),1)
+LIBHEAPC_SO_ALL :=
+else
+LIBHEAPC_SO_ALL := $(LIBHEAPC_SO)
+endif
+all: $(PROGS) $(LIBHEAPC_A) $(LIBHEAPC_SO_ALL) $(TESTS) $(TPROGS) $(BENCHES) $(EXAMPLES)
 
 # ---- rules --------------------------------------------------------------
 $(PROTO_C) $(PROTO_H): proto/heapd.proto

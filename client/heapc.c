@@ -359,6 +359,15 @@ static int rpc(heapc *c, Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__
                              "do not speak the same protocol: check their versions",
                              body_name(req->body_case));
         }
+        if (m->id == 0 && m->body_case == HEAPD__FRAME__BODY_ERROR && m->error) {
+            /* Unsolicited: heapd says why it is closing the connection. */
+            char why[512];
+            snprintf(why, sizeof why, "%s", m->error->message ? m->error->message : "heapd closed the connection");
+            int code = map_daemon_code((int)m->error->code);
+            heapd__frame__free_unpacked(m, NULL);
+            hw_frame_free(&f);
+            return conn_dead(c, code, "%s (while waiting for the reply to %s)", why, body_name(req->body_case));
+        }
         if (m->id != req->id) { /* a stale reply: not ours */
             heapd__frame__free_unpacked(m, NULL);
             hw_frame_free(&f);

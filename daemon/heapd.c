@@ -113,8 +113,8 @@ static void on_hup(uv_signal_t *s, int signum)
 static void print_config(const char *path, const hd_config *c)
 {
     printf("%s: ok\n", path ? path : "(built-in defaults)");
-    printf("socket = %s\nsocket_mode = %04o\nbackend = %s\nlog_level = %d\n", c->socket_path, c->socket_mode,
-           c->backend, c->log_level);
+    printf("socket = %s\nsocket_mode = %04o\nbackend = %s\nlog_level = %s\n", c->socket_path, c->socket_mode,
+           c->backend, (const char *const[]){"error", "warn", "info", "debug"}[c->log_level & 3]);
     printf("chunk_size = %llu\ninitial_size = %llu\nva_size = %llu\nmin_block = %llu\npolicy = %s\n",
            (unsigned long long)c->chunk_size, (unsigned long long)c->initial_size,
            (unsigned long long)c->va_size, (unsigned long long)c->min_block, ha_policy_name(c->policy));
@@ -217,8 +217,9 @@ int main(int argc, char **argv)
     uv_timer_start(&d.status, status_cb, 5000, 5000);
     uv_unref((uv_handle_t *)&d.status);
 
-    hd_info("heapd %s ready: socket %s%s, backend %s (%d device%s)", HEAPD_VERSION, d.cfg.socket_path,
-            hd_server_socket_activated(d.srv) ? " (from systemd)" : "", hb_name(d.be), hb_device_count(d.be),
+    hd_info("heapd %s ready: socket %s, backend %s (%d device%s)", HEAPD_VERSION,
+            hd_server_socket_activated(d.srv) ? "fd 3 from systemd (socket activation)" : d.cfg.socket_path,
+            hb_name(d.be), hb_device_count(d.be),
             hb_device_count(d.be) == 1 ? "" : "s");
     char ready[256];
     snprintf(ready, sizeof ready, "READY=1\nSTATUS=0 heaps, 0 clients, backend %s\nMAINPID=%ld", hb_name(d.be),
