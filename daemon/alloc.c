@@ -816,7 +816,8 @@ int ha_collect(ha_heap *h, uint64_t *reclaimed_blocks, uint64_t *reclaimed_bytes
 {
     if (!h)
         return HA_EINVAL;
-    qsort(h->pending.v, h->pending.n, sizeof(uint64_t), cmp_u64);
+    if (h->pending.n)
+        qsort(h->pending.v, h->pending.n, sizeof(uint64_t), cmp_u64);
     if (reserve_lifo(h, h->pending.v, h->pending.n))
         return HA_ENOMEM;
     size_t n = h->pending.n;
@@ -1080,7 +1081,8 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
             VFAIL("rank %u: counters held=%llu released=%llu, counted %llu %llu", r,
                   (unsigned long long)h->held_bytes[r], (unsigned long long)h->rel_bytes[r],
                   (unsigned long long)held[r], (unsigned long long)rel[r]);
-    qsort(v, n, sizeof *v, cmp_iv);
+    if (n)
+        qsort(v, n, sizeof *v, cmp_iv);
     uint64_t at = 0;
     for (size_t i = 0; i < n; i++) {
         if (v[i].off != at)
