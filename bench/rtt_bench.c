@@ -1,0 +1,799 @@
+/* rtt_bench - the alloc round trip through heapd, next to a raw Unix-socket
+ * ping-pong of the same message sizes, and heapd's memory per live block.
+ *
+ *   rtt_bench [--json FILE] [--quick] [--heapd PATH] [--iters N]
+ *
+ * Starts its own heapd (PATH, default dirname(argv[0])/../heapd) on a
+ * temporary configuration (socket in a mkdtemp directory, backend = host,
+ * log_level = warn) and stops it at the end, also on error.
+ *
+ * 1. Round trip: for 1, 2 and 4 concurrent clients, each client a separate
+ *    process with its OWN 1-rank heap (so clients never wait for each other
+ *    in lockstep: only heapd's one thread is shared), does warm-up allocations
+ *    then N timed heapc_alloc(4 KiB) calls; only heapc_alloc is timed. Each
+ *    block is freed right after its timed alloc (heapc_free, untimed: the
+ *    library sends a Free batch every 1024 frees). The heap (va 4G, initial
+ *    1G, chunk 1G, coalesce) never needs a collect or a growth during the run:
+ *    the client checks its counters afterwards and fails otherwise.
+ *    The ping-pong: one forked echo server process (one thread, like heapd)
+ *    accepting the same number of client processes; poll() then a blocking
+ *    read of one request and a blocking write of one reply. The timed calls
+ *    are split over 4 rounds (2 with --quick) that alternate heapd and
+ *    ping-pong, so both see the same machine load. Besides p50/p99 each row
+ *    reports (in the "bench" lines and the JSON) the mean, the calls per second
+ *    of all clients together and the clients' concurrency (the sum of their
+ *    loop times over the wall time: 1 means they ran one after another).
+ *    The request has the size of an encoded Alloc frame plus the 8-byte
+ *    header, the reply that of an encoded AllocReply frame plus the header
+ *    (heapd__frame__get_packed_size of representative frames). p50/p99 are
+ *    over the samples of all clients.
+ * 2. Memory: 10^5 live 4 KiB blocks in one 1-rank heap on a fresh heapd;
+ *    heapd's VmRSS (and RssAnon) from /proc/PID/status before and after.
+ *
+ * Prints "bench rtt_bench: ..." lines and a table; --json FILE writes JSON.
+ * Exit 0, or 1 on any error (printed).
+ */
+#include "heapc.h"
+#include "heapd.pb-c.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NAME "rtt_bench"
+#define KiB ((uint64_t)1 << 10)
+#define GiB ((uint64_t)1 << 30)
+#define ALLOC_SIZE (4 * KiB)
+#define HDR 8u
+#define MAX_CLIENTS 4
+#define MEM_BLOCKS 100000u
+
+/* ---- process bookkeeping and cleanup ------------------------------------- */
+
+static pid_t g_heapd = -1, g_echo = -1;
+static int g_echo_status; /* when wait_clients reaped the echo server */
+static pid_t g_kids[MAX_CLIENTS];
+static int g_nkids;
+static int g_is_child;
+/* Short enough for sockaddr_un.sun_path (108 bytes). */
+static char g_dir[64], g_conf[108], g_sock[108], g_echo_sock[108];
+
+static void reap(pid_t pid, int sig, int wait_ms)
+{
+    if (pid <= 0)
+        return;
+    kill(pid, sig);
+    for (int i = 0; i < wait_ms / 10; i++) {
+        if (waitpid(pid, NULL, WNOHANG) == pid)
+            return;
+        usleep(10000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+static void stop_heapd(void)
+{
+    reap(g_heapd, SIGTERM, 3000);
+    g_heapd = -1;
+}
+
+static void cleanup(void)
+{
+    if (g_is_child)
+        return;
+    for (int i = 0; i < g_nkids; i++)
+        reap(g_kids[i], SIGKILL, 1000);
+    g_nkids = 0;
+    reap(g_echo, SIGKILL, 1000);
+    g_echo = -1;
+    stop_heapd();
+    if (g_conf[0])
+        unlink(g_conf);
+    if (g_sock[0])
+        unlink(g_sock);
+    if (g_echo_sock[0])
+        unlink(g_echo_sock);
+    if (g_dir[0])
+        rmdir(g_dir);
+    g_conf[0] = g_sock[0] = g_echo_sock[0] = g_dir[0] = '\0';
+}
+
+static void on_signal(int sig)
+{
+    cleanup();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+__attribute__((format(printf, 1, 2), noreturn)) static void die(const char *fmt, ...)
+{
+    char msg[1024]; /* one write: ranks and the parent share stderr */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, NAME ": %s\n", msg);
+    fflush(stderr);
+    if (g_is_child)
+        _exit(1);
+    cleanup();
+    exit(1);
+}
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+/* A child that dies with the bench (even if the bench is killed). */
+static pid_t fork_child(void)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        g_is_child = 1;
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1);
+    }
+    return pid;
+}
+
+/* ---- heapd -------------------------------------------------------------- */
+
+static void default_heapd(const char *argv0, char *out, size_t len)
+{
+    char self[PATH_MAX];
+    if (strchr(argv0, '/')) {
+        snprintf(self, sizeof self, "%s", argv0);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n <= 0)
+            die("cannot find this program's directory; pass --heapd PATH");
+        self[n] = '\0';
+    }
+    snprintf(out, len, "%s/../heapd", dirname(self));
+}
+
+static void start_heapd(const char *heapd)
+{
+    if (access(heapd, X_OK) != 0)
+        die("heapd %s: %s; build it (make) or pass --heapd PATH", heapd, strerror(errno));
+    if (!g_dir[0]) {
+        const char *tmp = getenv("TMPDIR");
+        if (!tmp || !*tmp || strlen(tmp) > 40)
+            tmp = "/tmp";
+        snprintf(g_dir, sizeof g_dir, "%s/" NAME ".XXXXXX", tmp);
+        if (!mkdtemp(g_dir)) {
+            int e = errno;
+            g_dir[0] = '\0';
+            die("mkdtemp: %s", strerror(e));
+        }
+        snprintf(g_conf, sizeof g_conf, "%s/heapd.conf", g_dir);
+        snprintf(g_sock, sizeof g_sock, "%s/heapd.sock", g_dir);
+        FILE *f = fopen(g_conf, "w");
+        if (!f)
+            die("cannot write %s: %s", g_conf, strerror(errno));
+        fprintf(f, "socket = %s\nbackend = host\nlog_level = warn\n", g_sock);
+        if (fclose(f) != 0)
+            die("cannot write %s: %s", g_conf, strerror(errno));
+    }
+    g_heapd = fork_child();
+    if (g_heapd == 0) {
+        execl(heapd, heapd, "-c", g_conf, (char *)NULL);
+        fprintf(stderr, NAME ": exec %s: %s\n", heapd, strerror(errno));
+        _exit(127);
+    }
+    for (int i = 0; i < 1000; i++) {
+        int st;
+        if (waitpid(g_heapd, &st, WNOHANG) == g_heapd) {
+            g_heapd = -1;
+            die("heapd exited during startup (status %d)", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        }
+        heapc *c = heapc_connect(g_sock);
+        int ok = c && heapc_err(c) == 0;
+        heapc_free_ctx(c);
+        if (ok)
+            return;
+        usleep(10000);
+    }
+    die("heapd did not answer on %s within 10 s", g_sock);
+}
+
+/* ---- shared state of one run --------------------------------------------- */
+
+/* One method (heapd or ping-pong) at one client count, over every round.
+ * Client idx writes round r's samples at lat[idx * stride + base]. */
+typedef struct shared {
+    pthread_barrier_t start;
+    size_t len;      /* of this mapping */
+    int clients;
+    uint64_t stride; /* samples per client over every round */
+    uint64_t base;   /* this round's first sample */
+    double busy, wall; /* sums over the rounds (parent only) */
+    double t_begin[MAX_CLIENTS], t_end[MAX_CLIENTS]; /* this round's timed loops */
+    double lat[];    /* clients * stride, microseconds */
+} shared;
+
+static shared *shared_new(int clients, uint64_t iters)
+{
+    size_t len = sizeof(shared) + (size_t)clients * iters * sizeof(double);
+    shared *s = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (s == MAP_FAILED)
+        die("mmap of %zu shared bytes: %s", len, strerror(errno));
+    s->len = len;
+    s->clients = clients;
+    s->stride = iters;
+    return s;
+}
+
+static void round_begin(shared *s, uint64_t base)
+{
+    pthread_barrierattr_t a;
+    pthread_barrierattr_init(&a);
+    pthread_barrierattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    if (pthread_barrier_init(&s->start, &a, (unsigned)s->clients) != 0)
+        die("pthread_barrier_init failed");
+    pthread_barrierattr_destroy(&a);
+    s->base = base;
+}
+
+static void round_end(shared *s)
+{
+    pthread_barrier_destroy(&s->start);
+    double b = s->t_begin[0], e = s->t_end[0];
+    for (int i = 0; i < s->clients; i++) {
+        b = s->t_begin[i] < b ? s->t_begin[i] : b;
+        e = s->t_end[i] > e ? s->t_end[i] : e;
+        s->busy += s->t_end[i] - s->t_begin[i];
+    }
+    s->wall += e - b;
+}
+
+/* Waits for every client; the first failure kills the others and dies. */
+static void wait_clients(const char *what)
+{
+    int left = g_nkids;
+    while (left > 0) {
+        int st;
+        pid_t p = waitpid(-1, &st, 0);
+        if (p < 0)
+            die("waitpid: %s", strerror(errno));
+        int idx = -1;
+        for (int i = 0; i < g_nkids; i++)
+            if (g_kids[i] == p)
+                idx = i;
+        if (p == g_heapd) {
+            g_heapd = -1;
+            die("%s: heapd died (%s %d)", what, WIFEXITED(st) ? "exit" : "signal",
+                WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+        }
+        if (p == g_echo) { /* it ends when its last client closes */
+            g_echo_status = st;
+            g_echo = -1;
+        }
+        if (idx < 0)
+            continue; /* heapd: its clients fail if it dies */
+        g_kids[idx] = -1;
+        left--;
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            die("%s: client %d failed (%s %d)", what, idx, WIFEXITED(st) ? "exit" : "signal",
+                WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    }
+    g_nkids = 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct pct {
+    double p50, p99, mean;
+    double wall_us;     /* per round: first client's start to last client's end, summed */
+    double concurrency; /* sum of the clients' loop times / wall_us: 1 = serial */
+    double ops_per_s;   /* every client's timed calls / wall_us */
+} pct;
+
+static pct summarize(shared *s)
+{
+    double *v = s->lat;
+    size_t n = (size_t)s->clients * s->stride;
+    qsort(v, n, sizeof *v, cmp_double);
+    double sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += v[i];
+    pct r = {v[(size_t)(0.50 * (double)(n - 1))], v[(size_t)(0.99 * (double)(n - 1))], sum / (double)n,
+             0, 0, 0};
+    r.wall_us = s->wall;
+    r.concurrency = s->busy / r.wall_us;
+    r.ops_per_s = (double)n / r.wall_us * 1e6;
+    return r;
+}
+
+/* ---- heapd round trip ---------------------------------------------------- */
+
+static heapc_params big_params(void)
+{
+    heapc_params p;
+    memset(&p, 0, sizeof p);
+    p.chunk_size = 1 * GiB;
+    p.initial_size = 1 * GiB;
+    p.va_size = 4 * GiB;
+    p.policy = HEAPC_POLICY_COALESCE;
+    return p;
+}
+
+static heapc *attach_1rank(const char *heap)
+{
+    heapc *c = heapc_connect(g_sock);
+    if (!c)
+        die("heapc_connect: out of memory");
+    if (heapc_err(c))
+        die("heapc_connect(%s): %s", g_sock, heapc_errstr(c));
+    heapc_params p = big_params();
+    if (heapc_attach(c, heap, 0, 1, &p) != HEAPC_OK)
+        die("heapc_attach(%s): %s", heap, heapc_errstr(c));
+    return c;
+}
+
+static void heapd_client(shared *s, int idx, int round, uint64_t warm, uint64_t iters)
+{
+    char heap[64];
+    snprintf(heap, sizeof heap, "rtt-%d-%d-%d", s->clients, round, idx);
+    heapc *c = attach_1rank(heap);
+    heapc_counters c0, c1;
+    heapc_get_counters(c, &c0);
+    uint64_t off;
+    for (uint64_t i = 0; i < warm; i++) {
+        if (heapc_alloc(c, ALLOC_SIZE, NULL, &off) != HEAPC_OK)
+            die("client %d: heapc_alloc: %s", idx, heapc_errstr(c));
+        if (heapc_free(c, off) != HEAPC_OK)
+            die("client %d: heapc_free: %s", idx, heapc_errstr(c));
+    }
+    pthread_barrier_wait(&s->start);
+    double *lat = s->lat + (size_t)idx * s->stride + s->base;
+    s->t_begin[idx] = now_us();
+    for (uint64_t i = 0; i < iters; i++) {
+        double t0 = now_us();
+        int rc = heapc_alloc(c, ALLOC_SIZE, NULL, &off);
+        double t1 = now_us();
+        if (rc != HEAPC_OK)
+            die("client %d: heapc_alloc: %s", idx, heapc_errstr(c));
+        lat[i] = t1 - t0;
+        if (heapc_free(c, off) != HEAPC_OK)
+            die("client %d: heapc_free: %s", idx, heapc_errstr(c));
+    }
+    s->t_end[idx] = now_us();
+    heapc_get_counters(c, &c1);
+    if (c1.collects != c0.collects || c1.chunks_mapped != c0.chunks_mapped)
+        die("client %d: the heap collected (%" PRIu64 ") or grew (%" PRIu64
+            " chunks mapped) during the run; the figures would include them",
+            idx, c1.collects - c0.collects, c1.chunks_mapped - c0.chunks_mapped);
+    if (heapc_detach(c) != HEAPC_OK)
+        die("client %d: heapc_detach: %s", idx, heapc_errstr(c));
+    heapc_free_ctx(c);
+    _exit(0);
+}
+
+static void run_heapd(shared *s, int round, uint64_t warm, uint64_t iters)
+{
+    round_begin(s, (uint64_t)round * iters);
+    for (int i = 0; i < s->clients; i++) {
+        pid_t p = fork_child();
+        if (p == 0)
+            heapd_client(s, i, round, warm, iters);
+        g_kids[g_nkids++] = p;
+    }
+    wait_clients("heapd round trip");
+    round_end(s);
+}
+
+/* ---- raw ping-pong ------------------------------------------------------- */
+
+static int read_full(int fd, void *buf, size_t n)
+{
+    char *p = buf;
+    while (n) {
+        ssize_t r = read(fd, p, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static int write_full(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n) {
+        ssize_t r = write(fd, p, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static struct sockaddr_un echo_addr(void)
+{
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", g_echo_sock);
+    return a;
+}
+
+/* One process, one thread: accepts `clients` connections, then answers
+ * every request (blocking read of req bytes, blocking write of rep bytes). */
+static void echo_server(int lfd, int clients, size_t req, size_t rep)
+{
+    struct pollfd pf[MAX_CLIENTS];
+    for (int i = 0; i < clients; i++) {
+        pf[i].fd = accept(lfd, NULL, NULL);
+        if (pf[i].fd < 0)
+            die("echo server: accept: %s", strerror(errno));
+        pf[i].events = POLLIN;
+    }
+    close(lfd);
+    char in[256], out[256];
+    memset(out, 0x5a, sizeof out);
+    int open_fds = clients;
+    while (open_fds > 0) {
+        if (poll(pf, (nfds_t)clients, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            die("echo server: poll: %s", strerror(errno));
+        }
+        for (int i = 0; i < clients; i++) {
+            if (pf[i].fd < 0 || !pf[i].revents)
+                continue;
+            if (read_full(pf[i].fd, in, req) != 0 || write_full(pf[i].fd, out, rep) != 0) {
+                close(pf[i].fd);
+                pf[i].fd = -1;
+                open_fds--;
+            }
+        }
+    }
+    _exit(0);
+}
+
+static void pingpong_client(shared *s, int idx, uint64_t warm, uint64_t iters, size_t req, size_t rep)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un a = echo_addr();
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
+        die("ping-pong client %d: connect %s: %s", idx, g_echo_sock, strerror(errno));
+    char out[256], in[256];
+    memset(out, 0xa5, sizeof out);
+    for (uint64_t i = 0; i < warm; i++)
+        if (write_full(fd, out, req) || read_full(fd, in, rep))
+            die("ping-pong client %d: the echo server went away", idx);
+    pthread_barrier_wait(&s->start);
+    double *lat = s->lat + (size_t)idx * s->stride + s->base;
+    s->t_begin[idx] = now_us();
+    for (uint64_t i = 0; i < iters; i++) {
+        double t0 = now_us();
+        if (write_full(fd, out, req) || read_full(fd, in, rep))
+            die("ping-pong client %d: the echo server went away", idx);
+        lat[i] = now_us() - t0;
+    }
+    s->t_end[idx] = now_us();
+    close(fd);
+    _exit(0);
+}
+
+static void run_pingpong(shared *s, int round, uint64_t warm, uint64_t iters, size_t req, size_t rep)
+{
+    int clients = s->clients;
+    snprintf(g_echo_sock, sizeof g_echo_sock, "%s/echo.sock", g_dir);
+    unlink(g_echo_sock);
+    int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un a = echo_addr();
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(lfd, 64) != 0)
+        die("echo socket %s: %s", g_echo_sock, strerror(errno));
+    g_echo_status = 0;
+    g_echo = fork_child();
+    if (g_echo == 0)
+        echo_server(lfd, clients, req, rep);
+    close(lfd);
+    round_begin(s, (uint64_t)round * iters);
+    for (int i = 0; i < clients; i++) {
+        pid_t p = fork_child();
+        if (p == 0)
+            pingpong_client(s, i, warm, iters, req, rep);
+        g_kids[g_nkids++] = p;
+    }
+    wait_clients("ping-pong");
+    int st = g_echo_status;
+    if (g_echo > 0 && waitpid(g_echo, &st, 0) != g_echo)
+        die("waitpid(echo server): %s", strerror(errno));
+    g_echo = -1;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        die("the echo server failed");
+    unlink(g_echo_sock);
+    round_end(s);
+}
+
+/* The wire sizes of one representative Alloc / AllocReply exchange: the
+ * 20000th allocation of a 4 KiB block in a 1 GiB heap. */
+static void frame_sizes(size_t *req, size_t *rep)
+{
+    const uint64_t n = 20000;
+    Heapd__Alloc al = HEAPD__ALLOC__INIT;
+    al.seq = n;
+    al.size = ALLOC_SIZE;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.id = n + 3; /* Hello and Attach came first */
+    f.body_case = HEAPD__FRAME__BODY_ALLOC;
+    f.alloc = &al;
+    *req = heapd__frame__get_packed_size(&f) + HDR;
+    Heapd__AllocReply ar = HEAPD__ALLOC_REPLY__INIT;
+    ar.seq = n;
+    ar.offset = n * ALLOC_SIZE;
+    ar.block_size = ALLOC_SIZE;
+    ar.mapped = 1 * GiB;
+    Heapd__Frame g = HEAPD__FRAME__INIT;
+    g.id = n + 3;
+    g.body_case = HEAPD__FRAME__BODY_ALLOC_REPLY;
+    g.alloc_reply = &ar;
+    *rep = heapd__frame__get_packed_size(&g) + HDR;
+}
+
+/* ---- memory per live block ------------------------------------------------ */
+
+static uint64_t proc_kib(pid_t pid, const char *key)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        die("cannot read %s: %s", path, strerror(errno));
+    size_t kl = strlen(key);
+    uint64_t v = UINT64_MAX;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, kl) && line[kl] == ':')
+            v = strtoull(line + kl + 1, NULL, 10);
+    fclose(f);
+    if (v == UINT64_MAX)
+        die("%s has no %s line", path, key);
+    return v;
+}
+
+typedef struct mem_result {
+    uint64_t rss0, rss1, anon0, anon1; /* KiB */
+    double bytes_per_block, anon_bytes_per_block;
+} mem_result;
+
+static mem_result run_memory(void)
+{
+    heapc *c = attach_1rank("rtt-mem");
+    uint64_t off;
+    /* One allocation first so that lazily built per-heap state exists; the
+     * delta then covers the other 10^5 - 1 blocks. */
+    if (heapc_alloc(c, ALLOC_SIZE, NULL, &off) != HEAPC_OK)
+        die("memory: heapc_alloc: %s", heapc_errstr(c));
+    mem_result m;
+    m.rss0 = proc_kib(g_heapd, "VmRSS");
+    m.anon0 = proc_kib(g_heapd, "RssAnon");
+    for (uint32_t i = 1; i < MEM_BLOCKS; i++)
+        if (heapc_alloc(c, ALLOC_SIZE, NULL, &off) != HEAPC_OK)
+            die("memory: heapc_alloc #%u: %s", i, heapc_errstr(c));
+    m.rss1 = proc_kib(g_heapd, "VmRSS");
+    m.anon1 = proc_kib(g_heapd, "RssAnon");
+    heapc_counters k;
+    heapc_get_counters(c, &k);
+    if (k.collects || k.chunks_mapped != 1)
+        die("memory: the heap collected or grew (%" PRIu64 " collects, %" PRIu64 " chunks)",
+            k.collects, k.chunks_mapped);
+    if (heapc_detach(c) != HEAPC_OK)
+        die("memory: heapc_detach: %s", heapc_errstr(c));
+    heapc_free_ctx(c);
+    double n = MEM_BLOCKS - 1;
+    m.bytes_per_block = ((double)m.rss1 - (double)m.rss0) * 1024.0 / n;
+    m.anon_bytes_per_block = ((double)m.anon1 - (double)m.anon0) * 1024.0 / n;
+    return m;
+}
+
+/* ---- main ------------------------------------------------------------------ */
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: " NAME " [--json FILE] [--quick] [--heapd PATH] [--iters N]\n"
+               "  --json FILE   also write the results as JSON to FILE\n"
+               "  --quick       2000 timed allocations per client (smoke test)\n"
+               "  --heapd PATH  the heapd to start (default: dirname(argv[0])/../heapd)\n"
+               "  --iters N     timed allocations per client (default 20000)\n");
+}
+
+typedef struct row {
+    int clients;
+    pct hd, pp;
+} row;
+
+int main(int argc, char **argv)
+{
+    const char *json = NULL;
+    char heapd[PATH_MAX] = "";
+    uint64_t iters = 20000;
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json") && i + 1 < argc) {
+            json = argv[++i];
+        } else if (!strcmp(argv[i], "--quick")) {
+            quick = 1;
+            iters = 2000;
+        } else if (!strcmp(argv[i], "--heapd") && i + 1 < argc) {
+            snprintf(heapd, sizeof heapd, "%s", argv[++i]);
+        } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
+            char *end;
+            iters = strtoull(argv[++i], &end, 10);
+            if (*end || iters < 100 || iters > 10000000) {
+                fprintf(stderr, NAME ": --iters takes 100..10000000, not '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, NAME ": unknown argument '%s'; run " NAME " --help\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!heapd[0])
+        default_heapd(argv[0], heapd, sizeof heapd);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGALRM, on_signal);
+    signal(SIGPIPE, SIG_IGN);
+    alarm(300); /* a hung client or heapd must not hang `make bench` */
+    int rounds = quick ? 2 : 4;
+    uint64_t per = iters / (uint64_t)rounds;
+    iters = per * (uint64_t)rounds;
+    uint64_t warm = per / 10 < 500 ? per / 10 : 500;
+
+    size_t req, rep;
+    frame_sizes(&req, &rep);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    double load1 = -1;
+    FILE *la = fopen("/proc/loadavg", "r");
+    if (la) {
+        if (fscanf(la, "%lf", &load1) != 1)
+            load1 = -1;
+        fclose(la);
+    }
+    double t_start = now_us();
+
+    /* 2 first, on a fresh heapd, so earlier heaps' freed memory does not
+     * hide the growth. */
+    start_heapd(heapd);
+    printf("bench " NAME ": heapd %s (pid %d), socket %s, backend host, %ld CPU(s)\n", heapd,
+           (int)g_heapd, g_sock, cpus);
+    mem_result mem = run_memory();
+    printf("bench " NAME ": memory: %u live 4 KiB blocks in one 1-rank heap: heapd VmRSS %" PRIu64
+           " -> %" PRIu64 " KiB, %.1f bytes per live block (RssAnon %" PRIu64 " -> %" PRIu64
+           " KiB, %.1f B/block)\n",
+           MEM_BLOCKS, mem.rss0, mem.rss1, mem.bytes_per_block, mem.anon0, mem.anon1,
+           mem.anon_bytes_per_block);
+    fflush(stdout);
+    stop_heapd();
+
+    start_heapd(heapd);
+    printf("bench " NAME ": round trip: each client is a separate process with its own 1-rank heap "
+           "(clients run concurrently, no lockstep); %" PRIu64 " timed heapc_alloc(4 KiB) per client "
+           "in %d rounds (%" PRIu64 " warm-up each, heapd and ping-pong rounds alternate), frees "
+           "untimed (batched by libheapc), no collect or growth; 1-min load average at start %.2f\n",
+           iters, rounds, warm, load1);
+    printf("bench " NAME ": ping-pong: one forked echo server process (poll + blocking read/write), "
+           "request %zu B (Alloc frame + 8 B header), reply %zu B (AllocReply frame + header)\n",
+           req, rep);
+    fflush(stdout);
+    const int ns[3] = {1, 2, 4};
+    row rows[3];
+    for (int k = 0; k < 3; k++) {
+        rows[k].clients = ns[k];
+        shared *sh = shared_new(ns[k], iters), *sp = shared_new(ns[k], iters);
+        /* Alternate heapd and ping-pong rounds so that both see the same
+         * machine (other load comes and goes). */
+        for (int r = 0; r < rounds; r++) {
+            run_heapd(sh, r, warm, per);
+            run_pingpong(sp, r, warm, per, req, rep);
+        }
+        rows[k].hd = summarize(sh);
+        rows[k].pp = summarize(sp);
+        munmap(sh, sh->len);
+        munmap(sp, sp->len);
+        printf("bench " NAME ": %d client(s): heapd p50 %.2f us p99 %.2f us mean %.2f us, %.0f allocs/s "
+               "in all, concurrency %.2f; ping-pong p50 %.2f us p99 %.2f us mean %.2f us, %.0f "
+               "round trips/s, concurrency %.2f\n",
+               ns[k], rows[k].hd.p50, rows[k].hd.p99, rows[k].hd.mean, rows[k].hd.ops_per_s,
+               rows[k].hd.concurrency, rows[k].pp.p50, rows[k].pp.p99, rows[k].pp.mean,
+               rows[k].pp.ops_per_s, rows[k].pp.concurrency);
+        fflush(stdout);
+    }
+    cleanup();
+
+    printf("\n" NAME ": alloc round trip (4 KiB, one 1-rank heap per client process) vs raw "
+           "Unix-socket ping-pong (%zu B / %zu B), microseconds\n",
+           req, rep);
+    printf("%7s %12s %12s %12s %12s %14s %7s\n", "clients", "heapd p50", "heapd p99",
+           "pingpong p50", "pingpong p99", "overhead p50", "ratio");
+    for (int k = 0; k < 3; k++)
+        printf("%7d %12.2f %12.2f %12.2f %12.2f %14.2f %7.2f\n", rows[k].clients, rows[k].hd.p50,
+               rows[k].hd.p99, rows[k].pp.p50, rows[k].pp.p99, rows[k].hd.p50 - rows[k].pp.p50,
+               rows[k].hd.p50 / rows[k].pp.p50);
+    printf("(ratio = heapd p50 / ping-pong p50)\n");
+    printf("\n" NAME ": heapd memory per live block (%u x 4 KiB, one heap)\n", MEM_BLOCKS);
+    printf("%12s %12s %12s %16s\n", "VmRSS before", "VmRSS after", "delta KiB", "bytes/block");
+    printf("%9" PRIu64 " KiB %8" PRIu64 " KiB %12" PRId64 " %16.1f\n", mem.rss0, mem.rss1,
+           (int64_t)mem.rss1 - (int64_t)mem.rss0, mem.bytes_per_block);
+    printf("bench " NAME ": done in %.1f s\n", (now_us() - t_start) / 1e6);
+
+    if (json) {
+        FILE *f = fopen(json, "w");
+        if (!f) {
+            fprintf(stderr, NAME ": cannot write %s: %s\n", json, strerror(errno));
+            return 1;
+        }
+        fprintf(f, "{\n  \"bench\": \"" NAME "\",\n  \"quick\": %s,\n  \"cpus\": %ld,\n  \"loadavg_1min\": %.2f,\n",
+                quick ? "true" : "false", cpus, load1);
+        fprintf(f, "  \"alloc_size\": %" PRIu64 ",\n  \"iters_per_client\": %" PRIu64
+                   ",\n  \"rounds\": %d,\n  \"warmup_per_round\": %" PRIu64 ",\n",
+                ALLOC_SIZE, iters, rounds, warm);
+        fprintf(f, "  \"heaps\": \"one 1-rank heap per client process\",\n");
+        fprintf(f, "  \"request_bytes\": %zu,\n  \"reply_bytes\": %zu,\n  \"rtt\": [\n", req, rep);
+        for (int k = 0; k < 3; k++)
+            fprintf(f,
+                    "    {\"clients\": %d, \"heapd_p50_us\": %.3f, \"heapd_p99_us\": %.3f, "
+                    "\"heapd_mean_us\": %.3f, \"pingpong_p50_us\": %.3f, \"pingpong_p99_us\": %.3f, "
+                    "\"pingpong_mean_us\": %.3f, \"overhead_p50_us\": %.3f, \"ratio_p50\": %.3f, "
+                    "\"heapd_ops_per_s\": %.0f, \"pingpong_ops_per_s\": %.0f, "
+                    "\"heapd_concurrency\": %.3f, \"pingpong_concurrency\": %.3f}%s\n",
+                    rows[k].clients, rows[k].hd.p50, rows[k].hd.p99, rows[k].hd.mean, rows[k].pp.p50,
+                    rows[k].pp.p99, rows[k].pp.mean, rows[k].hd.p50 - rows[k].pp.p50,
+                    rows[k].hd.p50 / rows[k].pp.p50, rows[k].hd.ops_per_s, rows[k].pp.ops_per_s,
+                    rows[k].hd.concurrency, rows[k].pp.concurrency, k < 2 ? "," : "");
+        fprintf(f, "  ],\n  \"memory\": {\"live_blocks\": %u, \"vmrss_before_kib\": %" PRIu64
+                   ", \"vmrss_after_kib\": %" PRIu64 ", \"bytes_per_live_block\": %.1f, "
+                   "\"rssanon_before_kib\": %" PRIu64 ", \"rssanon_after_kib\": %" PRIu64
+                   ", \"anon_bytes_per_live_block\": %.1f}\n}\n",
+                MEM_BLOCKS, mem.rss0, mem.rss1, mem.bytes_per_block, mem.anon0, mem.anon1,
+                mem.anon_bytes_per_block);
+        if (fclose(f) != 0) {
+            fprintf(stderr, NAME ": cannot write %s\n", json);
+            return 1;
+        }
+    }
+    return 0;
+}
