@@ -2,7 +2,9 @@
  * and docs/protocol.md (the contract with heapd). */
 #include "heapc.h"
 #include "heapc_map.h"
+#include "heapc_cuda.h"
 #include "wire.h"
+#include "status.h"
 #include "heapd.pb-c.h"
 
 #include <errno.h>
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define ERRSTR_LEN 512
@@ -153,6 +156,7 @@ struct heapc {
     _Atomic uint64_t mapped;
     uint64_t next_seq;
     int status_fd;
+    _Atomic(const hs_page *) status_page; /* mapped read-only, or NULL */
 
     liveset live;
     int live_complete;         /* every live block of this rank is in `live` */
@@ -510,6 +514,9 @@ static void teardown(heapc *c)
     c->local_index = NULL;
     free(c->heap);
     c->heap = NULL;
+    const hs_page *sp = atomic_exchange(&c->status_page, NULL);
+    if (sp)
+        munmap((void *)sp, HS_PAGE_SIZE);
     if (c->status_fd >= 0)
         close(c->status_fd);
     c->status_fd = -1;
@@ -599,21 +606,59 @@ static int cmp_u32(const void *a, const void *b)
 /* ---- device sync -------------------------------------------------------- */
 
 /* The default device sync before a collect. Host backend: nothing to do (the
- * CPU stores are done when the call is made). CUDA backend: should be
- * cuCtxSynchronize through heapc_cuda.h's dlopen'ed table, which does not
- * load that entry point yet. TODO(cuda): add CtxSynchronize to hc_cuda and
- * call it here (with the space's primary context made current when the thread
- * has none, as heapc_map.c's cu_enter does). Until then applications on the
- * cuda backend install heapc_set_device_sync (see heapc.h). */
+ * CPU stores are done when the call is made). CUDA backend: cuCtxSynchronize
+ * through heapc_cuda.h's dlopen'ed table, on the thread's current context
+ * (the application's work) and on the primary context of this rank's GPU
+ * (the one the CUDA runtime uses), made current for the call when the thread
+ * has another or none; the thread's context is restored. Sets the error. */
 static int heapc_device_sync_default(heapc *c)
 {
+#if HEAPD_HAVE_CUDA_H
+    if (c->kind != HM_CUDA || !c->attached)
+        return HEAPC_OK;
+    view *v = atomic_load(&c->view);
+    if (!v || !c->local_index || c->local_index[v->rank] < 0)
+        return HEAPC_OK;
+    CUcontext own = (CUcontext)c->spaces[c->local_index[v->rank]].ctx;
+    char merr[320];
+    const hc_cuda *cu = hc_cuda_get(merr, sizeof merr);
+    if (!cu)
+        return set_err(c, HEAPC_ESYNC, "the default device sync before a collect failed: %s", merr);
+    CUcontext cur = NULL;
+    CUresult rc = cu->CtxGetCurrent(&cur);
+    if (rc != CUDA_SUCCESS) {
+        hc_cuda_fail(merr, sizeof merr, rc, NULL, "cuCtxGetCurrent");
+    } else {
+        if (cur && cur != own && (rc = cu->CtxSynchronize()) != CUDA_SUCCESS)
+            hc_cuda_fail(merr, sizeof merr, rc, NULL, "cuCtxSynchronize (current context)");
+        if (rc == CUDA_SUCCESS && own) {
+            if (cur != own && (rc = cu->CtxSetCurrent(own)) != CUDA_SUCCESS) {
+                hc_cuda_fail(merr, sizeof merr, rc, NULL, "cuCtxSetCurrent(heap device)");
+            } else {
+                if ((rc = cu->CtxSynchronize()) != CUDA_SUCCESS)
+                    hc_cuda_fail(merr, sizeof merr, rc, NULL, "cuCtxSynchronize (heap device)");
+                if (cur != own)
+                    cu->CtxSetCurrent(cur);
+            }
+        }
+    }
+    if (rc != CUDA_SUCCESS)
+        return set_err(c, HEAPC_ESYNC,
+                       "the default device sync before a collect on heap %s failed: %s; the "
+                       "collect was not started: fix the device error, then call heapc_collect "
+                       "again",
+                       c->heap ? c->heap : "?", merr);
+#else
     (void)c;
-    return 0;
+#endif
+    return HEAPC_OK;
 }
 
 static int device_sync(heapc *c)
 {
-    int rc = c->sync_fn ? c->sync_fn(c->sync_arg) : heapc_device_sync_default(c);
+    if (!c->sync_fn)
+        return heapc_device_sync_default(c);
+    int rc = c->sync_fn(c->sync_arg);
     if (rc != 0)
         return set_err(c, HEAPC_ESYNC,
                        "the device-sync hook returned %d before a collect on heap %s; the collect "
@@ -799,6 +844,12 @@ static int attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t wor
     if (ar->status_fd_index >= 0 && (size_t)ar->status_fd_index < raw.nfds) {
         c->status_fd = raw.fds[ar->status_fd_index];
         raw.fds[ar->status_fd_index] = -1;
+        void *pg = mmap(NULL, HS_PAGE_SIZE, PROT_READ, MAP_SHARED, c->status_fd, 0);
+        if (pg != MAP_FAILED && ((const hs_page *)pg)->magic == HS_MAGIC &&
+            ((const hs_page *)pg)->version == HS_VERSION)
+            atomic_store_explicit(&c->status_page, (const hs_page *)pg, memory_order_release);
+        else if (pg != MAP_FAILED)
+            munmap(pg, HS_PAGE_SIZE);
     }
     /* Publish: the view first, then the extent (it checks the chunks). */
     c->next_seq = ar->next_seq;
@@ -1273,6 +1324,39 @@ int heapc_status_fd(heapc *c)
     pthread_mutex_unlock(&c->mu);
     return fd;
 }
+
+#define GET(field) out->field = __atomic_load_n(&p->field, __ATOMIC_RELAXED)
+
+int heapc_status(heapc *c, heapc_status_t *out)
+{
+    const hs_page *p = atomic_load_explicit(&c->status_page, memory_order_acquire);
+    if (!p)
+        return HEAPC_ESTATE;
+    for (;;) {
+        uint64_t s1 = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE);
+        if (s1 & 1)
+            continue;
+        GET(mapped);
+        GET(live);
+        GET(released);
+        GET(free);
+        GET(rank_held);
+        GET(rank_released);
+        GET(collects);
+        GET(growths);
+        GET(allocs);
+        GET(epoch);
+        GET(device_free);
+        GET(device_total);
+        GET(device_sampled_ns);
+        GET(updates);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&p->seq, __ATOMIC_RELAXED) == s1)
+            return HEAPC_OK;
+    }
+}
+
+#undef GET
 
 int heapc_get_counters(heapc *c, heapc_counters *out)
 {

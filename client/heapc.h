@@ -288,6 +288,32 @@ uint64_t heapc_next_seq(heapc *c);
  * heap's counters, for libheapc_nccl's probe), or -1. Owned by the context. */
 int heapc_status_fd(heapc *c);
 
+/* A snapshot of the status page heapd keeps for this rank. heapd updates it
+ * at every allocation decision, free batch, collect and growth, and samples
+ * the device's memory on a timer (heapd.conf meminfo_interval_ms; host
+ * backend: the host's MemAvailable/MemTotal). */
+typedef struct heapc_status_t {
+    uint64_t mapped;          /* heap bytes mapped per rank */
+    uint64_t live;            /* bytes of blocks some rank still holds */
+    uint64_t released;        /* bytes every rank released, awaiting collect */
+    uint64_t free;            /* bytes available to allocations */
+    uint64_t rank_held;       /* bytes this rank holds */
+    uint64_t rank_released;   /* bytes this rank released, not yet reclaimed */
+    uint64_t collects, growths;
+    uint64_t allocs;          /* allocations decided */
+    uint64_t epoch;           /* heap incarnation */
+    uint64_t device_free, device_total; /* sampled device memory */
+    uint64_t device_sampled_ns;         /* CLOCK_MONOTONIC of that sample */
+    uint64_t updates;         /* writes heapd made to the page */
+} heapc_status_t;
+
+/* Reads the status page: loads from shared memory, no syscall, no driver
+ * call, no lock; a consistent snapshot (seqlock). Lock-free and safe from
+ * any thread while attached (not against a concurrent detach). Returns 0,
+ * or HEAPC_ESTATE when not attached or heapd sent no page. Does not touch
+ * heapc_err. */
+int heapc_status(heapc *c, heapc_status_t *out);
+
 /* ---- counters and stats -------------------------------------------------- */
 
 /* What this context did since it attached (serialised). */

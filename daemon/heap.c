@@ -6,10 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
 #include "size.h"
+#include "statuspage.h"
 
 #define HD_NAME_MAX 255
 #define HD_LOG_TRIM 4096
@@ -40,6 +42,8 @@ typedef struct hd_rank {
     uint64_t attach_id;
     bool in_collect;
     uint64_t collect_id;
+    hd_status status;         /* the rank's status page (fd -1 until joined) */
+    uint64_t dev_free, dev_total, dev_ns; /* last device memory sample */
 } hd_rank;
 
 /* Invariants:
@@ -76,10 +80,76 @@ struct hd_registry {
     uv_loop_t *loop;
     hb_backend *be;
     hd_config cfg;
+    uv_timer_t meminfo;       /* samples device memory for the status pages */
     hd_heap *heaps;
     uint32_t nheaps;
     uint64_t next_epoch;
 };
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Writes every joined rank's status page from the heap's current state. */
+static void heap_publish(hd_heap *h)
+{
+    ha_stats st;
+    ha_get_stats(h->core, &st);
+    hs_page v;
+    memset(&v, 0, sizeof v);
+    v.mapped = st.mapped;
+    v.live = st.live_bytes;
+    v.released = st.pending_bytes;
+    v.free = st.free_bytes;
+    v.collects = st.collects;
+    v.growths = st.growths;
+    v.allocs = h->decided;
+    v.epoch = h->epoch;
+    for (uint32_t q = 0; q < h->world_size; q++) {
+        hd_rank *k = &h->ranks[q];
+        if (!k->joined)
+            continue;
+        ha_rank_stats(h->core, q, &v.rank_held, &v.rank_released);
+        v.device_free = k->dev_free;
+        v.device_total = k->dev_total;
+        v.device_sampled_ns = k->dev_ns;
+        hd_status_write(&k->status, &v);
+    }
+}
+
+/* Timer: one cuMemGetInfo (or /proc/meminfo read) per device in use, off
+ * every request path, then every page. */
+static void sample_meminfo(uv_timer_t *t)
+{
+    hd_registry *r = t->data;
+    enum { MAXDEV = 64 };
+    uint64_t fr[MAXDEV], to[MAXDEV];
+    bool have[MAXDEV] = {false};
+    uint64_t ns = now_ns();
+    for (hd_heap *h = r->heaps; h; h = h->next) {
+        for (uint32_t q = 0; q < h->world_size; q++) {
+            hd_rank *k = &h->ranks[q];
+            if (!k->joined || k->device < 0 || k->device >= MAXDEV)
+                continue;
+            int d = k->device;
+            if (!have[d]) {
+                char err[256];
+                if (hb_meminfo(r->be, d, &fr[d], &to[d], err, sizeof err)) {
+                    hd_debug("device %d memory sample failed: %s", d, err);
+                    fr[d] = to[d] = 0;
+                }
+                have[d] = true;
+            }
+            k->dev_free = fr[d];
+            k->dev_total = to[d];
+            k->dev_ns = ns;
+        }
+        heap_publish(h);
+    }
+}
 
 int hd_registry_create(uv_loop_t *loop, hb_backend *be, const hd_config *cfg, hd_registry **out)
 {
@@ -90,6 +160,10 @@ int hd_registry_create(uv_loop_t *loop, hb_backend *be, const hd_config *cfg, hd
     r->be = be;
     r->cfg = *cfg;
     r->next_epoch = 1;
+    uv_timer_init(loop, &r->meminfo);
+    r->meminfo.data = r;
+    uv_timer_start(&r->meminfo, sample_meminfo, 0, cfg->meminfo_interval_ms);
+    uv_unref((uv_handle_t *)&r->meminfo);
     *out = r;
     return 0;
 }
@@ -124,6 +198,7 @@ static void heap_destroy(hd_heap *h)
             hb_chunk_release(r->be, &k->chunks[j]);
         }
         free(k->chunks);
+        hd_status_destroy(&k->status);
     }
     char b1[32];
     hd_info("heap \"%s\" destroyed: last client gone, %s of chunks released", h->name,
@@ -143,13 +218,16 @@ static hd_heap *heap_find(hd_registry *r, const char *name)
     return NULL;
 }
 
+static void registry_closed(uv_handle_t *h) { free(h->data); }
+
 void hd_registry_destroy(hd_registry *r)
 {
     if (!r)
         return;
     while (r->heaps)
         heap_destroy(r->heaps);
-    free(r);
+    uv_timer_stop(&r->meminfo);
+    uv_close((uv_handle_t *)&r->meminfo, registry_closed);
 }
 
 /* Lists ranks matching `want` (in_collect / attach state) as "0, 2, 5". */
@@ -288,6 +366,19 @@ static void send_attach_reply(hd_heap *h, uint32_t rank, uint64_t id)
                       "raise heapd's fd limit (LimitNOFILE) or use a larger chunk_size");
         return;
     }
+    int sfd = k->status.fd >= 0 ? dup(k->status.fd) : -1;
+    int *fds = cm.fds;
+    int status_index = -1;
+    if (sfd >= 0) {
+        int *nf = realloc(cm.fds, (cm.n + 1) * sizeof *nf);
+        if (nf) {
+            nf[cm.n] = sfd;
+            cm.fds = fds = nf;
+            status_index = (int)cm.n;
+        } else {
+            close(sfd);
+        }
+    }
     Heapd__HeapParams params;
     fill_params(h, &params);
     uint32_t *local = calloc(h->world_size, sizeof *local);
@@ -301,7 +392,7 @@ static void send_attach_reply(hd_heap *h, uint32_t rank, uint64_t id)
     ar.mapped = st.mapped;
     ar.n_chunks = cm.n;
     ar.chunks = cm.ptrs;
-    ar.status_fd_index = -1;
+    ar.status_fd_index = status_index;
     ar.next_seq = k->next_seq;
     ar.backend = (char *)hb_name(h->reg->be);
     ar.epoch = h->epoch;
@@ -310,7 +401,7 @@ static void send_attach_reply(hd_heap *h, uint32_t rank, uint64_t id)
     f.body_case = HEAPD__FRAME__BODY_ATTACH_REPLY;
     f.attach_reply = &ar;
     k->known_chunks = nch;
-    hd_conn_send(k->conn, &f, cm.fds, cm.n);
+    hd_conn_send(k->conn, &f, fds, cm.n + (status_index >= 0));
     free(local);
     chunk_msg_free(&cm, false);
 }
@@ -476,8 +567,22 @@ void hd_heap_attach(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Attach
                 heap_destroy(h);
             return;
         }
+        if (hd_status_create(&k->status, m->rank, err, sizeof err)) {
+            rank_trim_chunks(h, k, 0);
+            hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "could not create the status page of rank %u: %s",
+                          m->rank, err);
+            if (created && h->nattached == 0)
+                heap_destroy(h);
+            return;
+        }
         k->joined = true;
         h->njoined++;
+        {
+            char e2[256];
+            if (hb_meminfo(r->be, device, &k->dev_free, &k->dev_total, e2, sizeof e2) == 0)
+                k->dev_ns = now_ns();
+        }
+        heap_publish(h);
     } else if (k->next_seq < h->log_base) {
         hd_warn("heap \"%s\": rank %u re-attached at allocation %llu, which is no longer logged; "
                 "it continues at %llu", h->name, m->rank, (unsigned long long)k->next_seq,
@@ -558,6 +663,7 @@ static void collect_finish(hd_heap *h)
     h->coll_active = false;
     h->coll_waiting = 0;
     uv_timer_stop(&h->timer);
+    heap_publish(h);
 }
 
 static void heap_timeout(uv_timer_t *t)
@@ -807,6 +913,7 @@ void hd_heap_alloc(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Alloc *
         nd->rank = b->rank;
         h->decided++;
         d = nd;
+        heap_publish(h);
     }
     uint32_t upto = (uint32_t)(d->mapped / h->ap.chunk_size);
     chunk_msg cm = {0};
@@ -878,6 +985,7 @@ void hd_heap_free(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Free *m)
     }
     for (size_t i = 0; i < m->n_offsets; i++)
         ha_free(h->core, b->rank, m->offsets[i]);
+    heap_publish(h);
     Heapd__FreeReply fr = HEAPD__FREE_REPLY__INIT;
     fr.accepted = (uint32_t)m->n_offsets;
     Heapd__Frame f = HEAPD__FRAME__INIT;

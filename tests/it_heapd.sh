@@ -84,6 +84,27 @@ g=$(sed -n 's/^s heap .*growths=\([0-9]*\).*/\1/p' "$T/peer.0.out")
 check "growth: stats count growths ($g)" test "${g:-0}" -ge 1
 check "growth: same offsets on both ranks" sh -c "grep '^a ' $T/peer.0.out > $T/p0; grep '^a ' $T/peer.1.out > $T/p1; cmp -s $T/p0 $T/p1"
 
+# ---- 2b. status page values -------------------------------------------------------
+rank sp 0 2 --chunk 1M --initial 1M -- status alloc 4K status free 0 flush status collect status alloc 2M status
+rank sp 1 2 --chunk 1M --initial 1M -- sleep 400 alloc 4K free 0 flush collect sleep 400 alloc 2M
+waitrank 0; r0=$rc; waitrank 1; r1=$rc
+check "status page: both ranks ran (exit 0)" test $r0 = 0 -a $r1 = 0
+sed -n 's/^p //p' "$T/sp.0.out" >"$T/sp.p"
+pv() { sed -n "${1}p" "$T/sp.p" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+check "status page: fresh heap: 1 MiB mapped, nothing live, all free" \
+    test "$(pv 1 mapped)" = 1048576 -a "$(pv 1 live)" = 0 -a "$(pv 1 free)" = 1048576 -a "$(pv 1 allocs)" = 0
+check "status page: host memory sampled (device_total > 0, free <= total)" \
+    sh -c "test $(pv 1 device_total) -gt 0 && test $(pv 1 device_free) -le $(pv 1 device_total)"
+check "status page: after an allocation: 4 KiB live and held, 1 allocation" \
+    test "$(pv 2 live)" = 4096 -a "$(pv 2 rank_held)" = 4096 -a "$(pv 2 allocs)" = 1
+check "status page: after this rank's free: 4 KiB released by this rank, none held" \
+    test "$(pv 3 rank_released)" = 4096 -a "$(pv 3 rank_held)" = 0
+check "status page: after the collect: nothing live or released, all free, 1 collect" \
+    test "$(pv 4 live)" = 0 -a "$(pv 4 released)" = 0 -a "$(pv 4 rank_released)" = 0 -a "$(pv 4 free)" = 1048576 -a "$(pv 4 collects)" = 1
+check "status page: after growth: 2 MiB mapped, 1 growth, 2 MiB live" \
+    test "$(pv 5 mapped)" = 2097152 -a "$(pv 5 growths)" = 1 -a "$(pv 5 live)" = 2097152
+check "status page: every update was published (updates grow)" test "$(pv 5 updates)" -gt "$(pv 1 updates)"
+
 # ---- 3. forced collect from heapctl during a workload ---------------------------
 rank fc 0 2 -- alloc 4K sleep 600 alloc 4K alloc 8K stats
 rank fc 1 2 -- alloc 4K sleep 600 alloc 4K alloc 8K

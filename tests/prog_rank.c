@@ -83,6 +83,7 @@ static void usage(FILE *f)
 "                      'attached RANK WORLD MAPPED NEXT_SEQ'\n"
 "  detach              detach; prints 'detached'\n"
 "  mapped              print 'm MAPPED'\n"
+    "  status              print the status page: 'p mapped=.. live=.. ...'\n"
 "  try CMD ...         run CMD; on error print 'e CODE message' and go on\n"
 "  exit [CODE]         exit at once with CODE (default 0), without detaching\n"
 "\n"
@@ -533,6 +534,18 @@ static int run_tokens(char **tok, int ntok, int *xcode)
             }
         } else if (!strcmp(cmd, "mapped")) {
             printf("m %" PRIu64 "\n", heapc_mapped(g.c));
+            fflush(stdout);
+        } else if (!strcmp(cmd, "status")) {
+            heapc_status_t st;
+            if (heapc_status(g.c, &st) != 0) {
+                fprintf(stderr, "error: no status page (not attached?)\n");
+                return 1;
+            }
+            printf("p mapped=%" PRIu64 " live=%" PRIu64 " released=%" PRIu64 " free=%" PRIu64
+                   " rank_held=%" PRIu64 " rank_released=%" PRIu64 " collects=%" PRIu64 " growths=%" PRIu64
+                   " allocs=%" PRIu64 " device_free=%" PRIu64 " device_total=%" PRIu64 " updates=%" PRIu64 "\n",
+                   st.mapped, st.live, st.released, st.free, st.rank_held, st.rank_released, st.collects,
+                   st.growths, st.allocs, st.device_free, st.device_total, st.updates);
             fflush(stdout);
         } else if (!strcmp(cmd, "exit")) {
             *xcode = 0;
