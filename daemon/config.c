@@ -5,6 +5,7 @@
 #include <ini.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <grp.h>
 #include <string.h>
 
 #include "log.h"
@@ -24,6 +25,7 @@ void hd_config_defaults(hd_config *c)
     c->policy = HA_POLICY_COALESCE;
     c->collect_timeout_ms = 30000;
     c->max_clients = 1024;
+    c->admin_gid = -1;
     c->meminfo_interval_ms = 1000;
 }
 
@@ -118,6 +120,24 @@ static int handler(void *user, const char *section, const char *name, const char
             snprintf(st->msg, sizeof st->msg, "policy: \"%s\" is not one of coalesce, seed", value);
             return 0;
         }
+        return 1;
+    }
+    SIZE_KEY("quota_heap", quota_heap, 0)
+    SIZE_KEY("quota_uid", quota_uid, 0)
+    if (!strcmp(name, "admin_group")) {
+        if (!value[0]) {
+            c->admin_group[0] = 0;
+            c->admin_gid = -1;
+            return 1;
+        }
+        struct group *g = getgrnam(value);
+        if (!g || strlen(value) >= sizeof c->admin_group) {
+            snprintf(st->msg, sizeof st->msg, "admin_group: no group named \"%s\" on this system (create it, or "
+                     "leave admin_group empty)", value);
+            return 0;
+        }
+        snprintf(c->admin_group, sizeof c->admin_group, "%s", value);
+        c->admin_gid = (long)g->gr_gid;
         return 1;
     }
     SIZE_KEY("chunk_size", chunk_size, 4096)

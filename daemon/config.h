@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "alloc.h"
 
@@ -30,6 +31,13 @@ typedef struct hd_config {
     uint32_t collect_timeout_ms;
     /* Limits. */
     uint32_t max_clients;
+    /* Access: members of admin_group (and root) may attach to any heap and
+     * force collects on any heap; others only on heaps their uid created. */
+    char admin_group[64];           /* "" : none */
+    long admin_gid;                 /* resolved at load, -1: none */
+    /* Quotas in bytes of chunk memory (every rank's chunks); 0: none. */
+    uint64_t quota_heap;
+    uint64_t quota_uid;
     uint32_t meminfo_interval_ms;   /* device memory sampling period */
 } hd_config;
 

@@ -59,6 +59,7 @@ struct hd_heap {
     ha_params ap;
     uint32_t timeout_ms;
     uint64_t epoch;
+    uid_t owner;              /* the uid that created the heap */
     ha_heap *core;
     hd_rank *ranks;
     uint32_t njoined, nattached;
@@ -414,6 +415,43 @@ static void arm_timer(hd_heap *h, bool attach)
     uv_timer_start(&h->timer, heap_timeout, h->timeout_ms, 0);
 }
 
+/* Chunk bytes the heaps of `uid` use (every rank's chunks). */
+static uint64_t uid_bytes(const hd_registry *r, uid_t uid)
+{
+    uint64_t sum = 0;
+    for (const hd_heap *h = r->heaps; h; h = h->next)
+        if (h->owner == uid) {
+            ha_stats st;
+            ha_get_stats(h->core, &st);
+            sum += st.mapped * h->world_size;
+        }
+    return sum;
+}
+
+/* 0 if `add` more chunk bytes for heap h (NULL: a new heap named `name`)
+ * of `uid` fit the quotas (current heap bytes `have`), else -1 with why. */
+static int quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t have, uint64_t add, char *why,
+                       size_t len)
+{
+    char b1[32], b2[32], b3[32];
+    if (r->cfg.quota_heap && have + add > r->cfg.quota_heap) {
+        snprintf(why, len, "heap \"%s\" would use %s of chunk memory (now %s), over the per-heap quota of %s "
+                 "(heapd.conf quota_heap); free memory, use fewer ranks or a smaller heap",
+                 name, human(have + add, b1, sizeof b1), human(have, b2, sizeof b2),
+                 human(r->cfg.quota_heap, b3, sizeof b3));
+        return -1;
+    }
+    uint64_t u = uid_bytes(r, uid);
+    if (r->cfg.quota_uid && u + add > r->cfg.quota_uid) {
+        snprintf(why, len, "uid %ld would use %s of chunk memory over all its heaps (now %s), over the per-uid "
+                 "quota of %s (heapd.conf quota_uid)",
+                 (long)uid, human(u + add, b1, sizeof b1), human(u, b2, sizeof b2),
+                 human(r->cfg.quota_uid, b3, sizeof b3));
+        return -1;
+    }
+    return 0;
+}
+
 static uint64_t pick(uint64_t requested, uint64_t dflt) { return requested ? requested : dflt; }
 
 static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_conn *c, uint64_t id)
@@ -440,9 +478,13 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_conn *c, 
                       human(ap.chunk_size, b1, sizeof b1), hb_name(r->be), human(gran, b2, sizeof b2), b2);
         return NULL;
     }
-    char why[256];
+    char why[512];
     if (ha_params_check(&ap, why, sizeof why)) {
         hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap parameters rejected: %s", why);
+        return NULL;
+    }
+    if (quota_check(r, m->heap, hd_conn_uid(c), 0, ap.initial_size * m->world_size, why, sizeof why)) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_QUOTA, "%s", why);
         return NULL;
     }
     hd_heap *h = calloc(1, sizeof *h);
@@ -460,6 +502,7 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_conn *c, 
     h->ap = ap;
     h->timeout_ms = pick(rp ? rp->collect_timeout_ms : 0, cfg->collect_timeout_ms);
     h->epoch = r->next_epoch++;
+    h->owner = hd_conn_uid(c);
     h->collect_at = UINT64_MAX;
     uv_timer_init(r->loop, &h->timer);
     h->timer.data = h;
@@ -542,6 +585,12 @@ void hd_heap_attach(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Attach
         if (!h)
             return;
         created = true;
+    } else if (h->owner != hd_conn_uid(c) && !hd_conn_privileged(c, r->cfg.admin_gid)) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_DENIED,
+                      "heap \"%s\" belongs to uid %ld; uid %ld may not attach to it (only its owner, root and "
+                      "members of heapd.conf's admin_group may); pick another heap name",
+                      h->name, (long)h->owner, (long)hd_conn_uid(c));
+        return;
     } else if (params_differ(h, m, err, sizeof err)) {
         hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_MISMATCH, "heap \"%s\" exists with other parameters: %s",
                       h->name, err);
@@ -773,11 +822,15 @@ static void trim_log(hd_heap *h)
     h->log_base = min;
 }
 
+/* Returns 0, -1 (backend failure) or -2 (quota), with err filled. */
 static int grow(hd_heap *h, uint32_t chunks, char *err, size_t errlen)
 {
     ha_stats st;
     ha_get_stats(h->core, &st);
     uint32_t have = (uint32_t)(st.mapped / h->ap.chunk_size);
+    if (quota_check(h->reg, h->name, h->owner, st.mapped * h->world_size,
+                    (uint64_t)chunks * h->ap.chunk_size * h->world_size, err, errlen))
+        return -2;
     for (uint32_t q = 0; q < h->world_size; q++) {
         if (rank_add_chunks(h, &h->ranks[q], have + chunks, err, errlen)) {
             for (uint32_t p = 0; p <= q; p++)
@@ -879,7 +932,13 @@ void hd_heap_alloc(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Alloc *
                 return;
             }
             if (rc == HA_NEED_GROW) {
-                if (grow(h, res.grow_chunks, err, sizeof err)) {
+                int g = grow(h, res.grow_chunks, err, sizeof err);
+                if (g == -2) {
+                    hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_QUOTA, "allocation %llu of %llu bytes: %s",
+                                  (unsigned long long)m->seq, (unsigned long long)m->size, err);
+                    return;
+                }
+                if (g) {
                     hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY,
                                   "allocation %llu of %llu bytes needs the heap to grow by %u chunk(s), which failed: %s",
                                   (unsigned long long)m->seq, (unsigned long long)m->size, res.grow_chunks, err);
@@ -1060,6 +1119,13 @@ void hd_heap_force_collect(hd_registry *r, hd_conn *c, uint64_t id, const Heapd_
                       m->heap ? m->heap : "");
         return;
     }
+    if (h->owner != hd_conn_uid(c) && !hd_conn_privileged(c, r->cfg.admin_gid)) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_DENIED,
+                      "forcing a collect on heap \"%s\" (uid %ld) needs root or membership of heapd.conf's "
+                      "admin_group; uid %ld has neither",
+                      h->name, (long)h->owner, (long)hd_conn_uid(c));
+        return;
+    }
     h->collect_at = h->decided;
     h->forced = true;
     hd_info("heap \"%s\": forced collect requested by pid %ld, at allocation %llu", h->name, (long)hd_conn_pid(c),
@@ -1077,13 +1143,16 @@ void hd_heap_stats(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Stats *
                    uint32_t clients)
 {
     const char *want = m->heap && m->heap[0] ? m->heap : NULL;
-    if (want && !heap_find(r, want)) {
+    bool all = hd_conn_privileged(c, r->cfg.admin_gid);
+    uid_t uid = hd_conn_uid(c);
+#define VISIBLE(h) (all || (h)->owner == uid)
+    if (want && (!heap_find(r, want) || !VISIBLE(heap_find(r, want)))) {
         hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_NOT_FOUND, "no heap named \"%s\"; `heapctl heaps` lists them", want);
         return;
     }
     size_t n = 0, nr = 0;
     for (hd_heap *h = r->heaps; h; h = h->next)
-        if (!want || !strcmp(h->name, want)) {
+        if ((!want || !strcmp(h->name, want)) && VISIBLE(h)) {
             n++;
             nr += h->world_size;
         }
@@ -1098,7 +1167,7 @@ void hd_heap_stats(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Stats *
     }
     size_t i = 0, j = 0;
     for (hd_heap *h = r->heaps; h; h = h->next) {
-        if (want && strcmp(h->name, want))
+        if ((want && strcmp(h->name, want)) || !VISIBLE(h))
             continue;
         ha_stats st;
         ha_get_stats(h->core, &st);
@@ -1158,3 +1227,4 @@ out:
     free(rs);
     free(rsp);
 }
+#undef VISIBLE

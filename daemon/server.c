@@ -39,6 +39,8 @@ struct hd_conn {
     pid_t pid;
     uid_t uid;
     gid_t gid;
+    gid_t groups[64];           /* supplementary groups at connect time */
+    int ngroups;
     hd_binding bind;
     hd_conn *next, *prev;       /* server's list */
     hd_conn *next_dead;
@@ -60,6 +62,44 @@ struct hd_server {
 hd_binding *hd_conn_binding(hd_conn *c) { return &c->bind; }
 pid_t hd_conn_pid(const hd_conn *c) { return c->pid; }
 uid_t hd_conn_uid(const hd_conn *c) { return c->uid; }
+
+int hd_conn_privileged(const hd_conn *c, long gid)
+{
+    if (c->uid == 0)
+        return 1;
+    if (gid < 0)
+        return 0;
+    if ((long)c->gid == gid)
+        return 1;
+    for (int i = 0; i < c->ngroups; i++)
+        if ((long)c->groups[i] == gid)
+            return 1;
+    return 0;
+}
+
+/* Supplementary groups of a peer: the "Groups:" line of /proc/PID/status. */
+static void read_groups(hd_conn *c)
+{
+    char path[64], line[1024];
+    snprintf(path, sizeof path, "/proc/%ld/status", (long)c->pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "Groups:", 7))
+            continue;
+        char *p = line + 7, *end;
+        while (c->ngroups < (int)(sizeof c->groups / sizeof c->groups[0])) {
+            long g = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            c->groups[c->ngroups++] = (gid_t)g;
+            p = end;
+        }
+        break;
+    }
+    fclose(f);
+}
 uint32_t hd_server_clients(const hd_server *s) { return s->nconns; }
 int hd_server_socket_activated(const hd_server *s) { return s->activated; }
 
@@ -338,6 +378,7 @@ static void accept_cb(uv_poll_t *p, int status, int events)
             c->pid = cr.pid;
             c->uid = cr.uid;
             c->gid = cr.gid;
+            read_groups(c);
         }
         if (uv_poll_init(s->loop, &c->poll, fd)) {
             close(fd);

@@ -34,6 +34,9 @@ typedef struct hd_binding {
 hd_binding *hd_conn_binding(hd_conn *c);
 pid_t hd_conn_pid(const hd_conn *c);
 uid_t hd_conn_uid(const hd_conn *c);
+/* 1 if the peer is root or in group `gid` (primary or supplementary, read
+ * from /proc/PID/status at connect time); gid < 0: only root. */
+int hd_conn_privileged(const hd_conn *c, long gid);
 
 /* Queues `f` (with f->id set by the caller) and its fds. */
 void hd_conn_send(hd_conn *c, Heapd__Frame *f, int *fds, size_t nfds);

@@ -176,7 +176,7 @@ nkeys=$(echo "$KEYS" | wc -w)
 if [ "$nkeys" -ge 12 ]; then pass; else fail "found only $nkeys keys in daemon/config.c: $KEYS"; fi
 for k in $KEYS; do
     has "$W/shipped.out" "^$k = " || fail "--check-config does not print $k"
-    has "$HEAPD_SRC/heapd.conf" "^$k = " || fail "heapd.conf does not show $k"
+    has "$HEAPD_SRC/heapd.conf" "^$k =" || fail "heapd.conf does not show $k"
     grep -q -E "^\\.BR $k \" \\(default " "$HEAPD_SRC/docs/man/heapd.conf.5" ||
         fail "heapd.conf(5) does not document $k with its default"
     has "$HEAPD_SRC/docs/operations.md" "| \`$k\` |" || fail "docs/operations.md does not list $k"
