@@ -344,8 +344,11 @@ static int cmp_u64(const void *a, const void *b)
  *             freebits[k] has bit i <=> [i*2^k, (i+1)*2^k) is a free block.
  *   seed:     bump % min_block == 0, bump <= E, every block and every LIFO
  *             entry lies below bump, lifo[k] holds free blocks of class k.
- *   collected_since_alloc == a collect ran after the last successful alloc
- *                            and no rank released a block since.
+ *   collect_asked    == ha_alloc answered HA_NEED_COLLECT and no collect ran since;
+ *   collect_answered == a collect ran after that answer, and no allocation
+ *                       has succeeded or failed with HA_EVA since.
+ *   (Both depend only on the allocation sequence and collects, never on
+ *   which rank released what when, so every node decides alike.)
  */
 struct ha_heap {
     ha_params p;
@@ -363,7 +366,7 @@ struct ha_heap {
     /* counters */
     uint64_t live_bytes, pending_bytes, free_bytes;
     uint64_t allocs, frees, collects, growths, handed_since_collect;
-    bool collected_since_alloc;
+    bool collect_asked, collect_answered;
     uint64_t *held_bytes, *rel_bytes; /* per rank */
 };
 
@@ -611,6 +614,13 @@ void ha_destroy(ha_heap *h)
 
 /* ---- allocation ---------------------------------------------------------- */
 
+static int ask_collect(ha_heap *h, ha_alloc_result *res, uint8_t reason)
+{
+    h->collect_asked = true;
+    res->collect_reason = reason;
+    return HA_NEED_COLLECT;
+}
+
 int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res)
 {
     if (!h || !res)
@@ -628,10 +638,8 @@ int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res)
     uint64_t off = 0;
     bool found;
     if (h->p.policy == HA_POLICY_SEED) {
-        if (!h->collected_since_alloc && h->handed_since_collect >= h->mapped / 8) {
-            res->collect_reason = HA_COLLECT_TRIGGER;
-            return HA_NEED_COLLECT;
-        }
+        if (!h->collect_answered && h->handed_since_collect >= h->mapped / 8)
+            return ask_collect(h, res, HA_COLLECT_TRIGGER);
         ha_vec *l = &h->lifo[k];
         found = true;
         if (l->n)
@@ -642,26 +650,26 @@ int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res)
         } else
             found = false;
         if (!found) {
-            if (!h->collected_since_alloc) {
-                res->collect_reason = HA_COLLECT_FULL;
-                return HA_NEED_COLLECT;
-            }
+            if (!h->collect_answered)
+                return ask_collect(h, res, HA_COLLECT_FULL);
             uint64_t need = h->bump + c;
-            if (need > h->p.va_size)
+            if (need > h->p.va_size) {
+                h->collect_answered = false;
                 return HA_EVA;
+            }
             res->grow_chunks = (uint32_t)((need - h->mapped + h->p.chunk_size - 1) / h->p.chunk_size);
             return HA_NEED_GROW;
         }
     } else {
         found = co_take(h, k, &off);
         if (!found) {
-            if (!h->collected_since_alloc) {
-                res->collect_reason = HA_COLLECT_FULL;
-                return HA_NEED_COLLECT;
-            }
+            if (!h->collect_answered)
+                return ask_collect(h, res, HA_COLLECT_FULL);
             uint64_t need = co_grow_need(h, k);
-            if (need > h->p.va_size)
+            if (need > h->p.va_size) {
+                h->collect_answered = false;
                 return HA_EVA;
+            }
             res->grow_chunks = (uint32_t)((need - h->mapped + h->p.chunk_size - 1) / h->p.chunk_size);
             return HA_NEED_GROW;
         }
@@ -677,7 +685,7 @@ int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res)
     h->free_bytes -= c;
     h->allocs++;
     h->handed_since_collect += c;
-    h->collected_since_alloc = false;
+    h->collect_answered = false;
     res->offset = off;
     res->block_size = c;
     HA_DEBUG_CHECK(h, "ha_alloc");
@@ -725,8 +733,6 @@ int ha_free(ha_heap *h, uint32_t rank, uint64_t offset)
     h->held_bytes[rank] -= sz;
     h->rel_bytes[rank] += sz;
     h->frees++;
-    /* A new release may make a collect useful again. */
-    h->collected_since_alloc = false;
     if (b->nrel == h->p.ranks) {
         b->pending = 1;
         h->pending.v[h->pending.n++] = offset;
@@ -793,7 +799,10 @@ static void reclaim_sorted(ha_heap *h, const uint64_t *offs, size_t n, uint64_t 
     h->free_bytes += total;
     h->collects++;
     h->handed_since_collect = 0;
-    h->collected_since_alloc = true;
+    if (h->collect_asked) {
+        h->collect_asked = false;
+        h->collect_answered = true;
+    }
     if (bytes)
         *bytes = total;
 }

@@ -31,10 +31,13 @@
  *         break;   // HA_OK: res.offset, res.block_size; or an error
  *     }
  *
- * ha_alloc asks for a collect at most once between two successful
- * allocations (again only if a rank released a block since that collect), so
- * the loop terminates: collect, then (only if still needed) grow, then
- * succeed or fail with HA_EVA.
+ * Once ha_alloc has asked for a collect and a collect has run, it does not
+ * ask again until an allocation succeeds or fails with HA_EVA, so the loop
+ * terminates: collect, then (only if still needed) grow, then succeed or
+ * fail. (A collect the caller runs on its own does not count: the next
+ * allocation that would grow still asks for one.) These decisions depend only
+ * on the allocation sequence and collects, never on which rank released what
+ * when, so every node of a multi-node heap decides alike.
  */
 #ifndef HEAPD_ALLOC_H
 #define HEAPD_ALLOC_H
