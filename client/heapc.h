@@ -244,14 +244,10 @@ int heapc_collect(heapc *c);
  * longer touches memory this rank released (cudaDeviceSynchronize, or a
  * stream sync of the streams that used the heap). fn returns 0, or non-zero
  * to fail the collect with HEAPC_ESYNC. NULL restores the default: nothing
- * on the host backend; on the cuda backend, see TODO below.
- *
- * TODO(cuda): the default cuda sync should call cuCtxSynchronize through
- * libheapc's dlopen'ed driver table, but heapc_cuda.h's hc_cuda table does
- * not load cuCtxSynchronize yet. Until it does, the default does NOT sync the
- * device on the cuda backend: CUDA users must install a hook here (e.g. one
- * that calls cudaDeviceSynchronize) or sync before every heapc_collect and
- * heapc_alloc. */
+ * on the host backend; on the cuda backend cuCtxSynchronize on the calling
+ * thread's current context and on this rank's GPU's primary context (a
+ * whole-device sync; install a hook to sync only the streams that used the
+ * heap). */
 typedef int (*heapc_sync_fn)(void *arg);
 int heapc_set_device_sync(heapc *c, heapc_sync_fn fn, void *arg);
 

@@ -86,6 +86,7 @@ static void hc_load(void)
         {(void **)&a->CtxGetCurrent, "cuCtxGetCurrent", NULL},
         {(void **)&a->CtxSetCurrent, "cuCtxSetCurrent", NULL},
         {(void **)&a->CtxGetDevice, "cuCtxGetDevice", NULL},
+        {(void **)&a->CtxSynchronize, "cuCtxSynchronize", NULL},
         {(void **)&a->MemGetAllocationGranularity, "cuMemGetAllocationGranularity", NULL},
         {(void **)&a->MemAddressReserve, "cuMemAddressReserve", NULL},
         {(void **)&a->MemAddressFree, "cuMemAddressFree", NULL},

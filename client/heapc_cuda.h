@@ -41,6 +41,7 @@ typedef struct hc_cuda {
     __typeof__(cuCtxGetCurrent) *CtxGetCurrent;
     __typeof__(cuCtxSetCurrent) *CtxSetCurrent;
     __typeof__(cuCtxGetDevice) *CtxGetDevice;
+    __typeof__(cuCtxSynchronize) *CtxSynchronize;
     __typeof__(cuMemGetAllocationGranularity) *MemGetAllocationGranularity;
     __typeof__(cuMemAddressReserve) *MemAddressReserve;
     __typeof__(cuMemAddressFree) *MemAddressFree;
