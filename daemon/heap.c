@@ -30,6 +30,7 @@ typedef struct hd_decision {
  *             this rank; known_chunks <= nchunks. */
 typedef struct hd_rank {
     bool joined;              /* attached at least once: chunks exist */
+    uint32_t lidx;            /* index among this node's ranks (allocator core rank) */
     hd_conn *conn;
     pid_t pid;
     int device;
@@ -56,6 +57,8 @@ struct hd_heap {
     hd_registry *reg;
     char name[HD_NAME_MAX + 1];
     uint32_t world_size;
+    uint32_t local_size;      /* ranks served by this node (== world_size: single node) */
+    char job[128];            /* job incarnation, namespaces store keys */
     ha_params ap;
     uint32_t timeout_ms;
     uint64_t epoch;
@@ -82,6 +85,7 @@ struct hd_registry {
     hb_backend *be;
     hd_config cfg;
     uv_timer_t meminfo;       /* samples device memory for the status pages */
+    struct hd_store *store;   /* cross-node collect; NULL: single node */
     hd_heap *heaps;
     uint32_t nheaps;
     uint64_t next_epoch;
@@ -113,7 +117,7 @@ static void heap_publish(hd_heap *h)
         hd_rank *k = &h->ranks[q];
         if (!k->joined)
             continue;
-        ha_rank_stats(h->core, q, &v.rank_held, &v.rank_released);
+        ha_rank_stats(h->core, k->lidx, &v.rank_held, &v.rank_released);
         v.device_free = k->dev_free;
         v.device_total = k->dev_total;
         v.device_sampled_ns = k->dev_ns;
@@ -170,6 +174,7 @@ int hd_registry_create(uv_loop_t *loop, hb_backend *be, const hd_config *cfg, hd
 }
 
 void hd_registry_set_config(hd_registry *r, const hd_config *cfg) { r->cfg = *cfg; }
+int hd_registry_has_store(const hd_registry *r) { return r->store != NULL; }
 uint32_t hd_registry_heaps(const hd_registry *r) { return r->nheaps; }
 
 static const char *human(uint64_t b, char *buf, size_t len) { return hs_format_size(b, buf, len); }
@@ -239,7 +244,7 @@ static void rank_list(const hd_heap *h, int which, char *buf, size_t len)
     buf[0] = 0;
     for (uint32_t i = 0; i < h->world_size && n + 16 < len; i++) {
         const hd_rank *k = &h->ranks[i];
-        bool match = which == 0 ? !k->in_collect       /* missing from collect */
+        bool match = which == 0 ? k->joined && !k->in_collect /* missing from collect */
                    : which == 1 ? k->in_collect        /* waiting in collect */
                    : which == 2 ? !k->conn              /* never attached / gone */
                                 : k->attach_wait;       /* waiting in attach */
@@ -383,12 +388,14 @@ static void send_attach_reply(hd_heap *h, uint32_t rank, uint64_t id)
     Heapd__HeapParams params;
     fill_params(h, &params);
     uint32_t *local = calloc(h->world_size, sizeof *local);
+    size_t nlocal = 0;
     for (uint32_t q = 0; local && q < h->world_size; q++)
-        local[q] = q;
+        if (h->ranks[q].joined)
+            local[nlocal++] = q;
     Heapd__AttachReply ar = HEAPD__ATTACH_REPLY__INIT;
     ar.params = &params;
     ar.world_size = h->world_size;
-    ar.n_local_ranks = local ? h->world_size : 0;
+    ar.n_local_ranks = nlocal;
     ar.local_ranks = local;
     ar.mapped = st.mapped;
     ar.n_chunks = cm.n;
@@ -423,7 +430,7 @@ static uint64_t uid_bytes(const hd_registry *r, uid_t uid)
         if (h->owner == uid) {
             ha_stats st;
             ha_get_stats(h->core, &st);
-            sum += st.mapped * h->world_size;
+            sum += st.mapped * h->local_size;
         }
     return sum;
 }
@@ -460,7 +467,20 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_conn *c, 
     const hd_config *cfg = &r->cfg;
     ha_params ap;
     memset(&ap, 0, sizeof ap);
-    ap.ranks = m->world_size;
+    uint32_t local_size = m->local_size ? m->local_size : m->world_size;
+    if (local_size > m->world_size) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "local_size %u is larger than world_size %u",
+                      local_size, m->world_size);
+        return NULL;
+    }
+    if (local_size < m->world_size && !hd_registry_has_store(r)) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_INVALID,
+                      "heap \"%s\" spans nodes (local_size %u < world_size %u) but this heapd has no store: set "
+                      "`store = redis://HOST:PORT` in heapd.conf on every node",
+                      m->heap, local_size, m->world_size);
+        return NULL;
+    }
+    ap.ranks = local_size;
     ap.chunk_size = pick(rp ? rp->chunk_size : 0, cfg->chunk_size);
     ap.min_block = pick(rp ? rp->min_block : 0, cfg->min_block);
     ap.va_size = pick(rp ? rp->va_size : 0, cfg->va_size);
@@ -483,7 +503,7 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_conn *c, 
         hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap parameters rejected: %s", why);
         return NULL;
     }
-    if (quota_check(r, m->heap, hd_conn_uid(c), 0, ap.initial_size * m->world_size, why, sizeof why)) {
+    if (quota_check(r, m->heap, hd_conn_uid(c), 0, ap.initial_size * local_size, why, sizeof why)) {
         hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_QUOTA, "%s", why);
         return NULL;
     }
@@ -499,6 +519,8 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_conn *c, 
     h->reg = r;
     snprintf(h->name, sizeof h->name, "%s", m->heap);
     h->world_size = m->world_size;
+    h->local_size = local_size;
+    snprintf(h->job, sizeof h->job, "%s", m->job && m->job[0] ? m->job : "0");
     h->ap = ap;
     h->timeout_ms = pick(rp ? rp->collect_timeout_ms : 0, cfg->collect_timeout_ms);
     h->epoch = r->next_epoch++;
@@ -510,7 +532,8 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_conn *c, 
     r->heaps = h;
     r->nheaps++;
     char b1[32], b2[32], b3[32];
-    hd_info("heap \"%s\" created: %u ranks, chunk %s, initial %s, va %s, policy %s", h->name, h->world_size,
+    hd_info("heap \"%s\" created: %u ranks (%u here), chunk %s, initial %s, va %s, policy %s", h->name,
+            h->world_size, h->local_size,
             human(ap.chunk_size, b1, sizeof b1), human(ap.initial_size, b2, sizeof b2),
             human(ap.va_size, b3, sizeof b3), ha_policy_name(ap.policy));
     return h;
@@ -521,6 +544,16 @@ static bool params_differ(const hd_heap *h, const Heapd__Attach *m, char *why, s
 {
     if (m->world_size != h->world_size) {
         snprintf(why, len, "world_size %u differs from the heap's %u", m->world_size, h->world_size);
+        return true;
+    }
+    uint32_t ls = m->local_size ? m->local_size : m->world_size;
+    if (ls != h->local_size) {
+        snprintf(why, len, "local_size %u differs from the heap's %u", ls, h->local_size);
+        return true;
+    }
+    const char *job = m->job && m->job[0] ? m->job : "0";
+    if (strcmp(job, h->job)) {
+        snprintf(why, len, "job \"%s\" differs from the heap's \"%s\"", job, h->job);
         return true;
     }
     const Heapd__HeapParams *p = m->params;
@@ -603,7 +636,15 @@ void hd_heap_attach(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Attach
                       m->rank, h->name, (long)k->pid);
         return;
     }
+    if (!k->joined && h->njoined == h->local_size) {
+        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_INVALID,
+                      "heap \"%s\" already has its %u local rank(s) on this node; rank %u must attach to the heapd "
+                      "of its own node, or local_size is wrong",
+                      h->name, h->local_size, m->rank);
+        return;
+    }
     if (!k->joined) {
+        k->lidx = h->njoined;
         k->device = device;
         snprintf(k->uuid, sizeof k->uuid, "%s", m->device_uuid ? m->device_uuid : "");
         ha_stats st;
@@ -643,15 +684,15 @@ void hd_heap_attach(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Attach
     h->nattached++;
     b->heap = h;
     b->rank = m->rank;
-    hd_info("heap \"%s\": rank %u attached (pid %ld, %u of %u ranks)", h->name, m->rank, (long)k->pid,
-            h->nattached, h->world_size);
+    hd_info("heap \"%s\": rank %u attached (pid %ld, %u of %u local ranks)", h->name, m->rank, (long)k->pid,
+            h->nattached, h->local_size);
     if (h->formed) {
         send_attach_reply(h, m->rank, id);
         return;
     }
     k->attach_wait = true;
     k->attach_id = id;
-    if (h->njoined == h->world_size) {
+    if (h->njoined == h->local_size) {
         h->formed = true;
         uv_timer_stop(&h->timer);
         for (uint32_t q = 0; q < h->world_size; q++)
@@ -772,7 +813,7 @@ void hd_heap_collect(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Colle
         return;
     }
     for (uint32_t q = 0; q < h->world_size; q++)
-        if (!h->ranks[q].conn) {
+        if (h->ranks[q].joined && !h->ranks[q].conn) {
             char msg[512];
             snprintf(msg, sizeof msg,
                      "collect on heap \"%s\" cannot complete: rank %u is not connected (pid %ld disconnected "
@@ -802,7 +843,7 @@ void hd_heap_collect(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Colle
     k->in_collect = true;
     k->collect_id = id;
     h->coll_waiting++;
-    if (h->coll_waiting == h->world_size)
+    if (h->coll_waiting == h->local_size)
         collect_finish(h);
 }
 
@@ -828,10 +869,12 @@ static int grow(hd_heap *h, uint32_t chunks, char *err, size_t errlen)
     ha_stats st;
     ha_get_stats(h->core, &st);
     uint32_t have = (uint32_t)(st.mapped / h->ap.chunk_size);
-    if (quota_check(h->reg, h->name, h->owner, st.mapped * h->world_size,
-                    (uint64_t)chunks * h->ap.chunk_size * h->world_size, err, errlen))
+    if (quota_check(h->reg, h->name, h->owner, st.mapped * h->local_size,
+                    (uint64_t)chunks * h->ap.chunk_size * h->local_size, err, errlen))
         return -2;
     for (uint32_t q = 0; q < h->world_size; q++) {
+        if (!h->ranks[q].joined)
+            continue;
         if (rank_add_chunks(h, &h->ranks[q], have + chunks, err, errlen)) {
             for (uint32_t p = 0; p <= q; p++)
                 rank_trim_chunks(h, &h->ranks[p], have);
@@ -847,7 +890,7 @@ static int grow(hd_heap *h, uint32_t chunks, char *err, size_t errlen)
     char b1[32], b2[32];
     hd_info("heap \"%s\" grew from %s to %s per rank (%u chunk%s on each of %u ranks)", h->name,
             human(st.mapped, b1, sizeof b1), human(st.mapped + (uint64_t)chunks * h->ap.chunk_size, b2, sizeof b2),
-            chunks, chunks == 1 ? "" : "s", h->world_size);
+            chunks, chunks == 1 ? "" : "s", h->local_size);
     return 0;
 }
 
@@ -1017,7 +1060,7 @@ void hd_heap_free(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Free *m)
         return;
     }
     for (size_t i = 0; i < m->n_offsets; i++)
-        if (!ha_rank_holds(h->core, b->rank, m->offsets[i])) {
+        if (!ha_rank_holds(h->core, h->ranks[b->rank].lidx, m->offsets[i])) {
             hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_NOT_HELD,
                           "free of offset %llu: rank %u holds no block there (never allocated, or already freed); "
                           "none of the %zu offsets in this batch were freed",
@@ -1043,7 +1086,7 @@ void hd_heap_free(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Free *m)
         free(s);
     }
     for (size_t i = 0; i < m->n_offsets; i++)
-        ha_free(h->core, b->rank, m->offsets[i]);
+        ha_free(h->core, h->ranks[b->rank].lidx, m->offsets[i]);
     heap_publish(h);
     Heapd__FreeReply fr = HEAPD__FREE_REPLY__INIT;
     fr.accepted = (uint32_t)m->n_offsets;
@@ -1188,23 +1231,29 @@ void hd_heap_stats(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Stats *
         s->epoch = h->epoch;
         s->collect_pending = h->collect_at != UINT64_MAX;
         s->pending_collect_seq = s->collect_pending ? h->collect_at : 0;
-        uint64_t fb = 0, tb = 0;
-        char err[256];
-        int dev = h->world_size ? h->ranks[0].device : 0;
-        if (hb_meminfo(r->be, dev, &fb, &tb, err, sizeof err) == 0) {
-            s->device_free = fb;
-            s->device_total = tb;
-        }
+        /* Device memory: the latest sample (the meminfo timer). */
+        for (uint32_t q = 0; q < h->world_size; q++)
+            if (h->ranks[q].joined) {
+                s->device_free = h->ranks[q].dev_free;
+                s->device_total = h->ranks[q].dev_total;
+                break;
+            }
         s->ranks = &rsp[j];
-        s->n_ranks = h->world_size;
-        for (uint32_t q = 0; q < h->world_size; q++, j++) {
+        s->n_ranks = 0;
+        for (uint32_t q = 0; q < h->world_size; q++) {
+            /* A multi-node heap lists the ranks served here. */
+            if (h->local_size < h->world_size && !h->ranks[q].joined)
+                continue;
+            s->n_ranks++;
             heapd__rank_stats__init(&rs[j]);
             rsp[j] = &rs[j];
             rs[j].rank = q;
             rs[j].attached = h->ranks[q].conn != NULL;
-            ha_rank_stats(h->core, q, &rs[j].live_bytes, &rs[j].released_bytes);
+            if (h->ranks[q].joined)
+                ha_rank_stats(h->core, h->ranks[q].lidx, &rs[j].live_bytes, &rs[j].released_bytes);
             rs[j].next_seq = h->ranks[q].next_seq;
             rs[j].pid = (uint32_t)h->ranks[q].pid;
+            j++;
         }
         hsp[i] = s;
         i++;

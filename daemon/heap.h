@@ -34,6 +34,8 @@ void hd_registry_destroy(hd_registry *r);
 uint32_t hd_registry_heaps(const hd_registry *r);
 /* Replace the heap defaults (SIGHUP); existing heaps keep their parameters. */
 void hd_registry_set_config(hd_registry *r, const hd_config *cfg);
+/* 1 if heaps may span nodes (a store is configured). */
+int hd_registry_has_store(const hd_registry *r);
 
 void hd_heap_attach(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Attach *m);
 void hd_heap_alloc(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Alloc *m);
