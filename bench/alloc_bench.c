@@ -1,0 +1,436 @@
+/* alloc_bench - the allocator core (daemon/alloc.h) on the CPU.
+ *
+ *   alloc_bench [--json FILE] [--quick] [--ranks R]
+ *
+ * 1. Cost: ns per alloc + free-on-every-rank pair with 10^3, 10^5 and 10^6
+ *    live blocks of mixed small sizes, both policies. The live set is built
+ *    first (not timed); then each timed cycle frees a random live block on
+ *    every rank and allocates a new one through the alloc protocol, with an
+ *    explicit collect every COLLECT_EVERY cycles (plus those the allocator
+ *    asks for). Growth during the timed part is counted in the time.
+ * 2. Footprint: both policies on the seed review's two models and on random
+ *    multi-rank traces (mapped, growths, collects), one table at the end:
+ *    figure | seed | coalesce | ratio (coalesce / seed).
+ *
+ * Prints the tables; --json FILE also writes them as JSON. Exit 0, or 1 on
+ * an allocator error (printed).
+ */
+#include "alloc.h"
+#include "size.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define KiB ((uint64_t)1 << 10)
+#define MiB ((uint64_t)1 << 20)
+#define GiB ((uint64_t)1 << 30)
+#define COLLECT_EVERY 4096
+
+static const ha_policy policies[2] = {HA_POLICY_SEED, HA_POLICY_COALESCE};
+
+static void die(const char *what, int rc)
+{
+    fprintf(stderr, "alloc_bench: %s: %s\n", what, ha_strerror(rc));
+    exit(1);
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t x = *s; /* xorshift64* */
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 2685821657736338717ull;
+}
+
+static uint64_t rng_below(uint64_t *s, uint64_t n)
+{
+    return n ? rng_next(s) % n : 0;
+}
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static ha_heap *mk(ha_policy pol, uint32_t ranks, uint64_t chunk, uint64_t initial, uint64_t va,
+                   uint64_t min_block)
+{
+    ha_params p = {.ranks = ranks,
+                   .chunk_size = chunk,
+                   .initial_size = initial,
+                   .va_size = va,
+                   .min_block = min_block,
+                   .policy = pol};
+    char err[256];
+    ha_heap *h = NULL;
+    if (ha_create(&p, &h, err, sizeof err) != HA_OK) {
+        fprintf(stderr, "alloc_bench: cannot create a heap: %s\n", err);
+        exit(1);
+    }
+    return h;
+}
+
+/* The alloc protocol of alloc.h; every collect is a collect on every rank. */
+static uint64_t alloc_loop(ha_heap *h, uint64_t size)
+{
+    ha_alloc_result res;
+    for (int step = 0; step < 8; step++) {
+        int rc = ha_alloc(h, size, &res);
+        if (rc == HA_NEED_COLLECT) {
+            if ((rc = ha_collect(h, NULL, NULL)) != HA_OK)
+                die("ha_collect", rc);
+            continue;
+        }
+        if (rc == HA_NEED_GROW) {
+            if ((rc = ha_grow(h, res.grow_chunks)) != HA_OK)
+                die("ha_grow", rc);
+            continue;
+        }
+        if (rc != HA_OK)
+            die("ha_alloc", rc);
+        return res.offset;
+    }
+    fprintf(stderr, "alloc_bench: the alloc protocol did not finish in 8 steps\n");
+    exit(1);
+}
+
+static void free_all_ranks(ha_heap *h, uint32_t ranks, uint64_t off)
+{
+    for (uint32_t r = 0; r < ranks; r++) {
+        int rc = ha_free(h, r, off);
+        if (rc != HA_OK)
+            die("ha_free", rc);
+    }
+}
+
+/* Mixed small sizes: 1 B .. 16 KiB, log-uniform (skewed small). */
+static uint64_t small_size(uint64_t *rs)
+{
+    return 1 + rng_below(rs, (uint64_t)1 << (6 + rng_below(rs, 9)));
+}
+
+/* ---- 1. cost per pair --------------------------------------------------- */
+
+typedef struct cost_row {
+    ha_policy pol;
+    uint64_t live;
+    uint64_t iters;
+    double ns_per_pair;
+    uint64_t collects; /* during the timed part */
+    uint64_t growths;  /* during the timed part */
+    uint64_t mapped;
+    size_t mem;        /* bookkeeping bytes at the end */
+} cost_row;
+
+static cost_row bench_cost(ha_policy pol, uint32_t ranks, uint64_t live, uint64_t iters)
+{
+    /* Room for the live set several times over: 10^6 blocks of <= 16 KiB. */
+    uint64_t chunk = 64 * MiB;
+    uint64_t need = live * 8 * KiB * 2;
+    uint64_t initial = (need + chunk - 1) / chunk * chunk;
+    ha_heap *h = mk(pol, ranks, chunk, initial, 256 * GiB, 512);
+    uint64_t *offs = malloc(live * sizeof *offs);
+    if (offs == NULL) {
+        fprintf(stderr, "alloc_bench: out of memory for %" PRIu64 " offsets\n", live);
+        exit(1);
+    }
+    uint64_t rs = 0x1234567ull + live;
+    for (uint64_t i = 0; i < live; i++)
+        offs[i] = alloc_loop(h, small_size(&rs));
+    ha_collect(h, NULL, NULL);
+    ha_stats s0, s1;
+    ha_get_stats(h, &s0);
+    double t0 = now_ns();
+    for (uint64_t i = 0; i < iters; i++) {
+        uint64_t k = rng_below(&rs, live);
+        free_all_ranks(h, ranks, offs[k]);
+        offs[k] = alloc_loop(h, small_size(&rs));
+        if (i % COLLECT_EVERY == COLLECT_EVERY - 1)
+            ha_collect(h, NULL, NULL);
+    }
+    double t1 = now_ns();
+    ha_get_stats(h, &s1);
+    cost_row row = {.pol = pol,
+                    .live = live,
+                    .iters = iters,
+                    .ns_per_pair = (t1 - t0) / (double)iters,
+                    .collects = s1.collects - s0.collects,
+                    .growths = s1.growths - s0.growths,
+                    .mapped = s1.mapped,
+                    .mem = ha_memory_usage(h)};
+    free(offs);
+    ha_destroy(h);
+    return row;
+}
+
+/* ---- 2. footprint ------------------------------------------------------- */
+
+typedef struct fig {
+    uint64_t mapped, growths, collects;
+} fig;
+
+static fig fig_of(ha_heap *h)
+{
+    ha_stats s;
+    ha_get_stats(h, &s);
+    return (fig){s.mapped, s.growths, s.collects};
+}
+
+/* The seed review's models: 1 rank, 256 MiB chunk and initial extent. */
+static fig run_model(ha_policy pol, int which)
+{
+    ha_heap *h = mk(pol, 1, 256 * MiB, 256 * MiB, 4 * GiB, 512);
+    if (which == 1) {
+        for (int i = 0; i < 1000; i++)
+            free_all_ranks(h, 1, alloc_loop(h, 1 * MiB));
+        alloc_loop(h, 128 * MiB);
+    } else {
+        for (int step = 0; step < 20000; step++) {
+            free_all_ranks(h, 1, alloc_loop(h, 1 * MiB));
+            if (step % 100 == 0)
+                alloc_loop(h, 512 * KiB);
+        }
+        alloc_loop(h, 64 * MiB);
+    }
+    fig f = fig_of(h);
+    ha_destroy(h);
+    return f;
+}
+
+typedef struct rblock {
+    uint64_t off;
+    uint32_t nheld;
+    uint8_t *held;
+} rblock;
+
+/* A random multi-rank trace: allocations (1 B .. max_size, log-uniform),
+ * every rank frees each block at its own random time, no explicit collects.
+ * The operations depend only on the RNG and on which ranks still hold which
+ * blocks, never on offsets: both policies replay the same trace. */
+static fig run_random(ha_policy pol, uint32_t ranks, uint64_t steps, uint64_t max_size,
+                      uint64_t target_live, uint64_t seed)
+{
+    /* A heap a few times the live set: 16 MiB chunks, 64 MiB to start. */
+    ha_heap *h = mk(pol, ranks, 16 * MiB, 64 * MiB, 64 * GiB, 512);
+    rblock *live = calloc(target_live * 4 + 16, sizeof *live);
+    uint8_t *held = calloc((target_live * 4 + 16) * ranks, 1);
+    if (!live || !held) {
+        fprintf(stderr, "alloc_bench: out of memory\n");
+        exit(1);
+    }
+    size_t nlive = 0, cap = target_live * 4 + 16;
+    unsigned max_bits = 0;
+    while (((uint64_t)1 << max_bits) < max_size)
+        max_bits++;
+    uint64_t rs = seed;
+    for (uint64_t step = 0; step < steps; step++) {
+        uint64_t r = rng_below(&rs, 1000);
+        uint64_t p_alloc = 1000 * (nlive < target_live ? 3 : 1) / (2 * (ranks + 1));
+        if ((r < p_alloc && nlive < cap) || nlive == 0) {
+            uint64_t size = 1 + rng_below(&rs, (uint64_t)1 << rng_below(&rs, max_bits + 1));
+            if (size > max_size)
+                size = max_size;
+            rblock *b = &live[nlive];
+            b->held = held + nlive * ranks;
+            memset(b->held, 1, ranks);
+            b->nheld = ranks;
+            b->off = alloc_loop(h, size);
+            nlive++;
+        } else {
+            size_t k = (size_t)rng_below(&rs, nlive);
+            rblock *b = &live[k];
+            uint32_t q;
+            do
+                q = (uint32_t)rng_below(&rs, ranks);
+            while (!b->held[q]);
+            int rc = ha_free(h, q, b->off);
+            if (rc != HA_OK)
+                die("ha_free", rc);
+            b->held[q] = 0;
+            if (--b->nheld == 0) {
+                /* Keep slot k's held bytes with slot k: copy the last in. */
+                nlive--;
+                if (k != nlive) {
+                    live[k].off = live[nlive].off;
+                    live[k].nheld = live[nlive].nheld;
+                    memcpy(live[k].held, live[nlive].held, ranks);
+                }
+            }
+        }
+    }
+    fig f = fig_of(h);
+    ha_destroy(h);
+    free(live);
+    free(held);
+    return f;
+}
+
+/* ---- output ------------------------------------------------------------- */
+
+typedef struct fig_row {
+    char name[64];
+    uint64_t v[2]; /* seed, coalesce */
+} fig_row;
+
+static void ratio_str(uint64_t seed, uint64_t co, char *buf, size_t len)
+{
+    if (seed == 0)
+        snprintf(buf, len, "%s", co == 0 ? "1.00" : "-");
+    else
+        snprintf(buf, len, "%.2f", (double)co / (double)seed);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: alloc_bench [--json FILE] [--quick] [--ranks R]\n"
+               "  --json FILE  also write the results as JSON to FILE\n"
+               "  --quick      fewer iterations and no 10^6 live-block run (smoke test)\n"
+               "  --ranks R    ranks in the cost benchmark (default 4)\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *json = NULL;
+    int quick = 0;
+    uint32_t ranks = 4;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
+            json = argv[++i];
+        } else if (strcmp(argv[i], "--quick") == 0) {
+            quick = 1;
+        } else if (strcmp(argv[i], "--ranks") == 0 && i + 1 < argc) {
+            char *end;
+            unsigned long v = strtoul(argv[++i], &end, 10);
+            if (*end || v < 1 || v > 64) {
+                fprintf(stderr, "alloc_bench: --ranks takes 1..64, not '%s'\n", argv[i]);
+                return 2;
+            }
+            ranks = (uint32_t)v;
+        } else if (strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "alloc_bench: unknown argument '%s'; run alloc_bench --help\n",
+                    argv[i]);
+            return 2;
+        }
+    }
+
+    /* 1. cost */
+    const uint64_t lives[3] = {1000, 100000, 1000000};
+    int nlives = quick ? 2 : 3;
+    uint64_t iters = quick ? 50000 : 1000000;
+#ifdef HEAPD_DEBUG
+    /* Debug and sanitizer builds validate the whole heap after every call:
+     * the cost table would measure that, and take hours. */
+    printf("alloc_bench: debug build (HEAPD_DEBUG): timings are not meaningful; smoke run "
+           "only. Build without DEBUG/SANITIZE for figures.\n");
+    quick = 1;
+    nlives = 1;
+    iters = 2000;
+#endif
+    cost_row cost[6];
+    int ncost = 0;
+    printf("alloc_bench: ns per alloc + free on all %u ranks (sizes 1 B..16 KiB, collect every "
+           "%d cycles)\n",
+           ranks, COLLECT_EVERY);
+    printf("%-9s %9s %10s %12s %9s %8s %12s %12s\n", "policy", "live", "cycles", "ns/pair",
+           "collects", "growths", "mapped", "bookkeeping");
+    for (int li = 0; li < nlives; li++) {
+        for (int pi = 0; pi < 2; pi++) {
+            cost_row c = bench_cost(policies[pi], ranks, lives[li], iters);
+            cost[ncost++] = c;
+            char m[HS_SIZE_BUFLEN], mem[HS_SIZE_BUFLEN];
+            hs_format_size(c.mapped, m, sizeof m);
+            snprintf(mem, sizeof mem, "%.1f MiB", (double)c.mem / (double)MiB);
+            printf("%-9s %9" PRIu64 " %10" PRIu64 " %12.1f %9" PRIu64 " %8" PRIu64 " %12s %12s\n",
+                   ha_policy_name(c.pol), c.live, c.iters, c.ns_per_pair, c.collects, c.growths,
+                   m, mem);
+            fflush(stdout);
+        }
+    }
+
+    /* 2. footprint */
+    fig_row rows[32];
+    int nrows = 0;
+    struct {
+        const char *name;
+        int model;
+        uint32_t ranks;
+        uint64_t steps, max_size, live, seed;
+    } runs[] = {
+        {"model1", 1, 1, 0, 0, 0, 0},
+        {"model2", 2, 1, 0, 0, 0, 0},
+        {"random r2 <=1MiB", 0, 2, 200000, 1 * MiB, 300, 3},
+        {"random r4 <=4MiB", 0, 4, 200000, 4 * MiB, 200, 1},
+        {"random r8 <=64KiB", 0, 8, 400000, 64 * KiB, 4000, 2},
+    };
+    for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++) {
+        fig f[2];
+        for (int pi = 0; pi < 2; pi++) {
+            if (runs[ri].model)
+                f[pi] = run_model(policies[pi], runs[ri].model);
+            else
+                f[pi] = run_random(policies[pi], runs[ri].ranks,
+                                   quick ? runs[ri].steps / 10 : runs[ri].steps,
+                                   runs[ri].max_size, runs[ri].live, runs[ri].seed);
+        }
+        const char *what[3] = {"mapped", "growths", "collects"};
+        for (int k = 0; k < 3; k++) {
+            fig_row *r = &rows[nrows++];
+            snprintf(r->name, sizeof r->name, "%s %s", runs[ri].name, what[k]);
+            r->v[0] = k == 0 ? f[0].mapped : k == 1 ? f[0].growths : f[0].collects;
+            r->v[1] = k == 0 ? f[1].mapped : k == 1 ? f[1].growths : f[1].collects;
+        }
+    }
+    printf("\nalloc_bench: footprint, seed vs coalesce (ratio = coalesce / seed)\n");
+    printf("%-28s %14s %14s %8s\n", "figure", "seed", "coalesce", "ratio");
+    for (int i = 0; i < nrows; i++) {
+        char ratio[32];
+        ratio_str(rows[i].v[0], rows[i].v[1], ratio, sizeof ratio);
+        printf("%-28s %14" PRIu64 " %14" PRIu64 " %8s\n", rows[i].name, rows[i].v[0],
+               rows[i].v[1], ratio);
+    }
+
+    if (json) {
+        FILE *f = fopen(json, "w");
+        if (f == NULL) {
+            perror("alloc_bench: cannot write the JSON file");
+            return 1;
+        }
+        fprintf(f, "{\n  \"bench\": \"alloc_bench\",\n  \"ranks\": %u,\n  \"quick\": %s,\n",
+                ranks, quick ? "true" : "false");
+        fprintf(f, "  \"cost\": [\n");
+        for (int i = 0; i < ncost; i++)
+            fprintf(f,
+                    "    {\"policy\": \"%s\", \"live\": %" PRIu64 ", \"cycles\": %" PRIu64
+                    ", \"ns_per_pair\": %.1f, \"collects\": %" PRIu64 ", \"growths\": %" PRIu64
+                    ", \"mapped\": %" PRIu64 ", \"bookkeeping_bytes\": %zu}%s\n",
+                    ha_policy_name(cost[i].pol), cost[i].live, cost[i].iters,
+                    cost[i].ns_per_pair, cost[i].collects, cost[i].growths, cost[i].mapped,
+                    cost[i].mem, i + 1 < ncost ? "," : "");
+        fprintf(f, "  ],\n  \"figures\": [\n");
+        for (int i = 0; i < nrows; i++) {
+            char ratio[32];
+            ratio_str(rows[i].v[0], rows[i].v[1], ratio, sizeof ratio);
+            fprintf(f,
+                    "    {\"figure\": \"%s\", \"seed\": %" PRIu64 ", \"coalesce\": %" PRIu64
+                    ", \"ratio\": %s}%s\n",
+                    rows[i].name, rows[i].v[0], rows[i].v[1],
+                    strcmp(ratio, "-") == 0 ? "null" : ratio, i + 1 < nrows ? "," : "");
+        }
+        fprintf(f, "  ]\n}\n");
+        if (fclose(f) != 0) {
+            perror("alloc_bench: cannot write the JSON file");
+            return 1;
+        }
+    }
+    return 0;
+}
