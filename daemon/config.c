@@ -2,11 +2,13 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <ini.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <grp.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "size.h"
@@ -26,6 +28,16 @@ void hd_config_defaults(hd_config *c)
     c->collect_timeout_ms = 30000;
     c->max_clients = 1024;
     c->admin_gid = -1;
+    char host[256] = "node";
+    gethostname(host, sizeof host - 1);
+    size_t j = 0;
+    for (size_t i = 0; host[i] && j < sizeof c->node - 1; i++)
+        if ((host[i] >= 'a' && host[i] <= 'z') || (host[i] >= 'A' && host[i] <= 'Z') ||
+            (host[i] >= '0' && host[i] <= '9') || host[i] == '.' || host[i] == '_' || host[i] == '-')
+            c->node[j++] = host[i];
+    c->node[j] = 0;
+    if (!j)
+        snprintf(c->node, sizeof c->node, "node");
     c->meminfo_interval_ms = 1000;
 }
 
@@ -124,6 +136,31 @@ static int handler(void *user, const char *section, const char *name, const char
     }
     SIZE_KEY("quota_heap", quota_heap, 0)
     SIZE_KEY("quota_uid", quota_uid, 0)
+    if (!strcmp(name, "store")) {
+        if (value[0] && (strncmp(value, "redis://", 8) || strlen(value) >= sizeof c->store || !value[8])) {
+            snprintf(st->msg, sizeof st->msg, "store: \"%s\" is not redis://HOST:PORT (or empty for a single node)",
+                     value);
+            return 0;
+        }
+        snprintf(c->store, sizeof c->store, "%s", value);
+        return 1;
+    }
+    if (!strcmp(name, "node")) {
+        size_t n = strlen(value);
+        if (n == 0)
+            return 1; /* empty: the host name */
+        bool okname = n >= 1 && n < sizeof c->node;
+        for (size_t i = 0; okname && i < n; i++)
+            okname = (value[i] >= 'a' && value[i] <= 'z') || (value[i] >= 'A' && value[i] <= 'Z') ||
+                     (value[i] >= '0' && value[i] <= '9') || value[i] == '.' || value[i] == '_' ||
+                     value[i] == '-';
+        if (!okname) {
+            snprintf(st->msg, sizeof st->msg, "node: \"%s\" must be 1 to 64 of A-Z a-z 0-9 . _ -", value);
+            return 0;
+        }
+        snprintf(c->node, sizeof c->node, "%s", value);
+        return 1;
+    }
     if (!strcmp(name, "admin_group")) {
         if (!value[0]) {
             c->admin_group[0] = 0;

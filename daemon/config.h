@@ -38,6 +38,10 @@ typedef struct hd_config {
     /* Quotas in bytes of chunk memory (every rank's chunks); 0: none. */
     uint64_t quota_heap;
     uint64_t quota_uid;
+    /* Several nodes: the store that reconciles collects ("" : single node)
+     * and this node's name in it (default: the host name). */
+    char store[256];
+    char node[65];
     uint32_t meminfo_interval_ms;   /* device memory sampling period */
 } hd_config;
 

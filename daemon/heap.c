@@ -12,6 +12,7 @@
 #include "log.h"
 #include "size.h"
 #include "statuspage.h"
+#include "store.h"
 
 #define HD_NAME_MAX 255
 #define HD_LOG_TRIM 4096
@@ -75,6 +76,19 @@ struct hd_heap {
     bool coll_active;
     uint64_t coll_seq;
     uint32_t coll_waiting;
+    /* Cross-node collect (local_size < world_size). */
+    uint64_t cnum;            /* store collect number of the collect in progress */
+    uint64_t cnum_seq, cnum_sub; /* collects started at allocation cnum_seq so far */
+    bool store_wait;          /* every local rank arrived; waiting for the store */
+    /* Cross-node forced collect: agreement on the allocation number. */
+    bool frozen;              /* no new decisions until the agreement returns */
+    bool force_busy;
+    uint32_t force_queued;
+    uint64_t force_count;
+    struct held_alloc { hd_conn *conn; uint64_t id, seq, size; } *held;
+    size_t nheld, capheld;
+    hd_conn *force_conn;      /* heapctl waiting for the agreed point */
+    uint64_t force_id;
     uv_timer_t timer;         /* attach and collect timeouts */
     bool timer_attach;
     hd_heap *next;
@@ -211,6 +225,7 @@ static void heap_destroy(hd_heap *h)
             human(released, b1, sizeof b1));
     free(h->ranks);
     free(h->log);
+    free(h->held);
     ha_destroy(h->core);
     uv_timer_stop(&h->timer);
     uv_close((uv_handle_t *)&h->timer, timer_closed);
@@ -707,8 +722,14 @@ void hd_heap_attach(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Attach
 
 /* ---- collect ----------------------------------------------------------------- */
 
+static bool multi(const hd_heap *h) { return h->local_size < h->world_size; }
+
 static void collect_fail(hd_heap *h, Heapd__ErrCode code, const char *msg)
 {
+    /* Tell the other nodes, unless the failure came from the store. */
+    if (multi(h) && h->coll_active && code != HEAPD__ERR_CODE__ERR_STORE && h->reg->store)
+        hd_store_collect_abort(h->reg->store, h->name, h->job, h->cnum, msg);
+    h->store_wait = false;
     for (uint32_t q = 0; q < h->world_size; q++) {
         hd_rank *k = &h->ranks[q];
         if (k->in_collect) {
@@ -722,10 +743,8 @@ static void collect_fail(hd_heap *h, Heapd__ErrCode code, const char *msg)
     uv_timer_stop(&h->timer);
 }
 
-static void collect_finish(hd_heap *h)
+static void collect_reply_all(hd_heap *h, uint64_t blocks, uint64_t bytes)
 {
-    uint64_t blocks = 0, bytes = 0;
-    ha_collect(h->core, &blocks, &bytes);
     if (h->collect_at == h->coll_seq) {
         h->collect_at = UINT64_MAX;
         h->forced = false;
@@ -752,8 +771,129 @@ static void collect_finish(hd_heap *h)
     }
     h->coll_active = false;
     h->coll_waiting = 0;
+    h->store_wait = false;
     uv_timer_stop(&h->timer);
     heap_publish(h);
+}
+
+/* Identifies a heap across an asynchronous store call (it may be destroyed
+ * meanwhile). */
+typedef struct heap_ref {
+    hd_registry *reg;
+    char name[HD_NAME_MAX + 1];
+    uint64_t epoch;
+} heap_ref;
+
+static heap_ref *heap_ref_new(hd_heap *h)
+{
+    heap_ref *x = malloc(sizeof *x);
+    if (x) {
+        x->reg = h->reg;
+        snprintf(x->name, sizeof x->name, "%s", h->name);
+        x->epoch = h->epoch;
+    }
+    return x;
+}
+
+static hd_heap *heap_find(hd_registry *r, const char *name);
+
+static hd_heap *heap_ref_get(heap_ref *x)
+{
+    hd_heap *h = heap_find(x->reg, x->name);
+    return h && h->epoch == x->epoch ? h : NULL;
+}
+
+static uint32_t store_ttl_s(const hd_heap *h)
+{
+    uint32_t t = h->timeout_ms / 100; /* 10x the timeout */
+    return t < 60 ? 60 : t;
+}
+
+static size_t local_ranks(const hd_heap *h, uint32_t *out)
+{
+    size_t n = 0;
+    for (uint32_t q = 0; q < h->world_size; q++)
+        if (h->ranks[q].joined)
+            out[n++] = q;
+    return n;
+}
+
+static Heapd__ErrCode store_code(const char *msg)
+{
+    if (strstr(msg, "timed out"))
+        return HEAPD__ERR_CODE__ERR_TIMEOUT;
+    if (strstr(msg, "disconnected") || strstr(msg, "detached"))
+        return HEAPD__ERR_CODE__ERR_PEER_GONE;
+    if (strstr(msg, "asymmetric"))
+        return HEAPD__ERR_CODE__ERR_ASYMMETRY;
+    return HEAPD__ERR_CODE__ERR_STORE;
+}
+
+static void store_collect_cb(void *arg, int status, const char *errmsg, const uint64_t *offsets, size_t n)
+{
+    heap_ref *x = arg;
+    hd_heap *h = heap_ref_get(x);
+    free(x);
+    if (!h || !h->store_wait)
+        return;
+    h->store_wait = false;
+    if (status < 0) {
+        Heapd__ErrCode code = store_code(errmsg ? errmsg : "");
+        hd_warn("heap \"%s\": cross-node collect failed: %s", h->name, errmsg ? errmsg : "store error");
+        /* Every node got this same answer: nothing to tell the store. */
+        h->coll_active = false;
+        for (uint32_t q = 0; q < h->world_size; q++) {
+            hd_rank *k = &h->ranks[q];
+            if (k->in_collect) {
+                k->in_collect = false;
+                if (k->conn)
+                    hd_conn_error(k->conn, k->collect_id, code, "%s", errmsg ? errmsg : "store error");
+            }
+        }
+        h->coll_waiting = 0;
+        return;
+    }
+    uint64_t bytes = 0;
+    if (ha_collect_apply(h->core, offsets, n, &bytes) != HA_OK) {
+        collect_fail(h, HEAPD__ERR_CODE__ERR_STORE,
+                     "the store's collect result holds offsets this node did not release: the nodes disagree "
+                     "(different heap parameters or allocation sequences?); restart the job");
+        return;
+    }
+    collect_reply_all(h, n, bytes);
+}
+
+static void collect_finish(hd_heap *h)
+{
+    if (!multi(h)) {
+        uint64_t blocks = 0, bytes = 0;
+        ha_collect(h->core, &blocks, &bytes);
+        collect_reply_all(h, blocks, bytes);
+        return;
+    }
+    char err[512];
+    uint64_t *offs = NULL;
+    size_t n = 0;
+    uint32_t *lr = calloc(h->world_size, sizeof *lr);
+    heap_ref *x = heap_ref_new(h);
+    if (!lr || !x || ha_collect_candidates(h->core, &offs, &n) != HA_OK) {
+        free(lr);
+        free(x);
+        collect_fail(h, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        return;
+    }
+    size_t nl = local_ranks(h, lr);
+    uv_timer_stop(&h->timer);
+    h->store_wait = true;
+    int rc = hd_store_collect(h->reg->store, h->name, h->job, h->cnum, h->world_size, lr, nl, offs, n,
+                              h->timeout_ms, store_ttl_s(h), store_collect_cb, x, err, sizeof err);
+    free(lr);
+    free(offs);
+    if (rc < 0) {
+        free(x);
+        h->store_wait = false;
+        collect_fail(h, HEAPD__ERR_CODE__ERR_STORE, err);
+    }
 }
 
 static void heap_timeout(uv_timer_t *t)
@@ -838,6 +978,13 @@ void hd_heap_collect(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Colle
         h->coll_active = true;
         h->coll_seq = m->seq;
         h->coll_waiting = 0;
+        /* Collect number: the allocation number and how many collects
+         * started there before: the same on every node. */
+        if (h->cnum_seq != m->seq || !h->cnum_sub) {
+            h->cnum_seq = m->seq;
+            h->cnum_sub = 0;
+        }
+        h->cnum = (m->seq << 16) | (h->cnum_sub++ & 0xffff);
         arm_timer(h, false);
     }
     k->in_collect = true;
@@ -947,6 +1094,22 @@ void hd_heap_alloc(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Alloc *
     } else {
         if (h->collect_at == m->seq) {
             send_collect_needed(c, id, m->seq);
+            return;
+        }
+        if (h->frozen) {
+            /* A cross-node forced collect is agreeing on its allocation
+             * number: decide nothing new until it has. */
+            if (h->nheld == h->capheld) {
+                size_t nc = h->capheld ? h->capheld * 2 : 8;
+                struct held_alloc *nh = realloc(h->held, nc * sizeof *nh);
+                if (!nh) {
+                    hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+                    return;
+                }
+                h->held = nh;
+                h->capheld = nc;
+            }
+            h->held[h->nheld++] = (struct held_alloc){c, id, m->seq, m->size};
             return;
         }
         if (h->nlog == h->caplog) {
@@ -1099,9 +1262,21 @@ void hd_heap_free(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Free *m)
 
 /* ---- detach and disconnect ---------------------------------------------------- */
 
+static void forget_conn(hd_heap *h, const hd_conn *c)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < h->nheld; i++)
+        if (h->held[i].conn != c)
+            h->held[w++] = h->held[i];
+    h->nheld = w;
+    if (h->force_conn == c)
+        h->force_conn = NULL;
+}
+
 static void rank_leave(hd_heap *h, uint32_t rank, bool clean)
 {
     hd_rank *k = &h->ranks[rank];
+    forget_conn(h, k->conn);
     k->conn = NULL;
     k->attach_wait = false;
     h->nattached--;
@@ -1143,7 +1318,8 @@ void hd_heap_detach(hd_registry *r, hd_conn *c, uint64_t id)
 
 void hd_heap_conn_closed(hd_registry *r, hd_conn *c)
 {
-    (void)r;
+    for (hd_heap *h = r->heaps; h; h = h->next)
+        forget_conn(h, c);
     hd_binding *b = hd_conn_binding(c);
     if (!b->heap)
         return;
@@ -1153,6 +1329,138 @@ void hd_heap_conn_closed(hd_registry *r, hd_conn *c)
 }
 
 /* ---- stats and forced collect --------------------------------------------------- */
+
+#define HD_FORCE_WINDOW 4096 /* nodes may be this many allocations apart */
+
+static void force_start(hd_heap *h);
+
+static void force_reply(hd_heap *h, int ok, uint64_t at, const char *msg)
+{
+    if (!h->force_conn)
+        return;
+    if (ok) {
+        Heapd__ForceCollectReply fr = HEAPD__FORCE_COLLECT_REPLY__INIT;
+        fr.at_seq = at;
+        Heapd__Frame f = HEAPD__FRAME__INIT;
+        f.id = h->force_id;
+        f.body_case = HEAPD__FRAME__BODY_FORCE_COLLECT_REPLY;
+        f.force_collect_reply = &fr;
+        hd_conn_send(h->force_conn, &f, NULL, 0);
+    } else {
+        hd_conn_error(h->force_conn, h->force_id, HEAPD__ERR_CODE__ERR_STORE, "%s", msg);
+    }
+    h->force_conn = NULL;
+}
+
+/* Decisions may go on: replay the allocations held during the agreement. */
+static void force_thaw(hd_heap *h)
+{
+    h->frozen = false;
+    h->force_busy = false;
+    size_t n = h->nheld;
+    struct held_alloc *held = h->held;
+    h->held = NULL;
+    h->nheld = h->capheld = 0;
+    heap_ref *x = heap_ref_new(h);
+    for (size_t i = 0; i < n; i++) {
+        if (x && !heap_ref_get(x))
+            break; /* the heap went away while replaying */
+        Heapd__Alloc a = HEAPD__ALLOC__INIT;
+        a.seq = held[i].seq;
+        a.size = held[i].size;
+        hd_heap_alloc(h->reg, held[i].conn, held[i].id, &a);
+    }
+    free(held);
+    if (x && heap_ref_get(x) && h->force_queued) {
+        h->force_queued--;
+        force_start(h);
+    }
+    free(x);
+}
+
+static void force_cb(void *arg, int status, const char *errmsg, const uint64_t *offsets, size_t n)
+{
+    heap_ref *x = arg;
+    hd_heap *h = heap_ref_get(x);
+    free(x);
+    if (!h || !h->force_busy)
+        return;
+    if (status < 0 || n == 0) {
+        char msg[768];
+        snprintf(msg, sizeof msg, "forced collect of heap \"%s\" abandoned: %s", h->name,
+                 status < 0 ? (errmsg ? errmsg : "store error")
+                            : "the nodes are more than 4096 allocations apart; retry");
+        hd_warn("%s", msg);
+        force_reply(h, 0, 0, msg);
+    } else {
+        /* The smallest common point is the furthest node's position. */
+        uint64_t at = offsets[0];
+        if (at >= h->decided && (h->collect_at == UINT64_MAX || at < h->collect_at)) {
+            h->collect_at = at;
+            h->forced = true;
+        }
+        hd_info("heap \"%s\": forced collect agreed by every node at allocation %llu", h->name,
+                (unsigned long long)at);
+        force_reply(h, 1, at, NULL);
+    }
+    force_thaw(h);
+}
+
+/* Freezes decisions and asks the store for the common point: each node
+ * offers [decided, decided + window); the intersection's least element is
+ * the largest `decided` of all nodes. */
+static void force_start(hd_heap *h)
+{
+    char err[512];
+    uint32_t *lr = calloc(h->world_size, sizeof *lr);
+    uint64_t *offs = calloc(HD_FORCE_WINDOW, sizeof *offs);
+    heap_ref *x = heap_ref_new(h);
+    char inc[160];
+    snprintf(inc, sizeof inc, "%s#force", h->job);
+    if (!lr || !offs || !x) {
+        free(lr);
+        free(offs);
+        free(x);
+        hd_error("heap \"%s\": out of memory for a forced collect", h->name);
+        return;
+    }
+    for (uint64_t i = 0; i < HD_FORCE_WINDOW; i++)
+        offs[i] = h->decided + i;
+    size_t nl = local_ranks(h, lr);
+    h->force_busy = true;
+    h->frozen = true;
+    int rc = hd_store_collect(h->reg->store, h->name, inc, h->force_count++, h->world_size, lr, nl, offs,
+                              HD_FORCE_WINDOW, h->timeout_ms, store_ttl_s(h), force_cb, x, err, sizeof err);
+    free(lr);
+    free(offs);
+    if (rc < 0) {
+        free(x);
+        hd_warn("heap \"%s\": forced collect not started: %s", h->name, err);
+        force_reply(h, 0, 0, err);
+        force_thaw(h);
+    }
+}
+
+/* A force request reached this node (every node gets every request). */
+static void on_force(void *arg, const char *heap, const char *incarnation)
+{
+    hd_registry *r = arg;
+    hd_heap *h = heap_find(r, heap);
+    if (!h || !multi(h) || !h->formed || strcmp(h->job, incarnation))
+        return;
+    if (h->force_busy) {
+        h->force_queued++;
+        return;
+    }
+    force_start(h);
+}
+
+void hd_registry_set_store(hd_registry *r, hd_store *store)
+{
+    r->store = store;
+    if (store)
+        hd_store_on_force(store, on_force, r);
+}
 
 void hd_heap_force_collect(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__ForceCollect *m)
 {
@@ -1167,6 +1475,24 @@ void hd_heap_force_collect(hd_registry *r, hd_conn *c, uint64_t id, const Heapd_
                       "forcing a collect on heap \"%s\" (uid %ld) needs root or membership of heapd.conf's "
                       "admin_group; uid %ld has neither",
                       h->name, (long)h->owner, (long)hd_conn_uid(c));
+        return;
+    }
+    if (multi(h)) {
+        char err[512];
+        if (h->force_conn) {
+            hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_STATE,
+                          "a forced collect of heap \"%s\" requested here is still being agreed on; retry", h->name);
+            return;
+        }
+        if (hd_store_publish_force(r->store, h->name, h->job, err, sizeof err) < 0) {
+            hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_STORE, "%s", err);
+            return;
+        }
+        /* The reply comes once the nodes agreed on the allocation number. */
+        h->force_conn = c;
+        h->force_id = id;
+        hd_info("heap \"%s\": forced collect requested by pid %ld; asking every node", h->name,
+                (long)hd_conn_pid(c));
         return;
     }
     h->collect_at = h->decided;

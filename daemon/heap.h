@@ -34,6 +34,10 @@ void hd_registry_destroy(hd_registry *r);
 uint32_t hd_registry_heaps(const hd_registry *r);
 /* Replace the heap defaults (SIGHUP); existing heaps keep their parameters. */
 void hd_registry_set_config(hd_registry *r, const hd_config *cfg);
+struct hd_store;
+/* Heaps whose ranks span nodes reconcile collects through `store` (NULL:
+ * single node only). */
+void hd_registry_set_store(hd_registry *r, struct hd_store *store);
 /* 1 if heaps may span nodes (a store is configured). */
 int hd_registry_has_store(const hd_registry *r);
 

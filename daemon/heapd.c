@@ -14,6 +14,7 @@
 #include "log.h"
 #include "notify.h"
 #include "server.h"
+#include "store.h"
 
 static const char usage[] =
     "usage: heapd [options]\n"
@@ -40,6 +41,7 @@ typedef struct daemon_state {
     hb_backend *be;
     hd_registry *reg;
     hd_server *srv;
+    hd_store *store;
     uv_signal_t sigterm, sigint, sighup;
     uv_timer_t status;
     int stopping;
@@ -65,6 +67,11 @@ static void on_stop(uv_signal_t *s, int signum)
             signum == SIGTERM ? "SIGTERM" : "SIGINT", hd_server_clients(d->srv));
     hd_notify("STOPPING=1\nSTATUS=stopping");
     hd_server_shutdown(d->srv);
+    if (d->store) {
+        hd_registry_set_store(d->reg, NULL);
+        hd_store_close(d->store);
+        d->store = NULL;
+    }
     uv_signal_stop(&d->sigterm);
     uv_signal_stop(&d->sigint);
     uv_signal_stop(&d->sighup);
@@ -98,6 +105,10 @@ static void on_hup(uv_signal_t *s, int signum)
         hd_warn("SIGHUP: backend changed to %s; restart heapd to apply (kept %s)", n.backend, d->cfg.backend);
     if (n.max_clients != d->cfg.max_clients)
         hd_warn("SIGHUP: max_clients changed; restart heapd to apply");
+    if (strcmp(n.store, d->cfg.store) || strcmp(n.node, d->cfg.node))
+        hd_warn("SIGHUP: store/node changed; restart heapd to apply");
+    snprintf(n.store, sizeof n.store, "%s", d->cfg.store);
+    snprintf(n.node, sizeof n.node, "%s", d->cfg.node);
     snprintf(n.socket_path, sizeof n.socket_path, "%s", d->cfg.socket_path);
     n.socket_mode = d->cfg.socket_mode;
     snprintf(n.backend, sizeof n.backend, "%s", d->cfg.backend);
@@ -122,6 +133,7 @@ static void print_config(const char *path, const hd_config *c)
            c->max_clients, c->meminfo_interval_ms);
     printf("admin_group = %s\nquota_heap = %llu\nquota_uid = %llu\n", c->admin_group,
            (unsigned long long)c->quota_heap, (unsigned long long)c->quota_uid);
+    printf("store = %s\nnode = %s\n", c->store, c->node);
 }
 
 int main(int argc, char **argv)
@@ -200,6 +212,16 @@ int main(int argc, char **argv)
     if (hd_registry_create(d.loop, d.be, &d.cfg, &d.reg)) {
         hd_error("out of memory");
         return 1;
+    }
+    if (d.cfg.store[0]) {
+        if (hd_store_open(d.loop, d.cfg.store, d.cfg.node, &d.store, err, sizeof err)) {
+            hd_error("store %s: %s", d.cfg.store, err);
+            return 1;
+        }
+        hd_store_connect(d.store);
+        hd_registry_set_store(d.reg, d.store);
+        hd_info("heaps may span nodes: collects are reconciled through %s as node \"%s\"",
+                hd_store_url(d.store), d.cfg.node);
     }
     if (hd_server_create(d.loop, &d.cfg, d.reg, hb_name(d.be), &d.srv, err, sizeof err) ||
         hd_server_start(d.srv, err, sizeof err)) {

@@ -86,7 +86,7 @@ check "growth: same offsets on both ranks" sh -c "grep '^a ' $T/peer.0.out > $T/
 
 # ---- 2b. status page values -------------------------------------------------------
 rank sp 0 2 --chunk 1M --initial 1M -- status alloc 4K status free 0 flush status collect status alloc 2M status
-rank sp 1 2 --chunk 1M --initial 1M -- sleep 400 alloc 4K free 0 flush collect sleep 400 alloc 2M
+rank sp 1 2 --chunk 1M --initial 1M -- sleep 1500 alloc 4K free 0 flush collect sleep 1500 alloc 2M
 waitrank 0; r0=$rc; waitrank 1; r1=$rc
 check "status page: both ranks ran (exit 0)" test $r0 = 0 -a $r1 = 0
 sed -n 's/^p //p' "$T/sp.0.out" >"$T/sp.p"

@@ -1,0 +1,129 @@
+/* store.h - the cross-node store: collects of a heap whose ranks span several
+ * nodes (one heapd each) are reconciled through Redis (hiredis, async, on
+ * heapd's libuv loop; the loop is never blocked).
+ *
+ * What it promises:
+ *   - hd_store_collect: every node of a collect gets the same answer: the
+ *     intersection of the candidate sets every node contributed, once the
+ *     union of the contributed rank lists covers all world_size ranks; or the
+ *     same error on every node (an abort, a timeout naming the missing ranks,
+ *     a world size that differs). Success and failure are decided atomically
+ *     in Redis (one Lua script), so no node can apply a result another node
+ *     reports as failed, as long as Redis stays up.
+ *   - Traffic: one command per node per collect on the command connection
+ *     (EVALSHA; EVAL the first time on each connection), plus one pub/sub
+ *     message to every node but the one that completed the collect. A node
+ *     that times out sends one more command (which decides the timeout in
+ *     Redis and fetches the missing ranks).
+ *   - A callback is called exactly once, never from inside the call that
+ *     registered it and never from inside hiredis: always from a libuv timer
+ *     of the store (except hd_store_close, which calls every pending callback
+ *     before it returns).
+ *   - Redis unreachable, killed or restarted: every pending collect fails at
+ *     once (not at its timeout) with a message naming Redis's address; the
+ *     next collect reconnects both connections.
+ *   - Keys: heapd:HEAP:INCARNATION:cCNUM:s (a hash) and ...:r (a bitmap of
+ *     the ranks seen), each with the caller's TTL; on completion the bitmap
+ *     and the candidate set are deleted and only a small "done" hash remains
+ *     until it expires. ':', '%', spaces and control characters in heap and
+ *     incarnation names are %-escaped.
+ *   - Pub/sub channels: heapd:node:NODE (one per node; collect results and
+ *     failures) and heapd:force (forced-collect requests, every node).
+ * Runs on the loop thread only. A library: it never prints or exits. The
+ * program must ignore SIGPIPE (heapd does): hiredis writes with write(2). */
+#ifndef HEAPD_STORE_H
+#define HEAPD_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct hd_store hd_store;
+
+/* Longest heap or incarnation name, and node name, in bytes. */
+#define HD_STORE_NAME_MAX 255
+#define HD_STORE_NODE_MAX 64
+
+/* url: "redis://HOST:PORT" (also "redis://HOST", port 6379; "[v6addr]" for
+ * IPv6; a trailing "/" or "/0" is accepted). node: this node's name, unique
+ * per node: 1 to 64 of [A-Za-z0-9._-]. Connects asynchronously on `loop` (a
+ * host name is resolved with uv_getaddrinfo); failures surface at the first
+ * collect. Returns 0, or <0 with err filled. */
+int hd_store_open(uv_loop_t *loop, const char *url, const char *node, hd_store **out, char *err,
+                  size_t errlen);
+/* Pending collects and force publishes get an error callback ("heapd is
+ * stopping"), called before this returns; both connections are closed. The
+ * memory is released when the loop has run the handles' close callbacks. */
+void hd_store_close(hd_store *s);
+
+/* offsets (n of them, sorted ascending) are the intersection; they belong to
+ * the store and are valid during the call only. */
+typedef void (*hd_store_cb)(void *arg, int status /* 0 ok, <0 error */,
+                            const char *errmsg /* NULL when ok */, const uint64_t *offsets,
+                            size_t n);
+
+/* Contribute and wait (asynchronously). One pending collect per (heap,
+ * incarnation) at a time. local_ranks: this node's ranks (each < world_size,
+ * at least one). offsets: this node's candidates (sorted ascending is
+ * cheapest; any order and duplicates are accepted). timeout_ms: the callback
+ * comes by then (plus at most HD_STORE_GRACE_MS for the one round trip that
+ * decides the timeout in Redis and names the missing ranks). ttl_s: lifetime
+ * of the collect's keys (e.g. 10x the timeout). Returns 0 (cb will be called
+ * exactly once, never from inside this call) or <0 with err filled (cb never
+ * called). */
+int hd_store_collect(hd_store *s, const char *heap, const char *incarnation, uint64_t cnum,
+                     uint32_t world_size, const uint32_t *local_ranks, size_t nlocal,
+                     const uint64_t *offsets, size_t n, uint32_t timeout_ms, uint32_t ttl_s,
+                     hd_store_cb cb, void *arg, char *err, size_t errlen);
+
+/* The most a timed-out collect's callback comes after its timeout_ms. */
+#define HD_STORE_GRACE_MS 1000
+
+/* This node gives up on a collect (a local rank died): every node waiting in
+ * it gets `msg`, and a node contributing later gets it at once; our own
+ * pending callback for that collect (if any) is called with msg too (once
+ * Redis has recorded the abort; if the collect had already completed in
+ * Redis, the callback gets the result instead, like every other node). The
+ * keys live for the pending collect's ttl_s, else HD_STORE_ABORT_TTL_S.
+ * Returns 0, or <0 (bad arguments, store closing, no memory). */
+int hd_store_collect_abort(hd_store *s, const char *heap, const char *incarnation, uint64_t cnum,
+                           const char *msg);
+#define HD_STORE_ABORT_TTL_S 600
+
+/* Counters for benchmarks: commands sent on the command connection, pub/sub
+ * messages received. Either pointer may be NULL. */
+void hd_store_counters(const hd_store *s, uint64_t *commands, uint64_t *messages);
+/* "redis://HOST:PORT" as parsed (the port is always shown). */
+const char *hd_store_url(const hd_store *s);
+const char *hd_store_node(const hd_store *s);
+
+/* 1 when both connections are up and this node's channels are subscribed
+ * (pub/sub messages reach it), else 0. */
+int hd_store_ready(const hd_store *s);
+/* Starts (re)connecting whichever connection is down, now (a collect does it
+ * too). Lets the program resubscribe after a Redis restart without waiting
+ * for a collect, so force requests reach this node again. */
+void hd_store_connect(hd_store *s);
+
+/* Forced collect across nodes: a request for (heap, incarnation) is
+ * broadcast on heapd:force to every subscribed node, the requesting one
+ * included; each node's fn is called once per request (from a timer of the
+ * store). A node whose subscription is down at that moment misses it
+ * (pub/sub does not queue). fn NULL: requests are dropped. */
+void hd_store_on_force(hd_store *s,
+                       void (*fn)(void *arg, const char *heap, const char *incarnation),
+                       void *arg);
+/* Publishes once this node is subscribed (so that it gets its own request).
+ * Returns 0 when queued, <0 with err filled. Failures after that are not
+ * reported; use hd_store_publish_force_cb to learn them. */
+int hd_store_publish_force(hd_store *s, const char *heap, const char *incarnation, char *err,
+                           size_t errlen);
+/* Same; cb gets status 0 and the number of nodes the request reached
+ * (PUBLISH's count of subscribers), or <0 and a message (Redis unreachable,
+ * not published within timeout_ms, heapd stopping). */
+typedef void (*hd_store_force_cb)(void *arg, int status, const char *errmsg, uint64_t receivers);
+int hd_store_publish_force_cb(hd_store *s, const char *heap, const char *incarnation,
+                              uint32_t timeout_ms, hd_store_force_cb cb, void *arg, char *err,
+                              size_t errlen);
+
+#endif
