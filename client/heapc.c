@@ -732,6 +732,10 @@ static int attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t wor
     at.world_size = world;
     at.params = &hp;
     at.device_uuid = uuid;
+    if (p) {
+        at.local_size = p->local_size;
+        at.job = (char *)(p->job ? p->job : "");
+    }
     Heapd__Frame req = HEAPD__FRAME__INIT;
     req.body_case = HEAPD__FRAME__BODY_ATTACH;
     req.attach = &at;

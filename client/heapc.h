@@ -168,6 +168,12 @@ typedef struct heapc_params {
      * NULL or "": the GPU of the calling thread's current CUDA context, else
      * device 0. Ignored (sent empty) on the host backend. */
     const char *device_uuid;
+    /* Heaps spanning nodes: how many of the world_size ranks attach to this
+     * node's heapd (0: all of them, a single-node heap), and the job's
+     * incarnation (e.g. the launcher's run id; NULL or "": "0"), which must be
+     * the same on every rank and keeps a rerun's store keys apart. */
+    uint32_t local_size;
+    const char *job;
 } heapc_params;
 
 /* Attaches to heap `heap` as `rank` of `world_size` and maps the heap: its own

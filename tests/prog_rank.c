@@ -52,6 +52,8 @@ static void usage(FILE *f)
 "  --min-block SIZE    heap min_block\n"
 "  --policy P          default | coalesce | seed\n"
 "  --timeout-ms MS     heap collect_timeout_ms\n"
+"  --local-size N      ranks of the heap on this node (multi-node heaps)\n"
+"  --job ID            job incarnation (multi-node heaps)\n"
 "  --seed S            seed of 'random' (default 1): sizes and collect points\n"
 "                      depend on S only, free timing on S and the rank\n"
 "  --batch N           free batch size (heapc_set_free_batch)\n"
@@ -572,7 +574,7 @@ static int run_tokens(char **tok, int ntok, int *xcode)
 int main(int argc, char **argv)
 {
     enum { O_SOCKET = 256, O_HEAP, O_RANK, O_WORLD, O_CHUNK, O_INITIAL, O_VA, O_MINBLOCK,
-           O_POLICY, O_TIMEOUT, O_SEED, O_BATCH, O_NOATTACH };
+           O_POLICY, O_TIMEOUT, O_SEED, O_BATCH, O_NOATTACH, O_LOCAL, O_JOB };
     static const struct option opts[] = {
         {"socket", required_argument, NULL, O_SOCKET},
         {"heap", required_argument, NULL, O_HEAP},
@@ -587,6 +589,8 @@ int main(int argc, char **argv)
         {"seed", required_argument, NULL, O_SEED},
         {"batch", required_argument, NULL, O_BATCH},
         {"no-attach", no_argument, NULL, O_NOATTACH},
+        {"local-size", required_argument, NULL, O_LOCAL},
+        {"job", required_argument, NULL, O_JOB},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -596,6 +600,14 @@ int main(int argc, char **argv)
     while ((o = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
         switch (o) {
         case O_SOCKET: g.sock = optarg; break;
+        case O_JOB: g.params.job = optarg; break;
+        case O_LOCAL:
+            if (parse_u64(optarg, &v) != 0 || v > UINT32_MAX) {
+                fprintf(stderr, "prog_rank: --local-size: '%s' is not a number\n", optarg);
+                return X_USAGE;
+            }
+            g.params.local_size = (uint32_t)v;
+            break;
         case O_HEAP: g.heap = optarg; break;
         case O_RANK:
         case O_WORLD:
