@@ -80,6 +80,7 @@ struct hd_heap {
     uint64_t cnum;            /* store collect number of the collect in progress */
     uint64_t cnum_seq, cnum_sub; /* collects started at allocation cnum_seq so far */
     bool store_wait;          /* every local rank arrived; waiting for the store */
+    bool store_abandoned;     /* failed here while the store still decides it */
     /* Cross-node forced collect: agreement on the allocation number. */
     bool frozen;              /* no new decisions until the agreement returns */
     bool force_busy;
@@ -729,6 +730,10 @@ static void collect_fail(hd_heap *h, Heapd__ErrCode code, const char *msg)
     /* Tell the other nodes, unless the failure came from the store. */
     if (multi(h) && h->coll_active && code != HEAPD__ERR_CODE__ERR_STORE && h->reg->store)
         hd_store_collect_abort(h->reg->store, h->name, h->job, h->cnum, msg);
+    /* If the abort loses the race with completion in the store, every other
+     * node applies the result: this one must too (store_collect_cb). */
+    if (h->store_wait)
+        h->store_abandoned = true;
     h->store_wait = false;
     for (uint32_t q = 0; q < h->world_size; q++) {
         hd_rank *k = &h->ranks[q];
@@ -834,9 +839,20 @@ static void store_collect_cb(void *arg, int status, const char *errmsg, const ui
     heap_ref *x = arg;
     hd_heap *h = heap_ref_get(x);
     free(x);
-    if (!h || !h->store_wait)
+    if (!h)
         return;
+    if (!h->store_wait) {
+        if (h->store_abandoned && status == 0 && ha_collect_apply(h->core, offsets, n, NULL) == HA_OK) {
+            hd_warn("heap \"%s\": the collect failed here but completed on the other nodes; its result was "
+                    "applied so that offsets stay symmetric",
+                    h->name);
+            heap_publish(h);
+        }
+        h->store_abandoned = false;
+        return;
+    }
     h->store_wait = false;
+    h->store_abandoned = false;
     if (status < 0) {
         Heapd__ErrCode code = store_code(errmsg ? errmsg : "");
         hd_warn("heap \"%s\": cross-node collect failed: %s", h->name, errmsg ? errmsg : "store error");
