@@ -18,7 +18,9 @@ run() {
         fail=$((fail + 1)); res=FAIL; failed="$failed $name"
     fi
     end=$(date +%s)
-    printf '%-28s %-4s %3ss  %s\n' "$name" "$res" $((end - start)) "$(grep -E '^[0-9]+%:|^skipped|^SKIP' "$log" | tail -1)"
+    printf '%-28s %-4s %3ss  %s\n' "$name" "$res" $((end - start)) "$(grep -E '^[0-9]+%:' "$log" | tail -1)"
+    # Tests that cannot run here say so visibly (e.g. "skipped: no GPU").
+    grep -iE '^ *skipped' "$log" | sort -u | sed 's/^ */    /'
     if [ $res = FAIL ]; then sed 's/^/    | /' "$log" | tail -40; fi
 }
 mkdir -p "$BUILD/tests"
