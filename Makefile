@@ -107,17 +107,20 @@ PROTO_OBJ  := $(BUILD)/obj/proto/heapd.pb-c.o
 COMMON_OBJ := $(call obj,$(COMMON_SRC)) $(PROTO_OBJ)
 DAEMON_OBJ := $(call obj,$(DAEMON_SRC))
 CLIENT_OBJ := $(call obj,$(CLIENT_SRC))
+CLIENT_NCCL_OBJ := $(call obj,$(CLIENT_NCCL_SRC))
 
 LIBHEAPD   := $(BUILD)/libheapd_core.a
 LIBHEAPC_A := $(BUILD)/libheapc.a
 LIBHEAPC_SO := $(BUILD)/libheapc.so
+LIBHEAPC_NCCL_A := $(BUILD)/libheapc_nccl.a
+LIBHEAPC_NCCL_SO := $(BUILD)/libheapc_nccl.so
 PROGS      := $(patsubst daemon/%.c,$(BUILD)/%,$(wildcard $(DAEMON_MAINS))) $(patsubst client/%.c,$(BUILD)/%,$(wildcard $(CLIENT_MAINS)))
 TESTS      := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TPROGS     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TPROG_SRC))
 BENCHES    := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 EXAMPLES   := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRC))
 
-ALL_OBJ := $(COMMON_OBJ) $(DAEMON_OBJ) $(CLIENT_OBJ) $(call obj,$(DAEMON_MAINS) $(CLIENT_MAINS) $(TEST_SRC) $(TPROG_SRC) $(BENCH_SRC) $(EXAMPLE_SRC))
+ALL_OBJ := $(COMMON_OBJ) $(DAEMON_OBJ) $(CLIENT_OBJ) $(CLIENT_NCCL_OBJ) $(call obj,$(DAEMON_MAINS) $(CLIENT_MAINS) $(TEST_SRC) $(TPROG_SRC) $(BENCH_SRC) $(EXAMPLE_SRC))
 
 .PHONY: all check bench demo install uninstall clean distclean help tests
 .DEFAULT_GOAL := all
@@ -125,10 +128,12 @@ ALL_OBJ := $(COMMON_OBJ) $(DAEMON_OBJ) $(CLIENT_OBJ) $(call obj,$(DAEMON_MAINS) 
 # STATIC=1 builds no shared library: the static archives are not PIC.
 ifeq ($(STATIC),1)
 LIBHEAPC_SO_ALL :=
+LIBHEAPC_NCCL_SO_ALL :=
 else
 LIBHEAPC_SO_ALL := $(LIBHEAPC_SO)
+LIBHEAPC_NCCL_SO_ALL := $(LIBHEAPC_NCCL_SO)
 endif
-all: $(PROGS) $(LIBHEAPC_A) $(LIBHEAPC_SO_ALL) $(TESTS) $(TPROGS) $(BENCHES) $(EXAMPLES)
+all: $(PROGS) $(LIBHEAPC_A) $(LIBHEAPC_SO_ALL) $(LIBHEAPC_NCCL_A) $(LIBHEAPC_NCCL_SO_ALL) $(TESTS) $(TPROGS) $(BENCHES) $(EXAMPLES)
 
 # ---- rules --------------------------------------------------------------
 $(PROTO_C) $(PROTO_H): proto/heapd.proto
@@ -152,6 +157,14 @@ $(LIBHEAPC_A): $(CLIENT_OBJ) $(COMMON_OBJ)
 $(LIBHEAPC_SO): $(CLIENT_OBJ) $(COMMON_OBJ)
 	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libheapc.so.0 $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# libheapc_nccl: the NCCL wrappers (client/heapc_nccl*.c), a library of its
+# own so that libheapc does not need NCCL; it uses libheapc (link both).
+$(LIBHEAPC_NCCL_A): $(CLIENT_NCCL_OBJ)
+	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
+
+$(LIBHEAPC_NCCL_SO): $(CLIENT_NCCL_OBJ) $(LIBHEAPC_SO)
+	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libheapc_nccl.so.0 $(LDFLAGS) -o $@ $(CLIENT_NCCL_OBJ) -L$(BUILD) -lheapc -ldl -lpthread
+
 $(BUILD)/heapd $(BUILD)/heapsim: $(BUILD)/%: $(BUILD)/obj/daemon/%.o $(LIBHEAPD)
 	$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -162,6 +175,10 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIBHEAPD) $(LIBHEAPC_A)
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIBHEAPD) $(LIBHEAPC_A) $(CHECK_LIBS) $(LDLIBS)
 
+$(BUILD)/tests/check_nccl: $(BUILD)/obj/tests/check_nccl.o $(LIBHEAPC_NCCL_A) $(LIBHEAPD) $(LIBHEAPC_A)
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIBHEAPC_NCCL_A) $(LIBHEAPD) $(LIBHEAPC_A) $(CHECK_LIBS) $(LDLIBS)
+
 $(BUILD)/obj/tests/%.o: tests/%.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)$(CC) $(CPPFLAGS) $(CFLAGS) $(CHECK_CFLAGS) -c -o $@ $<
@@ -169,6 +186,10 @@ $(BUILD)/obj/tests/%.o: tests/%.c | $(PROTO_H)
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBHEAPD) $(LIBHEAPC_A)
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIBHEAPD) $(LIBHEAPC_A) $(LDLIBS)
+
+$(BUILD)/bench/nccl_bench: $(BUILD)/obj/bench/nccl_bench.o $(LIBHEAPC_NCCL_A) $(LIBHEAPD) $(LIBHEAPC_A)
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIBHEAPC_NCCL_A) $(LIBHEAPD) $(LIBHEAPC_A) $(LDLIBS)
 
 $(BUILD)/examples/%: $(BUILD)/obj/examples/%.o $(LIBHEAPC_A)
 	@mkdir -p $(dir $@)
@@ -208,6 +229,10 @@ install: all
 	install -m 0755 $(LIBHEAPC_SO) $(DESTDIR)$(LIBDIR)/libheapc.so.0
 	ln -sf libheapc.so.0 $(DESTDIR)$(LIBDIR)/libheapc.so
 	install -m 0644 client/heapc.h $(DESTDIR)$(INCDIR)/heapc.h
+	install -m 0644 $(LIBHEAPC_NCCL_A) $(DESTDIR)$(LIBDIR)/libheapc_nccl.a
+	install -m 0755 $(LIBHEAPC_NCCL_SO) $(DESTDIR)$(LIBDIR)/libheapc_nccl.so.0
+	ln -sf libheapc_nccl.so.0 $(DESTDIR)$(LIBDIR)/libheapc_nccl.so
+	install -m 0644 client/heapc_nccl.h $(DESTDIR)$(INCDIR)/heapc_nccl.h
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(call pcdir,$(LIBDIR))|g' \
 	    -e 's|@INCDIR@|$(call pcdir,$(INCDIR))|g' -e 's|@VERSION@|$(VERSION)|g' \
 	    client/heapc.pc.in > $(DESTDIR)$(PCDIR)/heapc.pc
@@ -235,6 +260,8 @@ uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/heapd $(DESTDIR)$(BINDIR)/heapctl $(DESTDIR)$(BINDIR)/heapsim
 	rm -f $(DESTDIR)$(LIBDIR)/libheapc.a $(DESTDIR)$(LIBDIR)/libheapc.so $(DESTDIR)$(LIBDIR)/libheapc.so.0
 	rm -f $(DESTDIR)$(INCDIR)/heapc.h $(DESTDIR)$(PCDIR)/heapc.pc
+	rm -f $(DESTDIR)$(LIBDIR)/libheapc_nccl.a $(DESTDIR)$(LIBDIR)/libheapc_nccl.so \
+	    $(DESTDIR)$(LIBDIR)/libheapc_nccl.so.0 $(DESTDIR)$(INCDIR)/heapc_nccl.h
 	rm -f $(DESTDIR)$(UNITDIR)/heapd.service $(DESTDIR)$(UNITDIR)/heapd.socket
 	rm -f $(DESTDIR)$(MANDIR)/man1/heapctl.1 $(DESTDIR)$(MANDIR)/man3/libheapc.3 \
 	    $(DESTDIR)$(MANDIR)/man5/heapd.conf.5 $(DESTDIR)$(MANDIR)/man8/heapd.8

@@ -759,6 +759,7 @@ static void collect_reply_all(hd_heap *h, uint64_t blocks, uint64_t bytes)
     char b1[32];
     hd_debug("heap \"%s\": collect at allocation %llu reclaimed %llu blocks (%s)", h->name,
              (unsigned long long)h->coll_seq, (unsigned long long)blocks, human(bytes, b1, sizeof b1));
+    heap_publish(h); /* the page is current before any rank hears back */
     Heapd__CollectReply cr = HEAPD__COLLECT_REPLY__INIT;
     cr.reclaimed_blocks = blocks;
     cr.reclaimed_bytes = bytes;

@@ -386,9 +386,13 @@ etc/heapd/heapd.conf
 usr/bin/heapctl
 usr/bin/heapsim
 usr/include/heapc.h
+usr/include/heapc_nccl.h
 usr/lib/libheapc.a
 usr/lib/libheapc.so
 usr/lib/libheapc.so.0
+usr/lib/libheapc_nccl.a
+usr/lib/libheapc_nccl.so
+usr/lib/libheapc_nccl.so.0
 usr/lib/pkgconfig/heapc.pc
 usr/lib/systemd/system/heapd.service
 usr/lib/systemd/system/heapd.socket
