@@ -272,6 +272,20 @@ uninstall:
 clean distclean:
 	rm -rf $(BUILD)
 
+# ---- fuzz ---------------------------------------------------------------
+# libFuzzer targets (tests/fuzz/fuzz_*.c), built with clang straight from the
+# sources (-fsanitize=fuzzer,address,undefined) into $(BUILD)/fuzz and run
+# FUZZ_SECONDS each from the seed corpus tests/fuzz/corpus/NAME; new inputs
+# go to $(BUILD)/fuzz/corpus/NAME, crashes to $(BUILD)/fuzz/artifacts/NAME.
+# `make check` runs them for 10 s each (tests/it_fuzz.sh).
+FUZZ_SECONDS ?= 60
+FUZZ_CC      ?= clang
+FUZZ_TARGETS ?= wire alloc
+.PHONY: fuzz
+fuzz: $(PROTO_C)
+	@BUILD=$(BUILD) HEAPD_SRC=$(CURDIR) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_CC=$(FUZZ_CC) \
+	    FUZZ_TARGETS="$(FUZZ_TARGETS)" PKG_CONFIG=$(PKG_CONFIG) sh tests/fuzz/run.sh
+
 help:
 	@sed -n '1,/^$$/p' Makefile | sed 's/^# \{0,1\}//'
 

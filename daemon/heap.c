@@ -13,6 +13,7 @@
 #include "size.h"
 #include "statuspage.h"
 #include "store.h"
+#include "wire.h"
 
 #define HD_NAME_MAX 255
 #define HD_LOG_TRIM 4096
@@ -533,6 +534,8 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_conn *c, 
         return NULL;
     }
     h->reg = r;
+    for (uint32_t q = 0; q < m->world_size; q++)
+        h->ranks[q].status.fd = -1; /* no page until the rank joins */
     snprintf(h->name, sizeof h->name, "%s", m->heap);
     h->world_size = m->world_size;
     h->local_size = local_size;
@@ -611,6 +614,12 @@ void hd_heap_attach(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Attach
         hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap name must be 1 to %d bytes", HD_NAME_MAX);
         return;
     }
+    for (const unsigned char *p = (const unsigned char *)m->heap; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) {
+            hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_INVALID,
+                          "heap name contains a control character (byte %u); use printable characters", *p);
+            return;
+        }
     if (m->world_size < 1 || m->world_size > HA_MAX_RANKS) {
         hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "world_size %u is out of range (1..%u)", m->world_size,
                       HA_MAX_RANKS);
@@ -1611,6 +1620,11 @@ void hd_heap_stats(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Stats *
     f.id = id;
     f.body_case = HEAPD__FRAME__BODY_STATS_REPLY;
     f.stats_reply = &sr;
+    if (heapd__frame__get_packed_size(&f) > HW_FRAME_MAX - 1024) {
+        /* Too many ranks to list in one frame: keep the per-heap figures. */
+        for (size_t q = 0; q < n; q++)
+            hs[q].n_ranks = 0;
+    }
     hd_conn_send(c, &f, NULL, 0);
 out:
     free(hs);

@@ -151,9 +151,14 @@ static void reaper_cb(uv_idle_t *i)
     uv_idle_stop(&s->reaper);
 }
 
+/* A client that does not read its replies: stop reading its requests while
+ * this much is queued for it (backpressure), so it cannot grow heapd. */
+#define HD_CONN_MAX_QUEUED (8u << 20)
+
 static void conn_update_events(hd_conn *c)
 {
-    int want = UV_READABLE | (hw_writer_pending(&c->wr) ? UV_WRITABLE : 0);
+    int want = (hw_writer_pending_bytes(&c->wr) < HD_CONN_MAX_QUEUED ? UV_READABLE : 0) |
+               (hw_writer_pending(&c->wr) ? UV_WRITABLE : 0);
     if (want != c->events && !c->dead) {
         c->events = want;
         uv_poll_start(&c->poll, want, conn_poll_cb);
@@ -319,9 +324,13 @@ static void conn_poll_cb(uv_poll_t *p, int status, int events)
     }
     if (events & UV_WRITABLE)
         conn_flush(c);
-    if (!(events & UV_READABLE) || c->dead)
+    /* After a flush, too: frames may wait in the reader's buffer while
+     * reading was paused for backpressure. */
+    if (c->dead)
         return;
-    for (int n = 0; n < 64 && !c->dead && !c->close_after_flush; n++) {
+    for (int n = 0; n < 64 && !c->dead && !c->close_after_flush &&
+                    hw_writer_pending_bytes(&c->wr) < HD_CONN_MAX_QUEUED;
+         n++) {
         hw_frame fr;
         char err[256];
         int rc = hw_read(c->fd, &c->rd, &fr, err, sizeof err);
