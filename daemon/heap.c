@@ -74,6 +74,11 @@ struct hd_heap {
     uint64_t log_base, decided;
     uint64_t collect_at;
     bool forced;              /* collect_at was set by an operator */
+    /* Cross-node forced collects owed before these allocation numbers
+     * (agreed by every node), ascending; force_at[0] is the next one. */
+    uint64_t force_at[16];
+    uint32_t nforce;
+    char inc[200];            /* store incarnation: job + parameter fingerprint */
     bool coll_active;
     uint64_t coll_seq;
     uint32_t coll_waiting;
@@ -540,6 +545,18 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_conn *c, 
     h->world_size = m->world_size;
     h->local_size = local_size;
     snprintf(h->job, sizeof h->job, "%s", m->job && m->job[0] ? m->job : "0");
+    {
+        /* Nodes with different heap parameters must never meet in the store:
+         * the fingerprint puts them in different keys (they time out naming
+         * each other's ranks instead of diverging silently). */
+        uint64_t fp = UINT64_C(1469598103934665603);
+        uint64_t v[7] = {ap.chunk_size, ap.initial_size, ap.va_size, ap.min_block, (uint64_t)ap.policy,
+                         0, 0};
+        for (int i = 0; i < 6; i++)
+            for (int b = 0; b < 8; b++)
+                fp = (fp ^ ((v[i] >> (8 * b)) & 0xff)) * UINT64_C(1099511628211);
+        snprintf(h->inc, sizeof h->inc, "%s~%08llx", h->job, (unsigned long long)(fp & 0xffffffffu));
+    }
     h->ap = ap;
     h->timeout_ms = pick(rp ? rp->collect_timeout_ms : 0, cfg->collect_timeout_ms);
     h->epoch = r->next_epoch++;
@@ -738,7 +755,7 @@ static void collect_fail(hd_heap *h, Heapd__ErrCode code, const char *msg)
 {
     /* Tell the other nodes, unless the failure came from the store. */
     if (multi(h) && h->coll_active && code != HEAPD__ERR_CODE__ERR_STORE && h->reg->store)
-        hd_store_collect_abort(h->reg->store, h->name, h->job, h->cnum, msg);
+        hd_store_collect_abort(h->reg->store, h->name, h->inc, h->cnum, msg);
     /* If the abort loses the race with completion in the store, every other
      * node applies the result: this one must too (store_collect_cb). */
     if (h->store_wait)
@@ -759,6 +776,10 @@ static void collect_fail(hd_heap *h, Heapd__ErrCode code, const char *msg)
 
 static void collect_reply_all(hd_heap *h, uint64_t blocks, uint64_t bytes)
 {
+    if (h->nforce && h->force_at[0] == h->coll_seq) {
+        memmove(h->force_at, h->force_at + 1, (h->nforce - 1) * sizeof h->force_at[0]);
+        h->nforce--;
+    }
     if (h->collect_at == h->coll_seq) {
         h->collect_at = UINT64_MAX;
         h->forced = false;
@@ -911,7 +932,7 @@ static void collect_finish(hd_heap *h)
     size_t nl = local_ranks(h, lr);
     uv_timer_stop(&h->timer);
     h->store_wait = true;
-    int rc = hd_store_collect(h->reg->store, h->name, h->job, h->cnum, h->world_size, lr, nl, offs, n,
+    int rc = hd_store_collect(h->reg->store, h->name, h->inc, h->cnum, h->world_size, lr, nl, offs, n,
                               h->timeout_ms, store_ttl_s(h), store_collect_cb, x, err, sizeof err);
     free(lr);
     free(offs);
@@ -1118,7 +1139,7 @@ void hd_heap_alloc(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Alloc *
             return;
         }
     } else {
-        if (h->collect_at == m->seq) {
+        if (h->collect_at == m->seq || (h->nforce && h->force_at[0] == m->seq)) {
             send_collect_needed(c, id, m->seq);
             return;
         }
@@ -1421,10 +1442,12 @@ static void force_cb(void *arg, int status, const char *errmsg, const uint64_t *
     } else {
         /* The smallest common point is the furthest node's position. */
         uint64_t at = offsets[0];
-        if (at >= h->decided && (h->collect_at == UINT64_MAX || at < h->collect_at)) {
-            h->collect_at = at;
-            h->forced = true;
-        }
+        if (h->nforce < sizeof h->force_at / sizeof h->force_at[0] &&
+            (h->nforce == 0 || at > h->force_at[h->nforce - 1]))
+            h->force_at[h->nforce++] = at;
+        else
+            hd_warn("heap \"%s\": forced collect at %llu dropped: %u forced collects are already pending",
+                    h->name, (unsigned long long)at, h->nforce);
         hd_info("heap \"%s\": forced collect agreed by every node at allocation %llu", h->name,
                 (unsigned long long)at);
         force_reply(h, 1, at, NULL);
@@ -1442,7 +1465,7 @@ static void force_start(hd_heap *h)
     uint64_t *offs = calloc(HD_FORCE_WINDOW, sizeof *offs);
     heap_ref *x = heap_ref_new(h);
     char inc[160];
-    snprintf(inc, sizeof inc, "%s#force", h->job);
+    snprintf(inc, sizeof inc, "%s#force", h->inc);
     if (!lr || !offs || !x) {
         free(lr);
         free(offs);
@@ -1450,8 +1473,10 @@ static void force_start(hd_heap *h)
         hd_error("heap \"%s\": out of memory for a forced collect", h->name);
         return;
     }
+    /* Past every allocation any node has decided or tried: no node can
+     * have a collect of its own at the agreed point. */
     for (uint64_t i = 0; i < HD_FORCE_WINDOW; i++)
-        offs[i] = h->decided + i;
+        offs[i] = h->decided + 1 + i;
     size_t nl = local_ranks(h, lr);
     h->force_busy = true;
     h->frozen = true;
@@ -1472,7 +1497,7 @@ static void on_force(void *arg, const char *heap, const char *incarnation)
 {
     hd_registry *r = arg;
     hd_heap *h = heap_find(r, heap);
-    if (!h || !multi(h) || !h->formed || strcmp(h->job, incarnation))
+    if (!h || !multi(h) || !h->formed || strcmp(h->inc, incarnation))
         return;
     if (h->force_busy) {
         h->force_queued++;
@@ -1510,7 +1535,7 @@ void hd_heap_force_collect(hd_registry *r, hd_conn *c, uint64_t id, const Heapd_
                           "a forced collect of heap \"%s\" requested here is still being agreed on; retry", h->name);
             return;
         }
-        if (hd_store_publish_force(r->store, h->name, h->job, err, sizeof err) < 0) {
+        if (hd_store_publish_force(r->store, h->name, h->inc, err, sizeof err) < 0) {
             hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_STORE, "%s", err);
             return;
         }
@@ -1581,8 +1606,10 @@ void hd_heap_stats(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Stats *
         s->clients = h->nattached;
         s->next_seq = h->decided;
         s->epoch = h->epoch;
-        s->collect_pending = h->collect_at != UINT64_MAX;
-        s->pending_collect_seq = s->collect_pending ? h->collect_at : 0;
+        uint64_t fa = h->nforce ? h->force_at[0] : UINT64_MAX;
+        uint64_t owed = h->collect_at < fa ? h->collect_at : fa;
+        s->collect_pending = owed != UINT64_MAX;
+        s->pending_collect_seq = s->collect_pending ? owed : 0;
         /* Device memory: the latest sample (the meminfo timer). */
         for (uint32_t q = 0; q < h->world_size; q++)
             if (h->ranks[q].joined) {

@@ -42,6 +42,8 @@ typedef struct daemon_state {
     hd_registry *reg;
     hd_server *srv;
     hd_store *store;
+    uv_timer_t store_watch;       /* reconnects and resubscribes to the store */
+    int store_was_ready;
     uv_signal_t sigterm, sigint, sighup;
     uv_timer_t status;
     int stopping;
@@ -57,6 +59,22 @@ static void status_update(daemon_state *d)
 
 static void status_cb(uv_timer_t *t) { status_update(t->data); }
 
+/* Forced-collect requests reach a node only while it is subscribed: keep the
+ * store connections up, not only at collects. */
+static void store_watch_cb(uv_timer_t *t)
+{
+    daemon_state *d = t->data;
+    if (!d->store)
+        return;
+    int ready = hd_store_ready(d->store);
+    if (ready != d->store_was_ready)
+        hd_log(ready ? HD_LOG_INFO : HD_LOG_WARN, "store %s is %s", hd_store_url(d->store),
+               ready ? "connected and subscribed" : "unreachable; reconnecting every 2 s");
+    d->store_was_ready = ready;
+    if (!ready)
+        hd_store_connect(d->store);
+}
+
 static void on_stop(uv_signal_t *s, int signum)
 {
     daemon_state *d = s->data;
@@ -68,6 +86,8 @@ static void on_stop(uv_signal_t *s, int signum)
     hd_notify("STOPPING=1\nSTATUS=stopping");
     hd_server_shutdown(d->srv);
     if (d->store) {
+        uv_timer_stop(&d->store_watch);
+        uv_close((uv_handle_t *)&d->store_watch, NULL);
         hd_registry_set_store(d->reg, NULL);
         hd_store_close(d->store);
         d->store = NULL;
@@ -220,6 +240,11 @@ int main(int argc, char **argv)
         }
         hd_store_connect(d.store);
         hd_registry_set_store(d.reg, d.store);
+        d.store_was_ready = 1; /* log the first failure */
+        uv_timer_init(d.loop, &d.store_watch);
+        d.store_watch.data = &d;
+        uv_timer_start(&d.store_watch, store_watch_cb, 2000, 2000);
+        uv_unref((uv_handle_t *)&d.store_watch);
         hd_info("heaps may span nodes: collects are reconciled through %s as node \"%s\"",
                 hd_store_url(d.store), d.cfg.node);
     }
