@@ -139,6 +139,34 @@ EOF
     cat "$T/bench.out"
     if [ $rc = 0 ]; then result gpu_bench ok; else result gpu_bench FAIL "exit $rc"; fi
 
+    # 5b. libheapc_nccl with real NCCL (a one-rank communicator on this GPU).
+    if [ -x "$B/tests/check_nccl" ]; then
+        echo; echo "== check_nccl (real NCCL)"
+        HEAPD="$B/heapd" CK_DEFAULT_TIMEOUT=60 timeout 150 "$B/tests/check_nccl" >"$T/nccl.out" 2>&1; rc=$?
+        tail -20 "$T/nccl.out"
+        if [ $rc = 0 ] && [ $BE = cuda ] && grep -q 'skipped: no GPU' "$T/nccl.out"; then
+            result check_nccl FAIL "the real-NCCL TCase was skipped"
+        elif [ $rc = 0 ]; then
+            result check_nccl ok "$(grep -E '^[0-9]+%:' "$T/nccl.out" | tail -1)"
+        else
+            result check_nccl FAIL "exit $rc"
+        fi
+    fi
+    # 5c. probe cost: the status page against cudaMemGetInfo and torch.
+    if [ -x "$B/bench/nccl_bench" ]; then
+        echo; echo "== nccl_bench (probe cost)"
+        timeout 120 "$B/bench/nccl_bench" --quick --json "$O/nccl_bench.json" >"$T/nb.out" 2>&1; rc=$?
+        cat "$T/nb.out"
+        if [ $rc = 0 ]; then result nccl_bench ok; else result nccl_bench FAIL "exit $rc"; fi
+    fi
+    if command -v python3 >/dev/null 2>&1; then
+        echo; echo "== torch anchors (caching allocator, memory probes)"
+        timeout 150 python3 scripts/torch_probe.py "$O/torch.json" >"$T/torch.out" 2>&1; rc=$?
+        cat "$T/torch.out"
+        if [ $rc = 0 ]; then result torch_anchors ok "$(grep -c '^torch ' "$T/torch.out") figures"; \
+        else result torch_anchors FAIL "exit $rc"; fi
+    fi
+
     # 6. heapd stops cleanly.
     echo; echo "== heapd stop"
     kill -TERM "$hpid"; wait "$hpid"; rc=$?; hpid=
@@ -173,10 +201,20 @@ main 2>&1 | tee "$O/gpu.log"
         echo "gpu_bench (medians, us):"
         grep '^|' "$O/gpu.log"
     fi
+    if [ -f "$O/torch.json" ]; then
+        echo
+        echo "torch anchors (us):"
+        grep '^torch ' "$O/gpu.log" | sed 's/^/  /'
+    fi
+    if [ -f "$O/nccl_bench.json" ]; then
+        echo
+        echo "probe cost (ns) by live blocks:"
+        grep -E '^ +[0-9]+ +[0-9]+ ' "$O/gpu.log" | sed 's/^/  /'
+    fi
 } | tee -a "$O/gpu.log"
 
 if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
-    for f in gpu.log results.txt heapd.log stats.txt stats.json gpu_bench.json timings.txt; do
+    for f in gpu.log results.txt heapd.log stats.txt stats.json gpu_bench.json timings.txt torch.json nccl_bench.json; do
         [ -f "$O/$f" ] && cp "$O/$f" "$OUT/"
     done
 fi
