@@ -153,7 +153,7 @@ static void reaper_cb(uv_idle_t *i)
 
 /* A client that does not read its replies: stop reading its requests while
  * this much is queued for it (backpressure), so it cannot grow heapd. */
-#define HD_CONN_MAX_QUEUED (8u << 20)
+#define HD_CONN_MAX_QUEUED (4u << 20)
 
 static void conn_update_events(hd_conn *c)
 {
