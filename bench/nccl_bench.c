@@ -50,6 +50,8 @@
 #include <unistd.h>
 
 #define NAME "nccl_bench"
+#define BENCH_ONE_HEAPD
+#include "bench_util.h"
 #define KiB ((uint64_t)1 << 10)
 #define MiB ((uint64_t)1 << 20)
 #define GiB ((uint64_t)1 << 30)
@@ -60,129 +62,8 @@
 
 /* ---- heapd -------------------------------------------------------------- */
 
-static pid_t g_heapd = -1;
-static char g_dir[64], g_conf[108], g_sock[108];
 
-static void stop_heapd(void)
-{
-    if (g_heapd <= 0)
-        return;
-    kill(g_heapd, SIGTERM);
-    for (int i = 0; i < 300; i++) {
-        if (waitpid(g_heapd, NULL, WNOHANG) == g_heapd) {
-            g_heapd = -1;
-            return;
-        }
-        usleep(10000);
-    }
-    kill(g_heapd, SIGKILL);
-    waitpid(g_heapd, NULL, 0);
-    g_heapd = -1;
-}
-
-static void cleanup(void)
-{
-    stop_heapd();
-    if (g_conf[0])
-        unlink(g_conf);
-    if (g_sock[0])
-        unlink(g_sock);
-    if (g_dir[0])
-        rmdir(g_dir);
-    g_conf[0] = g_sock[0] = g_dir[0] = '\0';
-}
-
-static void on_signal(int sig)
-{
-    cleanup();
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-__attribute__((format(printf, 1, 2), noreturn)) static void die(const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, NAME ": %s\n", msg);
-    fflush(stderr);
-    cleanup();
-    exit(1);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void default_heapd(const char *argv0, char *out, size_t len)
-{
-    char self[PATH_MAX];
-    if (strchr(argv0, '/')) {
-        snprintf(self, sizeof self, "%s", argv0);
-    } else {
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-        if (n <= 0)
-            die("cannot find this program's directory; pass --heapd PATH");
-        self[n] = '\0';
-    }
-    snprintf(out, len, "%s/../heapd", dirname(self));
-}
-
-static void start_heapd(const char *heapd)
-{
-    if (access(heapd, X_OK) != 0)
-        die("heapd %s: %s; build it (make) or pass --heapd PATH", heapd, strerror(errno));
-    const char *tmp = getenv("TMPDIR");
-    if (!tmp || !*tmp || strlen(tmp) > 40)
-        tmp = "/tmp";
-    snprintf(g_dir, sizeof g_dir, "%s/" NAME ".XXXXXX", tmp);
-    if (!mkdtemp(g_dir)) {
-        int e = errno;
-        g_dir[0] = '\0';
-        die("mkdtemp: %s", strerror(e));
-    }
-    snprintf(g_conf, sizeof g_conf, "%s/heapd.conf", g_dir);
-    snprintf(g_sock, sizeof g_sock, "%s/heapd.sock", g_dir);
-    FILE *f = fopen(g_conf, "w");
-    if (!f)
-        die("cannot write %s: %s", g_conf, strerror(errno));
-    fprintf(f, "socket = %s\nbackend = host\nlog_level = warn\n", g_sock);
-    if (fclose(f) != 0)
-        die("cannot write %s: %s", g_conf, strerror(errno));
-    fflush(stdout);
-    fflush(stderr);
-    pid_t parent = getpid();
-    g_heapd = fork();
-    if (g_heapd < 0)
-        die("fork: %s", strerror(errno));
-    if (g_heapd == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(1);
-        execl(heapd, heapd, "-c", g_conf, (char *)NULL);
-        fprintf(stderr, NAME ": exec %s: %s\n", heapd, strerror(errno));
-        _exit(127);
-    }
-    for (int i = 0; i < 1000; i++) {
-        int st;
-        if (waitpid(g_heapd, &st, WNOHANG) == g_heapd) {
-            g_heapd = -1;
-            die("heapd exited during startup (status %d)", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-        }
-        heapc *c = heapc_connect(g_sock);
-        int ok = c && heapc_err(c) == 0;
-        heapc_free_ctx(c);
-        if (ok)
-            return;
-        usleep(10000);
-    }
-    die("heapd did not answer on %s within 10 s", g_sock);
-}
+static void cleanup(void) { remove_heapd(); }
 
 /* ---- the recording table: calls that return at once ----------------------- */
 
@@ -224,12 +105,6 @@ static void nop_cb(void *arg, const hnccl_probe_info *info)
 
 /* ---- timing ------------------------------------------------------------------ */
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 typedef enum what {
     W_STATUS, W_PROBE, W_WRAPPED, W_RAW, W_CUDART, W_HNCCL_CUDA
 } what;
@@ -244,7 +119,7 @@ static double timeit(what w, heapc *c, hnccl_ctx *x, uint64_t n)
     const hnccl_table *volatile tp = &nop_table;
     float b = 0;
     for (int k = 0; k < REPS; k++) {
-        double t0 = now_s();
+        double t0 = (now_us() / 1e6);
         switch (w) {
         case W_STATUS:
             for (uint64_t i = 0; i < n; i++) {
@@ -279,7 +154,7 @@ static double timeit(what w, heapc *c, hnccl_ctx *x, uint64_t n)
             }
             break;
         }
-        r[k] = (now_s() - t0) * 1e9 / (double)n;
+        r[k] = ((now_us() / 1e6) - t0) * 1e9 / (double)n;
     }
     qsort(r, REPS, sizeof r[0], cmp_double);
     return r[REPS / 2];
@@ -389,7 +264,7 @@ int main(int argc, char **argv)
         }
     }
     if (!heapd[0])
-        default_heapd(argv[0], heapd, sizeof heapd);
+        self_dir_file(argv[0], "../heapd", heapd, sizeof heapd);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     signal(SIGALRM, on_signal);
@@ -398,7 +273,7 @@ int main(int argc, char **argv)
     unsetenv("HEAPC_NCCL_PROBE");
     unsetenv("HEAPC_NCCL_SKIP");
     unsetenv("HEAPC_NCCL_FREE_MIN");
-    double t_start = now_s();
+    double t_start = (now_us() / 1e6);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
     /* ---- 1. probe cost against live blocks ---- */
@@ -432,12 +307,12 @@ int main(int argc, char **argv)
         uint64_t want = 100;
         for (int k = 0; k < l; k++)
             want *= 10;
-        double t0 = now_s();
+        double t0 = (now_us() / 1e6);
         for (; live < want; live++)
             if (heapc_alloc(c, BLOCK, NULL, NULL) != HEAPC_OK)
                 die("heapc_alloc #%" PRIu64 ": %s", live, heapc_errstr(c));
         lv[l].blocks = want;
-        lv[l].alloc_s = now_s() - t0;
+        lv[l].alloc_s = (now_us() / 1e6) - t0;
         heapc_status_t st;
         if (heapc_status(c, &st) != HEAPC_OK)
             die("no status page");
@@ -545,7 +420,7 @@ int main(int argc, char **argv)
         printf("%-46s %10.1f %12.1f %8.2f\n", ov[i].name, ov[i].ns, ov[i].over_ns, ov[i].ratio);
     printf("bench " NAME ": counters: %" PRIu64 " probes, %" PRIu64 " callbacks, %" PRIu64 " cuMemGetInfo "
            "queries, %" PRIu64 " reused; done in %.1f s\n",
-           k.probes, k.callbacks, k.cuda_queries, k.cuda_reused, now_s() - t_start);
+           k.probes, k.callbacks, k.cuda_queries, k.cuda_reused, (now_us() / 1e6) - t_start);
 
     if (json) {
         FILE *f = fopen(json, "w");

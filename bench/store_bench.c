@@ -59,6 +59,7 @@
 #include <unistd.h>
 
 #define NAME "store_bench"
+#include "bench_util.h"
 #define KiB ((uint64_t)1 << 10)
 #define MiB ((uint64_t)1 << 20)
 #define ALLOC_SIZE (4 * KiB)
@@ -73,26 +74,11 @@ static pid_t g_heapd[MAX_NODES];
 static int g_nheapd;
 static pid_t g_kids[MAX_NODES];
 static int g_nkids;
-static int g_is_child;
 static int g_port;
 /* Short enough for sockaddr_un.sun_path (108 bytes). */
 static char g_dir[64];
 static char g_sock[MAX_NODES][100];
 static redisContext *g_rc;
-
-static void reap(pid_t pid, int sig, int wait_ms)
-{
-    if (pid <= 0)
-        return;
-    kill(pid, sig);
-    for (int i = 0; i < wait_ms / 10; i++) {
-        if (waitpid(pid, NULL, WNOHANG) == pid)
-            return;
-        usleep(10000);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-}
 
 static void rm_dir(void)
 {
@@ -138,67 +124,6 @@ static void cleanup(void)
     reap(g_redis, SIGTERM, 3000);
     g_redis = -1;
     rm_dir();
-}
-
-static void on_signal(int sig)
-{
-    cleanup();
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-__attribute__((format(printf, 1, 2), noreturn)) static void die(const char *fmt, ...)
-{
-    char msg[1024]; /* one write: ranks and the parent share stderr */
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, NAME ": %s\n", msg);
-    fflush(stderr);
-    if (g_is_child)
-        _exit(1);
-    cleanup();
-    exit(1);
-}
-
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-/* A child that dies with the bench (even if the bench is killed). */
-static pid_t fork_child(void)
-{
-    fflush(stdout);
-    fflush(stderr);
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0)
-        die("fork: %s", strerror(errno));
-    if (pid == 0) {
-        g_is_child = 1;
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(1);
-    }
-    return pid;
-}
-
-static void self_dir_file(const char *argv0, const char *rel, char *out, size_t len)
-{
-    char self[PATH_MAX];
-    if (strchr(argv0, '/')) {
-        snprintf(self, sizeof self, "%s", argv0);
-    } else {
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-        if (n <= 0)
-            die("cannot find this program's directory; pass --heapd PATH");
-        self[n] = '\0';
-    }
-    snprintf(out, len, "%s/%s", dirname(self), rel);
 }
 
 /* The first executable NAME in $PATH into out; 0 if found. */
@@ -563,12 +488,6 @@ static void wait_ranks(const char *what)
                 WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
     }
     g_nkids = 0;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 typedef struct result {
