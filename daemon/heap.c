@@ -383,10 +383,9 @@ static void fill_params(const hd_heap *h, Heapd__HeapParams *p)
 static void send_attach_reply(hd_heap *h, uint32_t rank, uint64_t id)
 {
     hd_rank *k = &h->ranks[rank];
-    uint32_t nch = (uint32_t)(ha_get_params(h->core)->initial_size / h->ap.chunk_size);
     ha_stats st;
     ha_get_stats(h->core, &st);
-    nch = (uint32_t)(st.mapped / h->ap.chunk_size);
+    uint32_t nch = (uint32_t)(st.mapped / h->ap.chunk_size);
     chunk_msg cm;
     if (chunk_msg_build(h, 0, nch, &cm)) {
         hd_conn_error(k->conn, id, HEAPD__ERR_CODE__ERR_NO_MEMORY,
@@ -751,16 +750,9 @@ void hd_heap_attach(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Attach
 
 static bool multi(const hd_heap *h) { return h->local_size < h->world_size; }
 
-static void collect_fail(hd_heap *h, Heapd__ErrCode code, const char *msg)
+/* Answers every rank waiting in the collect with the error and ends it. */
+static void collect_fail_waiting(hd_heap *h, Heapd__ErrCode code, const char *msg)
 {
-    /* Tell the other nodes, unless the failure came from the store. */
-    if (multi(h) && h->coll_active && code != HEAPD__ERR_CODE__ERR_STORE && h->reg->store)
-        hd_store_collect_abort(h->reg->store, h->name, h->inc, h->cnum, msg);
-    /* If the abort loses the race with completion in the store, every other
-     * node applies the result: this one must too (store_collect_cb). */
-    if (h->store_wait)
-        h->store_abandoned = true;
-    h->store_wait = false;
     for (uint32_t q = 0; q < h->world_size; q++) {
         hd_rank *k = &h->ranks[q];
         if (k->in_collect) {
@@ -772,6 +764,20 @@ static void collect_fail(hd_heap *h, Heapd__ErrCode code, const char *msg)
     h->coll_active = false;
     h->coll_waiting = 0;
     uv_timer_stop(&h->timer);
+}
+
+/* A collect fails here (timeout, a rank gone, ...). */
+static void collect_fail(hd_heap *h, Heapd__ErrCode code, const char *msg)
+{
+    /* Tell the other nodes, unless the failure came from the store. */
+    if (multi(h) && h->coll_active && code != HEAPD__ERR_CODE__ERR_STORE && h->reg->store)
+        hd_store_collect_abort(h->reg->store, h->name, h->inc, h->cnum, msg);
+    /* If the abort loses the race with completion in the store, every other
+     * node applies the result: this one must too (store_collect_cb). */
+    if (h->store_wait)
+        h->store_abandoned = true;
+    h->store_wait = false;
+    collect_fail_waiting(h, code, msg);
 }
 
 static void collect_reply_all(hd_heap *h, uint64_t blocks, uint64_t bytes)
@@ -888,16 +894,7 @@ static void store_collect_cb(void *arg, int status, const char *errmsg, const ui
         Heapd__ErrCode code = store_code(errmsg ? errmsg : "");
         hd_warn("heap \"%s\": cross-node collect failed: %s", h->name, errmsg ? errmsg : "store error");
         /* Every node got this same answer: nothing to tell the store. */
-        h->coll_active = false;
-        for (uint32_t q = 0; q < h->world_size; q++) {
-            hd_rank *k = &h->ranks[q];
-            if (k->in_collect) {
-                k->in_collect = false;
-                if (k->conn)
-                    hd_conn_error(k->conn, k->collect_id, code, "%s", errmsg ? errmsg : "store error");
-            }
-        }
-        h->coll_waiting = 0;
+        collect_fail_waiting(h, code, errmsg ? errmsg : "store error");
         return;
     }
     uint64_t bytes = 0;
