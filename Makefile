@@ -156,6 +156,7 @@ $(LIBHEAPC_A): $(CLIENT_OBJ) $(COMMON_OBJ)
 
 $(LIBHEAPC_SO): $(CLIENT_OBJ) $(COMMON_OBJ)
 	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libheapc.so.0 $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	@ln -sf libheapc.so $(BUILD)/libheapc.so.0   # the soname: what a program linked against $(BUILD) loads
 
 # libheapc_nccl: the NCCL wrappers (client/heapc_nccl*.c), a library of its
 # own so that libheapc does not need NCCL; it uses libheapc (link both).
@@ -164,6 +165,7 @@ $(LIBHEAPC_NCCL_A): $(CLIENT_NCCL_OBJ)
 
 $(LIBHEAPC_NCCL_SO): $(CLIENT_NCCL_OBJ) $(LIBHEAPC_SO)
 	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libheapc_nccl.so.0 $(LDFLAGS) -o $@ $(CLIENT_NCCL_OBJ) -L$(BUILD) -lheapc -ldl -lpthread
+	@ln -sf libheapc_nccl.so $(BUILD)/libheapc_nccl.so.0
 
 $(BUILD)/heapd $(BUILD)/heapsim: $(BUILD)/%: $(BUILD)/obj/daemon/%.o $(LIBHEAPD)
 	$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

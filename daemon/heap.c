@@ -440,6 +440,7 @@ static void heap_timeout(uv_timer_t *t);
 static void arm_timer(hd_heap *h, bool attach)
 {
     h->timer_attach = attach;
+    uv_update_time(h->timer.loop);   /* from now, not from the start of the loop turn */
     uv_timer_start(&h->timer, heap_timeout, h->timeout_ms, 0);
 }
 

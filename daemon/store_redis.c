@@ -581,6 +581,9 @@ static req *req_new(hd_store *s, enum req_kind kind, uint32_t timeout_ms)
     q->timer.data = q;
     s->nhandles++;
     req_link(s, q);
+    /* The timeout counts from now, not from the start of this loop turn
+     * (uv_now is cached per turn, and a turn can be long on a loaded node). */
+    uv_update_time(s->loop);
     uv_timer_start(&q->timer, on_req_timer, timeout_ms, 0);
     return q;
 }

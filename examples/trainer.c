@@ -19,6 +19,9 @@
  * rank on this node. Exit status: 0 when everything was verified, 1 on any
  * failure (the message says which rank and what), 2 on a usage error.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE   /* fdopen, getopt_long: the example builds on its own with cc -std=c11 */
+#endif
 #include "heapc.h"
 
 #include <errno.h>

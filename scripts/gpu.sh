@@ -1,47 +1,84 @@
 #!/bin/sh
-# gpu.sh - the GPU tests and benchmark of heapd's cuda backend (issue 4), for a
-# machine with an NVIDIA GPU. Builds nothing: give it a build folder made with
+# gpu.sh - the GPU tests and benchmark of heapd's cuda backend, for a machine
+# with an NVIDIA GPU. Builds nothing: give it a build folder made with
 #     make HEAPD_INNER=1 STATIC=1 BUILD=build-gpu -j all
 # (STATIC=1: the binaries need only libc there, and load libcuda with dlopen).
 #
 #     sh scripts/gpu.sh [BUILD]        (default build-gpu; run from the repo root)
 #
 # Runs: check_backend (its cuda TCase must run, not skip); heapd with
-# backend = cuda on a temporary socket; prog_gpu_ranks with 2 and 4 rank
-# processes (hook = cuCtxSynchronize) and 2 ranks with libheapc's default
-# device sync; `heapctl stats` while a heap is attached (DEVICE_FREE/TOTAL must
-# be nonzero); gpu_bench against that heapd; heapd's clean stop. Prints a
-# table LAST: test | result, then the timings and the bench table.
-# Everything goes to /tmp/heapd-gpu-out (gpu.log, results.txt, heapd.log,
-# stats.txt, stats.json, gpu_bench.json) and, when $OUT is set, into $OUT too.
-# Exit 0 when every test passed, 1 otherwise.
+# backend = cuda on a temporary socket and collect_timeout_ms = 15000;
+# prog_gpu_ranks with 2 and 4 rank processes (hook = cuCtxSynchronize) and 2
+# ranks with libheapc's default device sync; `heapctl stats` while a heap is
+# attached (DEVICE_FREE/TOTAL must be nonzero); gpu_bench against that heapd;
+# check_nccl with real NCCL; nccl_bench; torch's anchors; heapd's clean stop.
+# Prints a table LAST: test | result, then the timings and the bench table.
+#
+# Bounded: the whole script ends within GPU_SH_BUDGET seconds (default 330)
+# even when every step hangs. Each step has its own short timeout, cut to
+# what is left of the budget; a step with no time left is a FAIL that says so.
+#
+# Output: into $OUT when it is set (the device tool's folder), else into a
+# fresh folder from mktemp -d, named on the first and last lines: gpu.log (all
+# of every step's output, written as it goes, so a killed run still has it),
+# results.txt, heapd.log, stats.json, gpu_bench.json, nccl_bench.json,
+# torch.json. Exit 0 when every test passed, 1 otherwise.
 # GPU_SH_HOST=1 is a dry run of this script on a CPU machine: host backend,
-# CPU stores, small bench sizes (it proves the script, not the GPU).
+# CPU stores, small bench sizes (it proves the script, not the GPU); make
+# check runs it (tests/it_gpu_host.sh).
 set -u
 B=${1:-build-gpu}
-BE=cuda; RANKOPT=; BENCHOPT=
-if [ "${GPU_SH_HOST:-0}" = 1 ]; then BE=host; RANKOPT="--host --chunk 32M"; BENCHOPT="--backend host --sizes 4K,2M,64M"; fi
-O=/tmp/heapd-gpu-out
-rm -rf "$O"
-mkdir -p "$O"
+BE=cuda; RANKOPT=; BENCHOPT=; SCALE=1; BUDGET=${GPU_SH_BUDGET:-330}
+if [ "${GPU_SH_HOST:-0}" = 1 ]; then
+    # The dry run runs in make check, on a loaded 2-core machine and under
+    # ASan: the step timeouts are 4 times longer, the budget 900 s.
+    BE=host; RANKOPT="--host --chunk 32M"; BENCHOPT="--backend host --sizes 4K,2M,64M"
+    SCALE=4; BUDGET=${GPU_SH_BUDGET:-900}
+fi
+DEADLINE=$(($(date +%s) + BUDGET))
+if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then O=$OUT; else O=$(mktemp -d /tmp/heapd-gpu-out.XXXXXX) || exit 1; fi
 RES=$O/results.txt
 : >"$RES"
-T=$(mktemp -d /tmp/heapd-gpu.XXXXXX)
+T=$(mktemp -d /tmp/heapd-gpu.XXXXXX) || exit 1
 S=$T/heapd.sock
 hpid=
+
+# tmo N: N seconds (times SCALE), or what is left of the budget (less 15 s for the stop and
+# the table) when that is shorter; 0 when nothing is left.
+tmo() {
+    left=$((DEADLINE - $(date +%s) - 15)); want=$(($1 * SCALE))
+    if [ $left -le 0 ]; then echo 0; elif [ $want -lt $left ]; then echo $want; else echo $left; fi
+}
+# step NAME SECONDS CMD...: runs CMD under timeout (its whole process group is
+# killed at the end), output to $T/NAME.out and then the log; sets rc (124:
+# timed out, 125: no time was left).
+step() {
+    sn=$1; st=$(tmo "$2"); shift 2
+    if [ "$st" = 0 ]; then
+        echo "gpu.sh: no time left in the ${BUDGET} s budget for $sn" >"$T/$sn.out"; rc=125
+    else
+        timeout -k 5 "$st" "$@" >"$T/$sn.out" 2>&1; rc=$?
+        [ $rc = 124 ] || [ $rc = 137 ] && echo "gpu.sh: $sn timed out after $st s" >>"$T/$sn.out"
+    fi
+    cat "$T/$sn.out"
+}
+why() { # why RC: the detail for a failed step
+    case $1 in 124|137) echo "timed out";; 125) echo "no time left";; *) echo "exit $1";; esac
+}
 
 result() { # result NAME ok|FAIL|skipped [DETAIL]
     printf '%s|%s|%s\n' "$1" "$2" "${3:-}" >>"$RES"
     echo "== $1: $2${3:+ ($3)}"
 }
 
+# main runs in a subshell (its output goes through tee), so it records
+# heapd's pid in a file for the cleanup of the outer shell.
 cleanup() {
-    [ -n "$hpid" ] && kill -9 "$hpid" 2>/dev/null
+    [ -s "$T/heapd.pid" ] && kill -9 "$(cat "$T/heapd.pid")" 2>/dev/null
     rm -rf "$T"
 }
 
 main() {
-    trap cleanup EXIT INT TERM
     echo "gpu.sh: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), build $B, $(uname -srm)"
     if command -v nvidia-smi >/dev/null 2>&1; then
         nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader \
@@ -59,14 +96,13 @@ main() {
 
     # 1. check_backend: host, map_host and cuda TCases.
     echo; echo "== check_backend"
-    CK_VERBOSITY=verbose timeout 300 "$B/tests/check_backend" >"$T/cb.out" 2>&1; rc=$?
-    cat "$T/cb.out"
+    step cb 90 env CK_VERBOSITY=verbose CK_DEFAULT_TIMEOUT=60 "$B/tests/check_backend"
     if [ $rc = 0 ] && [ $BE = cuda ] && grep -q 'skipped: no GPU' "$T/cb.out"; then
         result check_backend FAIL "the cuda TCase was skipped: no GPU seen"
     elif [ $rc = 0 ]; then
         result check_backend ok "$(grep -E '^[0-9]+%:' "$T/cb.out" | tail -1)"
     else
-        result check_backend FAIL "exit $rc"
+        result check_backend FAIL "$(why $rc)"
     fi
 
     # 2. heapd, cuda backend.
@@ -76,11 +112,12 @@ backend = $BE
 log_level = info
 chunk_size = 64M
 va_size = 64G
-collect_timeout_ms = 60000
+collect_timeout_ms = 15000
 EOF
     echo; echo "== heapd (backend $BE)"
     "$B/heapd" --config "$T/heapd.conf" 2>"$O/heapd.log" &
     hpid=$!
+    echo "$hpid" >"$T/heapd.pid"
     i=0
     while [ ! -S "$S" ] && [ $i -lt 200 ] && kill -0 "$hpid" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
     if [ ! -S "$S" ]; then
@@ -96,33 +133,31 @@ EOF
     fi
 
     # 3. rank processes on the GPU.
-    STATS="$B/heapctl --socket $S stats >$O/stats.txt 2>&1; $B/heapctl --socket $S --json stats >$O/stats.json 2>&1"
+    # Every rank makes the growing allocation at once (it needs one collect,
+    # which every rank joins); --timeout 20 bounds each collect and attach.
+    STATS="$B/heapctl --socket $S stats >$T/stats.txt 2>&1; $B/heapctl --socket $S --json stats >$O/stats.json 2>&1"
     for n in 2 4; do
         echo; echo "== prog_gpu_ranks --ranks $n"
         if [ $n = 2 ]; then
-            timeout 300 "$B/tests/prog_gpu_ranks" --socket "$S" --ranks $n --heap "ranks$n" $RANKOPT \
-                --while-attached "$STATS" >"$T/r$n.out" 2>&1; rc=$?
+            step "r$n" 60 "$B/tests/prog_gpu_ranks" --socket "$S" --ranks $n --heap "ranks$n" --timeout 20 $RANKOPT \
+                --while-attached "$STATS"
         else
-            timeout 300 "$B/tests/prog_gpu_ranks" --socket "$S" --ranks $n --heap "ranks$n" $RANKOPT \
-                >"$T/r$n.out" 2>&1; rc=$?
+            step "r$n" 60 "$B/tests/prog_gpu_ranks" --socket "$S" --ranks $n --heap "ranks$n" --timeout 20 $RANKOPT
         fi
-        cat "$T/r$n.out"
-        sed -n "s/^t \([a-z0-9_]*\) \(.*\)/ranks$n \1 \2/p" "$T/r$n.out" >>"$O/timings.txt"
+        sed -n "s/^t \([a-z0-9_]*\) \(.*\)/ranks$n \1 \2/p" "$T/r$n.out" >>"$T/timings.txt"
         if [ $rc = 0 ]; then
-            result "gpu_ranks_$n" ok "peer writes, growth, symmetric offsets"
+            result "gpu_ranks_$n" ok "peer writes, growth by every rank at once, symmetric offsets"
         else
-            result "gpu_ranks_$n" FAIL "exit $rc"
+            result "gpu_ranks_$n" FAIL "$(why $rc)"
         fi
     done
     echo; echo "== prog_gpu_ranks --ranks 2 --no-hook (libheapc's default device sync)"
-    timeout 300 "$B/tests/prog_gpu_ranks" --socket "$S" --ranks 2 --heap defsync --no-hook $RANKOPT \
-        >"$T/rd.out" 2>&1; rc=$?
-    cat "$T/rd.out"
-    if [ $rc = 0 ]; then result gpu_ranks_default_sync ok; else result gpu_ranks_default_sync FAIL "exit $rc"; fi
+    step rd 60 "$B/tests/prog_gpu_ranks" --socket "$S" --ranks 2 --heap defsync --no-hook --timeout 20 $RANKOPT
+    if [ $rc = 0 ]; then result gpu_ranks_default_sync ok; else result gpu_ranks_default_sync FAIL "$(why $rc)"; fi
 
     # 4. heapctl stats while the 2-rank heap was attached.
     echo; echo "== heapctl stats (taken while 2 ranks were attached)"
-    cat "$O/stats.txt" 2>/dev/null
+    cat "$T/stats.txt" 2>/dev/null
     df=$(sed -n 's/.*"device_free": \([0-9]*\).*/\1/p' "$O/stats.json" 2>/dev/null | head -1)
     dt=$(sed -n 's/.*"device_total": \([0-9]*\).*/\1/p' "$O/stats.json" 2>/dev/null | head -1)
     if [ -n "$df" ] && [ -n "$dt" ] && [ "$df" != 0 ] && [ "$dt" != 0 ] &&
@@ -134,42 +169,52 @@ EOF
 
     # 5. the benchmark, against this heapd.
     echo; echo "== gpu_bench"
-    timeout 400 "$B/bench/gpu_bench" --socket "$S" --require-gpu $BENCHOPT --json "$O/gpu_bench.json" \
-        >"$T/bench.out" 2>&1; rc=$?
-    cat "$T/bench.out"
-    if [ $rc = 0 ]; then result gpu_bench ok; else result gpu_bench FAIL "exit $rc"; fi
+    step bench 120 "$B/bench/gpu_bench" --socket "$S" --require-gpu $BENCHOPT --json "$O/gpu_bench.json"
+    if [ $rc = 0 ]; then result gpu_bench ok; else result gpu_bench FAIL "$(why $rc)"; fi
 
     # 5b. libheapc_nccl with real NCCL (a one-rank communicator on this GPU).
     if [ -x "$B/tests/check_nccl" ]; then
         echo; echo "== check_nccl (real NCCL)"
-        HEAPD="$B/heapd" CK_DEFAULT_TIMEOUT=60 timeout 150 "$B/tests/check_nccl" >"$T/nccl.out" 2>&1; rc=$?
-        tail -20 "$T/nccl.out"
+        step nccl 60 env HEAPD="$B/heapd" CK_DEFAULT_TIMEOUT=40 "$B/tests/check_nccl"
         if [ $rc = 0 ] && [ $BE = cuda ] && grep -q 'skipped: no GPU' "$T/nccl.out"; then
             result check_nccl FAIL "the real-NCCL TCase was skipped"
         elif [ $rc = 0 ]; then
             result check_nccl ok "$(grep -E '^[0-9]+%:' "$T/nccl.out" | tail -1)"
         else
-            result check_nccl FAIL "exit $rc"
+            result check_nccl FAIL "$(why $rc)"
         fi
     fi
     # 5c. probe cost: the status page against cudaMemGetInfo and torch.
     if [ -x "$B/bench/nccl_bench" ]; then
         echo; echo "== nccl_bench (probe cost)"
-        timeout 120 "$B/bench/nccl_bench" --quick --json "$O/nccl_bench.json" >"$T/nb.out" 2>&1; rc=$?
-        cat "$T/nb.out"
-        if [ $rc = 0 ]; then result nccl_bench ok; else result nccl_bench FAIL "exit $rc"; fi
+        step nb 45 "$B/bench/nccl_bench" --quick --json "$O/nccl_bench.json"
+        if [ $rc = 0 ]; then result nccl_bench ok; else result nccl_bench FAIL "$(why $rc)"; fi
     fi
     if command -v python3 >/dev/null 2>&1; then
         echo; echo "== torch anchors (caching allocator, memory probes)"
-        timeout 150 python3 scripts/torch_probe.py "$O/torch.json" >"$T/torch.out" 2>&1; rc=$?
-        cat "$T/torch.out"
-        if [ $rc = 0 ]; then result torch_anchors ok "$(grep -c '^torch ' "$T/torch.out") figures"; \
-        else result torch_anchors FAIL "exit $rc"; fi
+        step torch 60 python3 scripts/torch_probe.py "$O/torch.json"
+        nf=$(grep -c '^torch ' "$T/torch.out")
+        if [ $rc != 0 ]; then
+            result torch_anchors FAIL "$(why $rc)"
+        elif [ "$nf" -gt 0 ]; then
+            result torch_anchors ok "$nf figures"
+        elif [ $BE = cuda ]; then
+            result torch_anchors FAIL "no figures: $(grep -m1 skipped "$T/torch.out")"
+        else
+            result torch_anchors skipped "host dry run: $(grep -m1 skipped "$T/torch.out" | sed 's/^skipped: //')"
+        fi
     fi
 
     # 6. heapd stops cleanly.
     echo; echo "== heapd stop"
-    kill -TERM "$hpid"; wait "$hpid"; rc=$?; hpid=
+    kill -TERM "$hpid"
+    i=0
+    while kill -0 "$hpid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    if kill -0 "$hpid" 2>/dev/null; then
+        echo "gpu.sh: heapd did not stop within 10 s of SIGTERM; killing it"
+        kill -9 "$hpid"
+    fi
+    wait "$hpid"; rc=$?; hpid=; : >"$T/heapd.pid"
     tail -5 "$O/heapd.log"
     if [ $rc = 0 ] && [ ! -e "$S" ]; then
         result heapd_stop ok "exit 0, socket removed"
@@ -182,8 +227,10 @@ EOF
 }
 
 trap cleanup EXIT INT TERM
-: >"$O/timings.txt"
-main 2>&1 | tee "$O/gpu.log"
+: >"$T/timings.txt"
+LOG=$O/gpu.log
+echo "gpu.sh: output in $O (budget ${BUDGET} s)" | tee "$LOG"
+main 2>&1 | tee -a "$LOG"
 
 {
     echo
@@ -194,33 +241,30 @@ main 2>&1 | tee "$O/gpu.log"
         printf '%-24s | %s%s\n' "$n" "$r" "${d:+  ($d)}"
     done <"$RES"
     echo
-    echo "timings (us; prog_gpu_ranks: rank 0 = the rank whose allocation grew the heap):"
-    sed 's/^/  /' "$O/timings.txt"
+    echo "timings (us; prog_gpu_ranks: every rank grows the heap at once; slowest and median rank):"
+    sed 's/^/  /' "$T/timings.txt"
     if [ -f "$O/gpu_bench.json" ]; then
         echo
         echo "gpu_bench (medians, us):"
-        grep '^|' "$O/gpu.log"
+        grep '^|' "$LOG"
     fi
     if [ -f "$O/torch.json" ]; then
         echo
         echo "torch anchors (us):"
-        grep '^torch ' "$O/gpu.log" | sed 's/^/  /'
+        grep '^torch [a-z_]* [0-9{]' "$LOG" | sed 's/^/  /'
     fi
     if [ -f "$O/nccl_bench.json" ]; then
         echo
         echo "probe cost (ns) by live blocks:"
-        grep -E '^ +[0-9]+ +[0-9]+ ' "$O/gpu.log" | sed 's/^/  /'
+        grep -E '^ +[0-9]+ +[0-9]+ ' "$LOG" | sed 's/^/  /'
     fi
-} | tee -a "$O/gpu.log"
+    echo
+    echo "gpu.sh: $(($(date +%s) - DEADLINE + BUDGET)) s of the ${BUDGET} s budget; output in $O"
+} | tee -a "$LOG"
 
-if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
-    for f in gpu.log results.txt heapd.log stats.txt stats.json gpu_bench.json timings.txt torch.json nccl_bench.json; do
-        [ -f "$O/$f" ] && cp "$O/$f" "$OUT/"
-    done
-fi
 if grep -q '|FAIL|' "$RES" || ! grep -q '^gpu_bench|ok' "$RES"; then
-    echo "gpu.sh: FAILED"
+    echo "gpu.sh: FAILED" | tee -a "$LOG"
     exit 1
 fi
-echo "gpu.sh: all passed"
+echo "gpu.sh: all passed" | tee -a "$LOG"
 exit 0

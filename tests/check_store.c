@@ -657,8 +657,8 @@ START_TEST(t_timeout)
         ck_assert_int_lt(N[i].status, 0);
         ck_assert_msg(!strcmp(N[i].msg, want), "%s got \"%s\"", N[i].name, N[i].msg);
         /* n0 times out at 600 ms; n1 learns it then, long before its own 3000 */
-        ck_assert_uint_ge(N[i].t_done - t0 + 15, 600);
-        ck_assert_uint_lt(N[i].t_done - t0, 600 + HD_STORE_GRACE_MS);
+        ck_assert_uint_ge(N[i].t_done - t0 + 2, 600);
+        ck_assert_uint_lt(N[i].t_done - t0, 3000);   /* n1: before its own 3000 ms timeout */
     }
     printf("timeout: \"%s\" on n0 after %" PRIu64 " ms, on n1 after %" PRIu64 " ms\n", N[0].msg,
            N[0].t_done - t0, N[1].t_done - t0);
@@ -668,7 +668,7 @@ START_TEST(t_timeout)
     ck_assert(run_until(node_done, &N[2], 2000));
     ck_assert_int_lt(N[2].status, 0);
     ck_assert_str_eq(N[2].msg, want);
-    ck_assert_uint_lt(N[2].t_done - t0, 500);
+    ck_assert_uint_lt(N[2].t_done - t0, 2500);   /* at once, not at its 5 s timeout */
     for (int i = 0; i < NNODES; i++)
         counters(i, &c1[i], NULL);
     ck_assert_uint_eq(c1[0] - c0[0], 2);   /* the collect, and the timeout's decision + lookup */
@@ -702,7 +702,7 @@ START_TEST(t_timeout_redis_stopped)
     ck_assert_int_lt(N[0].status, 0);
     ck_assert_msg(strstr(N[0].msg, "timed out after 300 ms") && strstr(N[0].msg, "did not answer"), "%s",
                   N[0].msg);
-    ck_assert_uint_lt(N[0].t_done - t0, 300 + HD_STORE_GRACE_MS + 200);
+    ck_assert_uint_lt(N[0].t_done - t0, 300 + HD_STORE_GRACE_MS + 1000);   /* + slack for a loaded machine */
     printf("redis stopped: \"%s\" after %" PRIu64 " ms\n", N[0].msg, N[0].t_done - t0);
 }
 END_TEST
@@ -724,13 +724,13 @@ START_TEST(t_abort)
     ck_assert(run_until(nodes_done, &k, 2000));
     ck_assert_int_lt(N[0].status, 0);
     ck_assert_str_eq(N[0].msg, msg);
-    ck_assert_uint_lt(N[0].t_done - t0, 500);
+    ck_assert_uint_lt(N[0].t_done - t0, 5000);   /* at once, not at the 10 s timeout */
     t0 = now_ms();
     collect(1, 3, 6, r[1], 2, a, 1, 10000, "job");
     ck_assert(run_until(node_done, &N[1], 2000));
     ck_assert_int_lt(N[1].status, 0);
     ck_assert_str_eq(N[1].msg, msg);
-    ck_assert_uint_lt(N[1].t_done - t0, 500);
+    ck_assert_uint_lt(N[1].t_done - t0, 5000);
 
     /* A node aborts a collect it had contributed to: its own callback gets
      * the message too, and so does every other waiting node. */
@@ -782,7 +782,7 @@ START_TEST(t_redis_killed)
         ck_assert_int_lt(N[i].status, 0);
         ck_assert_msg(strstr(N[i].msg, port) && strstr(N[i].msg, "heapd retries the connection at the next collect"),
                       "%s", N[i].msg);
-        ck_assert_uint_lt(N[i].t_done - t0, 1000);   /* at once, not at the 10 s timeout */
+        ck_assert_uint_lt(N[i].t_done - t0, 5000);   /* at once, not at the 10 s timeout */
     }
     printf("redis killed: \"%s\" after %" PRIu64 " ms\n", N[0].msg, N[0].t_done - t0);
 
@@ -793,7 +793,7 @@ START_TEST(t_redis_killed)
     ck_assert_int_lt(N[2].status, 0);
     ck_assert_msg(strstr(N[2].msg, "is unreachable: Connection refused") && strstr(N[2].msg, port), "%s",
                   N[2].msg);
-    ck_assert_uint_lt(N[2].t_done - t0, 1000);
+    ck_assert_uint_lt(N[2].t_done - t0, 5000);
     printf("redis down: \"%s\" after %" PRIu64 " ms\n", N[2].msg, N[2].t_done - t0);
 
     /* Redis back (empty): the next collect reconnects and works. */
@@ -1080,7 +1080,7 @@ START_TEST(t_unreachable)
     ck_assert_msg(strstr(N[0].msg, "Redis at 127.0.0.1:") && strstr(N[0].msg, "is unreachable: Connection refused; "
                   "collect 1 of heap \"job\" failed; heapd retries the connection at the next collect"), "%s",
                   N[0].msg);
-    ck_assert_uint_lt(N[0].t_done - t0, 1000);
+    ck_assert_uint_lt(N[0].t_done - t0, 5000);   /* at once, not at the 10 s timeout */
     ck_assert(!hd_store_ready(N[0].s));
     /* and again: no stale state */
     collect(0, 2, 2, r0, 1, NULL, 0, 10000, "job");
@@ -1114,8 +1114,8 @@ START_TEST(t_silent_server)
         ck_assert(run_until(node_done, &N[0], 3000));
         ck_assert_msg(strstr(N[0].msg, "is unreachable: the subscription was not confirmed within 300 ms"), "%s",
                       N[0].msg);
-        ck_assert_uint_ge(N[0].t_done - t0 + 15, 300);   /* uv_now is cached per loop turn */
-        ck_assert_uint_lt(N[0].t_done - t0, 800);
+        ck_assert_uint_ge(N[0].t_done - t0 + 2, 300);   /* ms truncation on both clocks */
+        ck_assert_uint_lt(N[0].t_done - t0, 3000);   /* by its 300 ms timeout, long before run_until's 3 s */
     }
     printf("silent server: \"%s\"\n", N[0].msg);
     hd_store_close(N[0].s);

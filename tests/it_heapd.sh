@@ -42,13 +42,20 @@ EOF
 "$BUILD/heapd" --config "$T/heapd.conf" 2>"$T/heapd.log" &
 hpid=$!
 i=0
-while [ ! -S "$S" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+while [ ! -S "$S" ] && [ $i -lt 600 ] && kill -0 "$hpid" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done   # 30 s at most
 check "heapd starts and listens" test -S "$S"
 
 rank() { # rank HEAP R W [opts] -- CMDS: runs one rank in the background
     heap=$1 r=$2 w=$3; shift 3
     "$R" --socket "$S" --heap "$heap" --rank "$r" --world "$w" "$@" >"$T/$heap.$r.out" 2>"$T/$heap.$r.err" &
     eval "pid_${r}=\$!"
+}
+waitfiles() { # waitfiles FILE...: until every FILE exists (a rank reached a state); 300 s at most
+    for f in "$@"; do
+        n=0
+        while [ ! -e "$f" ] && [ $n -lt 6000 ]; do sleep 0.05; n=$((n + 1)); done
+        [ -e "$f" ] || echo "waitfiles: $f did not appear within 300 s"
+    done
 }
 waitrank() { # waitrank R -> exit code in $rc
     eval "p=\$pid_$1"
@@ -85,8 +92,11 @@ check "growth: stats count growths ($g)" test "${g:-0}" -ge 1
 check "growth: same offsets on both ranks" sh -c "grep '^a ' $T/peer.0.out > $T/p0; grep '^a ' $T/peer.1.out > $T/p1; cmp -s $T/p0 $T/p1"
 
 # ---- 2b. status page values -------------------------------------------------------
-rank sp 0 2 --chunk 1M --initial 1M -- status alloc 4K status free 0 flush status collect status alloc 2M status
-rank sp 1 2 --chunk 1M --initial 1M -- sleep 1500 alloc 4K free 0 flush collect sleep 1500 alloc 2M
+# (stats after flush: a round trip on the same connection, so heapd has taken
+# the free batch before the page is read; rank 1 waits for rank 0's files.)
+rank sp 0 2 --chunk 1M --initial 1M -- status alloc 4K status free 0 flush stats status touch "$T/sp.a" \
+    collect status touch "$T/sp.b" alloc 2M status
+rank sp 1 2 --chunk 1M --initial 1M -- waitfile "$T/sp.a" alloc 4K free 0 flush collect waitfile "$T/sp.b" alloc 2M
 waitrank 0; r0=$rc; waitrank 1; r1=$rc
 check "status page: both ranks ran (exit 0)" test $r0 = 0 -a $r1 = 0
 sed -n 's/^p //p' "$T/sp.0.out" >"$T/sp.p"
@@ -106,10 +116,11 @@ check "status page: after growth: 2 MiB mapped, 1 growth, 2 MiB live" \
 check "status page: every update was published (updates grow)" test "$(pv 5 updates)" -gt "$(pv 1 updates)"
 
 # ---- 3. forced collect from heapctl during a workload ---------------------------
-rank fc 0 2 -- alloc 4K sleep 600 alloc 4K alloc 8K stats
-rank fc 1 2 -- alloc 4K sleep 600 alloc 4K alloc 8K
-sleep 0.3
+rank fc 0 2 -- alloc 4K touch "$T/fc.0" waitfile "$T/fc.go" alloc 4K alloc 8K stats
+rank fc 1 2 -- alloc 4K touch "$T/fc.1" waitfile "$T/fc.go" alloc 4K alloc 8K
+waitfiles "$T/fc.0" "$T/fc.1"
 "$CTL" --socket "$S" collect fc >"$T/fc.ctl" 2>&1
+touch "$T/fc.go"
 check "heapctl collect exits 0 and names the allocation number" grep -q '1' "$T/fc.ctl"
 waitrank 0; r0=$rc; waitrank 1; r1=$rc
 check "forced collect: both ranks complete" test $r0 = 0 -a $r1 = 0
@@ -140,9 +151,9 @@ waitrank 0; r0=$rc; waitrank 1
 check "collect timeout: the waiting rank fails with a timeout (exit 5)" test $r0 = 5
 check "collect timeout: the error names the missing rank 1" grep -q 'rank(s) 1 never arrived' "$T/ct.0.err"
 
-rank gone 0 2 --timeout-ms 20000 -- alloc 1K collect
-rank gone 1 2 --timeout-ms 20000 -- alloc 1K sleep 30000
-sleep 0.5
+rank gone 0 2 --timeout-ms 20000 -- alloc 1K touch "$T/gone.0" collect
+rank gone 1 2 --timeout-ms 20000 -- alloc 1K touch "$T/gone.1" sleep 30000
+waitfiles "$T/gone.0" "$T/gone.1"
 start=$(date +%s)
 kill -9 "$pid_1"
 waitrank 0; r0=$rc; waitrank 1
@@ -151,17 +162,17 @@ check "disconnect during collect: the waiting rank fails at once (exit 6, $((end
 check "disconnect during collect: the error names rank 1" grep -q 'rank 1 (pid [0-9]*) disconnected' "$T/gone.0.err"
 
 # ---- 5. asymmetry ----------------------------------------------------------------------
-rank asym 0 2 -- alloc 1024 sleep 300 alloc 100
-rank asym 1 2 -- sleep 100 alloc 2048
-waitrank 0; waitrank 1; r1=$rc
+rank asym 0 2 -- alloc 1024 touch "$T/asym.0" waitfile "$T/asym.go"
+rank asym 1 2 -- waitfile "$T/asym.0" alloc 2048
+waitrank 1; r1=$rc; touch "$T/asym.go"; waitrank 0
 check "asymmetry: the second rank gets ERR_ASYMMETRY (exit 4)" test $r1 = 4
 check "asymmetry: the message names allocation 0 and both sizes" \
     grep -q 'asymmetric allocation 0 .*2048 bytes.*1024' "$T/asym.1.err"
 
 # ---- 6. heapctl ------------------------------------------------------------------------
-rank ctl 0 2 -- alloc 3000 alloc 1M free 0 flush sleep 1500
-rank ctl 1 2 -- alloc 3000 alloc 1M sleep 1500
-sleep 0.5
+rank ctl 0 2 -- alloc 3000 alloc 1M free 0 flush stats touch "$T/ctl.0" waitfile "$T/ctl.go"
+rank ctl 1 2 -- alloc 3000 alloc 1M touch "$T/ctl.1" waitfile "$T/ctl.go"
+waitfiles "$T/ctl.0" "$T/ctl.1"
 "$CTL" --socket "$S" heaps >"$T/heaps.txt" 2>&1
 check "heapctl heaps lists the heap" grep -q '^ctl' "$T/heaps.txt"
 "$CTL" --socket "$S" stats ctl >"$T/stats.txt" 2>&1; rc=$?
@@ -193,6 +204,7 @@ check "heapctl stats of an unknown heap: exit 1 with a message" sh -c "test $rc 
 check "heapctl unknown command: exit 2" test $rc = 2
 "$CTL" --socket "$T/nothere.sock" stats >/dev/null 2>"$T/noconn.err"; rc=$?
 check "heapctl with no heapd: exit 1 naming the socket" sh -c "test $rc = 1 && grep -q nothere.sock $T/noconn.err"
+touch "$T/ctl.go"
 waitrank 0; waitrank 1
 
 # ---- 7. shutdown -------------------------------------------------------------------------

@@ -63,7 +63,7 @@ EOF
 "$BUILD/heapd" --config "$T/heapd.conf" 2>"$T/heapd.log" &
 hpid=$!
 i=0
-while [ ! -S "$S" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+while [ ! -S "$S" ] && [ $i -lt 600 ] && kill -0 "$hpid" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done   # 30 s at most
 check "heapd starts and listens" test -S "$S"
 sleep 0.2
 fd0=$(nfds); rss0=$(rss)

@@ -384,7 +384,7 @@ EOF
 "$HEAPD" --config "$T/ns.conf" 2>"$T/ns.log" &
 nspid=$!
 i=0
-while [ ! -S "$T/ns.sock" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+while [ ! -S "$T/ns.sock" ] && [ $i -lt 600 ] && kill -0 "$nspid" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
 "$R" --socket "$T/ns.sock" --heap span --rank 0 --world 4 --local-size 2 --job j1 -- alloc 1K \
     >"$T/ns.out" 2>"$T/ns.err"; rc=$?
 check "local_size < world_size on a heapd with no store: refused (exit $rc), saying to set store = redis://" \

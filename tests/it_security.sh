@@ -49,7 +49,7 @@ EOF
 "$BUILD/heapd" --config "$T/heapd.conf" 2>"$T/heapd.log" &
 hpid=$!
 i=0
-while [ ! -S "$S" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+while [ ! -S "$S" ] && [ $i -lt 600 ] && kill -0 "$hpid" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done   # 30 s at most
 check "heapd starts" test -S "$S"
 
 as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }

@@ -10,6 +10,7 @@
 #include "size.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -17,9 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* Exit codes. */
-#define X_OK 0
+#define X_SUCCESS 0
 #define X_ERROR 1      /* any other heapc error */
 #define X_USAGE 2
 #define X_CHECK 3      /* check / data verification failed */
@@ -72,6 +75,10 @@ static void usage(FILE *f)
 "  check SEQ BYTE      this rank's copy of block SEQ must be all BYTE (host), else\n"
 "                      exit 3\n"
 "  sleep MS            sleep MS milliseconds\n"
+"  touch PATH          create the file PATH (tells a test script a state was\n"
+"                      reached)\n"
+"  waitfile PATH       wait until the file PATH exists (the script's go-ahead;\n"
+"                      at most 300 s, then exit 1)\n"
 "  stats               print 's heap KEY=VALUE...', one 's rank KEY=VALUE...' per\n"
 "                      rank and 's client KEY=VALUE...' (this context's counters)\n"
 "  random N            N steps of a seeded workload: each step frees the blocks\n"
@@ -509,6 +516,24 @@ static int run_tokens(char **tok, int ntok, int *xcode)
             struct timespec ts = {(time_t)(a / 1000), (long)(a % 1000) * 1000000L};
             while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
                 ;
+        } else if (!strcmp(cmd, "touch")) {
+            ARGS(1);
+            int fd = open(tok[i], O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+            if (fd < 0)
+                return fail_local(1, "touch %s: %s", tok[i], strerror(errno));
+            close(fd);
+            i += 1;
+        } else if (!strcmp(cmd, "waitfile")) {
+            ARGS(1);
+            int waited = 0;
+            struct stat st;
+            while (stat(tok[i], &st) != 0) {
+                if (waited++ >= 300 * 100)
+                    return fail_local(1, "waitfile %s: not there after 300 s", tok[i]);
+                struct timespec ts = {0, 10 * 1000000L};
+                nanosleep(&ts, NULL);
+            }
+            i += 1;
         } else if (!strcmp(cmd, "stats")) {
             rc = do_stats();
         } else if (!strcmp(cmd, "random")) {

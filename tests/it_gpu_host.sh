@@ -1,0 +1,57 @@
+#!/bin/sh
+# it_gpu_host.sh - the host dry run of the GPU script (scripts/gpu.sh with
+# GPU_SH_HOST=1): the same programs as on the GPU machine (prog_gpu_ranks,
+# gpu_bench, check_backend, check_nccl, nccl_bench, heapctl) against a real
+# heapd on the host backend. A change that breaks the GPU tests fails here,
+# on a CPU machine. Also: the script stays within its budget when steps
+# cannot run, and says so.
+#
+# Run by tests/run.sh (BUILD = build dir, HEAPD_SRC = source root); exit 0 =
+# pass.
+set -u
+BUILD=${BUILD:-build}
+HEAPD_SRC=${HEAPD_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
+W=$BUILD/tests/gpu_host
+rm -rf "$W"
+mkdir -p "$W/out" "$W/out2"
+nfail=0; npass=0
+fail() { echo "FAIL: $*"; nfail=$((nfail + 1)); }
+ok() { echo "ok   $*"; npass=$((npass + 1)); }
+
+cd "$HEAPD_SRC" || exit 1
+case $BUILD in /*) B=$BUILD;; *) B=$HEAPD_SRC/$BUILD;; esac
+
+# 1. The dry run passes, every step that can run here.
+OUT=$W/out GPU_SH_HOST=1 sh scripts/gpu.sh "$B" >"$W/run.log" 2>&1; rc=$?
+R=$W/out/results.txt
+if [ $rc = 0 ]; then ok "gpu.sh host dry run: exit 0"; else fail "gpu.sh host dry run: exit $rc"; tail -60 "$W/run.log"; fi
+for t in build check_backend heapd_start gpu_ranks_2 gpu_ranks_4 gpu_ranks_default_sync heapctl_stats gpu_bench \
+         check_nccl nccl_bench heapd_stop; do
+    if grep -q "^$t|ok|" "$R" 2>/dev/null; then ok "step $t: ok"; else fail "step $t: $(grep "^$t|" "$R" 2>/dev/null || echo 'not run')"; fi
+done
+# the figures the GPU table is made of
+for k in growth_slowest_rank_us growth_median_rank_us alloc_rtt_median_us attach_us; do
+    if grep -q "ranks4 $k [0-9]" "$W/out/gpu.log"; then ok "timing ranks4 $k"; else fail "timing ranks4 $k missing from gpu.log"; fi
+done
+for f in gpu.log results.txt heapd.log stats.json gpu_bench.json nccl_bench.json; do
+    if [ -s "$W/out/$f" ]; then ok "\$OUT/$f written"; else fail "\$OUT/$f missing"; fi
+done
+n=$(ls "$W/out" | wc -l)
+if [ "$n" -le 8 ]; then ok "at most 8 files in \$OUT ($n)"; else fail "$n files in \$OUT (the device tool returns 8)"; fi
+if grep -q "^gpu.sh: all passed" "$W/out/gpu.log"; then ok "gpu.log ends with the verdict"; else fail "no verdict in gpu.log"; fi
+
+# 2. No time left: every step fails at once, saying so, and the script ends.
+OUT=$W/out2 GPU_SH_HOST=1 GPU_SH_BUDGET=1 sh scripts/gpu.sh "$B" >"$W/run2.log" 2>&1; rc=$?
+if [ $rc = 1 ]; then ok "budget spent: exit 1"; else fail "budget spent: exit $rc, want 1"; fi
+if grep -q "^gpu_ranks_2|FAIL|no time left" "$W/out2/results.txt"; then ok "budget spent: the step says 'no time left'"
+else fail "budget spent: $(grep gpu_ranks_2 "$W/out2/results.txt")"; fi
+if grep -q "^heapd_stop|ok|" "$W/out2/results.txt"; then ok "budget spent: heapd still stopped cleanly"
+else fail "budget spent: $(grep heapd_stop "$W/out2/results.txt")"; fi
+if ls /tmp/heapd-gpu.* >/dev/null 2>&1 && [ -n "$(find /tmp -maxdepth 1 -name 'heapd-gpu.*' -newer "$W/run.log" 2>/dev/null)" ]; then
+    fail "gpu.sh left its work folder in /tmp"
+else
+    ok "gpu.sh removed its work folder"
+fi
+
+echo "it_gpu_host: $npass passed, $nfail failure(s)"
+[ $nfail = 0 ]

@@ -1,0 +1,61 @@
+#!/bin/sh
+# it_link.sh - a program linked against the build folder's shared libheapc,
+# as a user links one (cc ... -L build -lheapc), runs: the loader finds
+# build/libheapc.so.0 (the soname), and the program works against a real
+# heapd. The same for libheapc_nccl's soname.
+#
+# Run by tests/run.sh (BUILD = build dir, HEAPD_SRC = source root); exit 0 =
+# pass.
+set -u
+BUILD=${BUILD:-build}
+HEAPD_SRC=${HEAPD_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
+case $BUILD in /*) B=$BUILD;; *) B=$(pwd)/$BUILD;; esac
+CC=${CC:-cc}
+T=$(mktemp -d /tmp/heapd-link.XXXXXX)
+S=$T/heapd.sock
+fails=0
+hpid=
+cleanup() {
+    [ -n "$hpid" ] && kill -9 "$hpid" 2>/dev/null
+    rm -rf "$T"
+}
+trap cleanup EXIT INT TERM
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fails=$((fails + 1)); }
+
+for so in libheapc.so.0 libheapc_nccl.so.0; do
+    if [ -e "$B/$so" ]; then ok "$BUILD/$so exists"; else bad "$BUILD/$so is missing"; fi
+done
+soname=$(readelf -d "$B/libheapc.so" 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+if [ "$soname" = libheapc.so.0 ]; then ok "libheapc.so's soname is libheapc.so.0"; else bad "soname '$soname'"; fi
+
+# An instrumented build (make SANITIZE=...) links its programs the same way.
+SAN=
+if nm -D "$B/libheapc.so" 2>/dev/null | grep -q '__asan_'; then SAN="-fsanitize=address,undefined"; fi
+if $CC $SAN -std=c11 -Wall -Werror -I"$HEAPD_SRC/client" -o "$T/trainer" "$HEAPD_SRC/examples/trainer.c" \
+        -L"$B" -lheapc -Wl,-rpath,"$B" 2>"$T/cc.err"; then
+    ok "examples/trainer.c links with -L$BUILD -lheapc"
+else
+    bad "examples/trainer.c does not link:"; cat "$T/cc.err"
+fi
+need=$(readelf -d "$T/trainer" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(libheapc[^]]*\)\]/\1/p')
+if [ "$need" = libheapc.so.0 ]; then ok "the program needs libheapc.so.0"; else bad "the program needs '$need'"; fi
+
+cat >"$T/heapd.conf" <<CONF
+socket = $S
+backend = host
+chunk_size = 1M
+va_size = 256M
+CONF
+"$B/heapd" --config "$T/heapd.conf" 2>"$T/heapd.log" &
+hpid=$!
+i=0
+while [ ! -S "$S" ] && [ $i -lt 600 ] && kill -0 "$hpid" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
+if [ -S "$S" ]; then ok "heapd listens"; else bad "heapd did not start"; cat "$T/heapd.log"; fi
+"$T/trainer" --socket "$S" --ranks 2 --steps 2 --chunk 1M >"$T/trainer.out" 2>&1; rc=$?
+if [ $rc = 0 ]; then ok "the dynamically linked trainer runs 2 ranks against heapd"
+else bad "the dynamically linked trainer: exit $rc"; cat "$T/trainer.out"; fi
+kill -TERM "$hpid"; wait "$hpid"; hpid=
+
+echo "it_link: $fails failure(s)"
+[ $fails = 0 ]
