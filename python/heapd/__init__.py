@@ -26,7 +26,7 @@ from . import _lib as L
 
 __all__ = ["Heap", "HeapdError", "AsymmetryError", "PeerGoneError", "CollectiveTimeoutError",
            "HeapdConnectionError", "NotHeldError", "OutOfMemoryError", "StateError",
-           "MismatchError", "Status", "library_path"]
+           "MismatchError", "Status", "library_path", "stats"]
 
 library_path = L.path
 Status = L.Status
@@ -424,25 +424,51 @@ class Heap:
         if rc:
             _raise(c, rc)
         try:
-            res = []
-            for i in range(out.contents.nheaps):
-                hs = out.contents.heaps[i]
-                d = {f: getattr(hs, f) for f, _ in hs._fields_ if f not in ("params", "ranks", "nranks")}
-                d["name"] = hs.name.decode()
-                d["backend"] = out.contents.backend.decode()
-                d["params"] = {f: getattr(hs.params, f) for f in
-                               ("chunk_size", "initial_size", "va_size", "min_block",
-                                "collect_timeout_ms", "local_size")}
-                d["ranks"] = [{f: getattr(hs.ranks[j], f) for f, _ in L.RankStats._fields_}
-                              for j in range(hs.nranks)]
-                res.append(d)
-            return res
+            return _stats_list(out)
         finally:
             L.stats_free(out)
 
     def __repr__(self):
         return (f"heapd.Heap({self.name!r}, rank={self.rank}, world_size={self.world_size}, "
                 f"backend={self.backend!r}{', closed' if self.closed else ''})")
+
+
+def stats(name=None, socket=None):
+    """heapd's statistics of heap `name` (None: every heap this user may see),
+    without attaching: a list of dicts like Heap.stats(). ENOTFOUND raises
+    HeapdError."""
+    c = L.connect(os.fsencode(socket) if socket else None)
+    if not c:
+        raise MemoryError("heapc_connect: out of memory")
+    try:
+        if L.err(c):
+            _raise(c, L.err(c))
+        out = ctypes.POINTER(L.DaemonStats)()
+        rc = L.stats(c, name.encode() if name else None, ctypes.byref(out))
+        if rc:
+            _raise(c, rc)
+        try:
+            return _stats_list(out)
+        finally:
+            L.stats_free(out)
+    finally:
+        L.free_ctx(c)
+
+
+def _stats_list(out):
+    res = []
+    for i in range(out.contents.nheaps):
+        hs = out.contents.heaps[i]
+        d = {f: getattr(hs, f) for f, _ in hs._fields_ if f not in ("params", "ranks", "nranks")}
+        d["name"] = hs.name.decode()
+        d["backend"] = out.contents.backend.decode()
+        d["params"] = {f: getattr(hs.params, f) for f in
+                       ("chunk_size", "initial_size", "va_size", "min_block",
+                        "collect_timeout_ms", "local_size")}
+        d["ranks"] = [{f: getattr(hs.ranks[j], f) for f, _ in L.RankStats._fields_}
+                      for j in range(hs.nranks)]
+        res.append(d)
+    return res
 
 
 def _notify_preload(heap, closing=False):
