@@ -417,7 +417,8 @@ int hnccl_preload_bind(heapc *c);
 /* hnccl_get_counters of the process-wide context. */
 int hnccl_preload_counters(hnccl_counters *out);
 
-/* The last failure's message (hnccl_errstr), else the environment's error
+/* The last failed intercepted call's message (kept until the next failure:
+ * the NCCL call, its error, the memory state), else the environment's error
  * at start (an unknown name in HEAPC_NCCL_PROBE: the defaults apply), else "". */
 const char *hnccl_preload_errstr(void);
 

@@ -21,7 +21,8 @@
  * Errors: an intercepted call returns NCCL's result. When the wrapper cannot
  * call NCCL (no real function found) it returns ncclSystemError and
  * hnccl_preload_errstr() says why. When NCCL fails, hnccl_preload_errstr()
- * names the call and the memory state from the status page.
+ * (the last failure, kept until the next one) names the call, NCCL's error
+ * and the memory state from the status page.
  *
  * HEAPC_NCCL_PRELOAD_DUMP=PATH ("-": stderr) writes the counters there at
  * exit (the one place this library writes: asked for by the environment).
@@ -94,6 +95,36 @@ static void *next_sym(const char *name, void *self)
 
 static void dump(void);
 
+/* Finds the real functions still missing: at the first intercepted call
+ * (not before: NCCL may be loaded after this library is first used, e.g. by
+ * hnccl_preload_bind at attach) and again at later calls until all are
+ * found. */
+static pthread_mutex_t resolve_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int resolved;
+
+static void resolve(void)
+{
+    pthread_mutex_lock(&resolve_mu);
+    if (!atomic_load(&resolved)) {
+        load_err[0] = '\0';
+        RESOLVE(AllReduce, "ncclAllReduce", ncclAllReduce, 1);
+        RESOLVE(AllGather, "ncclAllGather", ncclAllGather, 1);
+        RESOLVE(ReduceScatter, "ncclReduceScatter", ncclReduceScatter, 1);
+        RESOLVE(Broadcast, "ncclBroadcast", ncclBroadcast, 1);
+        RESOLVE(Reduce, "ncclReduce", ncclReduce, 1);
+        RESOLVE(Send, "ncclSend", ncclSend, 1);
+        RESOLVE(Recv, "ncclRecv", ncclRecv, 1);
+        RESOLVE(GroupStart, "ncclGroupStart", ncclGroupStart, 1);
+        RESOLVE(GroupEnd, "ncclGroupEnd", ncclGroupEnd, 1);
+        RESOLVE(CommCount, "ncclCommCount", NULL, 0);
+        RESOLVE(GetErrorString, "ncclGetErrorString", NULL, 0);
+        RESOLVE(GetLastError, "ncclGetLastError", NULL, 0);
+        if (!load_err[0])
+            atomic_store(&resolved, 1);
+    }
+    pthread_mutex_unlock(&resolve_mu);
+}
+
 static void init(void)
 {
     ctx = hnccl_new(NULL);
@@ -101,18 +132,6 @@ static void init(void)
         return;
     if (hnccl_err(ctx))
         snprintf(env_err, sizeof env_err, "%s", hnccl_errstr(ctx));
-    RESOLVE(AllReduce, "ncclAllReduce", ncclAllReduce, 1);
-    RESOLVE(AllGather, "ncclAllGather", ncclAllGather, 1);
-    RESOLVE(ReduceScatter, "ncclReduceScatter", ncclReduceScatter, 1);
-    RESOLVE(Broadcast, "ncclBroadcast", ncclBroadcast, 1);
-    RESOLVE(Reduce, "ncclReduce", ncclReduce, 1);
-    RESOLVE(Send, "ncclSend", ncclSend, 1);
-    RESOLVE(Recv, "ncclRecv", ncclRecv, 1);
-    RESOLVE(GroupStart, "ncclGroupStart", ncclGroupStart, 1);
-    RESOLVE(GroupEnd, "ncclGroupEnd", ncclGroupEnd, 1);
-    RESOLVE(CommCount, "ncclCommCount", NULL, 0);
-    RESOLVE(GetErrorString, "ncclGetErrorString", NULL, 0);
-    RESOLVE(GetLastError, "ncclGetLastError", NULL, 0);
     hnccl_set_table(ctx, &real);
     const char *d = getenv("HEAPC_NCCL_PRELOAD_DUMP");
     if (d && *d)
@@ -125,63 +144,85 @@ static hnccl_ctx *get(void)
     return ctx;
 }
 
+/* The context for an intercepted call: the real functions resolved. */
+static inline hnccl_ctx *call_ctx(void)
+{
+    hnccl_ctx *x = get();
+    if (!atomic_load_explicit(&resolved, memory_order_acquire))
+        resolve();
+    return x;
+}
+
 /* A wrapper's result as an ncclResult_t: NCCL's own, or ncclSystemError when
  * the wrapper could not call NCCL. */
+static char last_fail[1536];   /* the last failed call's message */
+static pthread_mutex_t fail_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static ncclResult_t failed(int rc)
+{
+    pthread_mutex_lock(&fail_mu);
+    snprintf(last_fail, sizeof last_fail, "%s", ctx ? hnccl_errstr(ctx) : "no context");
+    pthread_mutex_unlock(&fail_mu);
+    return rc >= 0 ? (ncclResult_t)rc : ncclSystemError;
+}
+
 static inline ncclResult_t res(int rc)
 {
-    return rc >= 0 ? (ncclResult_t)rc : ncclSystemError;
+    if (__builtin_expect(rc == ncclSuccess || rc == ncclInProgress, 1))
+        return (ncclResult_t)rc;
+    return failed(rc);
 }
 
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t dt,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
-    return res(hnccl_all_reduce(get(), send, recv, count, dt, op, comm, stream));
+    return res(hnccl_all_reduce(call_ctx(), send, recv, count, dt, op, comm, stream));
 }
 
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendcount, ncclDataType_t dt,
                            ncclComm_t comm, cudaStream_t stream)
 {
-    return res(hnccl_all_gather(get(), send, recv, sendcount, dt, comm, stream));
+    return res(hnccl_all_gather(call_ctx(), send, recv, sendcount, dt, comm, stream));
 }
 
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvcount, ncclDataType_t dt,
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
-    return res(hnccl_reduce_scatter(get(), send, recv, recvcount, dt, op, comm, stream));
+    return res(hnccl_reduce_scatter(call_ctx(), send, recv, recvcount, dt, op, comm, stream));
 }
 
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t dt, int root,
                            ncclComm_t comm, cudaStream_t stream)
 {
-    return res(hnccl_broadcast(get(), send, recv, count, dt, root, comm, stream));
+    return res(hnccl_broadcast(call_ctx(), send, recv, count, dt, root, comm, stream));
 }
 
 ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType_t dt,
                         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
 {
-    return res(hnccl_reduce(get(), send, recv, count, dt, op, root, comm, stream));
+    return res(hnccl_reduce(call_ctx(), send, recv, count, dt, op, root, comm, stream));
 }
 
 ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm,
                       cudaStream_t stream)
 {
-    return res(hnccl_send(get(), send, count, dt, peer, comm, stream));
+    return res(hnccl_send(call_ctx(), send, count, dt, peer, comm, stream));
 }
 
 ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm,
                       cudaStream_t stream)
 {
-    return res(hnccl_recv(get(), recv, count, dt, peer, comm, stream));
+    return res(hnccl_recv(call_ctx(), recv, count, dt, peer, comm, stream));
 }
 
 ncclResult_t ncclGroupStart(void)
 {
-    return res(hnccl_group_start(get()));
+    return res(hnccl_group_start(call_ctx()));
 }
 
 ncclResult_t ncclGroupEnd(void)
 {
-    return res(hnccl_group_end(get()));
+    return res(hnccl_group_end(call_ctx()));
 }
 
 /* ---- the library's own API (declared in heapc_nccl.h) ----------------------- */
@@ -208,9 +249,8 @@ const char *hnccl_preload_errstr(void)
     hnccl_ctx *x = get();
     if (!x)
         return "out of memory creating the preload's context";
-    const char *e = hnccl_errstr(x);
-    if (*e)
-        return e;
+    if (last_fail[0])
+        return last_fail;
     if (env_err[0])
         return env_err;
     return "";
@@ -219,6 +259,8 @@ const char *hnccl_preload_errstr(void)
 const char *hnccl_preload_missing(void)
 {
     get();
+    if (!atomic_load(&resolved))
+        resolve();
     return load_err;
 }
 

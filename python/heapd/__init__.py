@@ -471,11 +471,28 @@ def _stats_list(out):
     return res
 
 
+_last = None
+
+
+def _current():
+    """The Heap attached last in this process and not closed, or None."""
+    h = _last() if _last else None
+    return h if h is not None and not h.closed else None
+
+
 def _notify_preload(heap, closing=False):
-    """Binds the NCCL preload library (when loaded) to this heap's page."""
+    """Remembers the heap (wrap_collectives' default) and binds the NCCL
+    preload library, when loaded, to its status page."""
+    global _last
+    import weakref
+    if not closing:
+        _last = weakref.ref(heap)
     f = getattr(L.lib, "hnccl_preload_bind", None)
     if f is None:
         return
     f.restype = ctypes.c_int
     f.argtypes = [ctypes.c_void_p]
+    if not closing:
+        from . import torch as _t
+        _t.preload()          # installs the default release callback once
     f(None if closing else heap._c)
