@@ -244,7 +244,16 @@ UNITDIR  ?= $(PREFIX)/lib/systemd/system
 PCDIR    ?= $(LIBDIR)/pkgconfig
 pcdir = $(patsubst $(PREFIX)/%,$${prefix}/%,$(patsubst $(PREFIX),$${prefix},$(1)))
 
+# python/heapd goes where Debian's python3 finds it: /usr/lib/python3/dist-packages
+# for PREFIX=/usr, else PREFIX/lib/python3.X/dist-packages.
+PYTHON3 ?= /usr/bin/python3
+PYVER = $(shell $(PYTHON3) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo 3)
+PYDIR ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/python$(PYVER)/dist-packages)
+
 install: all
+	install -d $(DESTDIR)$(PYDIR)/heapd
+	install -m 0644 python/heapd/*.py $(DESTDIR)$(PYDIR)/heapd/
+	install -m 0755 $(LIBHEAPC_PRELOAD_SO) $(LIBHEAPC_TORCH_SO) $(DESTDIR)$(LIBDIR)/
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) \
 	    $(DESTDIR)$(PCDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/heapd \
 	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
@@ -287,6 +296,8 @@ uninstall:
 	rm -f $(DESTDIR)$(INCDIR)/heapc.h $(DESTDIR)$(PCDIR)/heapc.pc
 	rm -f $(DESTDIR)$(LIBDIR)/libheapc_nccl.a $(DESTDIR)$(LIBDIR)/libheapc_nccl.so \
 	    $(DESTDIR)$(LIBDIR)/libheapc_nccl.so.0 $(DESTDIR)$(INCDIR)/heapc_nccl.h
+	rm -rf $(DESTDIR)$(PYDIR)/heapd
+	rm -f $(DESTDIR)$(LIBDIR)/libheapc_nccl_preload.so $(DESTDIR)$(LIBDIR)/libheapc_torch.so
 	rm -f $(DESTDIR)$(UNITDIR)/heapd.service $(DESTDIR)$(UNITDIR)/heapd.socket
 	rm -f $(DESTDIR)$(MANDIR)/man1/heapctl.1 $(DESTDIR)$(MANDIR)/man3/libheapc.3 \
 	    $(DESTDIR)$(MANDIR)/man5/heapd.conf.5 $(DESTDIR)$(MANDIR)/man8/heapd.8

@@ -167,6 +167,42 @@ EOF
         else result torch_anchors FAIL "exit $rc"; fi
     fi
 
+    # 5d. issue 17: python/heapd with torch on this GPU (tests/gpu/test_torch_gpu.py:
+    # CUDA tensors, peer writes between two processes, the allocator route,
+    # NCCL world 1 under the preload library, the example) and bench/torch_bench.py.
+    # Host dry run: the bench's CPU subset; the GPU tests skip visibly.
+    PYT=
+    for p in python3 /usr/bin/python3; do
+        if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import torch, pytest' >/dev/null 2>&1; then PYT=$p; break; fi
+    done
+    if [ -z "$PYT" ]; then
+        result torch_gpu skipped "no python3 with torch and pytest"
+    elif [ ! -f "$B/libheapc.so" ] || [ ! -f "$B/libheapc_nccl_preload.so" ] || [ ! -f "$B/libheapc_torch.so" ]; then
+        result torch_gpu FAIL "$B lacks libheapc.so / libheapc_nccl_preload.so / libheapc_torch.so (make STATIC=1 BUILD=$B)"
+    else
+        echo; echo "== python/heapd and torch ($PYT)"
+        PYENV="HEAPD_SOCKET=$S HEAPD_BUILD=$B HEAPC_LIB=$B/libheapc.so HEAPC_TORCH_LIB=$B/libheapc_torch.so PYTHONPATH=python PYTHONDONTWRITEBYTECODE=1"
+        if [ $BE = cuda ]; then
+            env $PYENV HEAPD_GPU_CASE_TIMEOUT=60 timeout 200 "$PYT" -m pytest -p no:cacheprovider -q -ra \
+                tests/gpu/test_torch_gpu.py >"$T/tg.out" 2>&1; rc=$?
+            cat "$T/tg.out"
+            if [ $rc = 0 ] && ! grep -q SKIPPED "$T/tg.out"; then
+                result torch_gpu ok "$(tail -1 "$T/tg.out")"
+            else
+                result torch_gpu FAIL "exit $rc: $(tail -1 "$T/tg.out")"
+            fi
+            BOPT=
+        else
+            result torch_gpu skipped "host dry run: no GPU (bench's CPU subset only)"
+            BOPT=--host
+        fi
+        env $PYENV timeout 180 "$PYT" bench/torch_bench.py $BOPT --build "$B" --json "$O/torch_bench.json" \
+            >"$T/tb.out" 2>&1; rc=$?
+        cat "$T/tb.out"
+        if [ $rc = 0 ]; then result torch_bench ok "$(grep -c '^torch_bench ' "$T/tb.out") figures"; \
+        else result torch_bench FAIL "exit $rc"; fi
+    fi
+
     # 6. heapd stops cleanly.
     echo; echo "== heapd stop"
     kill -TERM "$hpid"; wait "$hpid"; rc=$?; hpid=
@@ -206,6 +242,11 @@ main 2>&1 | tee "$O/gpu.log"
         echo "torch anchors (us):"
         grep '^torch ' "$O/gpu.log" | sed 's/^/  /'
     fi
+    if [ -f "$O/torch_bench.json" ]; then
+        echo
+        echo "python/heapd against torch (us):"
+        grep '^torch_bench ' "$O/gpu.log" | sed 's/^torch_bench /  /'
+    fi
     if [ -f "$O/nccl_bench.json" ]; then
         echo
         echo "probe cost (ns) by live blocks:"
@@ -214,7 +255,7 @@ main 2>&1 | tee "$O/gpu.log"
 } | tee -a "$O/gpu.log"
 
 if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
-    for f in gpu.log results.txt heapd.log stats.txt stats.json gpu_bench.json timings.txt torch.json nccl_bench.json; do
+    for f in gpu.log results.txt heapd.log stats.txt stats.json gpu_bench.json timings.txt torch.json nccl_bench.json torch_bench.json; do
         [ -f "$O/$f" ] && cp "$O/$f" "$OUT/"
     done
 fi

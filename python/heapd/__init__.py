@@ -138,6 +138,8 @@ class _Handle:
         with self.lock:
             c, self.c = self.c, None
         if c:
+            for hook in _release_hooks:
+                hook(c)
             if L.rank(c) != 0xFFFFFFFF:
                 L.detach(c)
             L.free_ctx(c)
@@ -147,6 +149,11 @@ class _Handle:
             self.release()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+
+# Called with the heapc context before it is detached and released (the
+# allocator route unregisters it from its shim).
+_release_hooks = []
 
 
 class _HostMem:
@@ -490,9 +497,17 @@ def _notify_preload(heap, closing=False):
     f = getattr(L.lib, "hnccl_preload_bind", None)
     if f is None:
         return
+    global _bound
     f.restype = ctypes.c_int
     f.argtypes = [ctypes.c_void_p]
     if not closing:
         from . import torch as _t
         _t.preload()          # installs the default release callback once
-    f(None if closing else heap._c)
+        _bound = heap._c
+        f(heap._c)
+    elif _bound == heap._c:
+        _bound = None
+        f(None)
+
+
+_bound = None

@@ -386,6 +386,16 @@ def allocator_counters():
 _registered = set()
 
 
+def _unregister(c):
+    if _shim is not None and c in _registered:
+        _shim.heapc_torch_unregister(c)
+        _registered.discard(c)
+
+
+import heapd as _heapd  # noqa: E402
+_heapd._release_hooks.append(_unregister)
+
+
 @contextlib.contextmanager
 def use_heap(heap):
     """Every torch CUDA allocation inside the block (any thread of the
