@@ -541,7 +541,9 @@ else
 fi
 
 # ---- the installed Python package finds the installed libheapc -----------------
-if /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
+if nm -D "$D/usr/lib/libheapc.so.0" 2>/dev/null | grep -q __asan_init; then
+    skip "installed python package: libheapc is ASan-instrumented (python cannot load it without LD_PRELOAD of libasan)"
+elif /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
     out=$(cd / && env -u HEAPC_LIB LD_LIBRARY_PATH="$D/usr/lib" PYTHONPATH="$D/usr/lib/python3/dist-packages" \
         /usr/bin/python3 -c 'import heapd, heapd.torch; print(heapd.__file__, heapd.library_path)' 2>&1)
     case "$out" in

@@ -335,8 +335,9 @@ def _shim_path():
 
 def install_allocator():
     """Makes torch allocate CUDA memory through heapd's shim
-    (CUDAPluggableAllocator + change_current_allocator). Must run before the
-    first CUDA tensor of the process. Outside use_heap the shim uses the CUDA
+    (CUDAPluggableAllocator + change_current_allocator). Must run before
+    anything initialises torch's CUDA state in the process (the first CUDA
+    tensor, torch.cuda.set_device, creating a heapd.Heap with CUDA). Outside use_heap the shim uses the CUDA
     driver's stream-ordered allocator (cuMemAllocAsync); inside, the heap.
     Idempotent. RuntimeError without CUDA, or when torch's allocator has
     already been used."""
@@ -362,7 +363,8 @@ def install_allocator():
             raise RuntimeError(
                 "heapd.torch.install_allocator: torch's CUDA allocator is already in use in this "
                 "process (" + str(e) + "); call heapd.torch.install_allocator() before the first "
-                "CUDA tensor, e.g. right after `import heapd.torch`") from None
+                "CUDA tensor, torch.cuda.set_device or heapd.Heap, e.g. right after "
+                "`import heapd.torch`") from None
         _set(shim.heapc_torch_register, ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64])
         _set(shim.heapc_torch_unregister, ctypes.c_int, [ctypes.c_void_p])
         _set(shim.heapc_torch_set_current, ctypes.c_void_p, [ctypes.c_void_p])

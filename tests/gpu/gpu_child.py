@@ -61,8 +61,10 @@ def peer():
 
 
 def alloc_route():
+    # Before anything initialises torch's CUDA state (set_device does: it
+    # initialises the caching allocator, which can then not be swapped).
+    ht.install_allocator()
     torch.cuda.set_device(0)
-    ht.install_allocator()                       # before any CUDA tensor
     outside0 = torch.empty(1000, device="cuda")  # the driver's pool, not the heap
     h = heapd.Heap(name, rank, world, sock)
     base, mapped_va = h.ptr(0), None
