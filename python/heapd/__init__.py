@@ -179,7 +179,10 @@ class _CudaMem:
 def _bytes_tensor(h, cuda, ptr, nbytes):
     import torch
     if cuda:
-        return torch.as_tensor(_CudaMem(h, ptr, nbytes), device="cuda")
+        # No device argument: torch takes the memory's own device (a peer's
+        # copy may lie on another GPU); device="cuda" would copy it to the
+        # current one.
+        return torch.as_tensor(_CudaMem(h, ptr, nbytes))
     import numpy
     return torch.from_numpy(numpy.asarray(_HostMem(h, ptr, nbytes)))
 
