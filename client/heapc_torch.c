@@ -17,9 +17,15 @@
  *
  * The heapc calls are given by the caller (heapc_torch_init: the functions
  * of the libheapc that attached the heap), so a process has one libheapc.
- * libcuda.so.1 is loaded with dlopen. Errors: heapc_torch_alloc returns NULL
- * (torch then raises its out-of-memory error) and records the reason,
- * readable with heapc_torch_last_error. Thread-safe: torch allocates from
+ * libcuda.so.1 is loaded with dlopen.
+ *
+ * Errors. torch's CUDAPluggableAllocator does not check the pointer it gets
+ * (a NULL becomes a tensor at address 0 and a device fault later), so when
+ * heapd refuses an allocation (ERR_ASYMMETRY, quota, ...) the block comes
+ * from the driver instead, the failure is counted (heap_failures) and its
+ * code and message kept (heapc_torch_last_code / heapc_torch_last_error):
+ * python/heapd raises them when the use_heap block ends. Only when the
+ * driver fails too is NULL returned. Thread-safe: torch allocates from
  * several threads (autograd's device threads): the heap calls serialise in
  * libheapc; the current heap is one process-wide atomic pointer.
  */
@@ -46,6 +52,7 @@ int heapc_torch_register(heapc *c, uint64_t va_size);
 int heapc_torch_unregister(heapc *c);
 heapc *heapc_torch_set_current(heapc *c);
 const char *heapc_torch_last_error(void);
+int heapc_torch_last_code(void);
 void heapc_torch_counters(uint64_t out[6]);
 
 static alloc_fn h_alloc;
@@ -63,6 +70,7 @@ static struct {
 static _Atomic(heapc *) current;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static char last_err[512];
+static _Atomic int last_code;
 /* heap allocs, heap frees, heap alloc failures, driver allocs, driver frees,
  * frees of blocks of no registered heap after it went (ignored) */
 static _Atomic uint64_t ctr[6];
@@ -122,6 +130,11 @@ heapc *heapc_torch_set_current(heapc *c)
 const char *heapc_torch_last_error(void)
 {
     return last_err;
+}
+
+int heapc_torch_last_code(void)
+{
+    return atomic_load(&last_code);
 }
 
 void heapc_torch_counters(uint64_t out[6])
@@ -190,16 +203,18 @@ void *heapc_torch_alloc(ssize_t size, int device, void *stream)
         size = 1;
     if (c && h_alloc) {
         void *p = NULL;
-        if (h_alloc(c, (size_t)size, &p, NULL) != 0) {
-            atomic_fetch_add_explicit(&ctr[2], 1, memory_order_relaxed);
-            pthread_mutex_lock(&mu);
-            snprintf(last_err, sizeof last_err, "heapd allocation of %zd bytes failed: %s", size,
-                     h_errstr(c));
-            pthread_mutex_unlock(&mu);
-            return NULL;
+        int rc = h_alloc(c, (size_t)size, &p, NULL);
+        if (rc == 0) {
+            atomic_fetch_add_explicit(&ctr[0], 1, memory_order_relaxed);
+            return p;
         }
-        atomic_fetch_add_explicit(&ctr[0], 1, memory_order_relaxed);
-        return p;
+        /* Refused: counted and kept; the driver's memory below instead. */
+        atomic_fetch_add_explicit(&ctr[2], 1, memory_order_relaxed);
+        pthread_mutex_lock(&mu);
+        snprintf(last_err, sizeof last_err, "heapd allocation of %zd bytes failed: %s", size,
+                 h_errstr(c));
+        atomic_store(&last_code, rc);
+        pthread_mutex_unlock(&mu);
     }
     uintptr_t p = 0;
     int rc = -1;

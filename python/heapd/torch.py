@@ -369,6 +369,7 @@ def install_allocator():
         _set(shim.heapc_torch_unregister, ctypes.c_int, [ctypes.c_void_p])
         _set(shim.heapc_torch_set_current, ctypes.c_void_p, [ctypes.c_void_p])
         _set(shim.heapc_torch_last_error, ctypes.c_char_p, [])
+        _set(shim.heapc_torch_last_code, ctypes.c_int, [])
         _set(shim.heapc_torch_counters, None, [ctypes.c_uint64 * 6])
         _shim, _pluggable = shim, pl
         return pl
@@ -404,9 +405,11 @@ def use_heap(heap):
     process) is an allocation of `heap` of exactly the requested size; every
     free of such a tensor, whenever it happens, is a deferred heap free. So
     the n-th allocation has the same offset on every rank whatever order the
-    ranks free in, and a rank whose allocation sequence differs gets
-    AsymmetryError (from torch's allocation: a RuntimeError whose message
-    carries heapd's). Not nested across heaps. Needs CUDA and
+    ranks free in. An allocation heapd refuses (a rank whose allocation
+    sequence differs: ERR_ASYMMETRY) is served by the driver instead - torch's
+    pluggable allocator cannot take a failure - and the block's end raises
+    the HeapdError (AsymmetryError, ...) with heapd's message. Not nested
+    across heaps. Needs CUDA and
     install_allocator() before the first CUDA tensor (called here if that is
     still possible)."""
     if not isinstance(heap, Heap):
@@ -428,10 +431,19 @@ def use_heap(heap):
         _shim.heapc_torch_set_current(prev)
         raise RuntimeError("heapd.torch.use_heap: another heap is current; use_heap blocks of "
                            "different heaps do not nest")
+    failures = allocator_counters()["heap_failures"]
     try:
         yield heap
     finally:
         _shim.heapc_torch_set_current(prev)
+    n = allocator_counters()["heap_failures"] - failures
+    if n:
+        from . import _BY_CODE
+        code = _shim.heapc_torch_last_code()
+        raise _BY_CODE.get(code, HeapdError)(
+            code, f"heapd.torch.use_heap: {n} allocation(s) in the block were refused by heapd "
+                  f"and came from the driver instead (not on the heap); the last: "
+                  f"{allocator_last_error()}")
 
 
 def allocator_last_error():
