@@ -89,6 +89,16 @@ def alloc_route():
     out["mapped"] = h.mapped
     del outside0, outside1
     h.collect()
+    # Different sizes on the two ranks: the rank that asks second is refused
+    # (ERR_ASYMMETRY), gets driver memory, and the block raises.
+    out["asym"] = None
+    try:
+        with ht.use_heap(h):
+            z = torch.empty(4096 * (rank + 1), dtype=torch.uint8, device="cuda")
+            z.fill_(1)
+            torch.cuda.synchronize()
+    except heapd.AsymmetryError as e:
+        out["asym"] = [e.n, e.size, e.other_size]
     h.close()
     del mapped_va
 

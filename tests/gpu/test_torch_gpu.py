@@ -79,6 +79,9 @@ def test_allocator_route_symmetric_whatever_the_free_order():
     c = a["counters"]
     assert c["heap_allocs"] >= 37 and c["heap_frees"] >= 31 and c["heap_failures"] == 0, c
     assert c["driver_allocs"] >= 2, c
+    # the asymmetric step: exactly one rank was refused, with heapd's figures
+    asym = [r["asym"] for r in (a, b) if r["asym"]]
+    assert len(asym) == 1 and sorted(asym[0][1:]) == [4096, 8192], (a["asym"], b["asym"])
 
 
 def test_nccl_world1_under_preload():
