@@ -12,7 +12,6 @@ import contextlib
 import ctypes
 import os
 import threading
-import time
 
 import torch
 

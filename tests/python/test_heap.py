@@ -131,7 +131,7 @@ def _asym(rank, world, sock, name, ev):
         ev.wait(60)
         try:
             h.empty(2048, torch.uint8)
-        except heapd.AsymmetryError as e:
+        except heapd.AsymmetryError:
             # nothing changed: this rank is still at allocation 0
             t = h.empty(1024, torch.uint8)
             assert h.offset(t) == 0

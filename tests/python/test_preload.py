@@ -7,8 +7,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 from conftest import BUILD, ROOT
 
 PRE = os.path.join(BUILD, "libheapc_nccl_preload.so")

@@ -3,8 +3,6 @@ rank processes, tensors on a real heap: the policy by torch/c10d names, the
 status-page probe, on_low, failures annotated with the memory state."""
 import copy
 
-import pytest
-import torch
 import torch.distributed as dist
 
 import heapd
@@ -19,7 +17,6 @@ def _wrap(rank, world, sock, name, pgfile):
             low = []
             w = ht.wrap_collectives(h, probe=["allreduce", "all_gather_into_tensor"],
                                     skip=["broadcast"], threshold=1 << 62, on_low=low.append)
-            x = h.zeros(8) + 0
             x = h.zeros(8)
             x.fill_(rank + 1)
             dist.all_reduce(x)
