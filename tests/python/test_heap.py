@@ -191,6 +191,11 @@ def test_from_env_slurm(sock):
                      "SLURM_STEP_ID": "3", "SLURM_LOCALID": str(r)}
     res = ok(run_ranks(_env, 2, sock, env=env)[0])
     assert [x[0] for x in res] == [f"slurm-{os.getpid()}.3"] * 2 and [x[1] for x in res] == [0, 1]
+    # node 3 of "1(x3),2": 2 tasks here (all of the world: a single-node heap)
+    env2 = lambda r: {"SLURM_PROCID": str(r), "SLURM_NTASKS": "2", "SLURM_NODEID": "3",  # noqa: E731
+                      "SLURM_TASKS_PER_NODE": "1(x3),2", "SLURM_JOB_ID": f"j{os.getpid()}"}
+    res = ok(run_ranks(_env, 2, sock, env=env2)[0])
+    assert [x[0] for x in res] == [f"slurm-j{os.getpid()}.0"] * 2
 
 
 def _env_err(rank, world, sock):
