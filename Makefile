@@ -63,6 +63,9 @@ ifeq ($(STATIC),1)
 sa = $(shell $(CC) -print-file-name=$(1))
 PKG_LIBS   = $(call sa,libuv_a.a) $(call sa,libprotobuf-c.a) $(call sa,libhiredis.a) $(call sa,libinih.a) -lrt
 CHECK_LIBS = $(call sa,libcheck_pic.a) $(call sa,libsubunit.a) -lrt -lm
+# Debian's libprotobuf-c.a is position-independent: the shared libraries
+# (libheapc.so for python/heapd, the preload library) link it in, hidden.
+LDFLAGS += -Wl,--exclude-libs,ALL
 endif
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
@@ -95,8 +98,10 @@ COMMON_SRC := $(wildcard common/*.c)
 DAEMON_MAINS := daemon/heapd.c daemon/heapsim.c
 DAEMON_SRC := $(filter-out $(DAEMON_MAINS),$(wildcard daemon/*.c))
 CLIENT_MAINS := client/heapctl.c
-CLIENT_NCCL_SRC := $(wildcard client/heapc_nccl*.c)
-CLIENT_SRC := $(filter-out $(CLIENT_MAINS) $(CLIENT_NCCL_SRC),$(wildcard client/*.c))
+CLIENT_PRELOAD_SRC := client/heapc_nccl_preload.c
+CLIENT_TORCH_SRC := client/heapc_torch.c
+CLIENT_NCCL_SRC := $(filter-out $(CLIENT_PRELOAD_SRC),$(wildcard client/heapc_nccl*.c))
+CLIENT_SRC := $(filter-out $(CLIENT_MAINS) $(CLIENT_NCCL_SRC) $(CLIENT_PRELOAD_SRC) $(CLIENT_TORCH_SRC),$(wildcard client/*.c))
 TEST_SRC  := $(wildcard tests/check_*.c)
 TPROG_SRC := $(wildcard tests/prog_*.c)
 BENCH_SRC := $(wildcard bench/*.c)
@@ -114,26 +119,28 @@ LIBHEAPC_A := $(BUILD)/libheapc.a
 LIBHEAPC_SO := $(BUILD)/libheapc.so
 LIBHEAPC_NCCL_A := $(BUILD)/libheapc_nccl.a
 LIBHEAPC_NCCL_SO := $(BUILD)/libheapc_nccl.so
+# Issue 17: the NCCL preload library (self-contained: libheapc and
+# libheapc_nccl inside) and the recording NCCL stand-in its tests load.
+LIBHEAPC_PRELOAD_SO := $(BUILD)/libheapc_nccl_preload.so
+LIBHEAPC_TORCH_SO := $(BUILD)/libheapc_torch.so
+NCCL_STUB_SRC := tests/nccl_stub/nccl_stub.c tests/nccl_stub/nccl_user.c
+NCCL_STUB_LIBS := $(BUILD)/tests/nccl_stub/libnccl.so.2 $(BUILD)/tests/nccl_stub/libnccl_user.so
 PROGS      := $(patsubst daemon/%.c,$(BUILD)/%,$(wildcard $(DAEMON_MAINS))) $(patsubst client/%.c,$(BUILD)/%,$(wildcard $(CLIENT_MAINS)))
 TESTS      := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TPROGS     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TPROG_SRC))
 BENCHES    := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 EXAMPLES   := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRC))
 
-ALL_OBJ := $(COMMON_OBJ) $(DAEMON_OBJ) $(CLIENT_OBJ) $(CLIENT_NCCL_OBJ) $(call obj,$(DAEMON_MAINS) $(CLIENT_MAINS) $(TEST_SRC) $(TPROG_SRC) $(BENCH_SRC) $(EXAMPLE_SRC))
+ALL_OBJ := $(COMMON_OBJ) $(DAEMON_OBJ) $(CLIENT_OBJ) $(CLIENT_NCCL_OBJ) $(call obj,$(CLIENT_PRELOAD_SRC) $(CLIENT_TORCH_SRC) $(NCCL_STUB_SRC)) $(call obj,$(DAEMON_MAINS) $(CLIENT_MAINS) $(TEST_SRC) $(TPROG_SRC) $(BENCH_SRC) $(EXAMPLE_SRC))
 
 .PHONY: all check bench demo install uninstall clean distclean help tests
 .DEFAULT_GOAL := all
 
-# STATIC=1 builds no shared library: the static archives are not PIC.
-ifeq ($(STATIC),1)
-LIBHEAPC_SO_ALL :=
-LIBHEAPC_NCCL_SO_ALL :=
-else
+# STATIC=1 builds the shared libraries too, with libprotobuf-c.a linked in.
 LIBHEAPC_SO_ALL := $(LIBHEAPC_SO)
 LIBHEAPC_NCCL_SO_ALL := $(LIBHEAPC_NCCL_SO)
-endif
-all: $(PROGS) $(LIBHEAPC_A) $(LIBHEAPC_SO_ALL) $(LIBHEAPC_NCCL_A) $(LIBHEAPC_NCCL_SO_ALL) $(TESTS) $(TPROGS) $(BENCHES) $(EXAMPLES)
+all: $(PROGS) $(LIBHEAPC_A) $(LIBHEAPC_SO_ALL) $(LIBHEAPC_NCCL_A) $(LIBHEAPC_NCCL_SO_ALL) $(TESTS) $(TPROGS) $(BENCHES) $(EXAMPLES) \
+    $(LIBHEAPC_PRELOAD_SO) $(LIBHEAPC_TORCH_SO) $(NCCL_STUB_LIBS)
 
 # ---- rules --------------------------------------------------------------
 $(PROTO_C) $(PROTO_H): proto/heapd.proto
@@ -166,6 +173,24 @@ $(LIBHEAPC_NCCL_A): $(CLIENT_NCCL_OBJ)
 $(LIBHEAPC_NCCL_SO): $(CLIENT_NCCL_OBJ) $(LIBHEAPC_SO)
 	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libheapc_nccl.so.0 $(LDFLAGS) -o $@ $(CLIENT_NCCL_OBJ) -L$(BUILD) -lheapc -ldl -lpthread
 	@ln -sf libheapc_nccl.so $(BUILD)/libheapc_nccl.so.0
+
+# The preload library: -Bsymbolic binds its own calls to its own copies;
+# the version script exports nccl*, heapc_* and hnccl_* only.
+$(LIBHEAPC_PRELOAD_SO): $(call obj,$(CLIENT_PRELOAD_SRC)) $(CLIENT_NCCL_OBJ) $(CLIENT_OBJ) $(COMMON_OBJ) client/heapc_nccl_preload.map
+	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libheapc_nccl_preload.so -Wl,-Bsymbolic \
+	    -Wl,--version-script=client/heapc_nccl_preload.map $(LDFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
+
+# The torch allocator shim: no libheapc inside (python/heapd hands it its
+# libheapc's functions); libcuda is dlopened.
+$(LIBHEAPC_TORCH_SO): $(call obj,$(CLIENT_TORCH_SRC))
+	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libheapc_torch.so $(LDFLAGS) -o $@ $< -ldl -lpthread
+
+$(BUILD)/tests/nccl_stub/libnccl.so.2: $(BUILD)/obj/tests/nccl_stub/nccl_stub.o
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libnccl.so.2 $(LDFLAGS) -o $@ $<
+
+$(BUILD)/tests/nccl_stub/libnccl_user.so: $(BUILD)/obj/tests/nccl_stub/nccl_user.o $(BUILD)/tests/nccl_stub/libnccl.so.2
+	$(call say,LD,$@)$(CC) -shared $(LDFLAGS) -o $@ $< -L$(dir $@) -l:libnccl.so.2 -Wl,-rpath,'$$ORIGIN' -Wl,--enable-new-dtags
 
 $(BUILD)/heapd $(BUILD)/heapsim: $(BUILD)/%: $(BUILD)/obj/daemon/%.o $(LIBHEAPD)
 	$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -221,7 +246,16 @@ UNITDIR  ?= $(PREFIX)/lib/systemd/system
 PCDIR    ?= $(LIBDIR)/pkgconfig
 pcdir = $(patsubst $(PREFIX)/%,$${prefix}/%,$(patsubst $(PREFIX),$${prefix},$(1)))
 
+# python/heapd goes where Debian's python3 finds it: /usr/lib/python3/dist-packages
+# for PREFIX=/usr, else PREFIX/lib/python3.X/dist-packages.
+PYTHON3 ?= /usr/bin/python3
+PYVER = $(shell $(PYTHON3) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo 3)
+PYDIR ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/python$(PYVER)/dist-packages)
+
 install: all
+	install -d $(DESTDIR)$(PYDIR)/heapd
+	install -m 0644 python/heapd/*.py $(DESTDIR)$(PYDIR)/heapd/
+	install -m 0755 $(LIBHEAPC_PRELOAD_SO) $(LIBHEAPC_TORCH_SO) $(DESTDIR)$(LIBDIR)/
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) \
 	    $(DESTDIR)$(PCDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/heapd \
 	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
@@ -264,6 +298,8 @@ uninstall:
 	rm -f $(DESTDIR)$(INCDIR)/heapc.h $(DESTDIR)$(PCDIR)/heapc.pc
 	rm -f $(DESTDIR)$(LIBDIR)/libheapc_nccl.a $(DESTDIR)$(LIBDIR)/libheapc_nccl.so \
 	    $(DESTDIR)$(LIBDIR)/libheapc_nccl.so.0 $(DESTDIR)$(INCDIR)/heapc_nccl.h
+	rm -rf $(DESTDIR)$(PYDIR)/heapd
+	rm -f $(DESTDIR)$(LIBDIR)/libheapc_nccl_preload.so $(DESTDIR)$(LIBDIR)/libheapc_torch.so
 	rm -f $(DESTDIR)$(UNITDIR)/heapd.service $(DESTDIR)$(UNITDIR)/heapd.socket
 	rm -f $(DESTDIR)$(MANDIR)/man1/heapctl.1 $(DESTDIR)$(MANDIR)/man3/libheapc.3 \
 	    $(DESTDIR)$(MANDIR)/man5/heapd.conf.5 $(DESTDIR)$(MANDIR)/man8/heapd.8

@@ -187,6 +187,24 @@ typedef struct heapc_params {
 int heapc_attach(heapc *c, const char *heap, uint32_t rank, uint32_t world_size,
                  const heapc_params *params);
 
+/* heapc_attach with the rank, world size and job taken from the launcher's
+ * environment, so that a trainer started by torchrun or srun needs no
+ * arguments. Read, in this order of preference:
+ *   torchrun:  RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, TORCHELASTIC_RUN_ID
+ *   Slurm:     SLURM_PROCID, SLURM_NTASKS, SLURM_NTASKS_PER_NODE (else
+ *              SLURM_TASKS_PER_NODE, e.g. "4(x2),3", with SLURM_NODEID),
+ *              SLURM_JOB_ID and SLURM_STEP_ID
+ * (torchrun's set wins when RANK is set). The number of ranks on this node
+ * becomes params->local_size (0, a single-node heap, when it equals the
+ * world size) and the run or job id params->job, unless params sets them.
+ * `heap` NULL or "": $HEAPD_HEAP, else "torch-<run id>" (torchrun) or
+ * "slurm-<job id>.<step id>" (Slurm). The rank and world size are then
+ * heapc_rank(c) and heapc_world_size(c).
+ * Errors: HEAPC_EINVAL when neither launcher's variables are set, one is
+ * missing or not a number (the message names the variable, its value and
+ * the launcher), and those of heapc_attach. */
+int heapc_attach_env(heapc *c, const char *heap, const heapc_params *params);
+
 /* The heap's effective parameters (heapd's defaults filled in) into *out;
  * out->device_uuid points into the context (valid until detach).
  * HEAPC_ESTATE when not attached. */
@@ -273,6 +291,10 @@ void *heapc_base(heapc *c, uint32_t rank);
 /* Bytes mapped per rank (the heap's extent as this client has mapped it);
  * 0 when not attached. Only grows while attached. */
 uint64_t heapc_mapped(heapc *c);
+
+/* The name of the heap attached to ("" when not attached); valid until
+ * detach. Lock-free like the calls above. */
+const char *heapc_heap_name(heapc *c);
 
 /* This rank and the heap's world size; UINT32_MAX and 0 when not attached. */
 uint32_t heapc_rank(heapc *c);

@@ -257,7 +257,7 @@ typedef struct counters_a {
 } counters_a;
 
 struct hnccl_ctx {
-    heapc *c;
+    _Atomic(heapc *) c;          /* hnccl_set_heapc may change it while calls probe */
     _Atomic(const hnccl_table *) table;
     const hnccl_table *user_table;     /* NULL: the real one */
     _Atomic uint32_t probe_mask;
@@ -312,7 +312,7 @@ hnccl_ctx *hnccl_new(heapc *c)
     hnccl_ctx *x = calloc(1, sizeof *x);
     if (!x)
         return NULL;
-    x->c = c;
+    atomic_init(&x->c, c);
     atomic_init(&x->table, NULL);
     atomic_init(&x->probe_mask, HNCCL_DEFAULT_PROBE_MASK);
     atomic_init(&x->threshold, HNCCL_DEFAULT_THRESHOLD);
@@ -339,6 +339,14 @@ int hnccl_err(const hnccl_ctx *x)
 const char *hnccl_errstr(const hnccl_ctx *x)
 {
     return x ? x->errstr : "hnccl: NULL context";
+}
+
+int hnccl_set_heapc(hnccl_ctx *x, heapc *c)
+{
+    if (!x)
+        return HNCCL_EINVAL;
+    atomic_store_explicit(&x->c, c, memory_order_release);
+    return ok(x);
 }
 
 int hnccl_set_table(hnccl_ctx *x, const hnccl_table *t)
@@ -610,7 +618,8 @@ static int do_probe(hnccl_ctx *x, hnccl_op op, hnccl_probe_info *info, char *why
     info->op_name = op_names[op];
     info->source = x->source;
     info->cuda_queried = 0;
-    info->have_page = x->c && heapc_status(x->c, &info->page) == HEAPC_OK;
+    heapc *c = atomic_load_explicit(&x->c, memory_order_acquire);
+    info->have_page = c && heapc_status(c, &info->page) == HEAPC_OK;
     if (!info->have_page)
         memset(&info->page, 0, sizeof info->page);
     if (x->source == HNCCL_SOURCE_PAGE) {
@@ -618,7 +627,7 @@ static int do_probe(hnccl_ctx *x, hnccl_op op, hnccl_probe_info *info, char *why
             INC(probe_errors);
             if (why)
                 snprintf(why, whylen, "no status page: %s",
-                         !x->c ? "the context has no heapc context (hnccl_new(NULL))"
+                         !c ? "the context has no heapc context (hnccl_new(NULL), or none set with hnccl_set_heapc)"
                                : "the heapc context is not attached, or heapd sent no page");
             return HNCCL_ESOURCE;
         }
@@ -753,7 +762,8 @@ static void mem_state(hnccl_ctx *x, char *out, size_t len)
     heapc_status_t st;
     char a[48], b[48], c[48], d[48], e[48], f[48], g[48];
     size_t n = 0;
-    if (x->c && heapc_status(x->c, &st) == HEAPC_OK) {
+    heapc *hc = atomic_load_explicit(&x->c, memory_order_acquire);
+    if (hc && heapc_status(hc, &st) == HEAPC_OK) {
         uint64_t now = now_ns();
         double age_ms = st.device_sampled_ns && now >= st.device_sampled_ns
                             ? (double)(now - st.device_sampled_ns) / 1e6
@@ -762,14 +772,14 @@ static void mem_state(hnccl_ctx *x, char *out, size_t len)
                          "memory at failure (heapd status page, rank %" PRIu32 ", epoch %" PRIu64
                          "): device free %s of %s (sampled %.0f ms ago); heap mapped %s, live %s, "
                          "released %s, free %s; this rank holds %s",
-                         heapc_rank(x->c), st.epoch, bytes(st.device_free, a, sizeof a),
+                         heapc_rank(hc), st.epoch, bytes(st.device_free, a, sizeof a),
                          bytes(st.device_total, b, sizeof b), age_ms, bytes(st.mapped, c, sizeof c),
                          bytes(st.live, d, sizeof d), bytes(st.released, e, sizeof e),
                          bytes(st.free, f, sizeof f), bytes(st.rank_held, g, sizeof g));
         n = w > 0 ? (size_t)w : 0;
     } else {
         int w = snprintf(out, len, "memory at failure: unknown (no status page: %s)",
-                         !x->c ? "no heapc context" : "not attached, or heapd sent no page");
+                         !hc ? "no heapc context" : "not attached, or heapd sent no page");
         n = w > 0 ? (size_t)w : 0;
     }
     const hnccl_table *t = atomic_load_explicit(&x->table, memory_order_acquire);

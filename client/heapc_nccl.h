@@ -272,6 +272,12 @@ void hnccl_free(hnccl_ctx *x);
 int hnccl_err(const hnccl_ctx *x);
 const char *hnccl_errstr(const hnccl_ctx *x);
 
+/* Makes probes read c's status page from now on (NULL: none; probes then
+ * count as probe_errors). Unlike the other configuration calls it may run
+ * while wrapped calls probe on other threads (the pointer is atomic), but
+ * the previous context must stay attached until those calls return. */
+int hnccl_set_heapc(hnccl_ctx *x, heapc *c);
+
 /* Replaces the function table (the caller keeps *t alive while the context
  * uses it); NULL returns to the real table, loaded on the next call. */
 int hnccl_set_table(hnccl_ctx *x, const hnccl_table *t);
@@ -390,6 +396,35 @@ int hnccl_group_end(hnccl_ctx *x);
 
 /* Bytes of one element of dt; 0 for an unknown type. */
 size_t hnccl_type_size(ncclDataType_t dt);
+
+/* ---- libheapc_nccl_preload.so ---------------------------------------------
+ * Defined only by the preload library (client/heapc_nccl_preload.c), which
+ * interposes ncclAllReduce, ncclAllGather, ncclReduceScatter, ncclBroadcast,
+ * ncclReduce, ncclSend, ncclRecv, ncclGroupStart and ncclGroupEnd under
+ * LD_PRELOAD, routes each through one process-wide context (policy and
+ * threshold from the environment, above) and calls the real NCCL. A program
+ * finds these with dlsym(RTLD_DEFAULT, ...) to tell whether it runs under the
+ * preload. */
+
+/* The process-wide context: configure it with the calls above
+ * (hnccl_set_release_cb, hnccl_set_threshold, hnccl_set_policy, ...) before
+ * NCCL calls start on other threads. NULL when out of memory. */
+hnccl_ctx *hnccl_preload_ctx(void);
+
+/* Probes read c's status page from now on (NULL: none); hnccl_set_heapc. */
+int hnccl_preload_bind(heapc *c);
+
+/* hnccl_get_counters of the process-wide context. */
+int hnccl_preload_counters(hnccl_counters *out);
+
+/* The last failed intercepted call's message (kept until the next failure:
+ * the NCCL call, its error, the memory state), else the environment's error
+ * at start (an unknown name in HEAPC_NCCL_PROBE: the defaults apply), else "". */
+const char *hnccl_preload_errstr(void);
+
+/* The interposed NCCL functions whose real counterpart was not found
+ * (comma-separated; "" when all were), resolved at the first call. */
+const char *hnccl_preload_missing(void);
 
 #ifdef __cplusplus
 }

@@ -11,7 +11,9 @@
 # prog_gpu_ranks with 2 and 4 rank processes (hook = cuCtxSynchronize) and 2
 # ranks with libheapc's default device sync; `heapctl stats` while a heap is
 # attached (DEVICE_FREE/TOTAL must be nonzero); gpu_bench against that heapd;
-# check_nccl with real NCCL; nccl_bench; torch's anchors; heapd's clean stop.
+# check_nccl with real NCCL; nccl_bench; torch's anchors; python/heapd with
+# torch on the GPU (tests/gpu/test_torch_gpu.py) and bench/torch_bench.py;
+# heapd's clean stop.
 # Prints a table LAST: test | result, then the timings and the bench table.
 #
 # Bounded: the whole script ends within GPU_SH_BUDGET seconds (default 330)
@@ -22,7 +24,8 @@
 # fresh folder from mktemp -d, named on the first and last lines: gpu.log (all
 # of every step's output, written as it goes, so a killed run still has it),
 # results.txt, heapd.log, stats.json, gpu_bench.json, nccl_bench.json,
-# torch.json. Exit 0 when every test passed, 1 otherwise.
+# torch.json, torch_bench.json (8 files: what the device tool returns).
+# Exit 0 when every test passed, 1 otherwise.
 # GPU_SH_HOST=1 is a dry run of this script on a CPU machine: host backend,
 # CPU stores, small bench sizes (it proves the script, not the GPU); make
 # check runs it (tests/it_gpu_host.sh).
@@ -205,6 +208,39 @@ EOF
         fi
     fi
 
+    # 5d. issue 17: python/heapd with torch on this GPU (tests/gpu/test_torch_gpu.py:
+    # CUDA tensors, peer writes between two processes, the allocator route,
+    # NCCL world 1 under the preload library, the example) and bench/torch_bench.py.
+    # Host dry run: the bench's CPU subset; the GPU tests skip visibly.
+    PYT=
+    for p in python3 /usr/bin/python3; do
+        if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import torch, pytest' >/dev/null 2>&1; then PYT=$p; break; fi
+    done
+    if [ -z "$PYT" ]; then
+        result torch_gpu skipped "no python3 with torch and pytest"
+    elif [ ! -f "$B/libheapc.so" ] || [ ! -f "$B/libheapc_nccl_preload.so" ] || [ ! -f "$B/libheapc_torch.so" ]; then
+        result torch_gpu FAIL "$B lacks libheapc.so / libheapc_nccl_preload.so / libheapc_torch.so (make STATIC=1 BUILD=$B)"
+    else
+        echo; echo "== python/heapd and torch ($PYT)"
+        PYENV="HEAPD_SOCKET=$S HEAPD_BUILD=$B HEAPC_LIB=$B/libheapc.so HEAPC_TORCH_LIB=$B/libheapc_torch.so PYTHONPATH=python PYTHONDONTWRITEBYTECODE=1"
+        if [ $BE = cuda ]; then
+            step tg 180 env $PYENV HEAPD_GPU_CASE_TIMEOUT=60 "$PYT" -m pytest -p no:cacheprovider -q -ra \
+                tests/gpu/test_torch_gpu.py
+            if [ $rc = 0 ] && ! grep -q SKIPPED "$T/tg.out"; then
+                result torch_gpu ok "$(tail -1 "$T/tg.out")"
+            else
+                result torch_gpu FAIL "$(why $rc): $(tail -1 "$T/tg.out")"
+            fi
+            BOPT=
+        else
+            result torch_gpu skipped "host dry run: no GPU (bench's CPU subset only)"
+            BOPT=--host
+        fi
+        step tb 120 env $PYENV "$PYT" bench/torch_bench.py $BOPT --build "$B" --json "$O/torch_bench.json"
+        if [ $rc = 0 ]; then result torch_bench ok "$(grep -c '^torch_bench ' "$T/tb.out") figures"; \
+        else result torch_bench FAIL "$(why $rc)"; fi
+    fi
+
     # 6. heapd stops cleanly.
     echo; echo "== heapd stop"
     kill -TERM "$hpid"
@@ -252,6 +288,11 @@ main 2>&1 | tee -a "$LOG"
         echo
         echo "torch anchors (us):"
         grep '^torch [a-z_]* [0-9{]' "$LOG" | sed 's/^/  /'
+    fi
+    if [ -f "$O/torch_bench.json" ]; then
+        echo
+        echo "python/heapd against torch (us):"
+        grep '^torch_bench ' "$LOG" | sed 's/^torch_bench /  /'
     fi
     if [ -f "$O/nccl_bench.json" ]; then
         echo

@@ -29,6 +29,13 @@ for t in build check_backend heapd_start gpu_ranks_2 gpu_ranks_4 gpu_ranks_defau
          check_nccl nccl_bench heapd_stop; do
     if grep -q "^$t|ok|" "$R" 2>/dev/null; then ok "step $t: ok"; else fail "step $t: $(grep "^$t|" "$R" 2>/dev/null || echo 'not run')"; fi
 done
+# issue 17's step: on the host, the GPU tests skip and torch_bench runs its CPU subset
+if /usr/bin/python3 -c 'import torch, pytest' >/dev/null 2>&1 || python3 -c 'import torch, pytest' >/dev/null 2>&1; then
+    if grep -q "^torch_bench|ok|" "$R"; then ok "step torch_bench: ok"; else fail "step torch_bench: $(grep "^torch_bench|" "$R" || echo 'not run')"; fi
+    if grep -q "^torch_gpu|skipped|" "$R"; then ok "step torch_gpu: skipped visibly"; else fail "step torch_gpu: $(grep "^torch_gpu|" "$R" || echo 'not run')"; fi
+else
+    echo "skipped: torch_bench (no python3 with torch and pytest)"
+fi
 # the figures the GPU table is made of
 for k in growth_slowest_rank_us growth_median_rank_us alloc_rtt_median_us attach_us; do
     if grep -q "ranks4 $k [0-9]" "$W/out/gpu.log"; then ok "timing ranks4 $k"; else fail "timing ranks4 $k missing from gpu.log"; fi

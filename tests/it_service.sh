@@ -393,7 +393,12 @@ usr/lib/libheapc.so.0
 usr/lib/libheapc_nccl.a
 usr/lib/libheapc_nccl.so
 usr/lib/libheapc_nccl.so.0
+usr/lib/libheapc_nccl_preload.so
+usr/lib/libheapc_torch.so
 usr/lib/pkgconfig/heapc.pc
+usr/lib/python3/dist-packages/heapd/__init__.py
+usr/lib/python3/dist-packages/heapd/_lib.py
+usr/lib/python3/dist-packages/heapd/torch.py
 usr/lib/systemd/system/heapd.service
 usr/lib/systemd/system/heapd.socket
 usr/sbin/heapd
@@ -533,6 +538,20 @@ if command -v systemd-analyze > /dev/null 2>&1; then
     grep -q "^PrivateDevices=yes" "$D/usr/lib/systemd/system/heapd.service" && fail "heapd.service sets PrivateDevices (hides /dev/nvidia*)"
 else
     skip "systemd-analyze not installed"
+fi
+
+# ---- the installed Python package finds the installed libheapc -----------------
+if nm -D "$D/usr/lib/libheapc.so.0" 2>/dev/null | grep -q __asan_init; then
+    skip "installed python package: libheapc is ASan-instrumented (python cannot load it without LD_PRELOAD of libasan)"
+elif /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
+    out=$(cd / && env -u HEAPC_LIB LD_LIBRARY_PATH="$D/usr/lib" PYTHONPATH="$D/usr/lib/python3/dist-packages" \
+        /usr/bin/python3 -c 'import heapd, heapd.torch; print(heapd.__file__, heapd.library_path)' 2>&1)
+    case "$out" in
+        "$D/usr/lib/python3/dist-packages/heapd/__init__.py libheapc.so.0") ok "installed python package loads the installed libheapc.so.0";;
+        *) fail "installed python package: $out";;
+    esac
+else
+    fail "python3-torch or python3-numpy missing (scripts/deps.sh installs them)"
 fi
 
 # ---- make uninstall -----------------------------------------------------------

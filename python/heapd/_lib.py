@@ -1,0 +1,137 @@
+"""ctypes bindings of libheapc (client/heapc.h) and of the NCCL preload
+library when it is loaded. Function pointers are looked up once, at import.
+
+Which libheapc: when libheapc_nccl_preload.so is in the process (LD_PRELOAD),
+its copy (it carries libheapc, exported) - one copy of libheapc per process,
+so the preload's probe reads the page of the heap this package attached.
+Otherwise $HEAPC_LIB (a path), then the build tree of the checkout this
+package lies in (build/, build-gpu/), then the system's libheapc.so.0."""
+import ctypes
+import os
+from ctypes import (POINTER, Structure, byref, c_char_p, c_int, c_size_t, c_uint32,
+                    c_uint64, c_void_p)
+
+_here = os.path.dirname(os.path.abspath(__file__))
+_root = os.path.dirname(os.path.dirname(_here))
+
+
+def _find():
+    tried = []
+    glob = ctypes.CDLL(None)
+    if hasattr(glob, "hnccl_preload_bind") and hasattr(glob, "heapc_connect"):
+        return glob, "the LD_PRELOAD'ed libheapc_nccl_preload.so", None
+    env = os.environ.get("HEAPC_LIB")
+    if env:
+        try:
+            return ctypes.CDLL(env), env, None
+        except OSError as e:
+            raise ImportError(f"heapd: HEAPC_LIB={env} cannot be loaded: {e}; point HEAPC_LIB "
+                              "at a libheapc.so built for this machine (make, or make STATIC=1 "
+                              "on a machine without libprotobuf-c)") from None
+    for b in ("build", "build-gpu"):
+        p = os.path.join(_root, b, "libheapc.so")
+        if os.path.exists(p):
+            try:
+                return ctypes.CDLL(p), p, None
+            except OSError as e:
+                tried.append(f"{p}: {e}")
+    for name in ("libheapc.so.0", "libheapc.so"):
+        try:
+            return ctypes.CDLL(name), name, None
+        except OSError as e:
+            tried.append(f"{name}: {e}")
+    raise ImportError("heapd: libheapc not found; tried " + "; ".join(tried) +
+                      ". Build it (make), install it (make install; ldconfig), or set HEAPC_LIB "
+                      "to its path")
+
+
+lib, path, _ = _find()
+
+
+class Params(Structure):
+    _fields_ = [("chunk_size", c_uint64), ("initial_size", c_uint64), ("va_size", c_uint64),
+                ("min_block", c_uint64), ("policy", c_int), ("collect_timeout_ms", c_uint32),
+                ("device_uuid", c_char_p), ("local_size", c_uint32), ("job", c_char_p)]
+
+
+class Status(Structure):
+    """A snapshot of this rank's status page (heapc_status_t); fields in bytes."""
+    _fields_ = [(n, c_uint64) for n in (
+        "mapped", "live", "released", "free", "rank_held", "rank_released", "collects",
+        "growths", "allocs", "epoch", "device_free", "device_total", "device_sampled_ns",
+        "updates")]
+
+    def as_dict(self):
+        return {n: getattr(self, n) for n, _ in self._fields_}
+
+    def __repr__(self):
+        return "Status(" + ", ".join(f"{k}={v}" for k, v in self.as_dict().items()) + ")"
+
+
+class Counters(Structure):
+    _fields_ = [(n, c_uint64) for n in (
+        "allocs", "frees", "free_batches", "collects", "collects_needed", "chunks_mapped",
+        "heap_collects", "last_reclaimed_blocks", "last_reclaimed_bytes", "queued_frees")]
+
+
+class RankStats(Structure):
+    _fields_ = [("rank", c_uint32), ("attached", c_int), ("live_bytes", c_uint64),
+                ("released_bytes", c_uint64), ("next_seq", c_uint64), ("pid", c_uint32)]
+
+
+class HeapStats(Structure):
+    _fields_ = [("name", c_char_p), ("world_size", c_uint32), ("params", Params),
+                ("mapped", c_uint64), ("live_bytes", c_uint64), ("released_bytes", c_uint64),
+                ("free_bytes", c_uint64), ("collects", c_uint64), ("growths", c_uint64),
+                ("clients", c_uint32), ("next_seq", c_uint64), ("epoch", c_uint64),
+                ("pending_collect_seq", c_uint64), ("device_free", c_uint64),
+                ("device_total", c_uint64), ("nranks", c_size_t),
+                ("ranks", POINTER(RankStats))]
+
+
+class DaemonStats(Structure):
+    _fields_ = [("version", c_char_p), ("backend", c_char_p), ("clients", c_uint32),
+                ("nheaps", c_size_t), ("heaps", POINTER(HeapStats))]
+
+
+def _fn(name, res, *args):
+    f = getattr(lib, name)
+    f.restype = res
+    f.argtypes = list(args)
+    return f
+
+
+H = c_void_p
+connect = _fn("heapc_connect", H, c_char_p)
+free_ctx = _fn("heapc_free_ctx", None, H)
+err = _fn("heapc_err", c_int, H)
+errstr = _fn("heapc_errstr", c_char_p, H)
+errname = _fn("heapc_errname", c_char_p, c_int)
+backend = _fn("heapc_backend", c_char_p, H)
+server = _fn("heapc_server", c_char_p, H)
+set_timeout = _fn("heapc_set_timeout", c_int, H, c_int)
+attach = _fn("heapc_attach", c_int, H, c_char_p, c_uint32, c_uint32, POINTER(Params))
+attach_env = _fn("heapc_attach_env", c_int, H, c_char_p, POINTER(Params))
+get_params = _fn("heapc_get_params", c_int, H, POINTER(Params))
+detach = _fn("heapc_detach", c_int, H)
+alloc = _fn("heapc_alloc", c_int, H, c_size_t, POINTER(c_void_p), POINTER(c_uint64))
+free = _fn("heapc_free", c_int, H, c_uint64)
+flush = _fn("heapc_flush", c_int, H)
+set_free_batch = _fn("heapc_set_free_batch", c_int, H, c_size_t)
+collect = _fn("heapc_collect", c_int, H)
+ptr = _fn("heapc_ptr", c_void_p, H, c_uint64)
+peer_ptr = _fn("heapc_peer_ptr", c_void_p, H, c_uint32, c_uint64)
+base = _fn("heapc_base", c_void_p, H, c_uint32)
+mapped = _fn("heapc_mapped", c_uint64, H)
+heap_name = _fn("heapc_heap_name", c_char_p, H)
+rank = _fn("heapc_rank", c_uint32, H)
+world_size = _fn("heapc_world_size", c_uint32, H)
+local_ranks = _fn("heapc_local_ranks", c_size_t, H, POINTER(c_uint32), c_size_t)
+next_seq = _fn("heapc_next_seq", c_uint64, H)
+status = _fn("heapc_status", c_int, H, POINTER(Status))
+get_counters = _fn("heapc_get_counters", c_int, H, POINTER(Counters))
+stats = _fn("heapc_stats", c_int, H, c_char_p, POINTER(POINTER(DaemonStats)))
+stats_free = _fn("heapc_stats_free", None, POINTER(DaemonStats))
+force_collect = _fn("heapc_force_collect", c_int, H, c_char_p, POINTER(c_uint64))
+
+__all__ = ["lib", "path", "byref"]

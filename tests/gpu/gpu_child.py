@@ -1,0 +1,129 @@
+"""One rank of a GPU test case (tests/gpu/test_torch_gpu.py runs these as
+separate processes: CUDA does not survive fork, and the allocator route must
+be installed before the first CUDA tensor of a fresh process).
+
+    python3 gpu_child.py CASE RANK WORLD SOCKET HEAP
+Prints "RESULT <json>" and exits 0, or raises (exit 1)."""
+import json
+import os
+import random
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import torch  # noqa: E402
+
+import heapd  # noqa: E402
+import heapd.torch as ht  # noqa: E402
+
+case, rank, world, sock, name = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+out = {"case": case, "rank": rank}
+
+
+def tensors():
+    torch.cuda.set_device(0)
+    with heapd.Heap(name, rank, world, sock) as h:
+        out["backend"] = h.backend
+        x = h.zeros((1024, 256), torch.float32)
+        y = h.empty((3, 5), torch.bfloat16)
+        out["device"] = str(x.device)
+        out["is_cuda"] = x.is_cuda and y.is_cuda
+        x.add_(2.5)
+        out["sum"] = float(x.sum())
+        out["offsets"] = [h.offset(x), h.offset(y)]
+        s = h.status()
+        out["device_free"], out["device_total"] = s.device_free, s.device_total
+        big = h.zeros((100 << 20,), torch.uint8)        # over a 64 MiB chunk: growth
+        big[-1] = 7
+        out["big_last"] = int(big[-1])
+        out["growths"] = h.status().growths
+        h.free(x); h.free(y); h.free(big)
+        h.collect()
+        out["live_after"] = h.status().rank_held
+
+
+def peer():
+    torch.cuda.set_device(0)
+    with heapd.Heap(name, rank, world, sock) as h:
+        x = h.zeros((4096,), torch.float32)
+        h.collect()
+        other = 1 - rank
+        px = h.peer(x, other)
+        out["peer_device"] = str(px.device)
+        # a torch op on this process writes into the other process's tensor
+        torch.mul(torch.arange(4096, device=px.device, dtype=torch.float32), float(rank + 1), out=px)
+        torch.cuda.synchronize()
+        h.collect()
+        want = torch.arange(4096, device=x.device, dtype=torch.float32) * float(other + 1)
+        out["saw_peer_write"] = bool(torch.equal(x, want))
+        h.collect()
+
+
+def alloc_route():
+    # Before anything initialises torch's CUDA state (set_device does: it
+    # initialises the caching allocator, which can then not be swapped).
+    ht.install_allocator()
+    torch.cuda.set_device(0)
+    outside0 = torch.empty(1000, device="cuda")  # the driver's pool, not the heap
+    h = heapd.Heap(name, rank, world, sock)
+    base, mapped_va = h.ptr(0), None
+    sizes = [4096, 1 << 20, 12345, 3 << 20, 64, 256 << 10] * 5
+    with ht.use_heap(h):
+        ts = [torch.empty(s, dtype=torch.uint8, device="cuda") for s in sizes]
+        y = ts[1].float() * 2                     # a torch op's output lands on the heap too
+        first = [t.data_ptr() - base for t in ts] + [y.data_ptr() - base]
+        # free in a rank-dependent order (torch frees -> deferred heap frees)
+        order = list(range(len(ts)))
+        random.Random(rank + 17).shuffle(order)
+        for i in order:
+            ts[i] = None
+        del y
+        h.collect()                               # same point on every rank
+        again = [torch.empty(s, dtype=torch.uint8, device="cuda").data_ptr() - base for s in sizes[:6]]
+    outside1 = torch.empty(1000, device="cuda")
+    out["first"], out["again"] = first, again
+    out["outside_not_on_heap"] = all(not (0 <= t.data_ptr() - base < (64 << 30))
+                                     for t in (outside0, outside1))
+    out["counters"] = ht.allocator_counters()
+    out["mapped"] = h.mapped
+    del outside0, outside1
+    h.collect()
+    # Different sizes on the two ranks: the rank that asks second is refused
+    # (ERR_ASYMMETRY), gets driver memory, and the block raises.
+    out["asym"] = None
+    try:
+        with ht.use_heap(h):
+            z = torch.empty(4096 * (rank + 1), dtype=torch.uint8, device="cuda")
+            z.fill_(1)
+            torch.cuda.synchronize()
+    except heapd.AsymmetryError as e:
+        out["asym"] = [e.n, e.size, e.other_size]
+    h.close()
+    del mapped_va
+
+
+def nccl():
+    import torch.distributed as dist
+    torch.cuda.set_device(0)
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    with heapd.Heap(name, rank, world, sock) as h:
+        pre = ht.preload()
+        out["preload"] = pre is not None
+        x = h.zeros((1 << 20,), torch.float32)
+        x.fill_(3.0)
+        dist.all_reduce(x)
+        g = h.zeros((1 << 20,), torch.float32)
+        dist.all_gather_into_tensor(g, x)
+        torch.cuda.synchronize()
+        out["values_ok"] = float(x[0]) == 3.0 and float(g[-1]) == 3.0
+        if pre:
+            out["counters"] = pre.counters()
+            out["probe_ops"] = pre.probe_ops()
+            out["missing"] = pre.missing()
+    dist.destroy_process_group()
+
+
+{"tensors": tensors, "peer": peer, "alloc_route": alloc_route, "nccl": nccl}[case]()
+print("RESULT " + json.dumps(out), flush=True)
