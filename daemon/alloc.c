@@ -439,6 +439,7 @@ struct ha_heap {
     uint64_t nbin[64], nfree;
     uint64_t cls_alloc[64];    /* allocations of size bin k (decayed) */
     uint64_t cls_reclaim[64];  /* reclaims of size bin k (decayed alike) */
+    uint64_t used_at_collect;  /* mapped - free_bytes after the last collect */
     /* seed */
     ha_vec lifo[64];
     uint64_t bump;
@@ -540,7 +541,7 @@ uint64_t ha_class_size(const ha_heap *h, uint64_t size)
  * fstart (predecessor / successor for merging, one bit per min_block) and
  * by size bin in freebits[k] (the lowest or highest extent of a bin). A
  * bin's bitmap gives the extent's start to within 2^k; fx_at() finds it
- * among the few free extents that start in that window. */
+ * with one predecessor query on fstart. */
 
 /* Scan of the exact-size bin for a fit, when a larger bin already offers
  * one: at most this many extents, in address order. */
@@ -579,16 +580,14 @@ static void fx_del(ha_heap *h, ha_blk *b)
     tb_erase(&h->tab, b);
 }
 
-/* The free extent of bin k that starts in window i (bit i of freebits[k]). */
+/* The free extent of bin k that starts in window i (bit i of freebits[k]).
+ * It is at least 2^k long, so it covers the last min_block of the window:
+ * it is the free extent with the highest start at or below that point. */
 static ha_blk *fx_at(const ha_heap *h, uint32_t k, uint64_t i)
 {
-    uint64_t lo = (i << k) >> h->kmin, hi = ((i + 1) << k) >> h->kmin;
-    for (uint64_t u = hb_next(&h->fstart, lo); u != HA_EMPTY && u < hi; u = hb_next(&h->fstart, u + 1)) {
-        ha_blk *b = tb_find(&h->tab, u << h->kmin);
-        if (b && b->free && b->klog == k)
-            return b;
-    }
-    return NULL; /* not reached while the invariants hold */
+    uint64_t p = ((i + 1) << k) - h->p.min_block;
+    uint64_t u = hb_prev(&h->fstart, p >> h->kmin);
+    return u == HA_EMPTY ? NULL : tb_find(&h->tab, u << h->kmin);
 }
 
 /* Frees [start, start + len), merging with free neighbours. Never needs
@@ -616,9 +615,19 @@ static void fx_insert_merge(ha_heap *h, uint64_t start, uint64_t len)
 }
 
 /* Size bins whose blocks mostly die before a collect go top-down. */
+/* Size bins whose blocks mostly (CO_HOT_PCT percent) die before a collect
+ * go top-down; the others bottom-up. */
+#define CO_HOT_PCT 95
+/* Compaction collects (see ha_alloc): a bottom-up block that would end more
+ * than mapped / CO_HIGH_DIV above what the last collect left in use, or a
+ * block of at least mapped / CO_LARGE_DIV, once as many bytes were handed
+ * out since the last collect. */
+#define CO_HIGH_DIV 2
+#define CO_LARGE_DIV 8
+
 static bool co_top_down(const ha_heap *h, uint32_t k)
 {
-    return h->cls_alloc[k] > 0 && 2 * h->cls_reclaim[k] > h->cls_alloc[k];
+    return h->cls_alloc[k] > 0 && 100 * h->cls_reclaim[k] > CO_HOT_PCT * h->cls_alloc[k];
 }
 
 /* Is a better than b for the direction? (b may be NULL.) */
@@ -635,7 +644,7 @@ static inline bool co_better(const ha_blk *a, const ha_blk *b, bool down)
  * (highest) one; s's own bin is scanned in address order for one >= s (at
  * most CO_SCAN extents when a larger bin already offers a fit). Returns
  * false if nothing fits. */
-static bool co_take(ha_heap *h, uint64_t s, bool down, uint64_t *off_out)
+static ha_blk *co_find(const ha_heap *h, uint64_t s, bool down)
 {
     uint32_t ks = log2u(s);
     ha_blk *best = NULL;
@@ -664,20 +673,24 @@ static bool co_take(ha_heap *h, uint64_t s, bool down, uint64_t *off_out)
                 i = hb_next(bb, i + 1);
         }
     }
-    if (!best)
-        return false;
-    uint64_t st = best->off, len = best->size;
+    return best;
+}
+
+/* Takes s bytes from the free extent best (co_find's answer). */
+static uint64_t co_carve(ha_heap *h, ha_blk *best, uint64_t s, bool down)
+{
+    uint64_t st = best->off, len = best->size, off;
     fx_del(h, best);
     if (down) {
-        *off_out = st + len - s;
+        off = st + len - s;
         if (len > s)
             fx_add(h, st, len - s);
     } else {
-        *off_out = st;
+        off = st;
         if (len > s)
             fx_add(h, st + s, len - s);
     }
-    return true;
+    return off;
 }
 
 /* Start of the free extent that ends at the extent (the extent itself if
@@ -796,7 +809,19 @@ int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res)
             return HA_NEED_GROW;
         }
     } else {
-        found = co_take(h, c, co_top_down(h, k), &off);
+        bool down = co_top_down(h, k);
+        ha_blk *fit = co_find(h, c, down);
+        if (!h->collect_answered && fit) {
+            uint64_t handed = h->handed_since_collect;
+            bool large = c >= h->mapped / CO_LARGE_DIV && handed >= h->mapped / CO_LARGE_DIV;
+            bool high = !down && handed >= h->mapped / CO_HIGH_DIV &&
+                        fit->off + c > h->used_at_collect + h->mapped / CO_HIGH_DIV;
+            if (large || high)
+                return ask_collect(h, res, HA_COLLECT_TRIGGER);
+        }
+        found = fit != NULL;
+        if (found)
+            off = co_carve(h, fit, c, down);
         if (!found) {
             if (!h->collect_answered)
                 return ask_collect(h, res, HA_COLLECT_FULL);
@@ -933,6 +958,7 @@ static void reclaim_sorted(ha_heap *h, const uint64_t *offs, size_t n, uint64_t 
     h->free_bytes += total;
     h->collects++;
     h->handed_since_collect = 0;
+    h->used_at_collect = h->mapped - h->free_bytes;
     if (h->collect_asked) {
         h->collect_asked = false;
         h->collect_answered = true;

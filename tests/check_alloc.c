@@ -949,10 +949,11 @@ START_TEST(coalesce_merges_back)
 }
 END_TEST
 
-START_TEST(coalesce_collects_only_before_growth)
+START_TEST(coalesce_collects_rarely)
 {
-    /* Churn of one scratch class never asks for a collect while the heap
-     * has room: collects happen only when growth would otherwise follow. */
+    /* Churn of one scratch size: a collect when the heap is full, or (before
+     * the size is known to die young and goes top-down) a compaction collect
+     * once half the heap was handed out; never a growth. */
     ha_heap *h = mk(HA_POLICY_COALESCE, 2, 1 * MiB, 4 * MiB, 64 * MiB, 512);
     int collects = 0;
     for (int i = 0; i < 100; i++) {
@@ -961,13 +962,13 @@ START_TEST(coalesce_collects_only_before_growth)
         ck_assert_int_eq(alloc_loop(h, 64 * KiB, &res, &lo), HA_OK);
         ck_assert_int_eq(lo.grows, 0);
         if (lo.collects)
-            ck_assert_int_eq(lo.reason, HA_COLLECT_FULL);
+            ck_assert(lo.reason == HA_COLLECT_FULL || lo.reason == HA_COLLECT_TRIGGER);
         collects += lo.collects;
         free_all_ranks(h, 2, res.offset);
     }
-    /* 4 MiB holds 64 blocks of 64 KiB: at most 2 collects for 100. */
+    /* 4 MiB holds 64 blocks of 64 KiB: at most 3 collects for 100. */
     ck_assert_int_ge(collects, 1);
-    ck_assert_int_le(collects, 2);
+    ck_assert_int_le(collects, 3);
     ck_assert_uint_eq(stats(h).growths, 0);
     ha_destroy(h);
 }
@@ -1417,7 +1418,7 @@ static Suite *alloc_suite(void)
 
     tc = tcase_create("coalesce");
     tcase_add_test(tc, coalesce_merges_back);
-    tcase_add_test(tc, coalesce_collects_only_before_growth);
+    tcase_add_test(tc, coalesce_collects_rarely);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("models");
