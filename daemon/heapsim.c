@@ -650,7 +650,7 @@ static int ev_less(const gen_ev *a, const gen_ev *b)
     return a->t != b->t ? a->t < b->t : a->seq < b->seq;
 }
 
-static int generate(uint64_t seed, FILE *out)
+static int generate(uint64_t seed, uint64_t max_steps, FILE *out)
 {
     uint64_t x = seed * 0x2545F4914F6CDD1Dull + 1;
     uint32_t ranks = 2 + (uint32_t)gen_below(&x, 7);
@@ -666,6 +666,8 @@ static int generate(uint64_t seed, FILE *out)
     uint64_t p_collect = gen_below(&x, 3) == 0 ? 1 + gen_below(&x, 10) : 0; /* per 1000 */
     uint64_t long_cap = initial / 4 + gen_below(&x, 2 * initial);
     uint64_t long_bytes = 0;
+    if (steps > max_steps)
+        steps = max_steps; /* the same trace, cut short */
     size_t cap = 1024, n = 0;
     gen_ev *h = malloc(cap * sizeof *h);
     uint64_t *sizes = calloc(steps, sizeof *sizes);
@@ -757,6 +759,8 @@ static const ha_policy cmp_pols[NPOL] = {HA_POLICY_COALESCE, HA_POLICY_SEED};
 typedef struct cmp_row {
     const char *name;
     uint64_t mapped[NPOL], growths[NPOL], collects[NPOL], overlaps[NPOL];
+    uint32_t ranks;
+    uint64_t chunk, initial;
     double ratio; /* mapped, coalesce / seed */
 } cmp_row;
 
@@ -804,6 +808,10 @@ static int compare(int n, char **paths, int worst)
                 r->mapped[k] = st.mapped;
                 r->growths[k] = st.growths;
                 r->collects[k] = st.collects;
+                const ha_params *hp = ha_get_params(s.heap);
+                r->ranks = hp->ranks;
+                r->chunk = hp->chunk_size;
+                r->initial = hp->initial_size;
             }
             r->overlaps[k] = s.overlaps;
             tov += s.overlaps;
@@ -832,12 +840,15 @@ static int compare(int n, char **paths, int worst)
     }
     if (worst > 0 && n > 0) {
         printf("\nworst %d by mapped (coalesce / seed):\n\n", worst < n ? worst : n);
-        printf("| trace | ranks | mapped coalesce | mapped seed | ratio | collects coalesce | collects seed |\n");
-        printf("|---|---|---|---|---|---|---|\n");
+        printf("| trace | ranks | chunk / initial | mapped coalesce | mapped seed | ratio | collects "
+               "coalesce | collects seed |\n");
+        printf("|---|---|---|---|---|---|---|---|\n");
         for (int i = 0; i < n && i < worst; i++) {
             const cmp_row *r = &rows[i];
-            printf("| %s | | %.0f MiB | %.0f MiB | %.3f | %" PRIu64 " | %" PRIu64 " |\n",
-                   base_name(r->name), (double)r->mapped[0] / 1048576.0,
+            printf("| %s | %" PRIu32 " | %" PRIu64 " / %" PRIu64 " MiB | %.0f MiB | %.0f MiB | %.3f | %" PRIu64
+                   " | %" PRIu64 " |\n",
+                   base_name(r->name), r->ranks, r->chunk >> 20, r->initial >> 20,
+                   (double)r->mapped[0] / 1048576.0,
                    (double)r->mapped[1] / 1048576.0, r->ratio, r->collects[0], r->collects[1]);
         }
         printf("\n");
@@ -857,13 +868,14 @@ int main(int argc, char **argv)
     sim s = {.policy = HA_POLICY_COALESCE};
     const char *path = NULL;
     if (argc >= 2 && strcmp(argv[1], "--generate") == 0) {
-        uint64_t seed;
-        if (argc != 3 || parse_dec_u64(argv[2], &seed) != 0) {
-            fprintf(stderr, "heapsim: usage: heapsim --generate SEED > TRACE (SEED: a whole "
-                            "number)\n");
+        uint64_t seed, max_steps = UINT64_MAX;
+        if (argc < 3 || argc > 4 || parse_dec_u64(argv[2], &seed) != 0 ||
+            (argc == 4 && (parse_dec_u64(argv[3], &max_steps) != 0 || max_steps == 0))) {
+            fprintf(stderr, "heapsim: usage: heapsim --generate SEED [MAX_ALLOCS] > TRACE (whole "
+                            "numbers)\n");
             return 2;
         }
-        return generate(seed, stdout);
+        return generate(seed, max_steps, stdout);
     }
     if (argc >= 2 && strcmp(argv[1], "--compare") == 0) {
         int first = 2, worst = 10;
