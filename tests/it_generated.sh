@@ -17,10 +17,10 @@ SIM=$BUILD/heapsim
 N=${GEN_TRACES:-200}
 # Debug and sanitizer builds (make check passes HEAPD_VALIDATING=1) run the
 # allocator's validator after every call, O(blocks) each: there every trace
-# is cut to its first GEN_MAX_ALLOCS allocations (100 unless set), the same
+# is cut to its first GEN_MAX_ALLOCS allocations (150 unless set), the same
 # thresholds hold.
 MAX=${GEN_MAX_ALLOCS:-}
-if [ -z "$MAX" ] && [ -n "${HEAPD_VALIDATING:-}" ]; then MAX=100; fi
+if [ -z "$MAX" ] && [ -n "${HEAPD_VALIDATING:-}" ]; then MAX=150; fi
 if [ -n "$MAX" ]; then
     echo "validating build: each trace cut to its first $MAX allocations"
 fi
