@@ -276,6 +276,8 @@ static void tb_free(ha_table *t)
 
 static inline ha_blk *tb_find(const ha_table *t, uint64_t off)
 {
+    if (off == HA_EMPTY) /* the mark of an unused slot is no offset */
+        return NULL;
     size_t mask = t->cap - 1;
     for (size_t i = tb_hash(t, off);; i = (i + 1) & mask) {
         if (t->slot[i].off == off)
@@ -648,11 +650,32 @@ static ha_blk *co_find(const ha_heap *h, uint64_t s, bool down)
 {
     uint32_t ks = log2u(s);
     ha_blk *best = NULL;
+    /* Bins above ks: the window of each bin's lowest (highest) extent
+     * bounds its start (end); only windows that can beat the best so far
+     * are resolved to their record, best-bound first. */
+    uint64_t lo[64], hi[64];
+    uint32_t cand[64], nc = 0;
     for (uint32_t j = ks + 1; j <= h->kmax; j++) {
         if (!h->nbin[j])
             continue;
         uint64_t i = down ? hb_last(&h->freebits[j]) : hb_first(&h->freebits[j]);
-        ha_blk *b = fx_at(h, j, i);
+        /* bottom-up: start in [lo, hi); top-down: end in [lo, hi) */
+        lo[j] = down ? (i + 1) << j : i << j;
+        hi[j] = down ? ((i + 1) << j) + (UINT64_C(2) << j) : (i + 1) << j;
+        cand[nc++] = j;
+    }
+    while (nc) {
+        uint32_t pick = 0;
+        for (uint32_t c = 1; c < nc; c++) {
+            uint32_t j = cand[c], q = cand[pick];
+            if (down ? hi[j] > hi[q] : lo[j] < lo[q])
+                pick = c;
+        }
+        uint32_t j = cand[pick];
+        cand[pick] = cand[--nc];
+        if (best && (down ? hi[j] <= best->off + best->size : lo[j] >= best->off))
+            continue;
+        ha_blk *b = fx_at(h, j, down ? (lo[j] >> j) - 1 : lo[j] >> j);
         if (b && co_better(b, best, down))
             best = b;
     }
@@ -660,6 +683,9 @@ static ha_blk *co_find(const ha_heap *h, uint64_t s, bool down)
         const hbits *bb = &h->freebits[ks];
         uint64_t i = down ? hb_last(bb) : hb_first(bb);
         for (unsigned n = 0; i != HA_EMPTY && (!best || n < CO_SCAN); n++) {
+            if (best && (down ? ((i + 1) << ks) + (UINT64_C(2) << ks) <= best->off + best->size
+                              : i << ks >= best->off))
+                break;
             ha_blk *b = fx_at(h, ks, i);
             if (!b || (best && !co_better(b, best, down)))
                 break;

@@ -563,6 +563,18 @@ START_TEST(free_errors_leave_heap_unchanged)
     ha_rank_stats(h, 1, &held, &rel);
     ck_assert_uint_eq(held, 1024);
     ck_assert_uint_eq(rel, 0);
+    /* After records came and went: the start of free space (coalesce: a
+     * free extent record), and 2^64-1 (the table's mark of an unused
+     * slot), are no blocks. */
+    uint64_t top = b + 1024;
+    ck_assert_int_eq(ha_free(h, 0, top), HA_ENOTHELD);
+    ck_assert_int_eq(ha_rank_holds(h, 0, top), 0);
+    ck_assert_uint_eq(ha_block_size(h, top), 0);
+    ck_assert_int_eq(ha_free(h, 0, UINT64_MAX), HA_ENOTHELD);
+    ck_assert_int_eq(ha_rank_holds(h, 0, UINT64_MAX), 0);
+    ck_assert_uint_eq(ha_block_size(h, UINT64_MAX), 0);
+    s = stats(h);
+    same_stats(&before, &s, "ha_free of free space");
     valid(h);
     ha_destroy(h);
 }
