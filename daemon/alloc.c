@@ -3,9 +3,9 @@
  * Notation used in the invariants below:
  *   E        = h->mapped (the extent), a multiple of chunk_size, <= va_size
  *   B        = the set of block records in the table (held or pending)
- *   F        = the set of free regions (coalesce: the table's free extent
- *              records; seed: entries of h->lifo plus the bump region
- *              [bump, E))
+ *   F        = the set of free regions (coalesce: the extents the fstart
+ *              and fend bitmaps delimit; seed: entries of h->lifo plus the
+ *              bump region [bump, E))
  *   size(b)  = b.size (seed: always 2^b.klog)
  *   R        = params.ranks
  */
@@ -208,18 +208,16 @@ static uint64_t hb_prev(const hbits *b, uint64_t i)
 
 /* ---- region table -------------------------------------------------------
  *
- * Open addressing (linear probing, backward-shift deletion) from a region's
- * offset to its record: one record per block in B and (coalesce) one per
- * free extent in F. A record is 32 bytes, two to a cache line, and carries
+ * Open addressing (linear probing, backward-shift deletion) from a block's
+ * offset to its record, one per block in B. A record is 32 bytes, two to a
+ * cache line, and carries
  * the holder bits of up to 64 ranks itself, so ha_free touches one line;
  * more ranks keep their bits in a side array (words per record).
  *
  * Invariants, for every record b:
  *   b.off % min_block == 0, b.size % min_block == 0, b.off + b.size <= E
  *   b.klog == floor(log2(b.size)); seed: b.size == 2^b.klog
- *   b.free == 1  <=>  b is a free extent (coalesce only): no holders,
- *                     nrel == 0, pending == 0
- *   otherwise held(b) = the ranks whose bit is set in b's holder row;
+ *   held(b) = the ranks whose bit is set in b's holder row;
  *   |held(b)| = R - b.nrel
  *   b.pending == 1  <=>  b.nrel == R  <=>  b.off is in h->pending
  *   count == number of records, count <= cap * 3/4, cap a power of two
@@ -232,7 +230,7 @@ typedef struct ha_blk {
     uint8_t klog;
     uint8_t pending;
     uint8_t mark;      /* scratch for collect_apply */
-    uint8_t free;      /* a free extent (coalesce) */
+    uint8_t pad;
 } ha_blk;
 
 typedef struct ha_table {
@@ -330,8 +328,7 @@ static int tb_reserve(ha_table *t, size_t extra)
     return 0;
 }
 
-/* Inserts a record held by all `ranks` (ranks == 0: a free extent); the
- * caller made room. */
+/* Inserts a record held by all `ranks`; the caller made room. */
 static ha_blk *tb_insert(ha_table *t, uint64_t off, uint64_t size, uint32_t ranks)
 {
     size_t mask = t->cap - 1, i = tb_hash(t, off);
@@ -345,7 +342,7 @@ static ha_blk *tb_insert(ha_table *t, uint64_t off, uint64_t size, uint32_t rank
     b->klog = (uint8_t)log2u(size);
     b->pending = 0;
     b->mark = 0;
-    b->free = ranks == 0;
+    b->pad = 0;
     uint64_t *h = tb_held(t, b);
     for (size_t w = 0; w < t->words; w++) {
         uint32_t left = ranks > w * 64 ? ranks - (uint32_t)(w * 64) : 0;
@@ -413,10 +410,10 @@ static int cmp_u64(const void *a, const void *b)
  *   free_bytes    = sum of sizes in F  (= E - live_bytes - pending_bytes)
  *   held_bytes[r] = sum of size(b) for b in B that rank r holds
  *   rel_bytes[r]  = sum of size(b) for b in B that rank r released
- *   coalesce: F = the table's free records; no two of them are adjacent
- *             (free neighbours are always merged: every free extent is
- *             maximal);
+ *   coalesce: no two free extents are adjacent (free neighbours are always
+ *             merged: every free extent is maximal);
  *             fstart has bit u <=> a free extent starts at u * min_block;
+ *             fend has bit u   <=> a free extent ends at (u + 1) * min_block;
  *             freebits[k] has bit i <=> a free extent f with
  *             floor(log2(size(f))) == k starts in [i*2^k, (i+1)*2^k)
  *             (at most one can: such extents are >= 2^k long and disjoint);
@@ -436,7 +433,7 @@ struct ha_heap {
     ha_table tab;
     ha_vec pending;            /* offsets every rank released, unsorted */
     /* coalesce */
-    hbits fstart;              /* free extent starts, per min_block */
+    hbits fstart, fend;        /* free extent first / last min_block */
     hbits freebits[64];        /* free extent starts by size bin */
     uint64_t nbin[64], nfree;
     uint64_t cls_alloc[64];    /* allocations of size bin k (decayed) */
@@ -539,19 +536,25 @@ uint64_t ha_class_size(const ha_heap *h, uint64_t size)
 
 /* ---- coalesce free space -----------------------------------------------
  *
- * Free extents are table records (free == 1), indexed twice: by start in
- * fstart (predecessor / successor for merging, one bit per min_block) and
- * by size bin in freebits[k] (the lowest or highest extent of a bin). A
- * bin's bitmap gives the extent's start to within 2^k; fx_at() finds it
- * with one predecessor query on fstart. */
+ * Free extents live in bitmaps only, no table records, so that merging and
+ * first fit touch compact memory (a few bits per min_block): fstart has a
+ * bit at each extent's first min_block, fend at its last (so an extent's
+ * length is one successor query on fend), and freebits[k] indexes the
+ * extents of size bin k by start >> k. A bin's bitmap gives the extent's
+ * start to within 2^k; fx_at() finds it with one predecessor query on
+ * fstart. */
 
 /* Scan of the exact-size bin for a fit, when a larger bin already offers
  * one: at most this many extents, in address order. */
 #define CO_SCAN 8
 
+typedef struct fx {
+    uint64_t off, size; /* size 0: none */
+} fx;
+
 static int co_resize(ha_heap *h, uint64_t mapped)
 {
-    if (hb_resize(&h->fstart, mapped >> h->kmin))
+    if (hb_resize(&h->fstart, mapped >> h->kmin) || hb_resize(&h->fend, mapped >> h->kmin))
         return HA_ENOMEM;
     for (uint32_t k = h->kmin; k <= h->kmax; k++)
         if (hb_resize(&h->freebits[k], mapped >> k))
@@ -559,59 +562,58 @@ static int co_resize(ha_heap *h, uint64_t mapped)
     return 0;
 }
 
-/* Adds the free extent [start, start + len); no merging; room reserved. */
+/* Adds the free extent [start, start + len); no merging. */
 static void fx_add(ha_heap *h, uint64_t start, uint64_t len)
 {
-    tb_insert(&h->tab, start, len, 0);
     uint32_t k = log2u(len);
     hb_set(&h->fstart, start >> h->kmin);
+    hb_set(&h->fend, (start + len - 1) >> h->kmin);
     hb_set(&h->freebits[k], start >> k);
     h->nbin[k]++;
     h->nfree++;
 }
 
-/* Removes the free extent b (its record too: pointers into the table are
- * stale afterwards). */
-static void fx_del(ha_heap *h, ha_blk *b)
+static void fx_del(ha_heap *h, fx f)
 {
-    uint32_t k = b->klog;
-    hb_clear(&h->fstart, b->off >> h->kmin);
-    hb_clear(&h->freebits[k], b->off >> k);
+    uint32_t k = log2u(f.size);
+    hb_clear(&h->fstart, f.off >> h->kmin);
+    hb_clear(&h->fend, (f.off + f.size - 1) >> h->kmin);
+    hb_clear(&h->freebits[k], f.off >> k);
     h->nbin[k]--;
     h->nfree--;
-    tb_erase(&h->tab, b);
+}
+
+/* The free extent that starts at min_block unit u (a bit of fstart). */
+static inline fx fx_from(const ha_heap *h, uint64_t u)
+{
+    uint64_t e = hb_next(&h->fend, u);
+    return (fx){u << h->kmin, (e - u + 1) << h->kmin};
 }
 
 /* The free extent of bin k that starts in window i (bit i of freebits[k]).
  * It is at least 2^k long, so it covers the last min_block of the window:
  * it is the free extent with the highest start at or below that point. */
-static ha_blk *fx_at(const ha_heap *h, uint32_t k, uint64_t i)
+static fx fx_at(const ha_heap *h, uint32_t k, uint64_t i)
 {
     uint64_t p = ((i + 1) << k) - h->p.min_block;
     uint64_t u = hb_prev(&h->fstart, p >> h->kmin);
-    return u == HA_EMPTY ? NULL : tb_find(&h->tab, u << h->kmin);
+    return u == HA_EMPTY ? (fx){0, 0} : fx_from(h, u);
 }
 
-/* Frees [start, start + len), merging with free neighbours. Never needs
- * more table room than the block record it replaces. */
+/* Frees [start, start + len), merging with free neighbours. */
 static void fx_insert_merge(ha_heap *h, uint64_t start, uint64_t len)
 {
     uint64_t end = start + len;
     if (end < h->mapped && hb_test(&h->fstart, end >> h->kmin)) {
-        ha_blk *n = tb_find(&h->tab, end);
-        len += n->size;
+        fx n = fx_from(h, end >> h->kmin);
+        len += n.size;
         fx_del(h, n);
     }
-    if (start > 0) {
-        uint64_t u = hb_prev(&h->fstart, (start >> h->kmin) - 1);
-        if (u != HA_EMPTY) {
-            ha_blk *q = tb_find(&h->tab, u << h->kmin);
-            if (q->off + q->size == start) {
-                start = q->off;
-                len += q->size;
-                fx_del(h, q);
-            }
-        }
+    if (start > 0 && hb_test(&h->fend, (start >> h->kmin) - 1)) {
+        fx q = fx_from(h, hb_prev(&h->fstart, (start >> h->kmin) - 1));
+        start = q.off;
+        len += q.size;
+        fx_del(h, q);
     }
     fx_add(h, start, len);
 }
@@ -633,11 +635,11 @@ static bool co_top_down(const ha_heap *h, uint32_t k)
 }
 
 /* Is a better than b for the direction? (b may be NULL.) */
-static inline bool co_better(const ha_blk *a, const ha_blk *b, bool down)
+static inline bool co_better(fx a, fx b, bool down)
 {
-    if (!b)
+    if (!b.size)
         return true;
-    return down ? a->off + a->size > b->off + b->size : a->off < b->off;
+    return down ? a.off + a.size > b.off + b.size : a.off < b.off;
 }
 
 /* Finds room for s bytes: address-ordered first fit over every free extent
@@ -646,10 +648,10 @@ static inline bool co_better(const ha_blk *a, const ha_blk *b, bool down)
  * (highest) one; s's own bin is scanned in address order for one >= s (at
  * most CO_SCAN extents when a larger bin already offers a fit). Returns
  * false if nothing fits. */
-static ha_blk *co_find(const ha_heap *h, uint64_t s, bool down)
+static fx co_find(const ha_heap *h, uint64_t s, bool down)
 {
     uint32_t ks = log2u(s);
-    ha_blk *best = NULL;
+    fx best = {0, 0};
     /* Bins above ks: the window of each bin's lowest (highest) extent
      * bounds its start (end); only windows that can beat the best so far
      * are resolved to their record, best-bound first. */
@@ -673,23 +675,23 @@ static ha_blk *co_find(const ha_heap *h, uint64_t s, bool down)
         }
         uint32_t j = cand[pick];
         cand[pick] = cand[--nc];
-        if (best && (down ? hi[j] <= best->off + best->size : lo[j] >= best->off))
+        if (best.size && (down ? hi[j] <= best.off + best.size : lo[j] >= best.off))
             continue;
-        ha_blk *b = fx_at(h, j, down ? (lo[j] >> j) - 1 : lo[j] >> j);
-        if (b && co_better(b, best, down))
+        fx b = fx_at(h, j, down ? (lo[j] >> j) - 1 : lo[j] >> j);
+        if (b.size && co_better(b, best, down))
             best = b;
     }
     if (h->nbin[ks]) {
         const hbits *bb = &h->freebits[ks];
         uint64_t i = down ? hb_last(bb) : hb_first(bb);
-        for (unsigned n = 0; i != HA_EMPTY && (!best || n < CO_SCAN); n++) {
-            if (best && (down ? ((i + 1) << ks) + (UINT64_C(2) << ks) <= best->off + best->size
-                              : i << ks >= best->off))
+        for (unsigned n = 0; i != HA_EMPTY && (!best.size || n < CO_SCAN); n++) {
+            if (best.size && (down ? ((i + 1) << ks) + (UINT64_C(2) << ks) <= best.off + best.size
+                                   : i << ks >= best.off))
                 break;
-            ha_blk *b = fx_at(h, ks, i);
-            if (!b || (best && !co_better(b, best, down)))
+            fx b = fx_at(h, ks, i);
+            if (!b.size || (best.size && !co_better(b, best, down)))
                 break;
-            if (b->size >= s) {
+            if (b.size >= s) {
                 best = b;
                 break;
             }
@@ -703,9 +705,9 @@ static ha_blk *co_find(const ha_heap *h, uint64_t s, bool down)
 }
 
 /* Takes s bytes from the free extent best (co_find's answer). */
-static uint64_t co_carve(ha_heap *h, ha_blk *best, uint64_t s, bool down)
+static uint64_t co_carve(ha_heap *h, fx best, uint64_t s, bool down)
 {
-    uint64_t st = best->off, len = best->size, off;
+    uint64_t st = best.off, len = best.size, off;
     fx_del(h, best);
     if (down) {
         off = st + len - s;
@@ -723,13 +725,10 @@ static uint64_t co_carve(ha_heap *h, ha_blk *best, uint64_t s, bool down)
  * the last region is a block). */
 static uint64_t co_top_free_run(const ha_heap *h)
 {
-    if (h->mapped == 0)
-        return 0;
-    uint64_t u = hb_prev(&h->fstart, (h->mapped >> h->kmin) - 1);
-    if (u == HA_EMPTY)
+    uint64_t last = (h->mapped >> h->kmin) - 1;
+    if (h->mapped == 0 || !hb_test(&h->fend, last))
         return h->mapped;
-    const ha_blk *b = tb_find(&h->tab, u << h->kmin);
-    return b->off + b->size == h->mapped ? b->off : h->mapped;
+    return hb_prev(&h->fstart, last) << h->kmin;
 }
 
 /* ---- lifetime ------------------------------------------------------------ */
@@ -777,6 +776,7 @@ void ha_destroy(ha_heap *h)
     tb_free(&h->tab);
     free(h->pending.v);
     hb_free(&h->fstart);
+    hb_free(&h->fend);
     for (int k = 0; k < 64; k++) {
         hb_free(&h->freebits[k]);
         free(h->lifo[k].v);
@@ -836,16 +836,16 @@ int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res)
         }
     } else {
         bool down = co_top_down(h, k);
-        ha_blk *fit = co_find(h, c, down);
-        if (!h->collect_answered && fit) {
+        fx fit = co_find(h, c, down);
+        if (!h->collect_answered && fit.size) {
             uint64_t handed = h->handed_since_collect;
             bool large = c >= h->mapped / CO_LARGE_DIV && handed >= h->mapped / CO_LARGE_DIV;
             bool high = !down && handed >= h->mapped / CO_HIGH_DIV &&
-                        fit->off + c > h->used_at_collect + h->mapped / CO_HIGH_DIV;
+                        fit.off + c > h->used_at_collect + h->mapped / CO_HIGH_DIV;
             if (large || high)
                 return ask_collect(h, res, HA_COLLECT_TRIGGER);
         }
-        found = fit != NULL;
+        found = fit.size != 0;
         if (found)
             off = co_carve(h, fit, c, down);
         if (!found) {
@@ -887,7 +887,7 @@ int ha_grow(ha_heap *h, uint32_t chunks)
         return HA_EVA;
     uint64_t old = h->mapped, nm = old + add;
     if (h->p.policy == HA_POLICY_COALESCE) {
-        if (tb_reserve(&h->tab, 1) || co_resize(h, nm))
+        if (co_resize(h, nm))
             return HA_ENOMEM;
         h->mapped = nm;
         fx_insert_merge(h, old, add);
@@ -905,7 +905,7 @@ int ha_free(ha_heap *h, uint32_t rank, uint64_t offset)
     if (!h || rank >= h->p.ranks)
         return HA_EINVAL;
     ha_blk *b = tb_find(&h->tab, offset);
-    if (!b || b->free)
+    if (!b)
         return HA_ENOTHELD;
     uint64_t *held = tb_held(&h->tab, b);
     uint64_t bit = UINT64_C(1) << (rank % 64);
@@ -932,7 +932,7 @@ int ha_free(ha_heap *h, uint32_t rank, uint64_t offset)
 uint64_t ha_block_size(const ha_heap *h, uint64_t offset)
 {
     const ha_blk *b = h ? tb_find(&h->tab, offset) : NULL;
-    return b && !b->free ? b->size : 0;
+    return b ? b->size : 0;
 }
 
 int ha_rank_holds(const ha_heap *h, uint32_t rank, uint64_t offset)
@@ -940,7 +940,7 @@ int ha_rank_holds(const ha_heap *h, uint32_t rank, uint64_t offset)
     if (!h || rank >= h->p.ranks)
         return 0;
     const ha_blk *b = tb_find(&h->tab, offset);
-    if (!b || b->free)
+    if (!b)
         return 0;
     return (int)((tb_held(&h->tab, b)[rank / 64] >> (rank % 64)) & 1);
 }
@@ -1082,7 +1082,7 @@ void ha_get_stats(const ha_heap *h, ha_stats *s)
     s->pending_bytes = h->pending_bytes;
     s->free_bytes = h->free_bytes;
     s->pending_blocks = h->pending.n;
-    s->live_blocks = h->tab.count - h->pending.n - h->nfree;
+    s->live_blocks = h->tab.count - h->pending.n;
     s->allocs = h->allocs;
     s->frees = h->frees;
     s->collects = h->collects;
@@ -1113,7 +1113,7 @@ size_t ha_memory_usage(const ha_heap *h)
     size_t m = sizeof *h;
     m += h->tab.cap * (sizeof(ha_blk) + (h->tab.words > 1 ? h->tab.words * sizeof(uint64_t) : 0));
     for (uint32_t l = 0; l < h->fstart.nlevels; l++)
-        m += h->fstart.nw[l] * sizeof(uint64_t);
+        m += (h->fstart.nw[l] + h->fend.nw[l]) * sizeof(uint64_t);
     m += h->pending.cap * sizeof(uint64_t);
     m += 2 * h->p.ranks * sizeof(uint64_t);
     for (int k = 0; k < 64; k++) {
@@ -1150,6 +1150,9 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
         for (int k = 0; k < 64; k++)
             nfree += h->lifo[k].n;
         nfree++;
+    } else {
+        for (size_t w = 0; w < h->fstart.nw[0]; w++)
+            nfree += (size_t)__builtin_popcountll(h->fstart.w[0][w]);
     }
     size_t cap = h->tab.count + nfree + 1, n = 0;
     v = malloc(cap * sizeof *v);
@@ -1167,7 +1170,7 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
             continue;
         count++;
         uint64_t sz = b->size;
-        const char *what = b->free ? "free extent" : "block";
+        const char *what = "block";
         if (sz == 0 || sz % h->p.min_block || b->klog != log2u(sz))
             VFAIL("%s at %llu has size %llu (class 2^%u): not a multiple of min_block or a wrong class",
                   what, (unsigned long long)b->off, (unsigned long long)sz, b->klog);
@@ -1187,25 +1190,6 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
         if (b->mark)
             VFAIL("%s at %llu carries a stale mark", what, (unsigned long long)b->off);
         const uint64_t *hw = tb_held(&h->tab, b);
-        if (b->free) {
-            if (!co)
-                VFAIL("free extent record at %llu under the seed policy", (unsigned long long)b->off);
-            for (size_t w = 0; w < h->tab.words; w++)
-                if (hw[w])
-                    VFAIL("free extent at %llu has holders", (unsigned long long)b->off);
-            if (b->nrel || b->pending)
-                VFAIL("free extent at %llu has releases or is pending", (unsigned long long)b->off);
-            if (!hb_test(&h->fstart, b->off >> h->kmin))
-                VFAIL("free extent at %llu is missing from the start bitmap", (unsigned long long)b->off);
-            if (!hb_test(&h->freebits[b->klog], b->off >> b->klog))
-                VFAIL("free extent at %llu is missing from the bitmap of bin 2^%u",
-                      (unsigned long long)b->off, b->klog);
-            nbin[b->klog]++;
-            nfx++;
-            fr += sz;
-            v[n++] = (iv){b->off, sz, 1};
-            continue;
-        }
         uint32_t nheld = 0;
         for (uint32_t r = 0; r < h->p.ranks; r++) {
             if ((hw[r / 64] >> (r % 64)) & 1) {
@@ -1262,12 +1246,36 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
             fr += h->mapped - h->bump;
         }
     } else {
+        for (size_t w = 0; w < h->fstart.nw[0]; w++) {
+            uint64_t word = h->fstart.w[0][w];
+            while (word) {
+                uint64_t u = w * 64 + (uint64_t)__builtin_ctzll(word);
+                word &= word - 1;
+                uint64_t e = hb_next(&h->fend, u);
+                if (u >= h->fstart.nbits || e == HA_EMPTY || ((e + 1) << h->kmin) > h->mapped)
+                    VFAIL("free extent at %llu has no end inside the extent", (unsigned long long)(u << h->kmin));
+                uint64_t o = u << h->kmin, sz = (e - u + 1) << h->kmin;
+                uint32_t k = log2u(sz);
+                if (k < h->kmin || k > h->kmax || !hb_test(&h->freebits[k], o >> k))
+                    VFAIL("free extent at %llu (+%llu) is missing from the bitmap of its bin 2^%u",
+                          (unsigned long long)o, (unsigned long long)sz, k);
+                if (hb_next(&h->fstart, u + 1) <= e)
+                    VFAIL("free extent at %llu (+%llu) contains another's start", (unsigned long long)o,
+                          (unsigned long long)sz);
+                nbin[k]++;
+                nfx++;
+                fr += sz;
+                v[n++] = (iv){o, sz, 1};
+            }
+        }
         if (nfx != h->nfree)
             VFAIL("%zu free extents but the count says %llu", nfx, (unsigned long long)h->nfree);
-        const hbits *all[65];
-        uint64_t want[65];
+        const hbits *all[66];
+        uint64_t want[66];
         uint32_t na = 0;
         all[na] = &h->fstart;
+        want[na++] = nfx;
+        all[na] = &h->fend;
         want[na++] = nfx;
         for (uint32_t k = h->kmin; k <= h->kmax; k++) {
             if (nbin[k] != h->nbin[k])
