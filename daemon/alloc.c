@@ -401,6 +401,47 @@ static int cmp_u64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Sorts n offsets, each a multiple of 2^kmin below 2^bits: LSD radix sort
+ * on the significant bits, 11 at a time (qsort if no scratch memory). */
+static void sort_offsets(uint64_t *v, size_t n, uint32_t kmin, uint32_t bits)
+{
+    if (n < 64) {
+        for (size_t i = 1; i < n; i++) {
+            uint64_t x = v[i];
+            size_t j = i;
+            for (; j > 0 && v[j - 1] > x; j--)
+                v[j] = v[j - 1];
+            v[j] = x;
+        }
+        return;
+    }
+    uint64_t *tmp = malloc(n * sizeof *tmp);
+    if (!tmp) {
+        qsort(v, n, sizeof *v, cmp_u64);
+        return;
+    }
+    uint64_t *src = v, *dst = tmp;
+    for (uint32_t sh = kmin; sh < bits; sh += 11) {
+        size_t cnt[2048] = {0};
+        for (size_t i = 0; i < n; i++)
+            cnt[(src[i] >> sh) & 2047]++;
+        size_t at = 0;
+        for (size_t d = 0; d < 2048; d++) {
+            size_t c = cnt[d];
+            cnt[d] = at;
+            at += c;
+        }
+        for (size_t i = 0; i < n; i++)
+            dst[cnt[(src[i] >> sh) & 2047]++] = src[i];
+        uint64_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != v)
+        memcpy(v, src, n * sizeof *v);
+    free(tmp);
+}
+
 /* ---- the heap -----------------------------------------------------------
  *
  * Invariants (checked by ha_validate):
@@ -436,6 +477,7 @@ struct ha_heap {
     hbits fstart, fend;        /* free extent first / last min_block */
     hbits freebits[64];        /* free extent starts by size bin */
     uint64_t nbin[64], nfree;
+    uint64_t binmask;          /* bit k <=> nbin[k] > 0 */
     uint64_t cls_alloc[64];    /* allocations of size bin k (decayed) */
     uint64_t cls_reclaim[64];  /* reclaims of size bin k (decayed alike) */
     uint64_t used_at_collect;  /* mapped - free_bytes after the last collect */
@@ -570,6 +612,7 @@ static void fx_add(ha_heap *h, uint64_t start, uint64_t len)
     hb_set(&h->fend, (start + len - 1) >> h->kmin);
     hb_set(&h->freebits[k], start >> k);
     h->nbin[k]++;
+    h->binmask |= UINT64_C(1) << k;
     h->nfree++;
 }
 
@@ -579,7 +622,8 @@ static void fx_del(ha_heap *h, fx f)
     hb_clear(&h->fstart, f.off >> h->kmin);
     hb_clear(&h->fend, (f.off + f.size - 1) >> h->kmin);
     hb_clear(&h->freebits[k], f.off >> k);
-    h->nbin[k]--;
+    if (--h->nbin[k] == 0)
+        h->binmask &= ~(UINT64_C(1) << k);
     h->nfree--;
 }
 
@@ -657,9 +701,8 @@ static fx co_find(const ha_heap *h, uint64_t s, bool down)
      * are resolved to their record, best-bound first. */
     uint64_t lo[64], hi[64];
     uint32_t cand[64], nc = 0;
-    for (uint32_t j = ks + 1; j <= h->kmax; j++) {
-        if (!h->nbin[j])
-            continue;
+    for (uint64_t m = ks < 63 ? h->binmask & (UINT64_MAX << (ks + 1)) : 0; m; m &= m - 1) {
+        uint32_t j = (uint32_t)__builtin_ctzll(m);
         uint64_t i = down ? hb_last(&h->freebits[j]) : hb_first(&h->freebits[j]);
         /* bottom-up: start in [lo, hi); top-down: end in [lo, hi) */
         lo[j] = down ? (i + 1) << j : i << j;
@@ -1012,7 +1055,7 @@ int ha_collect(ha_heap *h, uint64_t *reclaimed_blocks, uint64_t *reclaimed_bytes
     if (!h)
         return HA_EINVAL;
     if (h->pending.n)
-        qsort(h->pending.v, h->pending.n, sizeof(uint64_t), cmp_u64);
+        sort_offsets(h->pending.v, h->pending.n, h->kmin, log2u(h->mapped) + 1);
     if (reserve_lifo(h, h->pending.v, h->pending.n))
         return HA_ENOMEM;
     size_t n = h->pending.n;
@@ -1036,7 +1079,7 @@ int ha_collect_candidates(const ha_heap *h, uint64_t **offsets, size_t *n)
     if (!v)
         return HA_ENOMEM;
     memcpy(v, h->pending.v, h->pending.n * sizeof *v);
-    qsort(v, h->pending.n, sizeof *v, cmp_u64);
+    sort_offsets(v, h->pending.n, h->kmin, log2u(h->mapped) + 1);
     *offsets = v;
     *n = h->pending.n;
     return HA_OK;
@@ -1278,6 +1321,8 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
         all[na] = &h->fend;
         want[na++] = nfx;
         for (uint32_t k = h->kmin; k <= h->kmax; k++) {
+            if ((nbin[k] != 0) != ((h->binmask >> k) & 1))
+                VFAIL("bin 2^%u: the mask of non-empty bins is stale", k);
             if (nbin[k] != h->nbin[k])
                 VFAIL("bin 2^%u holds %llu free extents but its count says %llu", k,
                       (unsigned long long)nbin[k], (unsigned long long)h->nbin[k]);
