@@ -709,15 +709,14 @@ static fx co_find(const ha_heap *h, uint64_t s, bool down)
         hi[j] = down ? ((i + 1) << j) + (UINT64_C(2) << j) : (i + 1) << j;
         cand[nc++] = j;
     }
-    while (nc) {
-        uint32_t pick = 0;
-        for (uint32_t c = 1; c < nc; c++) {
-            uint32_t j = cand[c], q = cand[pick];
-            if (down ? hi[j] > hi[q] : lo[j] < lo[q])
-                pick = c;
-        }
-        uint32_t j = cand[pick];
-        cand[pick] = cand[--nc];
+    uint32_t pick = 0;
+    for (uint32_t c = 1; c < nc; c++) {
+        uint32_t j = cand[c], q = cand[pick];
+        if (down ? hi[j] > hi[q] : lo[j] < lo[q])
+            pick = c;
+    }
+    for (uint32_t c = 0; c < nc; c++) {
+        uint32_t j = cand[(c + pick) % nc]; /* the best bound first */
         if (best.size && (down ? hi[j] <= best.off + best.size : lo[j] >= best.off))
             continue;
         fx b = fx_at(h, j, down ? (lo[j] >> j) - 1 : lo[j] >> j);
