@@ -769,6 +769,11 @@ static int cmp_by_ratio(const void *a, const void *b)
     const cmp_row *x = a, *y = b;
     if (x->ratio != y->ratio)
         return x->ratio < y->ratio ? 1 : -1;
+    /* ties: the higher collects ratio first */
+    double cx = x->collects[1] ? (double)x->collects[0] / (double)x->collects[1] : 0;
+    double cy = y->collects[1] ? (double)y->collects[0] / (double)y->collects[1] : 0;
+    if (cx != cy)
+        return cx < cy ? 1 : -1;
     return strcmp(x->name, y->name);
 }
 
@@ -839,7 +844,8 @@ static int compare(int n, char **paths, int worst)
         less += rows[i].mapped[0] < rows[i].mapped[1];
     }
     if (worst > 0 && n > 0) {
-        printf("\nworst %d by mapped (coalesce / seed):\n\n", worst < n ? worst : n);
+        printf("\nworst %d by mapped, coalesce / seed (ties: by collects, coalesce / seed):\n\n",
+               worst < n ? worst : n);
         printf("| trace | ranks | chunk / initial | mapped coalesce | mapped seed | ratio | collects "
                "coalesce | collects seed |\n");
         printf("|---|---|---|---|---|---|---|---|\n");
