@@ -478,6 +478,8 @@ struct ha_heap {
     hbits freebits[64];        /* free extent starts by size bin */
     uint64_t nbin[64], nfree;
     uint64_t binmask;          /* bit k <=> nbin[k] > 0 */
+    uint64_t bin_lo[64], bin_hi[64]; /* nbin[k] > 0: lowest / highest bit of
+                                      * freebits[k], or HA_EMPTY (not known) */
     uint64_t cls_alloc[64];    /* allocations of size bin k (decayed) */
     uint64_t cls_reclaim[64];  /* reclaims of size bin k (decayed alike) */
     uint64_t used_at_collect;  /* mapped - free_bytes after the last collect */
@@ -610,7 +612,16 @@ static void fx_add(ha_heap *h, uint64_t start, uint64_t len)
     uint32_t k = log2u(len);
     hb_set(&h->fstart, start >> h->kmin);
     hb_set(&h->fend, (start + len - 1) >> h->kmin);
-    hb_set(&h->freebits[k], start >> k);
+    uint64_t i = start >> k;
+    hb_set(&h->freebits[k], i);
+    if (h->nbin[k] == 0) {
+        h->bin_lo[k] = h->bin_hi[k] = i;
+    } else {
+        if (h->bin_lo[k] != HA_EMPTY && i < h->bin_lo[k])
+            h->bin_lo[k] = i;
+        if (h->bin_hi[k] != HA_EMPTY && i > h->bin_hi[k])
+            h->bin_hi[k] = i;
+    }
     h->nbin[k]++;
     h->binmask |= UINT64_C(1) << k;
     h->nfree++;
@@ -621,7 +632,12 @@ static void fx_del(ha_heap *h, fx f)
     uint32_t k = log2u(f.size);
     hb_clear(&h->fstart, f.off >> h->kmin);
     hb_clear(&h->fend, (f.off + f.size - 1) >> h->kmin);
-    hb_clear(&h->freebits[k], f.off >> k);
+    uint64_t i = f.off >> k;
+    hb_clear(&h->freebits[k], i);
+    if (i == h->bin_lo[k])
+        h->bin_lo[k] = HA_EMPTY;
+    if (i == h->bin_hi[k])
+        h->bin_hi[k] = HA_EMPTY;
     if (--h->nbin[k] == 0)
         h->binmask &= ~(UINT64_C(1) << k);
     h->nfree--;
@@ -692,7 +708,16 @@ static inline bool co_better(fx a, fx b, bool down)
  * (highest) one; s's own bin is scanned in address order for one >= s (at
  * most CO_SCAN extents when a larger bin already offers a fit). Returns
  * false if nothing fits. */
-static fx co_find(const ha_heap *h, uint64_t s, bool down)
+/* The lowest (highest, down) bit of bin k's bitmap, through the cache. */
+static inline uint64_t co_bin_end(ha_heap *h, uint32_t k, bool down)
+{
+    uint64_t *c = down ? &h->bin_hi[k] : &h->bin_lo[k];
+    if (*c == HA_EMPTY)
+        *c = down ? hb_last(&h->freebits[k]) : hb_first(&h->freebits[k]);
+    return *c;
+}
+
+static fx co_find(ha_heap *h, uint64_t s, bool down)
 {
     uint32_t ks = log2u(s);
     fx best = {0, 0};
@@ -703,7 +728,7 @@ static fx co_find(const ha_heap *h, uint64_t s, bool down)
     uint32_t cand[64], nc = 0;
     for (uint64_t m = ks < 63 ? h->binmask & (UINT64_MAX << (ks + 1)) : 0; m; m &= m - 1) {
         uint32_t j = (uint32_t)__builtin_ctzll(m);
-        uint64_t i = down ? hb_last(&h->freebits[j]) : hb_first(&h->freebits[j]);
+        uint64_t i = co_bin_end(h, j, down);
         /* bottom-up: start in [lo, hi); top-down: end in [lo, hi) */
         lo[j] = down ? (i + 1) << j : i << j;
         hi[j] = down ? ((i + 1) << j) + (UINT64_C(2) << j) : (i + 1) << j;
@@ -725,7 +750,7 @@ static fx co_find(const ha_heap *h, uint64_t s, bool down)
     }
     if (h->nbin[ks]) {
         const hbits *bb = &h->freebits[ks];
-        uint64_t i = down ? hb_last(bb) : hb_first(bb);
+        uint64_t i = co_bin_end(h, ks, down);
         for (unsigned n = 0; i != HA_EMPTY && (!best.size || n < CO_SCAN); n++) {
             if (best.size && (down ? ((i + 1) << ks) + (UINT64_C(2) << ks) <= best.off + best.size
                                    : i << ks >= best.off))
@@ -1322,6 +1347,9 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
         for (uint32_t k = h->kmin; k <= h->kmax; k++) {
             if ((nbin[k] != 0) != ((h->binmask >> k) & 1))
                 VFAIL("bin 2^%u: the mask of non-empty bins is stale", k);
+            if (nbin[k] && ((h->bin_lo[k] != HA_EMPTY && h->bin_lo[k] != hb_first(&h->freebits[k])) ||
+                            (h->bin_hi[k] != HA_EMPTY && h->bin_hi[k] != hb_last(&h->freebits[k]))))
+                VFAIL("bin 2^%u: the cached lowest or highest extent is stale", k);
             if (nbin[k] != h->nbin[k])
                 VFAIL("bin 2^%u holds %llu free extents but its count says %llu", k,
                       (unsigned long long)nbin[k], (unsigned long long)h->nbin[k]);
