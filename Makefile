@@ -228,7 +228,7 @@ $(BUILD)/examples/%: $(BUILD)/obj/examples/%.o $(LIBHEAPC_A)
 # Unit tests (check framework, one file per module) then the shell-driven
 # integration tests in tests/*.sh; each prints its own result lines.
 check: all
-	@BUILD=$(BUILD) sh tests/run.sh
+	@BUILD=$(BUILD) HEAPD_VALIDATING=$(if $(SANITIZE)$(filter 1,$(DEBUG)),1,) sh tests/run.sh
 
 bench: all
 	@BUILD=$(BUILD) sh bench/run.sh

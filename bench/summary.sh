@@ -151,10 +151,11 @@ if j:
         rs = sorted([c for c in cost if c["policy"] == pol], key=lambda c: c["live"])
         series["alloc_" + pol] = [(c["live"], c["ns_per_pair"]) for c in rs]
         if len(rs) >= 2:
-            lo, hi = rs[0], rs[-1]
-            row("alloc_bench", "allocator ns per alloc+free on %d ranks at %s live blocks (%s)"
-                % (ranks, pow10(hi["live"]), pol), hi["ns_per_pair"], "ns",
-                "at %s" % pow10(lo["live"]), lo["ns_per_pair"])
+            lo = rs[0]
+            for hi in rs[1:]:
+                row("alloc_bench", "allocator ns per alloc+free on %d ranks at %s live blocks (%s)"
+                    % (ranks, pow10(hi["live"]), pol), hi["ns_per_pair"], "ns",
+                    "at %s" % pow10(lo["live"]), lo["ns_per_pair"])
     top = max([c["live"] for c in cost] or [0])
     s = [c for c in cost if c["live"] == top and c["policy"] == "seed"]
     co = [c for c in cost if c["live"] == top and c["policy"] == "coalesce"]
@@ -347,7 +348,7 @@ rows_jq() {
                   .bytes_per_live_block; "B"; "the \($bs | size) block it tracks"; $bs)),
         ($al // empty | .ranks as $r | ("coalesce", "seed") as $pol
             | [$cost[] | select(.policy == $pol)] | sort_by(.live) | select(length >= 2)
-            | .[0] as $lo | .[-1] as $hi
+            | .[0] as $lo | .[1:][] as $hi
             | row("alloc_bench"; "allocator ns per alloc+free on \($r) ranks at \($hi.live | pow10) live blocks (\($pol))";
                   $hi.ns_per_pair; "ns"; "at \($lo.live | pow10)"; $lo.ns_per_pair)),
         ($al // empty | [$cost[] | select(.live == $top and .policy == "seed")][0] as $s

@@ -146,7 +146,7 @@ int heapc_set_timeout(heapc *c, int timeout_ms);
 
 typedef enum heapc_policy {
     HEAPC_POLICY_DEFAULT = 0,   /* heapd's default (coalesce) */
-    HEAPC_POLICY_COALESCE = 1,  /* buddy blocks that merge; collect only before growing */
+    HEAPC_POLICY_COALESCE = 1,  /* exact sizes, free extents that merge; few collects */
     HEAPC_POLICY_SEED = 2,      /* the seed policy: LIFO classes, bump, mapped/8 trigger */
 } heapc_policy;
 

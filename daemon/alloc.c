@@ -3,9 +3,10 @@
  * Notation used in the invariants below:
  *   E        = h->mapped (the extent), a multiple of chunk_size, <= va_size
  *   B        = the set of block records in the table (held or pending)
- *   F        = the set of free blocks (coalesce: bits in h->freebits;
- *              seed: entries of h->lifo plus the bump region [bump, E))
- *   size(b)  = 2^klog(b)
+ *   F        = the set of free regions (coalesce: the extents the fstart
+ *              and fend bitmaps delimit; seed: entries of h->lifo plus the
+ *              bump region [bump, E))
+ *   size(b)  = b.size (seed: always 2^b.klog)
  *   R        = params.ranks
  */
 #include "alloc.h"
@@ -154,29 +155,87 @@ static uint64_t hb_last(const hbits *b)
     return idx;
 }
 
-/* ---- block table --------------------------------------------------------
+/* Lowest set position >= i / highest set position <= i, or HA_EMPTY. Climb
+ * while the rest of the word is empty, then descend: O(levels). */
+static uint64_t hb_next(const hbits *b, uint64_t i)
+{
+    uint32_t l = 0;
+    for (;;) {
+        if (l == b->nlevels || i >= (uint64_t)b->nw[l] * 64)
+            return HA_EMPTY;
+        uint64_t w = b->w[l][i / 64] & (UINT64_MAX << (i % 64));
+        if (w) {
+            i = (i & ~UINT64_C(63)) + (uint64_t)__builtin_ctzll(w);
+            break;
+        }
+        i = i / 64 + 1;
+        l++;
+    }
+    while (l > 0) {
+        l--;
+        i = i * 64 + (uint64_t)__builtin_ctzll(b->w[l][i]);
+    }
+    return i;
+}
+
+static uint64_t hb_prev(const hbits *b, uint64_t i)
+{
+    uint32_t l = 0;
+    if (!b->nlevels)
+        return HA_EMPTY;
+    if (i >= (uint64_t)b->nw[0] * 64)
+        i = (uint64_t)b->nw[0] * 64 - 1;
+    for (;;) {
+        if (l == b->nlevels)
+            return HA_EMPTY;
+        uint32_t bit = (uint32_t)(i % 64);
+        uint64_t w = b->w[l][i / 64] & (bit == 63 ? UINT64_MAX : (UINT64_C(2) << bit) - 1);
+        if (w) {
+            i = (i & ~UINT64_C(63)) + 63u - (uint64_t)__builtin_clzll(w);
+            break;
+        }
+        if (i / 64 == 0)
+            return HA_EMPTY;
+        i = i / 64 - 1;
+        l++;
+    }
+    while (l > 0) {
+        l--;
+        i = i * 64 + 63u - (uint64_t)__builtin_clzll(b->w[l][i]);
+    }
+    return i;
+}
+
+/* ---- region table -------------------------------------------------------
  *
  * Open addressing (linear probing, backward-shift deletion) from a block's
- * offset to its record. One record per block in B.
+ * offset to its record, one per block in B. A record is 32 bytes, two to a
+ * cache line, and carries
+ * the holder bits of up to 64 ranks itself, so ha_free touches one line;
+ * more ranks keep their bits in a side array (words per record).
  *
  * Invariants, for every record b:
- *   b.off % min_block == 0, b.off + size(b) <= E
- *   held(b) = the ranks whose bit is set in b's word row; |held(b)| = R - b.nrel
+ *   b.off % min_block == 0, b.size % min_block == 0, b.off + b.size <= E
+ *   b.klog == floor(log2(b.size)); seed: b.size == 2^b.klog
+ *   held(b) = the ranks whose bit is set in b's holder row;
+ *   |held(b)| = R - b.nrel
  *   b.pending == 1  <=>  b.nrel == R  <=>  b.off is in h->pending
- *   coalesce: b.off % size(b) == 0
  *   count == number of records, count <= cap * 3/4, cap a power of two
  */
 typedef struct ha_blk {
     uint64_t off;      /* HA_EMPTY: slot unused */
+    uint64_t size;     /* bytes */
+    uint64_t held;     /* ranks <= 64: bit r <=> rank r holds the block */
+    uint32_t nrel;     /* ranks that released this block */
     uint8_t klog;
     uint8_t pending;
     uint8_t mark;      /* scratch for collect_apply */
-    uint32_t nrel;     /* ranks that released this block */
+    uint8_t pad;
 } ha_blk;
 
 typedef struct ha_table {
     ha_blk *slot;
-    uint64_t *held;    /* cap * words bits: rank r holds slot i's block */
+    uint64_t *xheld;   /* words > 1 only: cap * words holder bits */
     size_t cap, count, words;
     uint32_t shift;    /* 64 - log2(cap) */
     uint32_t kmin;
@@ -190,10 +249,10 @@ static inline size_t tb_hash(const ha_table *t, uint64_t off)
 static int tb_init(ha_table *t, size_t cap, size_t words, uint32_t kmin)
 {
     t->slot = malloc(cap * sizeof *t->slot);
-    t->held = calloc(cap * words, sizeof(uint64_t));
-    if (!t->slot || !t->held) {
+    t->xheld = words > 1 ? calloc(cap * words, sizeof(uint64_t)) : NULL;
+    if (!t->slot || (words > 1 && !t->xheld)) {
         free(t->slot);
-        free(t->held);
+        free(t->xheld);
         return HA_ENOMEM;
     }
     for (size_t i = 0; i < cap; i++)
@@ -209,12 +268,14 @@ static int tb_init(ha_table *t, size_t cap, size_t words, uint32_t kmin)
 static void tb_free(ha_table *t)
 {
     free(t->slot);
-    free(t->held);
+    free(t->xheld);
     memset(t, 0, sizeof *t);
 }
 
-static ha_blk *tb_find(const ha_table *t, uint64_t off)
+static inline ha_blk *tb_find(const ha_table *t, uint64_t off)
 {
+    if (off == HA_EMPTY) /* the mark of an unused slot is no offset */
+        return NULL;
     size_t mask = t->cap - 1;
     for (size_t i = tb_hash(t, off);; i = (i + 1) & mask) {
         if (t->slot[i].off == off)
@@ -226,7 +287,16 @@ static ha_blk *tb_find(const ha_table *t, uint64_t off)
 
 static inline uint64_t *tb_held(const ha_table *t, const ha_blk *b)
 {
-    return &t->held[(size_t)(b - t->slot) * t->words];
+    if (t->words == 1)
+        return (uint64_t *)&b->held;
+    return &t->xheld[(size_t)(b - t->slot) * t->words];
+}
+
+static inline void tb_move(ha_table *t, size_t to, const ha_table *from, size_t i)
+{
+    t->slot[to] = from->slot[i];
+    if (t->words > 1)
+        memcpy(&t->xheld[to * t->words], &from->xheld[i * from->words], t->words * sizeof(uint64_t));
 }
 
 static int tb_grow(ha_table *t)
@@ -241,8 +311,7 @@ static int tb_grow(ha_table *t)
         size_t j = tb_hash(&n, t->slot[i].off);
         while (n.slot[j].off != HA_EMPTY)
             j = (j + 1) & (n.cap - 1);
-        n.slot[j] = t->slot[i];
-        memcpy(&n.held[j * n.words], &t->held[i * t->words], t->words * sizeof(uint64_t));
+        tb_move(&n, j, t, i);
     }
     n.count = t->count;
     tb_free(t);
@@ -250,26 +319,30 @@ static int tb_grow(ha_table *t)
     return 0;
 }
 
-/* Makes room for one more record (so that tb_insert cannot fail). */
-static int tb_reserve(ha_table *t)
+/* Makes room for `extra` more records (so that tb_insert cannot fail). */
+static int tb_reserve(ha_table *t, size_t extra)
 {
-    if ((t->count + 1) * 4 > t->cap * 3)
-        return tb_grow(t);
+    while ((t->count + extra) * 4 > t->cap * 3)
+        if (tb_grow(t))
+            return HA_ENOMEM;
     return 0;
 }
 
 /* Inserts a record held by all `ranks`; the caller made room. */
-static ha_blk *tb_insert(ha_table *t, uint64_t off, uint32_t klog, uint32_t ranks)
+static ha_blk *tb_insert(ha_table *t, uint64_t off, uint64_t size, uint32_t ranks)
 {
     size_t mask = t->cap - 1, i = tb_hash(t, off);
     while (t->slot[i].off != HA_EMPTY)
         i = (i + 1) & mask;
     ha_blk *b = &t->slot[i];
     b->off = off;
-    b->klog = (uint8_t)klog;
+    b->size = size;
+    b->held = 0;
+    b->nrel = 0;
+    b->klog = (uint8_t)log2u(size);
     b->pending = 0;
     b->mark = 0;
-    b->nrel = 0;
+    b->pad = 0;
     uint64_t *h = tb_held(t, b);
     for (size_t w = 0; w < t->words; w++) {
         uint32_t left = ranks > w * 64 ? ranks - (uint32_t)(w * 64) : 0;
@@ -292,8 +365,7 @@ static void tb_erase(ha_table *t, ha_blk *b)
         /* Move j back to i if its home is not in the cyclic range (i, j]. */
         bool in_range = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
         if (!in_range) {
-            t->slot[i] = t->slot[j];
-            memcpy(&t->held[i * t->words], &t->held[j * t->words], t->words * sizeof(uint64_t));
+            tb_move(t, i, t, j);
             i = j;
         }
     }
@@ -329,6 +401,47 @@ static int cmp_u64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Sorts n offsets, each a multiple of 2^kmin below 2^bits: LSD radix sort
+ * on the significant bits, 11 at a time (qsort if no scratch memory). */
+static void sort_offsets(uint64_t *v, size_t n, uint32_t kmin, uint32_t bits)
+{
+    if (n < 64) {
+        for (size_t i = 1; i < n; i++) {
+            uint64_t x = v[i];
+            size_t j = i;
+            for (; j > 0 && v[j - 1] > x; j--)
+                v[j] = v[j - 1];
+            v[j] = x;
+        }
+        return;
+    }
+    uint64_t *tmp = malloc(n * sizeof *tmp);
+    if (!tmp) {
+        qsort(v, n, sizeof *v, cmp_u64);
+        return;
+    }
+    uint64_t *src = v, *dst = tmp;
+    for (uint32_t sh = kmin; sh < bits; sh += 11) {
+        size_t cnt[2048] = {0};
+        for (size_t i = 0; i < n; i++)
+            cnt[(src[i] >> sh) & 2047]++;
+        size_t at = 0;
+        for (size_t d = 0; d < 2048; d++) {
+            size_t c = cnt[d];
+            cnt[d] = at;
+            at += c;
+        }
+        for (size_t i = 0; i < n; i++)
+            dst[cnt[(src[i] >> sh) & 2047]++] = src[i];
+        uint64_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != v)
+        memcpy(v, src, n * sizeof *v);
+    free(tmp);
+}
+
 /* ---- the heap -----------------------------------------------------------
  *
  * Invariants (checked by ha_validate):
@@ -338,10 +451,14 @@ static int cmp_u64(const void *a, const void *b)
  *   free_bytes    = sum of sizes in F  (= E - live_bytes - pending_bytes)
  *   held_bytes[r] = sum of size(b) for b in B that rank r holds
  *   rel_bytes[r]  = sum of size(b) for b in B that rank r released
- *   coalesce: every free block f is naturally aligned (f.off % size(f) == 0),
- *             lies in [0, E), and its buddy (f.off ^ size(f)) is not free at
- *             the same class (free neighbours are always merged);
- *             freebits[k] has bit i <=> [i*2^k, (i+1)*2^k) is a free block.
+ *   coalesce: no two free extents are adjacent (free neighbours are always
+ *             merged: every free extent is maximal);
+ *             fstart has bit u <=> a free extent starts at u * min_block;
+ *             fend has bit u   <=> a free extent ends at (u + 1) * min_block;
+ *             freebits[k] has bit i <=> a free extent f with
+ *             floor(log2(size(f))) == k starts in [i*2^k, (i+1)*2^k)
+ *             (at most one can: such extents are >= 2^k long and disjoint);
+ *             nbin[k] = |{f in F : floor(log2(size(f))) == k}|, nfree = |F|.
  *   seed:     bump % min_block == 0, bump <= E, every block and every LIFO
  *             entry lies below bump, lifo[k] holds free blocks of class k.
  *   collect_asked    == ha_alloc answered HA_NEED_COLLECT and no collect ran since;
@@ -352,14 +469,20 @@ static int cmp_u64(const void *a, const void *b)
  */
 struct ha_heap {
     ha_params p;
-    uint32_t kmin, kmax;       /* classes 2^kmin .. 2^kmax */
+    uint32_t kmin, kmax;       /* sizes 2^kmin .. 2^kmax */
     uint64_t mapped;
     ha_table tab;
     ha_vec pending;            /* offsets every rank released, unsorted */
     /* coalesce */
-    hbits freebits[64];
-    uint64_t cls_alloc[64];    /* allocations of class k (decayed) */
-    uint64_t cls_reclaim[64];  /* reclaims of class k (decayed alike) */
+    hbits fstart, fend;        /* free extent first / last min_block */
+    hbits freebits[64];        /* free extent starts by size bin */
+    uint64_t nbin[64], nfree;
+    uint64_t binmask;          /* bit k <=> nbin[k] > 0 */
+    uint64_t bin_lo[64], bin_hi[64]; /* nbin[k] > 0: lowest / highest bit of
+                                      * freebits[k], or HA_EMPTY (not known) */
+    uint64_t cls_alloc[64];    /* allocations of size bin k (decayed) */
+    uint64_t cls_reclaim[64];  /* reclaims of size bin k (decayed alike) */
+    uint64_t used_at_collect;  /* mapped - free_bytes after the last collect */
     /* seed */
     ha_vec lifo[64];
     uint64_t bump;
@@ -450,113 +573,229 @@ uint64_t ha_class_size(const ha_heap *h, uint64_t size)
         return 0;
     if (size < h->p.min_block)
         size = h->p.min_block;
+    if (h->p.policy == HA_POLICY_COALESCE)
+        return align_up(size, h->p.min_block);
     return is_pow2(size) ? size : UINT64_C(1) << (log2u(size) + 1);
 }
 
-/* ---- coalesce free space ----------------------------------------------- */
+/* ---- coalesce free space -----------------------------------------------
+ *
+ * Free extents live in bitmaps only, no table records, so that merging and
+ * first fit touch compact memory (a few bits per min_block): fstart has a
+ * bit at each extent's first min_block, fend at its last (so an extent's
+ * length is one successor query on fend), and freebits[k] indexes the
+ * extents of size bin k by start >> k. A bin's bitmap gives the extent's
+ * start to within 2^k; fx_at() finds it with one predecessor query on
+ * fstart. */
+
+/* Scan of the exact-size bin for a fit, when a larger bin already offers
+ * one: at most this many extents, in address order. */
+#define CO_SCAN 8
+
+typedef struct fx {
+    uint64_t off, size; /* size 0: none */
+} fx;
 
 static int co_resize(ha_heap *h, uint64_t mapped)
 {
-    for (uint32_t k = h->kmin; k <= h->kmax; k++) {
-        int rc = hb_resize(&h->freebits[k], mapped >> k);
-        if (rc)
-            return rc;
-    }
+    if (hb_resize(&h->fstart, mapped >> h->kmin) || hb_resize(&h->fend, mapped >> h->kmin))
+        return HA_ENOMEM;
+    for (uint32_t k = h->kmin; k <= h->kmax; k++)
+        if (hb_resize(&h->freebits[k], mapped >> k))
+            return HA_ENOMEM;
     return 0;
 }
 
-/* Inserts the free block [off, off + 2^k), merging with free buddies. */
-static void co_insert(ha_heap *h, uint64_t off, uint32_t k)
+/* Adds the free extent [start, start + len); no merging. */
+static void fx_add(ha_heap *h, uint64_t start, uint64_t len)
 {
-    while (k < h->kmax) {
-        uint64_t buddy = off ^ (UINT64_C(1) << k);
-        hbits *b = &h->freebits[k];
-        if (!hb_test(b, buddy >> k))
-            break;
-        hb_clear(b, buddy >> k);
-        off &= ~(UINT64_C(1) << k);
-        k++;
+    uint32_t k = log2u(len);
+    hb_set(&h->fstart, start >> h->kmin);
+    hb_set(&h->fend, (start + len - 1) >> h->kmin);
+    uint64_t i = start >> k;
+    hb_set(&h->freebits[k], i);
+    if (h->nbin[k] == 0) {
+        h->bin_lo[k] = h->bin_hi[k] = i;
+    } else {
+        if (h->bin_lo[k] != HA_EMPTY && i < h->bin_lo[k])
+            h->bin_lo[k] = i;
+        if (h->bin_hi[k] != HA_EMPTY && i > h->bin_hi[k])
+            h->bin_hi[k] = i;
     }
-    hb_set(&h->freebits[k], off >> k);
+    h->nbin[k]++;
+    h->binmask |= UINT64_C(1) << k;
+    h->nfree++;
 }
 
-/* Inserts [a, b) as naturally aligned blocks (each merged). */
-static void co_insert_range(ha_heap *h, uint64_t a, uint64_t b)
+static void fx_del(ha_heap *h, fx f)
 {
-    while (a < b) {
-        uint32_t k = h->kmin;
-        while (k < h->kmax && a % (UINT64_C(1) << (k + 1)) == 0 && a + (UINT64_C(1) << (k + 1)) <= b)
-            k++;
-        co_insert(h, a, k);
-        a += UINT64_C(1) << k;
-    }
+    uint32_t k = log2u(f.size);
+    hb_clear(&h->fstart, f.off >> h->kmin);
+    hb_clear(&h->fend, (f.off + f.size - 1) >> h->kmin);
+    uint64_t i = f.off >> k;
+    hb_clear(&h->freebits[k], i);
+    if (i == h->bin_lo[k])
+        h->bin_lo[k] = HA_EMPTY;
+    if (i == h->bin_hi[k])
+        h->bin_hi[k] = HA_EMPTY;
+    if (--h->nbin[k] == 0)
+        h->binmask &= ~(UINT64_C(1) << k);
+    h->nfree--;
 }
 
-/* Classes whose blocks mostly die before a collect go top-down. */
+/* The free extent that starts at min_block unit u (a bit of fstart). */
+static inline fx fx_from(const ha_heap *h, uint64_t u)
+{
+    uint64_t e = hb_next(&h->fend, u);
+    return (fx){u << h->kmin, (e - u + 1) << h->kmin};
+}
+
+/* The free extent of bin k that starts in window i (bit i of freebits[k]).
+ * It is at least 2^k long, so it covers the last min_block of the window:
+ * it is the free extent with the highest start at or below that point. */
+static fx fx_at(const ha_heap *h, uint32_t k, uint64_t i)
+{
+    uint64_t p = ((i + 1) << k) - h->p.min_block;
+    uint64_t u = hb_prev(&h->fstart, p >> h->kmin);
+    return u == HA_EMPTY ? (fx){0, 0} : fx_from(h, u);
+}
+
+/* Frees [start, start + len), merging with free neighbours. */
+static void fx_insert_merge(ha_heap *h, uint64_t start, uint64_t len)
+{
+    uint64_t end = start + len;
+    if (end < h->mapped && hb_test(&h->fstart, end >> h->kmin)) {
+        fx n = fx_from(h, end >> h->kmin);
+        len += n.size;
+        fx_del(h, n);
+    }
+    if (start > 0 && hb_test(&h->fend, (start >> h->kmin) - 1)) {
+        fx q = fx_from(h, hb_prev(&h->fstart, (start >> h->kmin) - 1));
+        start = q.off;
+        len += q.size;
+        fx_del(h, q);
+    }
+    fx_add(h, start, len);
+}
+
+/* Size bins whose blocks mostly die before a collect go top-down. */
+/* Size bins whose blocks mostly (CO_HOT_PCT percent) die before a collect
+ * go top-down; the others bottom-up. */
+#define CO_HOT_PCT 95
+/* Compaction collects (see ha_alloc): a bottom-up block that would end more
+ * than mapped / CO_HIGH_DIV above what the last collect left in use, or a
+ * block of at least mapped / CO_LARGE_DIV, once as many bytes were handed
+ * out since the last collect. */
+#define CO_HIGH_DIV 2
+#define CO_LARGE_DIV 8
+
 static bool co_top_down(const ha_heap *h, uint32_t k)
 {
-    return h->cls_alloc[k] > 0 && 2 * h->cls_reclaim[k] > h->cls_alloc[k];
+    return h->cls_alloc[k] > 0 && 100 * h->cls_reclaim[k] > CO_HOT_PCT * h->cls_alloc[k];
 }
 
-/* Finds a free block for class k: address-ordered first fit, from the
- * bottom or from the top. Returns false if no free block is large enough. */
-static bool co_take(ha_heap *h, uint32_t k, uint64_t *off_out)
+/* Is a better than b for the direction? (b may be NULL.) */
+static inline bool co_better(fx a, fx b, bool down)
 {
-    bool down = co_top_down(h, k);
-    uint64_t best = HA_EMPTY;
-    uint32_t bestk = 0;
-    for (uint32_t j = k; j <= h->kmax; j++) {
-        uint64_t i = down ? hb_last(&h->freebits[j]) : hb_first(&h->freebits[j]);
-        if (i == HA_EMPTY)
+    if (!b.size)
+        return true;
+    return down ? a.off + a.size > b.off + b.size : a.off < b.off;
+}
+
+/* Finds room for s bytes: address-ordered first fit over every free extent
+ * at least s long, lowest start (bottom-up) or highest end (top-down). Every
+ * extent in a bin above s's fits, so each such bin offers its lowest
+ * (highest) one; s's own bin is scanned in address order for one >= s (at
+ * most CO_SCAN extents when a larger bin already offers a fit). Returns
+ * false if nothing fits. */
+/* The lowest (highest, down) bit of bin k's bitmap, through the cache. */
+static inline uint64_t co_bin_end(ha_heap *h, uint32_t k, bool down)
+{
+    uint64_t *c = down ? &h->bin_hi[k] : &h->bin_lo[k];
+    if (*c == HA_EMPTY)
+        *c = down ? hb_last(&h->freebits[k]) : hb_first(&h->freebits[k]);
+    return *c;
+}
+
+static fx co_find(ha_heap *h, uint64_t s, bool down)
+{
+    uint32_t ks = log2u(s);
+    fx best = {0, 0};
+    /* Bins above ks: the window of each bin's lowest (highest) extent
+     * bounds its start (end); only windows that can beat the best so far
+     * are resolved to their record, best-bound first. */
+    uint64_t lo[64], hi[64];
+    uint32_t cand[64], nc = 0;
+    for (uint64_t m = ks < 63 ? h->binmask & (UINT64_MAX << (ks + 1)) : 0; m; m &= m - 1) {
+        uint32_t j = (uint32_t)__builtin_ctzll(m);
+        uint64_t i = co_bin_end(h, j, down);
+        /* bottom-up: start in [lo, hi); top-down: end in [lo, hi) */
+        lo[j] = down ? (i + 1) << j : i << j;
+        hi[j] = down ? ((i + 1) << j) + (UINT64_C(2) << j) : (i + 1) << j;
+        cand[nc++] = j;
+    }
+    uint32_t pick = 0;
+    for (uint32_t c = 1; c < nc; c++) {
+        uint32_t j = cand[c], q = cand[pick];
+        if (down ? hi[j] > hi[q] : lo[j] < lo[q])
+            pick = c;
+    }
+    for (uint32_t c = 0; c < nc; c++) {
+        uint32_t j = cand[(c + pick) % nc]; /* the best bound first */
+        if (best.size && (down ? hi[j] <= best.off + best.size : lo[j] >= best.off))
             continue;
-        uint64_t start = i << j, end = start + (UINT64_C(1) << j);
-        if (best == HA_EMPTY || (down ? end > best : start < best)) {
-            best = down ? end : start;
-            bestk = j;
-        }
+        fx b = fx_at(h, j, down ? (lo[j] >> j) - 1 : lo[j] >> j);
+        if (b.size && co_better(b, best, down))
+            best = b;
     }
-    if (best == HA_EMPTY)
-        return false;
-    uint64_t off = down ? best - (UINT64_C(1) << bestk) : best;
-    hb_clear(&h->freebits[bestk], off >> bestk);
-    /* Split down to class k; the unused halves become free blocks. Their
-     * buddies are the half still being split, so no merge can happen. */
-    for (uint32_t j = bestk; j > k; j--) {
-        uint64_t half = UINT64_C(1) << (j - 1);
-        if (down) {
-            hb_set(&h->freebits[j - 1], off >> (j - 1));
-            off += half;
-        } else {
-            hb_set(&h->freebits[j - 1], (off + half) >> (j - 1));
-        }
-    }
-    *off_out = off;
-    return true;
-}
-
-/* Start of the run of free blocks that ends at the extent (the extent
- * itself if the last block is in use). O(classes^2). */
-static uint64_t co_top_free_run(const ha_heap *h)
-{
-    uint64_t t = h->mapped;
-    for (bool moved = true; moved && t > 0;) {
-        moved = false;
-        for (uint32_t j = h->kmin; j <= h->kmax; j++) {
-            uint64_t sz = UINT64_C(1) << j;
-            if (t % sz == 0 && t >= sz && hb_test(&h->freebits[j], (t - sz) >> j)) {
-                t -= sz;
-                moved = true;
+    if (h->nbin[ks]) {
+        const hbits *bb = &h->freebits[ks];
+        uint64_t i = co_bin_end(h, ks, down);
+        for (unsigned n = 0; i != HA_EMPTY && (!best.size || n < CO_SCAN); n++) {
+            if (best.size && (down ? ((i + 1) << ks) + (UINT64_C(2) << ks) <= best.off + best.size
+                                   : i << ks >= best.off))
+                break;
+            fx b = fx_at(h, ks, i);
+            if (!b.size || (best.size && !co_better(b, best, down)))
+                break;
+            if (b.size >= s) {
+                best = b;
                 break;
             }
+            if (down)
+                i = i ? hb_prev(bb, i - 1) : HA_EMPTY;
+            else
+                i = hb_next(bb, i + 1);
         }
     }
-    return t;
+    return best;
 }
 
-/* The extent needed so that a naturally aligned block of class k fits. */
-static uint64_t co_grow_need(const ha_heap *h, uint32_t k)
+/* Takes s bytes from the free extent best (co_find's answer). */
+static uint64_t co_carve(ha_heap *h, fx best, uint64_t s, bool down)
 {
-    return align_up(co_top_free_run(h), UINT64_C(1) << k) + (UINT64_C(1) << k);
+    uint64_t st = best.off, len = best.size, off;
+    fx_del(h, best);
+    if (down) {
+        off = st + len - s;
+        if (len > s)
+            fx_add(h, st, len - s);
+    } else {
+        off = st;
+        if (len > s)
+            fx_add(h, st + s, len - s);
+    }
+    return off;
+}
+
+/* Start of the free extent that ends at the extent (the extent itself if
+ * the last region is a block). */
+static uint64_t co_top_free_run(const ha_heap *h)
+{
+    uint64_t last = (h->mapped >> h->kmin) - 1;
+    if (h->mapped == 0 || !hb_test(&h->fend, last))
+        return h->mapped;
+    return hb_prev(&h->fstart, last) << h->kmin;
 }
 
 /* ---- lifetime ------------------------------------------------------------ */
@@ -586,7 +825,7 @@ int ha_create(const ha_params *p, ha_heap **out, char *err, size_t errlen)
     if (p->policy == HA_POLICY_COALESCE) {
         if (co_resize(h, h->mapped))
             goto nomem;
-        co_insert_range(h, 0, h->mapped);
+        fx_add(h, 0, h->mapped);
     }
     *out = h;
     HA_DEBUG_CHECK(h, "ha_create");
@@ -603,6 +842,8 @@ void ha_destroy(ha_heap *h)
         return;
     tb_free(&h->tab);
     free(h->pending.v);
+    hb_free(&h->fstart);
+    hb_free(&h->fend);
     for (int k = 0; k < 64; k++) {
         hb_free(&h->freebits[k]);
         free(h->lifo[k].v);
@@ -632,7 +873,7 @@ int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res)
     if (c > h->p.va_size)
         return HA_EVA;
     uint32_t k = log2u(c);
-    if (tb_reserve(&h->tab))
+    if (tb_reserve(&h->tab, 1))
         return HA_ENOMEM;
 
     uint64_t off = 0;
@@ -661,11 +902,23 @@ int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res)
             return HA_NEED_GROW;
         }
     } else {
-        found = co_take(h, k, &off);
+        bool down = co_top_down(h, k);
+        fx fit = co_find(h, c, down);
+        if (!h->collect_answered && fit.size) {
+            uint64_t handed = h->handed_since_collect;
+            bool large = c >= h->mapped / CO_LARGE_DIV && handed >= h->mapped / CO_LARGE_DIV;
+            bool high = !down && handed >= h->mapped / CO_HIGH_DIV &&
+                        fit.off + c > h->used_at_collect + h->mapped / CO_HIGH_DIV;
+            if (large || high)
+                return ask_collect(h, res, HA_COLLECT_TRIGGER);
+        }
+        found = fit.size != 0;
+        if (found)
+            off = co_carve(h, fit, c, down);
         if (!found) {
             if (!h->collect_answered)
                 return ask_collect(h, res, HA_COLLECT_FULL);
-            uint64_t need = co_grow_need(h, k);
+            uint64_t need = co_top_free_run(h) + c;
             if (need > h->p.va_size) {
                 h->collect_answered = false;
                 return HA_EVA;
@@ -678,7 +931,7 @@ int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res)
             h->cls_reclaim[k] /= 2;
         }
     }
-    tb_insert(&h->tab, off, k, h->p.ranks);
+    tb_insert(&h->tab, off, c, h->p.ranks);
     for (uint32_t r = 0; r < h->p.ranks; r++)
         h->held_bytes[r] += c;
     h->live_bytes += c;
@@ -704,7 +957,7 @@ int ha_grow(ha_heap *h, uint32_t chunks)
         if (co_resize(h, nm))
             return HA_ENOMEM;
         h->mapped = nm;
-        co_insert_range(h, old, nm);
+        fx_insert_merge(h, old, add);
     } else {
         h->mapped = nm;
     }
@@ -727,7 +980,7 @@ int ha_free(ha_heap *h, uint32_t rank, uint64_t offset)
         return HA_ENOTHELD;
     if (b->nrel + 1 == h->p.ranks && vec_reserve(&h->pending, 1))
         return HA_ENOMEM;
-    uint64_t sz = UINT64_C(1) << b->klog;
+    uint64_t sz = b->size;
     held[rank / 64] &= ~bit;
     b->nrel++;
     h->held_bytes[rank] -= sz;
@@ -746,7 +999,7 @@ int ha_free(ha_heap *h, uint32_t rank, uint64_t offset)
 uint64_t ha_block_size(const ha_heap *h, uint64_t offset)
 {
     const ha_blk *b = h ? tb_find(&h->tab, offset) : NULL;
-    return b ? UINT64_C(1) << b->klog : 0;
+    return b ? b->size : 0;
 }
 
 int ha_rank_holds(const ha_heap *h, uint32_t rank, uint64_t offset)
@@ -771,8 +1024,7 @@ static void reclaim_sorted(ha_heap *h, const uint64_t *offs, size_t n, uint64_t 
     if (h->p.policy == HA_POLICY_SEED) {
         while (end > 0) {
             ha_blk *b = tb_find(&h->tab, offs[end - 1]);
-            uint64_t sz = UINT64_C(1) << b->klog;
-            if (b->off + sz != h->bump)
+            if (b->off + b->size != h->bump)
                 break;
             h->bump = b->off;
             end--;
@@ -781,24 +1033,25 @@ static void reclaim_sorted(ha_heap *h, const uint64_t *offs, size_t n, uint64_t 
     for (size_t i = 0; i < n; i++) {
         ha_blk *b = tb_find(&h->tab, offs[i]);
         uint32_t k = b->klog;
-        uint64_t sz = UINT64_C(1) << k;
+        uint64_t sz = b->size;
+        tb_erase(&h->tab, b);
         if (h->p.policy == HA_POLICY_SEED) {
             if (i < end)
                 h->lifo[k].v[h->lifo[k].n++] = offs[i]; /* room reserved by caller */
         } else {
-            co_insert(h, offs[i], k);
+            fx_insert_merge(h, offs[i], sz);
             if (++h->cls_reclaim[k] > h->cls_alloc[k])
                 h->cls_reclaim[k] = h->cls_alloc[k];
         }
-        for (uint32_t r = 0; r < h->p.ranks; r++)
-            h->rel_bytes[r] -= sz;
         total += sz;
-        tb_erase(&h->tab, b);
     }
+    for (uint32_t r = 0; r < h->p.ranks; r++)
+        h->rel_bytes[r] -= total;
     h->pending_bytes -= total;
     h->free_bytes += total;
     h->collects++;
     h->handed_since_collect = 0;
+    h->used_at_collect = h->mapped - h->free_bytes;
     if (h->collect_asked) {
         h->collect_asked = false;
         h->collect_answered = true;
@@ -826,7 +1079,7 @@ int ha_collect(ha_heap *h, uint64_t *reclaimed_blocks, uint64_t *reclaimed_bytes
     if (!h)
         return HA_EINVAL;
     if (h->pending.n)
-        qsort(h->pending.v, h->pending.n, sizeof(uint64_t), cmp_u64);
+        sort_offsets(h->pending.v, h->pending.n, h->kmin, log2u(h->mapped) + 1);
     if (reserve_lifo(h, h->pending.v, h->pending.n))
         return HA_ENOMEM;
     size_t n = h->pending.n;
@@ -850,7 +1103,7 @@ int ha_collect_candidates(const ha_heap *h, uint64_t **offsets, size_t *n)
     if (!v)
         return HA_ENOMEM;
     memcpy(v, h->pending.v, h->pending.n * sizeof *v);
-    qsort(v, h->pending.n, sizeof *v, cmp_u64);
+    sort_offsets(v, h->pending.n, h->kmin, log2u(h->mapped) + 1);
     *offsets = v;
     *n = h->pending.n;
     return HA_OK;
@@ -925,7 +1178,9 @@ void ha_rank_stats(const ha_heap *h, uint32_t rank, uint64_t *held_bytes, uint64
 size_t ha_memory_usage(const ha_heap *h)
 {
     size_t m = sizeof *h;
-    m += h->tab.cap * (sizeof(ha_blk) + h->tab.words * sizeof(uint64_t));
+    m += h->tab.cap * (sizeof(ha_blk) + (h->tab.words > 1 ? h->tab.words * sizeof(uint64_t) : 0));
+    for (uint32_t l = 0; l < h->fstart.nlevels; l++)
+        m += (h->fstart.nw[l] + h->fend.nw[l]) * sizeof(uint64_t);
     m += h->pending.cap * sizeof(uint64_t);
     m += 2 * h->p.ranks * sizeof(uint64_t);
     for (int k = 0; k < 64; k++) {
@@ -957,14 +1212,14 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
     iv *v = NULL;
     uint64_t *held = NULL, *rel = NULL;
     size_t nfree = 0;
-    if (h->p.policy == HA_POLICY_SEED) {
+    bool co = h->p.policy == HA_POLICY_COALESCE;
+    if (!co) {
         for (int k = 0; k < 64; k++)
             nfree += h->lifo[k].n;
         nfree++;
     } else {
-        for (uint32_t k = h->kmin; k <= h->kmax; k++)
-            for (size_t w = 0; w < h->freebits[k].nw[0]; w++)
-                nfree += (size_t)__builtin_popcountll(h->freebits[k].w[0][w]);
+        for (size_t w = 0; w < h->fstart.nw[0]; w++)
+            nfree += (size_t)__builtin_popcountll(h->fstart.w[0][w]);
     }
     size_t cap = h->tab.count + nfree + 1, n = 0;
     v = malloc(cap * sizeof *v);
@@ -974,26 +1229,33 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
         VFAIL("out of memory while validating");
 
     uint64_t live = 0, pend = 0, fr = 0;
-    size_t npend = 0, count = 0;
+    uint64_t nbin[64] = {0};
+    size_t npend = 0, count = 0, nfx = 0;
     for (size_t i = 0; i < h->tab.cap; i++) {
         const ha_blk *b = &h->tab.slot[i];
         if (b->off == HA_EMPTY)
             continue;
         count++;
-        uint64_t sz = UINT64_C(1) << b->klog;
+        uint64_t sz = b->size;
+        const char *what = "block";
+        if (sz == 0 || sz % h->p.min_block || b->klog != log2u(sz))
+            VFAIL("%s at %llu has size %llu (class 2^%u): not a multiple of min_block or a wrong class",
+                  what, (unsigned long long)b->off, (unsigned long long)sz, b->klog);
         if (b->klog < h->kmin || b->klog > h->kmax)
-            VFAIL("block at %llu has class 2^%u outside 2^%u..2^%u", (unsigned long long)b->off,
+            VFAIL("%s at %llu has class 2^%u outside 2^%u..2^%u", what, (unsigned long long)b->off,
                   b->klog, h->kmin, h->kmax);
-        if (b->off % h->p.min_block)
-            VFAIL("block at %llu is not aligned to min_block", (unsigned long long)b->off);
-        if (h->p.policy == HA_POLICY_COALESCE && b->off % sz)
-            VFAIL("block at %llu is not naturally aligned to its size %llu", (unsigned long long)b->off,
+        if (!co && sz != UINT64_C(1) << b->klog)
+            VFAIL("seed block at %llu has size %llu, not a power of two", (unsigned long long)b->off,
                   (unsigned long long)sz);
-        if (b->off + sz > (h->p.policy == HA_POLICY_SEED ? h->bump : h->mapped))
-            VFAIL("block at %llu (+%llu) ends past the %s", (unsigned long long)b->off,
-                  (unsigned long long)sz, h->p.policy == HA_POLICY_SEED ? "bump pointer" : "extent");
+        if (b->off % h->p.min_block)
+            VFAIL("%s at %llu is not aligned to min_block", what, (unsigned long long)b->off);
+        if (b->off + sz > (!co ? h->bump : h->mapped) || b->off + sz < b->off)
+            VFAIL("%s at %llu (+%llu) ends past the %s", what, (unsigned long long)b->off,
+                  (unsigned long long)sz, !co ? "bump pointer" : "extent");
         if (tb_find(&h->tab, b->off) != b)
-            VFAIL("block at %llu is not reachable in the table", (unsigned long long)b->off);
+            VFAIL("%s at %llu is not reachable in the table", what, (unsigned long long)b->off);
+        if (b->mark)
+            VFAIL("%s at %llu carries a stale mark", what, (unsigned long long)b->off);
         const uint64_t *hw = tb_held(&h->tab, b);
         uint32_t nheld = 0;
         for (uint32_t r = 0; r < h->p.ranks; r++) {
@@ -1016,8 +1278,6 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
         if ((b->nrel == h->p.ranks) != (b->pending == 1))
             VFAIL("block at %llu: pending flag %u but %u of %u ranks released", (unsigned long long)b->off,
                   b->pending, b->nrel, h->p.ranks);
-        if (b->mark)
-            VFAIL("block at %llu carries a stale mark", (unsigned long long)b->off);
         if (b->pending) {
             pend += sz;
             npend++;
@@ -1036,7 +1296,7 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
             VFAIL("pending list entry %llu is not a pending block", (unsigned long long)h->pending.v[i]);
     }
 
-    if (h->p.policy == HA_POLICY_SEED) {
+    if (!co) {
         if (h->bump % h->p.min_block || h->bump > h->mapped)
             VFAIL("bump %llu is misaligned or past the extent %llu", (unsigned long long)h->bump,
                   (unsigned long long)h->mapped);
@@ -1053,31 +1313,63 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
             fr += h->mapped - h->bump;
         }
     } else {
+        for (size_t w = 0; w < h->fstart.nw[0]; w++) {
+            uint64_t word = h->fstart.w[0][w];
+            while (word) {
+                uint64_t u = w * 64 + (uint64_t)__builtin_ctzll(word);
+                word &= word - 1;
+                uint64_t e = hb_next(&h->fend, u);
+                if (u >= h->fstart.nbits || e == HA_EMPTY || ((e + 1) << h->kmin) > h->mapped)
+                    VFAIL("free extent at %llu has no end inside the extent", (unsigned long long)(u << h->kmin));
+                uint64_t o = u << h->kmin, sz = (e - u + 1) << h->kmin;
+                uint32_t k = log2u(sz);
+                if (k < h->kmin || k > h->kmax || !hb_test(&h->freebits[k], o >> k))
+                    VFAIL("free extent at %llu (+%llu) is missing from the bitmap of its bin 2^%u",
+                          (unsigned long long)o, (unsigned long long)sz, k);
+                if (hb_next(&h->fstart, u + 1) <= e)
+                    VFAIL("free extent at %llu (+%llu) contains another's start", (unsigned long long)o,
+                          (unsigned long long)sz);
+                nbin[k]++;
+                nfx++;
+                fr += sz;
+                v[n++] = (iv){o, sz, 1};
+            }
+        }
+        if (nfx != h->nfree)
+            VFAIL("%zu free extents but the count says %llu", nfx, (unsigned long long)h->nfree);
+        const hbits *all[66];
+        uint64_t want[66];
+        uint32_t na = 0;
+        all[na] = &h->fstart;
+        want[na++] = nfx;
+        all[na] = &h->fend;
+        want[na++] = nfx;
         for (uint32_t k = h->kmin; k <= h->kmax; k++) {
-            const hbits *b = &h->freebits[k];
-            uint64_t sz = UINT64_C(1) << k;
+            if ((nbin[k] != 0) != ((h->binmask >> k) & 1))
+                VFAIL("bin 2^%u: the mask of non-empty bins is stale", k);
+            if (nbin[k] && ((h->bin_lo[k] != HA_EMPTY && h->bin_lo[k] != hb_first(&h->freebits[k])) ||
+                            (h->bin_hi[k] != HA_EMPTY && h->bin_hi[k] != hb_last(&h->freebits[k]))))
+                VFAIL("bin 2^%u: the cached lowest or highest extent is stale", k);
+            if (nbin[k] != h->nbin[k])
+                VFAIL("bin 2^%u holds %llu free extents but its count says %llu", k,
+                      (unsigned long long)nbin[k], (unsigned long long)h->nbin[k]);
+            all[na] = &h->freebits[k];
+            want[na++] = nbin[k];
+        }
+        for (uint32_t a = 0; a < na; a++) {
+            const hbits *b = all[a];
+            uint64_t bits = 0;
             for (uint32_t l = 0; l + 1 < b->nlevels; l++)
                 for (size_t j = 0; j < b->nw[l]; j++) {
                     bool up = (b->w[l + 1][j / 64] >> (j % 64)) & 1;
                     if (up != (b->w[l][j] != 0))
-                        VFAIL("free bitmap of class 2^%u: summary level %u word %zu is stale", k, l + 1, j);
+                        VFAIL("free bitmap %u: summary level %u word %zu is stale", a, l + 1, j);
                 }
-            for (size_t w = 0; w < b->nw[0]; w++) {
-                uint64_t word = b->w[0][w];
-                while (word) {
-                    uint64_t i = w * 64 + (uint64_t)__builtin_ctzll(word);
-                    word &= word - 1;
-                    uint64_t o = i << k;
-                    if (i >= b->nbits || o + sz > h->mapped)
-                        VFAIL("free block at %llu (+%llu) lies past the extent", (unsigned long long)o,
-                              (unsigned long long)sz);
-                    if (k < h->kmax && hb_test(b, i ^ 1))
-                        VFAIL("free block at %llu and its buddy are both free at size %llu",
-                              (unsigned long long)o, (unsigned long long)sz);
-                    v[n++] = (iv){o, sz, 1};
-                    fr += sz;
-                }
-            }
+            for (size_t w = 0; w < b->nw[0]; w++)
+                bits += (uint64_t)__builtin_popcountll(b->w[0][w]);
+            if (bits != want[a])
+                VFAIL("free bitmap %u has %llu bits set for %llu free extents", a,
+                      (unsigned long long)bits, (unsigned long long)want[a]);
         }
     }
     if (live != h->live_bytes || pend != h->pending_bytes || fr != h->free_bytes)
@@ -1099,6 +1391,9 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
                   v[i].kind ? "free block" : "block", (unsigned long long)v[i].off,
                   (unsigned long long)v[i].size, v[i].off < at ? "overlaps" : "leaves a gap after",
                   (unsigned long long)at);
+        if (co && i && v[i].kind && v[i - 1].kind)
+            VFAIL("free extents at %llu and %llu are adjacent (not merged)",
+                  (unsigned long long)v[i - 1].off, (unsigned long long)v[i].off);
         at += v[i].size;
     }
     if (at != h->mapped)

@@ -16,8 +16,9 @@
  *     block. A block is reused only after a collect that follows its release
  *     by every rank (ha_collect / ha_collect_apply).
  *   - Cost of ha_alloc and ha_free does not grow with the number of live
- *     blocks (hash lookup, per-class hierarchical bitmaps or LIFO lists).
- *     A collect costs O(k log k) in the k blocks it reclaims.
+ *     blocks (one hash lookup into 32-byte records that carry the holder
+ *     bits of up to 64 ranks; per-bin hierarchical bitmaps, O(levels), or
+ *     LIFO lists). A collect costs O(k) in the k blocks it reclaims (radix sort).
  *   - Errors are negative codes (ha_strerror gives a sentence); nothing is
  *     printed. A failed call leaves the heap unchanged.
  *   - Not thread-safe: one heap is driven by one thread.
@@ -48,11 +49,15 @@
 #define HA_MAX_RANKS 4096u
 
 typedef enum ha_policy {
-    /* Default. Buddy blocks (power-of-two classes, naturally aligned) that
-     * merge with their free buddy when reclaimed; address-ordered first fit;
-     * classes whose blocks mostly die before a collect are placed from the
-     * top of the heap down, the others from the bottom up; collect only when
-     * an allocation would otherwise grow the heap. */
+    /* Default. Exact sizes (the next multiple of min_block), free extents
+     * merged with their free neighbours when reclaimed; address-ordered
+     * first fit; size bins whose blocks nearly all (95%) die before a
+     * collect are placed from the top of the heap down, the others from the
+     * bottom up; a collect before growing, and a compaction collect once
+     * half the heap was handed out since the last one and a bottom-up block
+     * would land more than half the heap above what that collect left in
+     * use, or once an eighth was handed out before a block of at least an
+     * eighth of the heap. */
     HA_POLICY_COALESCE = 0,
     /* The seed pull request's final algorithm: exact power-of-two classes
      * with LIFO free lists, a bump pointer aligned to min_block, top-of-heap
@@ -126,8 +131,9 @@ const ha_params *ha_get_params(const ha_heap *h);
 
 /* Allocation ------------------------------------------------------------- */
 
-/* Size class of an allocation of `size` bytes: the next power of two of
- * max(size, min_block). 0 if size is 0 or the class would exceed 2^63. */
+/* Size class of an allocation of `size` bytes, the block_size ha_alloc
+ * reserves: seed, the next power of two of max(size, min_block); coalesce,
+ * the next multiple of min_block. 0 if size is 0 or exceeds 2^63. */
 uint64_t ha_class_size(const ha_heap *h, uint64_t size);
 
 /* One step of an allocation of `size` bytes (the protocol above). The

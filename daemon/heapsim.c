@@ -65,6 +65,7 @@ typedef struct id_entry {
     char *key;        /* NULL: empty slot */
     uint64_t hash;
     uint64_t offset;
+    uint64_t size;    /* block size handed out */
     uint32_t holders; /* ranks that still hold the block */
 } id_entry;
 
@@ -184,6 +185,15 @@ typedef struct sim {
     uint32_t ranks;
     id_map ids;
     uint64_t triggered; /* collects ha_alloc asked for */
+    /* The overlap checker, independent of the allocator core: one bit per
+     * min_block of the blocks handed out and not yet reclaimed (a block
+     * every rank freed is reclaimed at the next collect). */
+    uint64_t unit;      /* min_block */
+    uint64_t *occ;      /* occupancy bits */
+    size_t occ_words;
+    uint64_t *rel;      /* (offset, size) pairs every rank freed since the last collect */
+    size_t nrel, caprel;
+    uint64_t overlaps;
 } sim;
 
 /* A bad trace line: message, exit status 2. */
@@ -319,7 +329,41 @@ static int do_heap(sim *s, char **tok, int n)
     if (rc != HA_OK)
         return failed_at(s, "cannot create the heap: %s", err);
     s->ranks = p.ranks;
+    s->unit = p.min_block;
     return 0;
+}
+
+/* Sets (on = 1) or clears the bits of [off, off + size); with on, returns
+ * how many of them were already set (0 unless two blocks overlap). */
+static uint64_t occ_mark(sim *s, uint64_t off, uint64_t size, int on)
+{
+    uint64_t a = off / s->unit, b = (off + size + s->unit - 1) / s->unit, hits = 0;
+    size_t need = (size_t)((b + 63) / 64);
+    if (need > s->occ_words) {
+        size_t n = s->occ_words ? s->occ_words : 1024;
+        while (n < need)
+            n *= 2;
+        uint64_t *o = realloc(s->occ, n * sizeof *o);
+        if (o == NULL) {
+            fprintf(stderr, "heapsim: out of memory for the overlap checker\n");
+            exit(1);
+        }
+        memset(o + s->occ_words, 0, (n - s->occ_words) * sizeof *o);
+        s->occ = o;
+        s->occ_words = n;
+    }
+    for (uint64_t i = a; i < b;) {
+        uint64_t w = i / 64, lo = i % 64, n = b - i < 64 - lo ? b - i : 64 - lo;
+        uint64_t mask = (n == 64 ? UINT64_MAX : ((UINT64_C(1) << n) - 1)) << lo;
+        if (on) {
+            hits += (uint64_t)__builtin_popcountll(s->occ[w] & mask);
+            s->occ[w] |= mask;
+        } else {
+            s->occ[w] &= ~mask;
+        }
+        i += n;
+    }
+    return hits;
 }
 
 static int collect_all(sim *s)
@@ -327,6 +371,9 @@ static int collect_all(sim *s)
     int rc = ha_collect(s->heap, NULL, NULL);
     if (rc < 0)
         return failed_at(s, "collect failed: %s", ha_strerror(rc));
+    for (size_t i = 0; i < s->nrel; i++)
+        occ_mark(s, s->rel[2 * i], s->rel[2 * i + 1], 0);
+    s->nrel = 0;
     if (s->offsets)
         fputs("c\n", stdout);
     return 0;
@@ -396,7 +443,16 @@ static int do_alloc(sim *s, char **tok, int n)
     if (e == NULL)
         return failed_at(s, "out of memory for the ID table");
     e->offset = res.offset;
+    e->size = res.block_size;
     e->holders = s->ranks;
+    uint64_t hits = occ_mark(s, res.offset, res.block_size, 1);
+    if (hits) {
+        s->overlaps++;
+        fprintf(stderr, "heapsim: %s:%lu: a %s %s: block [%" PRIu64 ", +%" PRIu64 ") overlaps "
+                        "a block some rank holds or that no collect has reclaimed (%" PRIu64
+                        " units of %" PRIu64 " bytes); this is a bug in the allocator core\n",
+                s->name, s->line, id, tok[2], res.offset, res.block_size, hits, s->unit);
+    }
     if (s->offsets)
         printf("a %s %" PRIu64 "\n", id, res.offset);
     return 0;
@@ -447,8 +503,20 @@ static int do_free(sim *s, char **tok, int n)
         if ((rc = free_one(s, e, (uint32_t)r, id)) != 0)
             return rc;
     }
-    if (e->holders == 0)
+    if (e->holders == 0) {
+        if (s->nrel == s->caprel) {
+            size_t nc = s->caprel ? s->caprel * 2 : 256;
+            uint64_t *r = realloc(s->rel, nc * 2 * sizeof *r);
+            if (r == NULL)
+                return failed_at(s, "out of memory for the overlap checker");
+            s->rel = r;
+            s->caprel = nc;
+        }
+        s->rel[2 * s->nrel] = e->offset;
+        s->rel[2 * s->nrel + 1] = e->size;
+        s->nrel++;
         idmap_remove(&s->ids, e); /* every rank released it: the ID is free again */
+    }
     return 0;
 }
 
@@ -508,15 +576,330 @@ static void print_summary(const sim *s)
     ha_get_stats(s->heap, &st);
     printf("mapped=%" PRIu64 " growths=%" PRIu64 " collects=%" PRIu64 " live=%" PRIu64
            " pending=%" PRIu64 " free=%" PRIu64 " allocs=%" PRIu64 " frees=%" PRIu64
-           " triggered=%" PRIu64 " policy=%s\n",
+           " triggered=%" PRIu64 " overlaps=%" PRIu64 " policy=%s\n",
            st.mapped, st.growths, st.collects, st.live_bytes, st.pending_bytes, st.free_bytes,
-           st.allocs, st.frees, s->triggered, ha_policy_name(s->policy));
+           st.allocs, st.frees, s->triggered, s->overlaps, ha_policy_name(s->policy));
+}
+
+static void sim_free(sim *s)
+{
+    idmap_free(&s->ids);
+    if (s->heap)
+        ha_destroy(s->heap);
+    free(s->occ);
+    free(s->rel);
+}
+
+/* Replays the trace at path ("-": stdin) into s (fresh, policy set). */
+static int replay_path(sim *s, const char *path)
+{
+    FILE *in = stdin;
+    s->name = "<stdin>";
+    if (strcmp(path, "-") != 0) {
+        s->name = path;
+        in = fopen(path, "r");
+        if (in == NULL) {
+            fprintf(stderr, "heapsim: cannot open trace %s: %s\n", path, strerror(errno));
+            return 1;
+        }
+    }
+    if (idmap_init(&s->ids) != 0) {
+        fprintf(stderr, "heapsim: out of memory\n");
+        if (in != stdin)
+            fclose(in);
+        return 1;
+    }
+    int rc = replay(s, in);
+    if (in != stdin)
+        fclose(in);
+    if (rc == 0 && s->overlaps)
+        rc = 1;
+    return rc;
+}
+
+/* ---- --generate: random multi-rank traces --------------------------------
+ *
+ * One trace per seed, a pure function of the seed (splitmix64): 2-8 ranks,
+ * chunk 16-256 MiB, initial extent one chunk to 256 MiB, min_block 512 or
+ * 4 KiB, 1,000-3,000 allocations of 1 byte to 64 KiB..256 MiB (log-uniform,
+ * a few near the maximum), a mix of scratch blocks (dead after 1-32
+ * allocations) and long-lived ones (50 allocations to the end of the trace,
+ * bounded in bytes), every rank freeing each dead block at its own random
+ * delay (0-15 allocations), and sometimes explicit collects. */
+
+typedef struct gen_ev {
+    uint64_t t;        /* allocation number at which the free happens */
+    uint32_t seq, rank, id;
+} gen_ev;
+
+static uint64_t gen_next(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t gen_below(uint64_t *x, uint64_t n)
+{
+    return n ? gen_next(x) % n : 0;
+}
+
+static int ev_less(const gen_ev *a, const gen_ev *b)
+{
+    return a->t != b->t ? a->t < b->t : a->seq < b->seq;
+}
+
+static int generate(uint64_t seed, uint64_t max_steps, FILE *out)
+{
+    uint64_t x = seed * 0x2545F4914F6CDD1Dull + 1;
+    uint32_t ranks = 2 + (uint32_t)gen_below(&x, 7);
+    uint64_t chunk = (UINT64_C(16) << 20) << gen_below(&x, 5);
+    uint64_t initial = chunk * (1 + gen_below(&x, (UINT64_C(256) << 20) / chunk));
+    uint64_t min_block = gen_below(&x, 4) == 0 ? 4096 : 512;
+    uint64_t steps = 1000 + gen_below(&x, 2001);
+    static const unsigned maxbits_of[4] = {16, 20, 24, 28};
+    unsigned maxbits = maxbits_of[gen_below(&x, 4)];
+    uint64_t p_long = gen_below(&x, 50);          /* percent */
+    uint64_t scratch_life = 1 + gen_below(&x, 32);
+    uint64_t skew = gen_below(&x, 16);
+    uint64_t p_collect = gen_below(&x, 3) == 0 ? 1 + gen_below(&x, 10) : 0; /* per 1000 */
+    uint64_t long_cap = initial / 4 + gen_below(&x, 2 * initial);
+    uint64_t long_bytes = 0;
+    if (steps > max_steps)
+        steps = max_steps; /* the same trace, cut short */
+    size_t cap = 1024, n = 0;
+    gen_ev *h = malloc(cap * sizeof *h);
+    uint64_t *sizes = calloc(steps, sizeof *sizes);
+    uint8_t *is_long = calloc(steps, 1);
+    uint32_t *left = calloc(steps, sizeof *left);
+    if (!h || !sizes || !is_long || !left) {
+        fprintf(stderr, "heapsim: out of memory\n");
+        return 1;
+    }
+    uint32_t seq = 0;
+    fprintf(out, "# heapsim --generate %" PRIu64 ": ranks=%" PRIu32 " steps=%" PRIu64
+                 " max=2^%u long=%" PRIu64 "%% scratch<=%" PRIu64 " skew<=%" PRIu64
+                 " collects=%" PRIu64 "/1000\n",
+            seed, ranks, steps, maxbits, p_long, scratch_life, skew, p_collect);
+    fprintf(out, "heap ranks=%" PRIu32 " chunk=%" PRIu64 "M initial=%" PRIu64 "M min_block=%" PRIu64
+                 " va=1T\n",
+            ranks, chunk >> 20, initial >> 20, min_block);
+    for (uint64_t t = 0; t < steps; t++) {
+        while (n && h[0].t <= t) {
+            gen_ev e = h[0];
+            h[0] = h[--n];
+            for (size_t i = 0;;) { /* sift down */
+                size_t l = 2 * i + 1, r = l + 1, m = i;
+                if (l < n && ev_less(&h[l], &h[m]))
+                    m = l;
+                if (r < n && ev_less(&h[r], &h[m]))
+                    m = r;
+                if (m == i)
+                    break;
+                gen_ev tmp = h[i];
+                h[i] = h[m];
+                h[m] = tmp;
+                i = m;
+            }
+            fprintf(out, "f %" PRIu32 " b%" PRIu32 "\n", e.rank, e.id);
+            if (--left[e.id] == 0 && is_long[e.id])
+                long_bytes -= sizes[e.id];
+        }
+        if (p_collect && gen_below(&x, 1000) < p_collect)
+            fputs("c\n", out);
+        uint64_t size;
+        if (gen_below(&x, 50) == 0)
+            size = (UINT64_C(1) << (maxbits - 2)) + gen_below(&x, UINT64_C(3) << (maxbits - 2));
+        else
+            size = 1 + gen_below(&x, UINT64_C(1) << gen_below(&x, maxbits + 1));
+        int lng = gen_below(&x, 100) < p_long && long_bytes + size <= long_cap;
+        uint64_t life = lng ? 50 + gen_below(&x, steps) : 1 + gen_below(&x, scratch_life);
+        sizes[t] = size;
+        is_long[t] = (uint8_t)lng;
+        left[t] = ranks;
+        if (lng)
+            long_bytes += size;
+        fprintf(out, "a b%" PRIu64 " %" PRIu64 "\n", t, size);
+        for (uint32_t r = 0; r < ranks; r++) {
+            if (n == cap) {
+                cap *= 2;
+                gen_ev *nh = realloc(h, cap * sizeof *h);
+                if (!nh) {
+                    fprintf(stderr, "heapsim: out of memory\n");
+                    return 1;
+                }
+                h = nh;
+            }
+            gen_ev e = {t + life + gen_below(&x, skew + 1), seq++, r, (uint32_t)t};
+            size_t i = n++;
+            while (i && ev_less(&e, &h[(i - 1) / 2])) { /* sift up */
+                h[i] = h[(i - 1) / 2];
+                i = (i - 1) / 2;
+            }
+            h[i] = e;
+        }
+    }
+    free(h);
+    free(sizes);
+    free(is_long);
+    free(left);
+    if (fflush(out) != 0) {
+        fprintf(stderr, "heapsim: cannot write the trace: %s\n", strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- --compare: every policy over many traces ----------------------------- */
+
+#define NPOL 2
+static const ha_policy cmp_pols[NPOL] = {HA_POLICY_COALESCE, HA_POLICY_SEED};
+
+typedef struct cmp_row {
+    const char *name;
+    uint64_t mapped[NPOL], growths[NPOL], collects[NPOL], overlaps[NPOL];
+    uint32_t ranks;
+    uint64_t chunk, initial;
+    double ratio; /* mapped, coalesce / seed */
+} cmp_row;
+
+static int cmp_by_ratio(const void *a, const void *b)
+{
+    const cmp_row *x = a, *y = b;
+    if (x->ratio != y->ratio)
+        return x->ratio < y->ratio ? 1 : -1;
+    /* ties: the higher collects ratio first */
+    double cx = x->collects[1] ? (double)x->collects[0] / (double)x->collects[1] : 0;
+    double cy = y->collects[1] ? (double)y->collects[0] / (double)y->collects[1] : 0;
+    if (cx != cy)
+        return cx < cy ? 1 : -1;
+    return strcmp(x->name, y->name);
+}
+
+static const char *base_name(const char *p)
+{
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+static int compare(int n, char **paths, int worst)
+{
+    cmp_row *rows = calloc((size_t)n, sizeof *rows);
+    if (!rows) {
+        fprintf(stderr, "heapsim: out of memory\n");
+        return 1;
+    }
+    int failed = 0;
+    uint64_t tm[NPOL] = {0}, tg[NPOL] = {0}, tc[NPOL] = {0}, tov = 0;
+    printf("%-24s %12s %12s %6s  %7s %7s  %8s %8s %6s\n", "trace", "mapped MiB", "", "ratio",
+           "growths", "", "collects", "", "ratio");
+    printf("%-24s %12s %12s %6s  %7s %7s  %8s %8s %6s\n", "", "coalesce", "seed", "", "coalesce",
+           "seed", "coalesce", "seed", "");
+    for (int i = 0; i < n; i++) {
+        cmp_row *r = &rows[i];
+        r->name = paths[i];
+        for (int k = 0; k < NPOL; k++) {
+            sim s = {.policy = cmp_pols[k]};
+            int rc = replay_path(&s, paths[i]);
+            if (rc != 0) {
+                fprintf(stderr, "heapsim: --compare: %s failed under the %s policy\n", paths[i],
+                        ha_policy_name(cmp_pols[k]));
+                failed++;
+            }
+            if (s.heap) {
+                ha_stats st;
+                ha_get_stats(s.heap, &st);
+                r->mapped[k] = st.mapped;
+                r->growths[k] = st.growths;
+                r->collects[k] = st.collects;
+                const ha_params *hp = ha_get_params(s.heap);
+                r->ranks = hp->ranks;
+                r->chunk = hp->chunk_size;
+                r->initial = hp->initial_size;
+            }
+            r->overlaps[k] = s.overlaps;
+            tov += s.overlaps;
+            sim_free(&s);
+            tm[k] += r->mapped[k];
+            tg[k] += r->growths[k];
+            tc[k] += r->collects[k];
+        }
+        r->ratio = r->mapped[1] ? (double)r->mapped[0] / (double)r->mapped[1] : 0;
+        printf("%-24s %12.1f %12.1f %6.3f  %7" PRIu64 " %7" PRIu64 "  %8" PRIu64 " %8" PRIu64
+               " %6.2f\n",
+               base_name(r->name), (double)r->mapped[0] / 1048576.0,
+               (double)r->mapped[1] / 1048576.0, r->ratio, r->growths[0], r->growths[1],
+               r->collects[0], r->collects[1],
+               r->collects[1] ? (double)r->collects[0] / (double)r->collects[1] : 0.0);
+    }
+    double tr = tm[1] ? (double)tm[0] / (double)tm[1] : 0;
+    printf("%-24s %12.1f %12.1f %6.3f  %7" PRIu64 " %7" PRIu64 "  %8" PRIu64 " %8" PRIu64 " %6.2f\n",
+           "total", (double)tm[0] / 1048576.0, (double)tm[1] / 1048576.0, tr, tg[0], tg[1], tc[0],
+           tc[1], tc[1] ? (double)tc[0] / (double)tc[1] : 0.0);
+    qsort(rows, (size_t)n, sizeof *rows, cmp_by_ratio);
+    int more = 0, less = 0;
+    for (int i = 0; i < n; i++) {
+        more += rows[i].mapped[0] > rows[i].mapped[1];
+        less += rows[i].mapped[0] < rows[i].mapped[1];
+    }
+    if (worst > 0 && n > 0) {
+        printf("\nworst %d by mapped, coalesce / seed (ties: by collects, coalesce / seed):\n\n",
+               worst < n ? worst : n);
+        printf("| trace | ranks | chunk / initial | mapped coalesce | mapped seed | ratio | collects "
+               "coalesce | collects seed |\n");
+        printf("|---|---|---|---|---|---|---|---|\n");
+        for (int i = 0; i < n && i < worst; i++) {
+            const cmp_row *r = &rows[i];
+            printf("| %s | %" PRIu32 " | %" PRIu64 " / %" PRIu64 " MiB | %.0f MiB | %.0f MiB | %.3f | %" PRIu64
+                   " | %" PRIu64 " |\n",
+                   base_name(r->name), r->ranks, r->chunk >> 20, r->initial >> 20,
+                   (double)r->mapped[0] / 1048576.0,
+                   (double)r->mapped[1] / 1048576.0, r->ratio, r->collects[0], r->collects[1]);
+        }
+        printf("\n");
+    }
+    printf("compare: traces=%d mapped_total_ratio=%.4f mapped_max_ratio=%.4f worst=%s "
+           "coalesce_more=%d coalesce_less=%d collects_coalesce=%" PRIu64 " collects_seed=%" PRIu64
+           " growths_coalesce=%" PRIu64 " growths_seed=%" PRIu64 " overlaps=%" PRIu64
+           " failed=%d\n",
+           n, tr, n ? rows[0].ratio : 0.0, n ? base_name(rows[0].name) : "-", more, less, tc[0],
+           tc[1], tg[0], tg[1], tov, failed);
+    free(rows);
+    return failed || tov ? 1 : 0;
 }
 
 int main(int argc, char **argv)
 {
     sim s = {.policy = HA_POLICY_COALESCE};
     const char *path = NULL;
+    if (argc >= 2 && strcmp(argv[1], "--generate") == 0) {
+        uint64_t seed, max_steps = UINT64_MAX;
+        if (argc < 3 || argc > 4 || parse_dec_u64(argv[2], &seed) != 0 ||
+            (argc == 4 && (parse_dec_u64(argv[3], &max_steps) != 0 || max_steps == 0))) {
+            fprintf(stderr, "heapsim: usage: heapsim --generate SEED [MAX_ALLOCS] > TRACE (whole "
+                            "numbers)\n");
+            return 2;
+        }
+        return generate(seed, max_steps, stdout);
+    }
+    if (argc >= 2 && strcmp(argv[1], "--compare") == 0) {
+        int first = 2, worst = 10;
+        if (argc >= 4 && strcmp(argv[2], "--worst") == 0) {
+            uint64_t w;
+            if (parse_dec_u64(argv[3], &w) != 0 || w > 100000) {
+                fprintf(stderr, "heapsim: --worst takes a count, not '%s'\n", argv[3]);
+                return 2;
+            }
+            worst = (int)w;
+            first = 4;
+        }
+        if (first >= argc) {
+            fprintf(stderr, "heapsim: usage: heapsim --compare [--worst N] TRACE...\n");
+            return 2;
+        }
+        return compare(argc - first, argv + first, worst);
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *pol = NULL;
@@ -564,31 +947,13 @@ int main(int argc, char **argv)
                         "[--offsets] TRACE (\"-\" for stdin)\n");
         return 2;
     }
-    FILE *in = stdin;
-    s.name = "<stdin>";
-    if (strcmp(path, "-") != 0) {
-        s.name = path;
-        in = fopen(path, "r");
-        if (in == NULL) {
-            fprintf(stderr, "heapsim: cannot open trace %s: %s\n", path, strerror(errno));
-            return 1;
-        }
-    }
-    if (idmap_init(&s.ids) != 0) {
-        fprintf(stderr, "heapsim: out of memory\n");
-        return 1;
-    }
-    int rc = replay(&s, in);
-    if (in != stdin)
-        fclose(in);
-    if (rc == 0)
+    int rc = replay_path(&s, path);
+    if (s.heap && (rc == 0 || s.overlaps))
         print_summary(&s);
     if (fflush(stdout) != 0 && rc == 0) {
         fprintf(stderr, "heapsim: cannot write the output: %s\n", strerror(errno));
         rc = 1;
     }
-    idmap_free(&s.ids);
-    if (s.heap)
-        ha_destroy(s.heap);
+    sim_free(&s);
     return rc;
 }

@@ -259,12 +259,21 @@ START_TEST(class_sizes)
     ck_assert_uint_eq(ha_class_size(h, 1), 512);
     ck_assert_uint_eq(ha_class_size(h, 511), 512);
     ck_assert_uint_eq(ha_class_size(h, 512), 512);
-    ck_assert_uint_eq(ha_class_size(h, 513), 1024);
     ck_assert_uint_eq(ha_class_size(h, 1024), 1024);
-    ck_assert_uint_eq(ha_class_size(h, 3 * MiB), 4 * MiB);
-    ck_assert_uint_eq(ha_class_size(h, two62 - 1), two62);
     ck_assert_uint_eq(ha_class_size(h, two62), two62);
-    ck_assert_uint_eq(ha_class_size(h, two62 + 1), two63);
+    if (pol == HA_POLICY_SEED) { /* next power of two */
+        ck_assert_uint_eq(ha_class_size(h, 513), 1024);
+        ck_assert_uint_eq(ha_class_size(h, 3 * MiB), 4 * MiB);
+        ck_assert_uint_eq(ha_class_size(h, two62 - 1), two62);
+        ck_assert_uint_eq(ha_class_size(h, two62 + 1), two63);
+    } else { /* exact sizes: the next multiple of min_block */
+        ck_assert_uint_eq(ha_class_size(h, 513), 1024);
+        ck_assert_uint_eq(ha_class_size(h, 1025), 1536);
+        ck_assert_uint_eq(ha_class_size(h, 3 * MiB), 3 * MiB);
+        ck_assert_uint_eq(ha_class_size(h, 3 * MiB + 1), 3 * MiB + 512);
+        ck_assert_uint_eq(ha_class_size(h, two62 - 1), two62);
+        ck_assert_uint_eq(ha_class_size(h, two62 + 1), two62 + 512);
+    }
     ck_assert_uint_eq(ha_class_size(h, two63), two63);
     ck_assert_uint_eq(ha_class_size(h, two63 + 1), 0);
     ck_assert_uint_eq(ha_class_size(h, UINT64_MAX), 0);
@@ -291,8 +300,6 @@ START_TEST(class_sizes)
         ck_assert_uint_eq(res.block_size, ha_class_size(h, sizes[i]));
         ck_assert_uint_eq(res.offset % 512, 0);
         ck_assert_uint_eq(ha_block_size(h, res.offset), res.block_size);
-        if (pol == HA_POLICY_COALESCE) /* buddy blocks are naturally aligned */
-            ck_assert_uint_eq(res.offset % res.block_size, 0);
     }
     ha_destroy(h);
 }
@@ -384,9 +391,9 @@ END_TEST
 
 START_TEST(grow_chunk_count)
 {
-    /* One 1 MiB chunk, full; then 3 MiB (class 4 MiB). The seed policy bumps
-     * from 1 MiB (needs 5 MiB: 4 chunks); buddy blocks are naturally aligned,
-     * so coalesce places it at 4 MiB (needs 8 MiB: 7 chunks). */
+    /* One 1 MiB chunk, full; then 3 MiB. The seed policy rounds it to 4 MiB
+     * and bumps from 1 MiB (needs 5 MiB: 4 chunks); coalesce keeps it at
+     * 3 MiB and places it at 1 MiB too (needs 4 MiB: 3 chunks). */
     ha_policy pol = policies[_i];
     ha_heap *h = mk(pol, 2, 1 * MiB, 1 * MiB, 64 * MiB, 4096);
     ck_assert_uint_eq(direct_alloc(h, 1 * MiB), 0);
@@ -395,13 +402,13 @@ START_TEST(grow_chunk_count)
     ck_assert_int_eq(alloc_loop(h, 3 * MiB, &res, &lo), HA_OK);
     ck_assert_int_eq(lo.collects, 1);
     ck_assert_int_eq(lo.grows, 1);
-    ck_assert_uint_eq(res.block_size, 4 * MiB);
+    ck_assert_uint_eq(res.offset, 1 * MiB);
     if (pol == HA_POLICY_SEED) {
+        ck_assert_uint_eq(res.block_size, 4 * MiB);
         ck_assert_uint_eq(lo.grow_chunks, 4);
-        ck_assert_uint_eq(res.offset, 1 * MiB);
     } else {
-        ck_assert_uint_eq(lo.grow_chunks, 7);
-        ck_assert_uint_eq(res.offset, 4 * MiB);
+        ck_assert_uint_eq(res.block_size, 3 * MiB);
+        ck_assert_uint_eq(lo.grow_chunks, 3);
     }
     ck_assert_uint_eq(stats(h).mapped, (1 + lo.grow_chunks) * MiB);
     valid(h);
@@ -556,6 +563,18 @@ START_TEST(free_errors_leave_heap_unchanged)
     ha_rank_stats(h, 1, &held, &rel);
     ck_assert_uint_eq(held, 1024);
     ck_assert_uint_eq(rel, 0);
+    /* After records came and went: the start of free space (coalesce: a
+     * free extent record), and 2^64-1 (the table's mark of an unused
+     * slot), are no blocks. */
+    uint64_t top = b + 1024;
+    ck_assert_int_eq(ha_free(h, 0, top), HA_ENOTHELD);
+    ck_assert_int_eq(ha_rank_holds(h, 0, top), 0);
+    ck_assert_uint_eq(ha_block_size(h, top), 0);
+    ck_assert_int_eq(ha_free(h, 0, UINT64_MAX), HA_ENOTHELD);
+    ck_assert_int_eq(ha_rank_holds(h, 0, UINT64_MAX), 0);
+    ck_assert_uint_eq(ha_block_size(h, UINT64_MAX), 0);
+    s = stats(h);
+    same_stats(&before, &s, "ha_free of free space");
     valid(h);
     ha_destroy(h);
 }
@@ -922,17 +941,17 @@ START_TEST(coalesce_merges_back)
     ck_assert_uint_eq(s.pending_bytes, 0);
     ck_assert_uint_eq(s.free_bytes, s.mapped);
     ck_assert_uint_eq(s.growths, 0);
-    /* Buddies merged back into the whole extent. */
+    /* Free neighbours merged back into the whole extent. */
     ck_assert_uint_eq(direct_alloc(h, 16 * MiB), 0);
     ck_assert_uint_eq(stats(h).growths, 0);
     free_all_ranks(h, 2, 0);
     collect(h);
     ck_assert_uint_eq(stats(h).free_bytes, 16 * MiB);
 
-    /* Two min_block buddies merge into their parent. */
+    /* Two neighbouring min_block blocks merge back into the whole. */
     uint64_t p = direct_alloc(h, 512);
     uint64_t q = direct_alloc(h, 512);
-    ck_assert_uint_eq(p ^ q, 512);
+    ck_assert_uint_eq(q > p ? q - p : p - q, 512);
     free_all_ranks(h, 2, p);
     free_all_ranks(h, 2, q);
     collect(h);
@@ -942,10 +961,11 @@ START_TEST(coalesce_merges_back)
 }
 END_TEST
 
-START_TEST(coalesce_collects_only_before_growth)
+START_TEST(coalesce_collects_rarely)
 {
-    /* Churn of one scratch class never asks for a collect while the heap
-     * has room: collects happen only when growth would otherwise follow. */
+    /* Churn of one scratch size: a collect when the heap is full, or (before
+     * the size is known to die young and goes top-down) a compaction collect
+     * once half the heap was handed out; never a growth. */
     ha_heap *h = mk(HA_POLICY_COALESCE, 2, 1 * MiB, 4 * MiB, 64 * MiB, 512);
     int collects = 0;
     for (int i = 0; i < 100; i++) {
@@ -954,13 +974,13 @@ START_TEST(coalesce_collects_only_before_growth)
         ck_assert_int_eq(alloc_loop(h, 64 * KiB, &res, &lo), HA_OK);
         ck_assert_int_eq(lo.grows, 0);
         if (lo.collects)
-            ck_assert_int_eq(lo.reason, HA_COLLECT_FULL);
+            ck_assert(lo.reason == HA_COLLECT_FULL || lo.reason == HA_COLLECT_TRIGGER);
         collects += lo.collects;
         free_all_ranks(h, 2, res.offset);
     }
-    /* 4 MiB holds 64 blocks of 64 KiB: at most 2 collects for 100. */
+    /* 4 MiB holds 64 blocks of 64 KiB: at most 3 collects for 100. */
     ck_assert_int_ge(collects, 1);
-    ck_assert_int_le(collects, 2);
+    ck_assert_int_le(collects, 3);
     ck_assert_uint_eq(stats(h).growths, 0);
     ha_destroy(h);
 }
@@ -1223,8 +1243,6 @@ static void random_run(ha_policy pol, uint32_t ranks, uint64_t seed, int steps)
                           ha_strerror(rc));
             ck_assert_uint_eq(res.block_size, ha_class_size(h, size));
             ck_assert_uint_eq(res.offset % p.min_block, 0);
-            if (pol == HA_POLICY_COALESCE)
-                ck_assert_uint_eq(res.offset % res.block_size, 0);
             ck_assert_uint_le(res.offset + res.block_size, stats(h).mapped);
             model_check_new(&m, res.offset, res.block_size, step);
             mblock *nb = &m.b[m.n];
@@ -1412,7 +1430,7 @@ static Suite *alloc_suite(void)
 
     tc = tcase_create("coalesce");
     tcase_add_test(tc, coalesce_merges_back);
-    tcase_add_test(tc, coalesce_collects_only_before_growth);
+    tcase_add_test(tc, coalesce_collects_rarely);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("models");

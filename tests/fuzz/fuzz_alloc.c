@@ -20,7 +20,7 @@
  * the same calls. Checked (abort on violation): ha_validate; a model of the
  * blocks (offset, size, which ranks hold it, pending) agrees with every
  * answer and statistic: no two blocks overlap, blocks lie inside the extent,
- * are aligned (coalesce: naturally; seed: to min_block), have the class
+ * are aligned to min_block, have the class
  * ha_class_size names; a failed call changes nothing; the alloc protocol
  * ends within collect, grow, retry; reclaimed counts equal what every rank
  * released; the twin gives identical answers and statistics (determinism).
@@ -187,8 +187,7 @@ static void op_alloc(model *m, uint64_t size)
                 bool empty = true;
                 for (size_t i = 0; i < m->nb && empty; i++)
                     empty = m->b[i].gone;
-                CHECK(!(empty && c != 0 && c <= m->p.chunk_size && m->mapped >= c && m->pol == HA_POLICY_COALESCE &&
-                        m->mapped % c == 0),
+                CHECK(!(empty && c != 0 && c <= m->p.chunk_size && m->mapped >= c && m->pol == HA_POLICY_COALESCE),
                       "HA_EVA for a %" PRIu64 "-byte class in an empty coalesce heap of %" PRIu64 " bytes", c,
                       m->mapped);
             }
@@ -198,10 +197,7 @@ static void op_alloc(model *m, uint64_t size)
         CHECK(ra.block_size == c && c >= size && c >= m->p.min_block, "block_size %" PRIu64 " for size %" PRIu64,
               ra.block_size, size);
         CHECK(ra.offset + c <= m->mapped && ra.offset + c > ra.offset, "block outside the extent");
-        if (m->pol == HA_POLICY_COALESCE)
-            CHECK(ra.offset % c == 0, "coalesce block %" PRIu64 " of %" PRIu64 " not naturally aligned", ra.offset, c);
-        else
-            CHECK(ra.offset % m->p.min_block == 0, "seed block not aligned to min_block");
+        CHECK(ra.offset % m->p.min_block == 0, "block not aligned to min_block");
         for (size_t i = 0; i < m->nb; i++) {
             const mblk *o = &m->b[i];
             if (o->gone)
