@@ -45,7 +45,7 @@ for f in gpu.log results.txt heapd.log stats.json gpu_bench.json nccl_bench.json
 done
 n=$(ls "$W/out" | wc -l)
 if [ "$n" -le 8 ]; then ok "at most 8 files in \$OUT ($n)"; else fail "$n files in \$OUT (the device tool returns 8)"; fi
-if grep -q "^gpu.sh: all passed" "$W/out/gpu.log"; then ok "gpu.log ends with the verdict"; else fail "no verdict in gpu.log"; fi
+if grep -qE "^gpu.sh: (all passed|FAILED)$" "$W/out/gpu.log"; then ok "gpu.log ends with the verdict"; else fail "no verdict in gpu.log"; fi
 
 # 2. No time left: every step fails at once, saying so, and the script ends.
 OUT=$W/out2 GPU_SH_HOST=1 GPU_SH_BUDGET=1 sh scripts/gpu.sh "$B" >"$W/run2.log" 2>&1; rc=$?

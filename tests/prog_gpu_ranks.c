@@ -19,8 +19,9 @@
  *      caller ran on its own does not count), so each rank's heapc_alloc
  *      joins one collect, then heapd creates, zeroes and exports one chunk
  *      per rank and every client imports and maps all of them (timed per
- *      rank: the slowest and the median); repeats step 1's write/check in
- *      the new chunk, covering the whole block;
+ *      rank: the slowest and the median); the block ends in the new chunk
+ *      (it may begin in chunk 0's free tail: the heap is one extent);
+ *      repeats step 1's write/check over the whole block;
  *   4. allocates K blocks, frees them in a per-rank order (ascending,
  *      descending, shuffled), collects, re-allocates K blocks of other sizes;
  *      every offset goes to the parent, which checks them identical on every
@@ -385,10 +386,12 @@ static int rank_main(int go_r)
     uint64_t m1 = heapc_mapped(c);
     if (m1 != m0 + o.chunk)
         FAIL("mapped %" PRIu64 " after the growing allocation, want %" PRIu64, m1, m0 + o.chunk);
-    if (off2 < m0 || off2 + o.chunk > m1)
-        FAIL("the chunk-sized block at %" PRIu64 " is not in the new chunk [%" PRIu64 ", %" PRIu64
-             ")",
-             off2, m0, m1);
+    /* The heap is one extent: the block may begin in chunk 0's free tail and
+     * run on into the new chunk (the mappings are contiguous on every rank). */
+    if (off2 + o.chunk <= m0 || off2 + o.chunk > m1)
+        FAIL("the chunk-sized block [%" PRIu64 ", %" PRIu64 ") does not end in the new chunk [%" PRIu64
+             ", %" PRIu64 ")",
+             off2, off2 + o.chunk, m0, m1);
     if (k1.chunks_mapped - k0.chunks_mapped != (uint64_t)o.ranks)
         FAIL("the growth mapped %" PRIu64 " chunks in this client, want %d (one per rank)",
              k1.chunks_mapped - k0.chunks_mapped, o.ranks);
@@ -399,14 +402,14 @@ static int rank_main(int go_r)
         FAIL("the growing allocation needed %" PRIu64 " collects, want 1 (the collect the policy "
              "asks for before a growth)",
              k1.collects_needed - k0.collects_needed);
-    say("growth: chunk-sized block at offset %" PRIu64 " in new chunk 1, mapped %" PRIu64
+    say("growth: chunk-sized block at offset %" PRIu64 " (ends in new chunk 1), mapped %" PRIu64
         " MiB, %d chunks mapped, one collect joined, in %.0f us",
         off2, m1 >> 20, o.ranks, t_grow);
     report("T grow %.1f\n", t_grow);
     uint64_t slot2 = (o.chunk / (uint64_t)o.ranks) & ~(uint64_t)3;
     if (peer_write_check(c, &d, off2, slot2, 2, host))
         return 1;
-    say("chunk 1: block at offset %" PRIu64 ": read the patterns all %d ranks wrote through "
+    say("chunks 0-1: block at offset %" PRIu64 ": read the patterns all %d ranks wrote through "
         "peer pointers (%" PRIu64 " KiB each): ok",
         off2, o.ranks, slot2 >> 10);
 
