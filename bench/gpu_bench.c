@@ -449,8 +449,12 @@ static void bench_heapd(row *r, int ng, int ngrow)
         cls <<= 1;
     /* Twice what the ng allocations take: the default policy asks for a
      * compaction collect once half the heap was handed out (alloc.h), and
-     * this figure is an allocation that neither grows nor collects. */
+     * this figure is an allocation that neither grows nor collects; and more
+     * than eight blocks, as it also asks for one once an eighth was handed
+     * out before a block of at least an eighth of the heap. */
     uint64_t need = 2 * cls * (uint64_t)ng;
+    if (need < 9 * cls)
+        need = 9 * cls;
     uint64_t initial = (need + chunk - 1) / chunk * chunk;
     uint64_t gsize = cls > chunk ? cls : chunk; /* one growth = one chunk */
     r->chunk = chunk;

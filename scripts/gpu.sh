@@ -292,7 +292,7 @@ main 2>&1 | tee -a "$LOG"
     if [ -f "$O/torch_bench.json" ]; then
         echo
         echo "python/heapd against torch (us):"
-        grep '^torch_bench ' "$LOG" | sed 's/^torch_bench /  /'
+        grep '^torch_bench [a-z]' "$LOG" | sed 's/^torch_bench /  /'
     fi
     if [ -f "$O/nccl_bench.json" ]; then
         echo
