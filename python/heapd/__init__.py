@@ -428,15 +428,7 @@ class Heap:
         return d
 
     def stats_all(self, name=None):
-        c = self._cx()
-        out = ctypes.POINTER(L.DaemonStats)()
-        rc = L.stats(c, name.encode() if name else None, ctypes.byref(out))
-        if rc:
-            _raise(c, rc)
-        try:
-            return _stats_list(out)
-        finally:
-            L.stats_free(out)
+        return _stats_of(self._cx(), name)
 
     def __repr__(self):
         return (f"heapd.Heap({self.name!r}, rank={self.rank}, world_size={self.world_size}, "
@@ -453,16 +445,21 @@ def stats(name=None, socket=None):
     try:
         if L.err(c):
             _raise(c, L.err(c))
-        out = ctypes.POINTER(L.DaemonStats)()
-        rc = L.stats(c, name.encode() if name else None, ctypes.byref(out))
-        if rc:
-            _raise(c, rc)
-        try:
-            return _stats_list(out)
-        finally:
-            L.stats_free(out)
+        return _stats_of(c, name)
     finally:
         L.free_ctx(c)
+
+
+def _stats_of(c, name):
+    """heapc_stats on context c: the list of dicts; heapd's errors raise."""
+    out = ctypes.POINTER(L.DaemonStats)()
+    rc = L.stats(c, name.encode() if name else None, ctypes.byref(out))
+    if rc:
+        _raise(c, rc)
+    try:
+        return _stats_list(out)
+    finally:
+        L.stats_free(out)
 
 
 def _stats_list(out):

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "heapc_nccl.h"
+#include "nccl_protos.h"
 
 enum { S_ALLREDUCE, S_ALLGATHER, S_REDUCESCATTER, S_BROADCAST, S_REDUCE, S_SEND, S_RECV,
        S_GROUPSTART, S_GROUPEND, S_N };
@@ -18,15 +18,6 @@ const void *stub_last_send;
 void *stub_last_recv;
 int stub_last_peer = -1;
 
-ncclResult_t ncclAllReduce(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
-ncclResult_t ncclAllGather(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
-ncclResult_t ncclReduceScatter(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
-ncclResult_t ncclBroadcast(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
-ncclResult_t ncclReduce(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t, cudaStream_t);
-ncclResult_t ncclSend(const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
-ncclResult_t ncclRecv(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
-ncclResult_t ncclGroupStart(void);
-ncclResult_t ncclGroupEnd(void);
 ncclResult_t ncclCommCount(const ncclComm_t, int *);
 const char *ncclGetErrorString(ncclResult_t);
 const char *ncclGetLastError(ncclComm_t);
