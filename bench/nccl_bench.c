@@ -1,6 +1,6 @@
 /* nccl_bench - what libheapc_nccl's memory probe costs.
  *
- *   nccl_bench [--json FILE] [--quick] [--heapd PATH] [--iters N]
+ *   nccl_bench [--json FILE] [--quick] [--heapd PATH] [--iters N] [--max-blocks N]
  *
  * Starts its own heapd (PATH, default dirname(argv[0])/../heapd) on a
  * temporary configuration (socket in a mkdtemp directory, backend = host,
@@ -215,11 +215,13 @@ static int gpu_open(char *why, size_t len)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: " NAME " [--json FILE] [--quick] [--heapd PATH] [--iters N]\n"
+    fprintf(f, "usage: " NAME " [--json FILE] [--quick] [--heapd PATH] [--iters N] [--max-blocks N]\n"
                "  --json FILE   also write the results as JSON to FILE\n"
                "  --quick       up to 10^5 live blocks, 200000 calls per timing\n"
                "  --heapd PATH  the heapd to start (default: dirname(argv[0])/../heapd)\n"
-               "  --iters N     calls per timing run (default 2000000)\n");
+               "  --iters N     calls per timing run (default 2000000)\n"
+               "  --max-blocks N  stop at the level of at most N live blocks (>= 100; e.g. for\n"
+               "                a debug build, whose heapd validates its heap at every call)\n");
 }
 
 typedef struct level {
@@ -240,6 +242,7 @@ int main(int argc, char **argv)
     char heapd[PATH_MAX] = "";
     uint64_t iters = 2000000;
     int quick = 0;
+    uint64_t max_blocks = UINT64_MAX;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) {
             json = argv[++i];
@@ -248,6 +251,13 @@ int main(int argc, char **argv)
             iters = 200000;
         } else if (!strcmp(argv[i], "--heapd") && i + 1 < argc) {
             snprintf(heapd, sizeof heapd, "%s", argv[++i]);
+        } else if (!strcmp(argv[i], "--max-blocks") && i + 1 < argc) {
+            char *end;
+            max_blocks = strtoull(argv[++i], &end, 10);
+            if (*end || max_blocks < 100) {
+                fprintf(stderr, NAME ": --max-blocks takes a number >= 100, not '%s'\n", argv[i]);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
             char *end;
             iters = strtoull(argv[++i], &end, 10);
@@ -301,6 +311,13 @@ int main(int argc, char **argv)
     fflush(stdout);
 
     int nlev = quick ? 4 : 5;
+    for (uint64_t top = 100, l = 1; l < (uint64_t)nlev; l++) {
+        top *= 10;
+        if (top > max_blocks) {
+            nlev = (int)l;
+            break;
+        }
+    }
     level lv[MAX_LEVELS];
     uint64_t live = 0;
     for (int l = 0; l < nlev; l++) {

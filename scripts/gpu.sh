@@ -31,11 +31,13 @@
 # check runs it (tests/it_gpu_host.sh).
 set -u
 B=${1:-build-gpu}
-BE=cuda; RANKOPT=; BENCHOPT=; SCALE=1; BUDGET=${GPU_SH_BUDGET:-330}
+BE=cuda; RANKOPT=; BENCHOPT=; NBOPT=; SCALE=1; BUDGET=${GPU_SH_BUDGET:-330}
 if [ "${GPU_SH_HOST:-0}" = 1 ]; then
     # The dry run runs in make check, on a loaded 2-core machine and under
     # ASan: the step timeouts are 4 times longer, the budget 900 s.
-    BE=host; RANKOPT="--host --chunk 32M"; BENCHOPT="--backend host --sizes 4K,2M,64M"
+    BE=host; RANKOPT="--host --chunk 32M"; BENCHOPT="--backend host --sizes 4K,2M,64M"; NBOPT="--iters 20000 --max-blocks 10000"
+    # make check's sanitizer pass: heapd validates its heap at every call
+    [ "${HEAPD_VALIDATING:-}" = 1 ] && NBOPT="--iters 20000 --max-blocks 1000"
     SCALE=4; BUDGET=${GPU_SH_BUDGET:-900}
 fi
 DEADLINE=$(($(date +%s) + BUDGET))
@@ -190,7 +192,7 @@ EOF
     # 5c. probe cost: the status page against cudaMemGetInfo and torch.
     if [ -x "$B/bench/nccl_bench" ]; then
         echo; echo "== nccl_bench (probe cost)"
-        step nb 45 "$B/bench/nccl_bench" --quick --json "$O/nccl_bench.json"
+        step nb 45 "$B/bench/nccl_bench" --quick $NBOPT --json "$O/nccl_bench.json"
         if [ $rc = 0 ]; then result nccl_bench ok; else result nccl_bench FAIL "$(why $rc)"; fi
     fi
     if command -v python3 >/dev/null 2>&1; then
@@ -218,6 +220,9 @@ EOF
     done
     if [ -z "$PYT" ]; then
         result torch_gpu skipped "no python3 with torch and pytest"
+    elif nm -D "$B/libheapc.so" 2>/dev/null | grep -q __asan_init; then
+        # python cannot load an ASan-instrumented libheapc (it_python skips too)
+        result torch_gpu skipped "sanitizer build: $B/libheapc.so is ASan-instrumented"
     elif [ ! -f "$B/libheapc.so" ] || [ ! -f "$B/libheapc_nccl_preload.so" ] || [ ! -f "$B/libheapc_torch.so" ]; then
         result torch_gpu FAIL "$B lacks libheapc.so / libheapc_nccl_preload.so / libheapc_torch.so (make STATIC=1 BUILD=$B)"
     else
