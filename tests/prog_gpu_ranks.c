@@ -29,7 +29,9 @@
  *   5. tells the parent it is done and waits (still attached) while the
  *      parent runs --while-attached CMD (e.g. heapctl stats), then detaches.
  * --host runs the same steps on a host-backend heapd with CPU stores and
- * memcpy (for CPU machines). --no-hook leaves libheapc's default device sync.
+ * memcpy (for CPU machines). --no-hook installs no hook: libheapc's default,
+ * which since issue 18 does not sync the device at a collect (the rank syncs
+ * its own peer writes before using the collect as a barrier).
  *
  * Output: per-rank 'rank R: ...: ok' lines, then the parent's summary, then
  * 't NAME VALUE_US' timing lines. Exit 0 when every check passed; 1 on a
@@ -275,6 +277,10 @@ static int peer_write_check(heapc *c, dev *d, uint64_t off, uint64_t slot, int p
             FAIL("writing rank %d's copy: %s", q, d->err);
     }
     int hooks = d->hook_calls;
+    /* Without the hook the collect no longer syncs the device (issue 18):
+     * a rank that uses it as a barrier for its own writes syncs them first. */
+    if (o.no_hook && sync_hook(d))
+        FAIL("syncing the writes before the barrier: %s", d->err);
     HC(heapc_collect(c));
     if (!o.no_hook && d->hook_calls == hooks)
         FAIL("heapc_collect did not call the device-sync hook");
