@@ -469,7 +469,7 @@ static void sort_offsets(uint64_t *v, size_t n, uint32_t kmin, uint32_t bits)
  *   asked_answered   == the seed's rule would not ask for a collect now: one
  *                       ran after an HA_NEED_COLLECT answer (or coalesce
  *                       skipped one it would have asked for, counted in
- *                       collects_skipped), and no allocation has succeeded
+ *                       collects_skipped at the growth), and no allocation has succeeded
  *                       or failed with HA_EVA since. Only counts; decides
  *                       nothing under coalesce.
  *   (Both depend only on the allocation sequence and collects, never on
@@ -499,6 +499,7 @@ struct ha_heap {
     uint64_t live_bytes, pending_bytes, free_bytes;
     uint64_t allocs, frees, collects, growths, handed_since_collect;
     bool collect_asked, collect_answered, asked_answered;
+    bool skip_pending;         /* the last HA_NEED_GROW skipped a collect the seed's rule asks for */
     uint64_t collects_skipped; /* coalesce: collects the seed's rule would have asked for */
     uint64_t *held_bytes, *rel_bytes; /* per rank */
 };
@@ -936,13 +937,11 @@ int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res)
              * node: blocks appear at allocations and go at collects). */
             if (!h->collect_answered && h->tab.count > 0)
                 return ask_collect(h, res, HA_COLLECT_FULL);
-            if (!h->asked_answered) {
-                h->collects_skipped++;
-                h->asked_answered = true; /* count each skip once */
-            }
+            /* Counted when the growth happens (an answer changes no stats). */
+            h->skip_pending = !h->asked_answered;
             uint64_t need = co_top_free_run(h) + c;
             if (need > h->p.va_size) {
-                h->collect_answered = h->asked_answered = false;
+                h->collect_answered = h->asked_answered = h->skip_pending = false;
                 return HA_EVA;
             }
             res->grow_chunks = (uint32_t)((need - h->mapped + h->p.chunk_size - 1) / h->p.chunk_size);
@@ -961,7 +960,7 @@ int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res)
     h->free_bytes -= c;
     h->allocs++;
     h->handed_since_collect += c;
-    h->collect_answered = h->asked_answered = false;
+    h->collect_answered = h->asked_answered = h->skip_pending = false;
     res->offset = off;
     res->block_size = c;
     HA_DEBUG_CHECK(h, "ha_alloc");
@@ -986,6 +985,11 @@ int ha_grow(ha_heap *h, uint32_t chunks)
     }
     h->free_bytes += add;
     h->growths++;
+    if (h->skip_pending) {
+        h->collects_skipped++;
+        h->asked_answered = true; /* count each skip once */
+        h->skip_pending = false;
+    }
     HA_DEBUG_CHECK(h, "ha_grow");
     return HA_OK;
 }
@@ -1079,6 +1083,7 @@ static void reclaim_sorted(ha_heap *h, const uint64_t *offs, size_t n, uint64_t 
         h->collect_asked = false;
         h->collect_answered = h->asked_answered = true;
     }
+    h->skip_pending = false;
     if (h->p.policy == HA_POLICY_COALESCE) {
         h->collect_answered = true; /* every collect answers (docs/design.md) */
         memcpy(h->cls_seen, h->cls_alloc, sizeof h->cls_seen);
