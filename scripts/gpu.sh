@@ -176,6 +176,7 @@ EOF
     echo "stream_free alloc_stream_us_slowest_rank ${sfs:-?}" >>"$T/timings.txt"
     echo "stream_free alloc_hook_us_slowest_rank ${sfh:-?}" >>"$T/timings.txt"
     sfd="allocation triggering a collect with a 50 ms kernel in flight, slowest of 2 ranks: ${sfs:-?} us stream-ordered, ${sfh:-?} us with the old cuCtxSynchronize hook; kernel still running after it on $sfr of 2 ranks; next owners' data intact"
+    [ $BE = host ] && sfd="host dry run, a thread for the kernel (no meaningful figures): $sfd"
     if [ $rc != 0 ]; then
         result stream_free FAIL "$(why $rc)"
     elif [ $BE = cuda ] && grep -q 'skipped: no GPU' "$T/sf.out"; then
