@@ -1115,17 +1115,19 @@ static int fence_fail(heapc *c, int frc, const char *what, const char *merr)
     return frc; /* fq_push's error, already set */
 }
 
-/* Closes the open group (its marker) and moves every group whose stream
- * work completed to the free queue. Never waits for the device; with no
- * stream-ordered free pending it does nothing device-related. */
-static int fence_reap(heapc *c, int close)
+/* Closes the open group (its marker) when asked and moves every group whose
+ * stream work completed to the free queue. Never waits for device work
+ * (poll: flush and collect time, a just-recorded marker gets a grace of at
+ * most HF_FRESH_POLL_NS); with no stream-ordered free pending it does nothing
+ * device-related. */
+static int fence_reap(heapc *c, int close, int poll)
 {
     if (!c->fence_on || c->fence.waiting == 0)
         return HEAPC_OK;
     char merr[320] = "";
     int frc = close ? hf_queue_close(&c->fence, merr, sizeof merr) : HF_OK;
     if (frc == HF_OK)
-        frc = hf_queue_reap(&c->fence, fence_emit, c, merr, sizeof merr);
+        frc = hf_queue_reap(&c->fence, poll, fence_emit, c, merr, sizeof merr);
     return frc == HF_OK ? HEAPC_OK : fence_fail(c, frc, "checking freed blocks' streams", merr);
 }
 
@@ -1195,7 +1197,7 @@ static int free_locked(heapc *c, uint64_t offset, void *stream, int on_stream)
         }
         c->ctr.frees++;
         if (c->fence.markers != markers) { /* a group closed: see what completed */
-            int rc = fence_reap(c, 0);
+            int rc = fence_reap(c, 0, 0);
             if (rc != HEAPC_OK)
                 return rc;
         }
@@ -1262,6 +1264,8 @@ int heapc_set_free_batch(heapc *c, size_t n)
                      FREE_BATCH_MAX);
     } else {
         c->fq_batch = n;
+        if (c->fence_on)
+            c->fence.batch = n;
         rc = c->fq_n >= n && c->attached ? flush_locked(c) : HEAPC_OK;
         if (rc == HEAPC_OK)
             ok(c);
@@ -1276,7 +1280,7 @@ int heapc_flush(heapc *c)
     int rc;
     if (!c->attached)
         rc = set_err(c, HEAPC_ESTATE, "heapc_flush: not attached to a heap; call heapc_attach");
-    else if ((rc = fence_reap(c, 1)) == HEAPC_OK && (rc = flush_locked(c)) == HEAPC_OK)
+    else if ((rc = fence_reap(c, 1, 1)) == HEAPC_OK && (rc = flush_locked(c)) == HEAPC_OK)
         ok(c);
     pthread_mutex_unlock(&c->mu);
     return rc;
@@ -1305,7 +1309,7 @@ static int collect_locked(heapc *c)
     } else if (c->kind == HM_CUDA || (c->fence_on && c->fence.waiting)) {
         c->ctr.device_waits_avoided++;
     }
-    rc = fence_reap(c, 0);
+    rc = fence_reap(c, 0, 1);
     if (rc != HEAPC_OK)
         return rc;
     rc = flush_locked(c);

@@ -260,13 +260,17 @@ int heapc_free(heapc *c, uint64_t offset);
  * event, recorded without timing) per run of frees on a stream, recorded
  * when the run ends (a free on another stream, heapc_set_free_batch's
  * count, heapc_flush, a collect). The marker is queried, never waited for,
- * at heapc_flush and at every collect: only then is the block sent to heapd
+ * at heapc_flush and at every collect (one recorded by that very call gets
+ * at most 50 us of polling in all, so that an idle stream's block goes at
+ * once): only then is the block sent to heapd
  * with the other queued frees. A block whose stream has not finished is
  * simply not released at this collect; a later one reclaims it (the
  * counters' stream_waiting counts such blocks). So a collect reclaims what
  * every rank released and finished using, and no rank waits for its device.
  * At heapc_detach every waiting block is sent (detach requires that no
- * device work still touches the heap). Errors: those of heapc_free, and
+ * device work still touches the heap). An offset from an earlier connection
+ * (see heapc_free) is sent at once, without waiting for its stream: heapd's
+ * verdict is the call's result. Errors: those of heapc_free, and
  * HEAPC_EBACKEND when the event cannot be recorded on stream (the message
  * names the call and the stream). */
 int heapc_free_async(heapc *c, uint64_t offset, void *stream);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- host source: heapc_hstream ----------------------------------------- */
 
@@ -258,6 +259,7 @@ int hf_queue_close(hf_queue *q, char *err, size_t errlen)
     if (q->src.ops->record(q->src.impl, q->open.stream, &marker, err, errlen) != 0)
         return HF_EDEVICE;
     q->open.marker = marker;
+    q->open.fresh = 1;
     q->closed[q->nclosed++] = q->open;
     memset(&q->open, 0, sizeof q->open);
     q->markers++;
@@ -289,13 +291,40 @@ int hf_queue_add(hf_queue *q, void *stream, uint64_t offset, char *err, size_t e
     return HF_OK;
 }
 
-int hf_queue_reap(hf_queue *q, hf_emit_fn emit, void *data, char *err, size_t errlen)
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Queries g's marker; a fresh one is polled until *deadline (set at the
+ * first fresh marker of a reap, shared by the others). */
+static int query_group(hf_queue *q, hf_group *g, int poll, uint64_t *deadline, char *err,
+                       size_t errlen)
+{
+    int done = q->src.ops->query(q->src.impl, g->marker, err, errlen);
+    if (!poll)
+        return done;
+    if (done == 0 && g->fresh) {
+        if (*deadline == 0)
+            *deadline = mono_ns() + HF_FRESH_POLL_NS;
+        while (done == 0 && mono_ns() < *deadline)
+            done = q->src.ops->query(q->src.impl, g->marker, err, errlen);
+    }
+    g->fresh = 0;
+    return done;
+}
+
+int hf_queue_reap(hf_queue *q, int poll_fresh, hf_emit_fn emit, void *data, char *err,
+                  size_t errlen)
 {
     int rc = HF_OK;
     size_t keep = 0, i = 0;
+    uint64_t deadline = 0;
     for (; i < q->nclosed; i++) {
         hf_group *g = &q->closed[i];
-        int done = rc == HF_OK ? q->src.ops->query(q->src.impl, g->marker, err, errlen) : 0;
+        int done = rc == HF_OK ? query_group(q, g, poll_fresh, &deadline, err, errlen) : 0;
         if (done < 0) {
             rc = HF_EDEVICE;
             done = 0;

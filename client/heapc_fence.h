@@ -61,6 +61,7 @@ int hf_cuda_source(hf_source *out, void *ctx, char *err, size_t errlen);
 typedef struct hf_group {
     void *stream;
     void *marker;      /* NULL while the group is open */
+    int fresh;         /* recorded since the last reap */
     uint64_t *offs;
     size_t n, cap;
 } hf_group;
@@ -87,10 +88,17 @@ void hf_queue_destroy(hf_queue *q);
 int hf_queue_add(hf_queue *q, void *stream, uint64_t offset, char *err, size_t errlen);
 /* Records the open group's marker (nothing when there is no open group). */
 int hf_queue_close(hf_queue *q, char *err, size_t errlen);
-/* Queries the closed groups without blocking; for each completed one calls
- * emit(data, offsets, n) (an emit error stops the reap and is returned; the
- * group stays). Returns HF_OK or an error. */
+/* Queries the closed groups; for each completed one calls emit(data,
+ * offsets, n) (an emit error stops the reap and is returned; the group
+ * stays). Never waits for device work: with poll_fresh (flush and collect
+ * time) the markers recorded since the last such reap get at most
+ * HF_FRESH_POLL_NS of polling in all (an idle stream completes a marker in
+ * microseconds, so that a block freed after its work ended is released at
+ * this collect, not the next); every other marker is queried once. Returns
+ * HF_OK or an error. */
+#define HF_FRESH_POLL_NS 50000u
 typedef int (*hf_emit_fn)(void *data, const uint64_t *offs, size_t n);
-int hf_queue_reap(hf_queue *q, hf_emit_fn emit, void *data, char *err, size_t errlen);
+int hf_queue_reap(hf_queue *q, int poll_fresh, hf_emit_fn emit, void *data, char *err,
+                  size_t errlen);
 
 #endif
