@@ -937,13 +937,18 @@ int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res)
              * node: blocks appear at allocations and go at collects). */
             if (!h->collect_answered && h->tab.count > 0)
                 return ask_collect(h, res, HA_COLLECT_FULL);
-            /* Counted when the growth happens (an answer changes no stats). */
-            h->skip_pending = !h->asked_answered;
             uint64_t need = co_top_free_run(h) + c;
             if (need > h->p.va_size) {
+                /* No growth can help: a collect the seed's rule asks for
+                 * may (blocks may have been freed since the last one), so
+                 * ask for it rather than fail. */
+                if (!h->asked_answered && h->tab.count > 0)
+                    return ask_collect(h, res, HA_COLLECT_FULL);
                 h->collect_answered = h->asked_answered = h->skip_pending = false;
                 return HA_EVA;
             }
+            /* Counted when the growth happens (an answer changes no stats). */
+            h->skip_pending = !h->asked_answered;
             res->grow_chunks = (uint32_t)((need - h->mapped + h->p.chunk_size - 1) / h->p.chunk_size);
             return HA_NEED_GROW;
         }

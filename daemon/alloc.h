@@ -38,7 +38,8 @@
  * fail. Under the coalesce policy every collect answers, the ones the caller
  * runs on its own (explicit, forced) included, and no collect is asked for
  * while no block exists (a fresh heap grows at once): a collect that can
- * reclaim nothing is never asked for. Under the seed policy a collect the
+ * reclaim nothing is never asked for. (When the heap cannot grow, va_size
+ * reached, the seed's rule decides: a collect rather than HA_EVA.) Under the seed policy a collect the
  * caller runs on its own does not count (the seed's algorithm, unchanged).
  * These decisions depend only
  * on the allocation sequence and collects, never on which rank released what

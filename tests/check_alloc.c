@@ -498,6 +498,19 @@ START_TEST(collect_before_grow_after_free)
         ck_assert_uint_eq(stats(h).collects_skipped, 1);
         ck_assert_uint_eq(stats(h).pending_bytes, 512 * KiB);
         ha_destroy(h);
+        /* The same at va_size (no growth possible): the collect, not HA_EVA. */
+        h = mk(pol, 2, 1 * MiB, 1 * MiB, 1 * MiB, 512);
+        a = must_alloc(h, 512 * KiB, NULL);
+        must_alloc(h, 512 * KiB, NULL);
+        collect(h);
+        free_all_ranks(h, 2, a);
+        int rc = alloc_loop(h, 512 * KiB, &res, &lo);
+        ck_assert_msg(rc == HA_OK && lo.collects == 1 && res.offset == a,
+                      "coalesce at va_size: collect; every rank frees a block; allocating it "
+                      "again gave %d (%s) after %d collects at offset %" PRIu64 ", want HA_OK "
+                      "after 1 collect at %" PRIu64,
+                      rc, ha_strerror(rc), lo.collects, res.offset, a);
+        ha_destroy(h);
         return;
     }
     ck_assert_msg(lo.collects == 1 && lo.grows == 0 && res.offset == a,
