@@ -24,7 +24,8 @@
  *                           the client imports, maps and enables it. The
  *                           policy asks for one collect before every growth
  *                           (alloc.h), so the figure includes that collect
- *                           (one rank: a round trip and a device sync).
+ *                           (one rank: a round trip; no device sync since
+ *                           issue 18).
  * and prints one table: size | each median in microseconds | ratios.
  *
  * heapd: started by the bench (fork/exec of --heapd, default the heapd beside

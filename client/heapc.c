@@ -3,6 +3,7 @@
 #include "heapc.h"
 #include "heapc_map.h"
 #include "heapc_cuda.h"
+#include "heapc_fence.h"
 #include "wire.h"
 #include "status.h"
 #include "heapd.pb-c.h"
@@ -162,6 +163,11 @@ struct heapc {
     int live_complete;         /* every live block of this rank is in `live` */
     uint64_t *fq;              /* queued frees */
     size_t fq_n, fq_cap, fq_batch;
+    /* Stream-ordered frees (issue 18): blocks freed on a stream whose work
+     * may not have completed; they join fq once it has (heapc_fence.h).
+     * fence_on: the queue and its completion source exist. */
+    int fence_on;
+    hf_queue fence;
 
     heapc_sync_fn sync_fn;
     void *sync_arg;
@@ -496,6 +502,11 @@ int heapc_set_timeout(heapc *c, int timeout_ms)
 /* Unmaps everything and forgets the attach state (not the connection). */
 static void teardown(heapc *c)
 {
+    if (c->fence_on) { /* before the spaces go: cuda events live in the heap's context */
+        c->ctr.stream_markers += c->fence.markers;
+        hf_queue_destroy(&c->fence);
+    }
+    c->fence_on = 0;
     view *v = atomic_exchange_explicit(&c->view, NULL, memory_order_acq_rel);
     atomic_store_explicit(&c->mapped, 0, memory_order_release);
     if (c->spaces) {
@@ -605,59 +616,13 @@ static int cmp_u32(const void *a, const void *b)
 
 /* ---- device sync -------------------------------------------------------- */
 
-/* The default device sync before a collect. Host backend: nothing to do (the
- * CPU stores are done when the call is made). CUDA backend: cuCtxSynchronize
- * through heapc_cuda.h's dlopen'ed table, on the thread's current context
- * (the application's work) and on the primary context of this rank's GPU
- * (the one the CUDA runtime uses), made current for the call when the thread
- * has another or none; the thread's context is restored. Sets the error. */
-static int heapc_device_sync_default(heapc *c)
-{
-#if HEAPD_HAVE_CUDA_H
-    if (c->kind != HM_CUDA || !c->attached)
-        return HEAPC_OK;
-    view *v = atomic_load(&c->view);
-    if (!v || !c->local_index || c->local_index[v->rank] < 0)
-        return HEAPC_OK;
-    CUcontext own = (CUcontext)c->spaces[c->local_index[v->rank]].ctx;
-    char merr[320];
-    const hc_cuda *cu = hc_cuda_get(merr, sizeof merr);
-    if (!cu)
-        return set_err(c, HEAPC_ESYNC, "the default device sync before a collect failed: %s", merr);
-    CUcontext cur = NULL;
-    CUresult rc = cu->CtxGetCurrent(&cur);
-    if (rc != CUDA_SUCCESS) {
-        hc_cuda_fail(merr, sizeof merr, rc, NULL, "cuCtxGetCurrent");
-    } else {
-        if (cur && cur != own && (rc = cu->CtxSynchronize()) != CUDA_SUCCESS)
-            hc_cuda_fail(merr, sizeof merr, rc, NULL, "cuCtxSynchronize (current context)");
-        if (rc == CUDA_SUCCESS && own) {
-            if (cur != own && (rc = cu->CtxSetCurrent(own)) != CUDA_SUCCESS) {
-                hc_cuda_fail(merr, sizeof merr, rc, NULL, "cuCtxSetCurrent(heap device)");
-            } else {
-                if ((rc = cu->CtxSynchronize()) != CUDA_SUCCESS)
-                    hc_cuda_fail(merr, sizeof merr, rc, NULL, "cuCtxSynchronize (heap device)");
-                if (cur != own)
-                    cu->CtxSetCurrent(cur);
-            }
-        }
-    }
-    if (rc != CUDA_SUCCESS)
-        return set_err(c, HEAPC_ESYNC,
-                       "the default device sync before a collect on heap %s failed: %s; the "
-                       "collect was not started: fix the device error, then call heapc_collect "
-                       "again",
-                       c->heap ? c->heap : "?", merr);
-#else
-    (void)c;
-#endif
-    return HEAPC_OK;
-}
-
+/* The user's sync hook before a collect (heapc_set_device_sync). Without
+ * one there is no device sync at all (issue 18): blocks freed on a stream
+ * wait for their own stream's work (heapc_fence.h). */
 static int device_sync(heapc *c)
 {
     if (!c->sync_fn)
-        return heapc_device_sync_default(c);
+        return HEAPC_OK;
     int rc = c->sync_fn(c->sync_arg);
     if (rc != 0)
         return set_err(c, HEAPC_ESYNC,
@@ -1096,10 +1061,105 @@ static int flush_locked(heapc *c)
     return HEAPC_OK;
 }
 
-static int free_locked(heapc *c, uint64_t offset)
+/* Appends offsets to the free queue (all or none). */
+static int fq_push(heapc *c, const uint64_t *offs, size_t n)
+{
+    if (c->fq_n + n > c->fq_cap) {
+        size_t ncap = c->fq_cap ? c->fq_cap : 256;
+        while (ncap < c->fq_n + n)
+            ncap *= 2;
+        uint64_t *nq = realloc(c->fq, ncap * sizeof *nq);
+        if (!nq)
+            return set_err(c, HEAPC_EOOM, "out of memory queueing %zu frees", n);
+        c->fq = nq;
+        c->fq_cap = ncap;
+    }
+    memcpy(c->fq + c->fq_n, offs, n * sizeof *offs);
+    c->fq_n += n;
+    return HEAPC_OK;
+}
+
+static int fence_emit(void *data, const uint64_t *offs, size_t n)
+{
+    return fq_push(data, offs, n);
+}
+
+/* The completion source of this context's backend, made on first use. */
+static int fence_start(heapc *c)
+{
+    if (c->fence_on)
+        return HEAPC_OK;
+    hf_source src;
+    if (c->kind == HM_CUDA) {
+        view *v = atomic_load(&c->view);
+        void *ctx = v && c->local_index && c->local_index[v->rank] >= 0
+                        ? c->spaces[c->local_index[v->rank]].ctx
+                        : NULL;
+        char merr[320];
+        if (hf_cuda_source(&src, ctx, merr, sizeof merr) != 0)
+            return set_err(c, HEAPC_EBACKEND, "stream-ordered free on heap %s: %s", c->heap, merr);
+    } else {
+        hf_host_source(&src);
+    }
+    hf_queue_init(&c->fence, src, c->fq_batch);
+    c->fence_on = 1;
+    return HEAPC_OK;
+}
+
+static int fence_fail(heapc *c, int frc, const char *what, const char *merr)
+{
+    if (frc == HF_ENOMEM)
+        return set_err(c, HEAPC_EOOM, "%s on heap %s: %s", what, c->heap, merr);
+    if (frc == HF_EDEVICE)
+        return set_err(c, HEAPC_EBACKEND, "%s on heap %s: %s", what, c->heap, merr);
+    return frc; /* fq_push's error, already set */
+}
+
+/* Closes the open group (its marker) when asked and moves every group whose
+ * stream work completed to the free queue. Never waits for device work
+ * (poll: flush and collect time, a just-recorded marker gets a grace of at
+ * most HF_FRESH_POLL_NS); with no stream-ordered free pending it does nothing
+ * device-related. */
+static int fence_reap(heapc *c, int close, int poll)
+{
+    if (!c->fence_on || c->fence.waiting == 0)
+        return HEAPC_OK;
+    char merr[320] = "";
+    int frc = close ? hf_queue_close(&c->fence, merr, sizeof merr) : HF_OK;
+    if (frc == HF_OK)
+        frc = hf_queue_reap(&c->fence, poll, fence_emit, c, merr, sizeof merr);
+    return frc == HF_OK ? HEAPC_OK : fence_fail(c, frc, "checking freed blocks' streams", merr);
+}
+
+/* Detach: the caller promised no device work still touches the heap, so
+ * every waiting block goes to the free queue without a query. */
+static int fence_drain_all(heapc *c)
+{
+    if (!c->fence_on)
+        return HEAPC_OK;
+    hf_queue *q = &c->fence;
+    int rc = q->open.n ? fq_push(c, q->open.offs, q->open.n) : HEAPC_OK;
+    for (size_t i = 0; rc == HEAPC_OK && i < q->nclosed; i++)
+        rc = fq_push(c, q->closed[i].offs, q->closed[i].n);
+    c->ctr.stream_markers += q->markers;
+    hf_queue_destroy(q);
+    c->fence_on = 0;
+    return rc;
+}
+
+static int free_locked(heapc *c, uint64_t offset, void *stream, int on_stream)
 {
     if (!c->attached)
         return set_err(c, HEAPC_ESTATE, "heapc_free: not attached to a heap; call heapc_attach");
+    /* The host backend's plain free has no stream to wait for: straight to
+     * the free queue, as before issue 18. */
+    if (!stream && c->kind != HM_CUDA)
+        on_stream = 0;
+    if (on_stream) {
+        int rc = fence_start(c);
+        if (rc != HEAPC_OK)
+            return rc;
+    }
     int known = ls_remove(&c->live, offset);
     if (!known && c->live_complete)
         return set_err(c, HEAPC_ENOTHELD,
@@ -1127,19 +1187,28 @@ static int free_locked(heapc *c, uint64_t offset)
         c->ctr.free_batches++;
         return ok(c);
     }
-    if (c->fq_n == c->fq_cap) {
-        size_t ncap = c->fq_cap ? c->fq_cap * 2 : 256;
-        uint64_t *nq = realloc(c->fq, ncap * sizeof *nq);
-        if (!nq) {
+    if (on_stream) {
+        char merr[320] = "";
+        uint64_t markers = c->fence.markers;
+        int frc = hf_queue_add(&c->fence, stream, offset, merr, sizeof merr);
+        if (frc != HF_OK) {
+            ls_insert(&c->live, offset);
+            return fence_fail(c, frc, "heapc_free_async", merr);
+        }
+        c->ctr.frees++;
+        if (c->fence.markers != markers) { /* a group closed: see what completed */
+            int rc = fence_reap(c, 0, 0);
+            if (rc != HEAPC_OK)
+                return rc;
+        }
+    } else {
+        if (fq_push(c, &offset, 1) != HEAPC_OK) {
             ls_insert(&c->live, offset);
             return set_err(c, HEAPC_EOOM, "heapc_free: out of memory queueing offset %" PRIu64,
                            offset);
         }
-        c->fq = nq;
-        c->fq_cap = ncap;
+        c->ctr.frees++;
     }
-    c->fq[c->fq_n++] = offset;
-    c->ctr.frees++;
     if (c->fq_n >= c->fq_batch) {
         int rc = flush_locked(c);
         if (rc != HEAPC_OK)
@@ -1151,7 +1220,15 @@ static int free_locked(heapc *c, uint64_t offset)
 int heapc_free(heapc *c, uint64_t offset)
 {
     pthread_mutex_lock(&c->mu);
-    int rc = free_locked(c, offset);
+    int rc = free_locked(c, offset, NULL, 1);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int heapc_free_async(heapc *c, uint64_t offset, void *stream)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = free_locked(c, offset, stream, 1);
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
@@ -1172,7 +1249,7 @@ int heapc_free_ptr(heapc *c, void *ptr)
                          "[%p, +%" PRIu64 "); pass a pointer heapc_alloc returned",
                          ptr, c->heap, (void *)base, m);
         else
-            rc = free_locked(c, (uint64_t)(p - base));
+            rc = free_locked(c, (uint64_t)(p - base), NULL, 1);
     }
     pthread_mutex_unlock(&c->mu);
     return rc;
@@ -1187,6 +1264,8 @@ int heapc_set_free_batch(heapc *c, size_t n)
                      FREE_BATCH_MAX);
     } else {
         c->fq_batch = n;
+        if (c->fence_on)
+            c->fence.batch = n;
         rc = c->fq_n >= n && c->attached ? flush_locked(c) : HEAPC_OK;
         if (rc == HEAPC_OK)
             ok(c);
@@ -1201,7 +1280,7 @@ int heapc_flush(heapc *c)
     int rc;
     if (!c->attached)
         rc = set_err(c, HEAPC_ESTATE, "heapc_flush: not attached to a heap; call heapc_attach");
-    else if ((rc = flush_locked(c)) == HEAPC_OK)
+    else if ((rc = fence_reap(c, 1, 1)) == HEAPC_OK && (rc = flush_locked(c)) == HEAPC_OK)
         ok(c);
     pthread_mutex_unlock(&c->mu);
     return rc;
@@ -1211,7 +1290,26 @@ int heapc_flush(heapc *c)
 
 static int collect_locked(heapc *c)
 {
-    int rc = device_sync(c);
+    /* Issue 18: no device-wide wait by default. Blocks freed on a stream go
+     * to heapd only once their stream's work completed (an event query, no
+     * wait); the others wait for a later flush or collect. With a sync hook
+     * the markers are recorded first, so that the hook's sync completes
+     * them. */
+    int rc = HEAPC_OK;
+    if (c->fence_on && c->fence.open.n) {
+        char merr[320] = "";
+        int frc = hf_queue_close(&c->fence, merr, sizeof merr);
+        if (frc != HF_OK)
+            return fence_fail(c, frc, "closing the frees' group before a collect", merr);
+    }
+    if (c->sync_fn) {
+        rc = device_sync(c);
+        if (rc != HEAPC_OK)
+            return rc;
+    } else if (c->kind == HM_CUDA || (c->fence_on && c->fence.waiting)) {
+        c->ctr.device_waits_avoided++;
+    }
+    rc = fence_reap(c, 0, 1);
     if (rc != HEAPC_OK)
         return rc;
     rc = flush_locked(c);
@@ -1219,6 +1317,8 @@ static int collect_locked(heapc *c)
         return rc;
     Heapd__Collect co = HEAPD__COLLECT__INIT;
     co.seq = c->next_seq;
+    co.stream_waiting = c->fence_on ? c->fence.waiting : 0;
+    co.device_waits_avoided = c->ctr.device_waits_avoided;
     Heapd__Frame req = HEAPD__FRAME__INIT;
     req.body_case = HEAPD__FRAME__BODY_COLLECT;
     req.collect = &co;
@@ -1353,7 +1453,9 @@ int heapc_detach(heapc *c)
         pthread_mutex_unlock(&c->mu);
         return rc;
     }
-    rc = flush_locked(c);
+    rc = fence_drain_all(c);
+    if (rc == HEAPC_OK)
+        rc = flush_locked(c);
     int frc = rc;
     char fmsg[ERRSTR_LEN];
     snprintf(fmsg, sizeof fmsg, "%s", c->errstr);
@@ -1494,6 +1596,9 @@ int heapc_status(heapc *c, heapc_status_t *out)
         GET(device_total);
         GET(device_sampled_ns);
         GET(updates);
+        GET(collects_skipped);
+        GET(stream_waiting);
+        GET(device_waits_avoided);
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
         if (__atomic_load_n(&p->seq, __ATOMIC_RELAXED) == s1)
             return HEAPC_OK;
@@ -1507,6 +1612,8 @@ int heapc_get_counters(heapc *c, heapc_counters *out)
     pthread_mutex_lock(&c->mu);
     *out = c->ctr;
     out->queued_frees = c->fq_n;
+    out->stream_waiting = c->fence_on ? c->fence.waiting : 0;
+    out->stream_markers = c->ctr.stream_markers + (c->fence_on ? c->fence.markers : 0);
     int rc = ok(c);
     pthread_mutex_unlock(&c->mu);
     return rc;
@@ -1582,6 +1689,7 @@ static int stats_locked(heapc *c, const char *heap, heapc_daemon_stats **out)
         o->released_bytes = h->released_bytes;
         o->free_bytes = h->free_bytes;
         o->collects = h->collects;
+        o->collects_skipped = h->collects_skipped;
         o->growths = h->growths;
         o->clients = h->clients;
         o->next_seq = h->next_seq;
@@ -1603,6 +1711,8 @@ static int stats_locked(heapc *c, const char *heap, heapc_daemon_stats **out)
             o->ranks[r].released_bytes = rs->released_bytes;
             o->ranks[r].next_seq = rs->next_seq;
             o->ranks[r].pid = rs->pid;
+            o->ranks[r].stream_waiting = rs->stream_waiting;
+            o->ranks[r].device_waits_avoided = rs->device_waits_avoided;
         }
     }
     rpc_done(rep, &raw);

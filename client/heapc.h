@@ -13,7 +13,7 @@
  *     void *p; uint64_t off;
  *     heapc_alloc(c, 1 << 20, &p, &off);            // same off on every rank
  *     ... heapc_peer_ptr(c, peer, off) ...
- *     heapc_free(c, off);                           // deferred
+ *     heapc_free(c, off);                           // deferred (or heapc_free_async)
  *     heapc_collect(c);                             // collective: reuse what all ranks freed
  *     heapc_detach(c);
  *     heapc_free_ctx(c);
@@ -224,9 +224,10 @@ int heapc_detach(heapc *c);
  * heapc_alloc must ask for the same size, else HEAPC_EASYMMETRY (heapd's
  * message names n and both sizes; this rank stays at n).
  * When heapd says a collect is needed first (before the heap grows, on the
- * policy's trigger, or forced by `heapctl collect`) the call syncs the device
- * (heapc_set_device_sync), sends the queued frees, takes part in the collect
- * (collective: waits for every rank) and retries. New chunks (own and local
+ * policy's trigger, or forced by `heapctl collect`) the call sends the queued
+ * frees whose stream work completed (heapc_free_async), takes part in the
+ * collect (collective: waits for every rank) and retries. It does not wait
+ * for the device (unless a hook is installed: heapc_set_device_sync). New chunks (own and local
  * peers') are mapped before the call returns.
  * HEAPC_EMAP: heapd made the allocation (the allocation number advanced and
  * *offset is set; free it as usual) but a new chunk could not be mapped.
@@ -234,7 +235,11 @@ int heapc_detach(heapc *c);
  * HEAPC_EVA_EXHAUSTED, HEAPC_ENOMEM, HEAPC_ETIMEOUT, HEAPC_EPEER_GONE, ... */
 int heapc_alloc(heapc *c, size_t size, void **ptr, uint64_t *offset);
 
-/* Releases the block at offset. Deferred: the offset is queued locally and
+/* Releases the block at offset: heapc_free_async(c, offset, NULL), the
+ * default stream (cuda backend: the legacy default stream, which waits for
+ * the work of every blocking stream of the context; host backend: no stream,
+ * the block is released at once).
+ * Deferred: the offset is queued locally and
  * sent to heapd in one batch when the queue reaches the batch size
  * (heapc_set_free_batch), before a collect, at heapc_flush and at detach.
  * The block is reused only after a collect that follows its release by every
@@ -246,6 +251,42 @@ int heapc_alloc(heapc *c, size_t size, void **ptr, uint64_t *offset);
  * (HEAPC_ENOTHELD naming it) is this call's result. */
 int heapc_free(heapc *c, uint64_t offset);
 
+/* Stream-ordered free: releases the block at offset once the work queued on
+ * `stream` so far has completed, so a kernel still reading or writing the
+ * block when this is called keeps it until it finished. stream: cuda
+ * backend, a CUstream / cudaStream_t of the heap's device (NULL: the legacy
+ * default stream); host backend, a heapc_hstream (NULL: none, released at
+ * once). Frees on one stream are batched: one completion marker (a CUDA
+ * event, recorded without timing) per run of frees on a stream, recorded
+ * when the run ends (a free on another stream, heapc_set_free_batch's
+ * count, heapc_flush, a collect). The marker is queried, never waited for,
+ * at heapc_flush and at every collect (one recorded by that very call gets
+ * at most 50 us of polling in all, so that an idle stream's block goes at
+ * once): only then is the block sent to heapd
+ * with the other queued frees. A block whose stream has not finished is
+ * simply not released at this collect; a later one reclaims it (the
+ * counters' stream_waiting counts such blocks). So a collect reclaims what
+ * every rank released and finished using, and no rank waits for its device.
+ * At heapc_detach every waiting block is sent (detach requires that no
+ * device work still touches the heap). An offset from an earlier connection
+ * (see heapc_free) is sent at once, without waiting for its stream: heapd's
+ * verdict is the call's result. Errors: those of heapc_free, and
+ * HEAPC_EBACKEND when the event cannot be recorded on stream (the message
+ * names the call and the stream). */
+int heapc_free_async(heapc *c, uint64_t offset, void *stream);
+
+/* A host stand-in for a device stream (host backend, and tests): a timeline
+ * of work items. heapc_hstream_begin starts one and returns its ticket;
+ * heapc_hstream_complete(s, t) marks every item up to ticket t done (any
+ * thread). A block freed with heapc_free_async(c, off, s) is released once
+ * every item begun before the free's marker is complete. Lock-free. */
+typedef struct heapc_hstream heapc_hstream;
+heapc_hstream *heapc_hstream_create(void);          /* NULL: out of memory */
+void heapc_hstream_destroy(heapc_hstream *s);       /* after the frees on it were sent */
+uint64_t heapc_hstream_begin(heapc_hstream *s);
+void heapc_hstream_complete(heapc_hstream *s, uint64_t ticket);
+uint64_t heapc_hstream_pending(heapc_hstream *s);   /* items begun, not complete */
+
 /* heapc_free of the block that starts at ptr (a pointer heapc_alloc or
  * heapc_ptr gave for this rank's own copy). HEAPC_EINVAL when ptr is not in
  * this rank's mapped heap. */
@@ -255,23 +296,26 @@ int heapc_free_ptr(heapc *c, void *ptr);
  * (1: every free is sent at once). */
 int heapc_set_free_batch(heapc *c, size_t n);
 
-/* Sends the queued frees now. */
+/* Checks the streams of blocks freed with heapc_free_async (no wait) and
+ * sends the queued frees now. */
 int heapc_flush(heapc *c);
 
-/* Collective: syncs the device, sends the queued frees and collects (every
- * rank must call it at the same point of its allocation sequence; heapd
- * reports HEAPC_EASYMMETRY otherwise). Blocks released by every rank become
- * reusable. Also usable as a barrier across the heap's ranks. */
+/* Collective: sends the queued frees (those freed on a stream once its work
+ * completed: heapc_free_async) and collects (every rank must call it at the
+ * same point of its allocation sequence; heapd reports HEAPC_EASYMMETRY
+ * otherwise). Blocks released by every rank become reusable. Also usable as
+ * a barrier across the heap's ranks (of the CPU: it does not sync the
+ * device; sync your own work first if peers read what you wrote). */
 int heapc_collect(heapc *c);
 
-/* The device sync run before every collect: it must make sure the device no
- * longer touches memory this rank released (cudaDeviceSynchronize, or a
- * stream sync of the streams that used the heap). fn returns 0, or non-zero
- * to fail the collect with HEAPC_ESYNC. NULL restores the default: nothing
- * on the host backend; on the cuda backend cuCtxSynchronize on the calling
- * thread's current context and on this rank's GPU's primary context (a
- * whole-device sync; install a hook to sync only the streams that used the
- * heap). */
+/* An optional device sync run before every collect (e.g.
+ * cudaDeviceSynchronize): after it, every block this rank freed counts as
+ * finished and is released at this collect. fn returns 0, or non-zero to
+ * fail the collect with HEAPC_ESYNC. NULL (the default) runs nothing: since
+ * issue 18 libheapc never syncs the device by itself; blocks wait for their
+ * own stream instead (heapc_free_async), checked without blocking. Install a
+ * hook only when frees must be reclaimed at the very next collect whatever
+ * the device still runs; it costs the whole queue of work on every rank. */
 typedef int (*heapc_sync_fn)(void *arg);
 int heapc_set_device_sync(heapc *c, heapc_sync_fn fn, void *arg);
 
@@ -329,6 +373,12 @@ typedef struct heapc_status_t {
     uint64_t device_free, device_total; /* sampled device memory */
     uint64_t device_sampled_ns;         /* CLOCK_MONOTONIC of that sample */
     uint64_t updates;         /* writes heapd made to the page */
+    /* Issue 18 (0 from an older heapd). */
+    uint64_t collects_skipped;     /* collects the coalesce policy did not ask for: one
+                                      had just run, or no block existed */
+    uint64_t stream_waiting;       /* this rank's blocks waiting for their stream, as
+                                      of its last collect */
+    uint64_t device_waits_avoided; /* this rank's collects without a device sync */
 } heapc_status_t;
 
 /* Reads the status page: loads from shared memory, no syscall, no driver
@@ -352,6 +402,12 @@ typedef struct heapc_counters {
     uint64_t last_reclaimed_blocks; /* what the last collect reclaimed */
     uint64_t last_reclaimed_bytes;
     uint64_t queued_frees;       /* frees queued now, not yet sent */
+    /* Issue 18: stream-ordered frees. */
+    uint64_t stream_waiting;     /* blocks freed whose stream work has not completed
+                                    (or was not checked yet): not yet sent */
+    uint64_t stream_markers;     /* completion markers (CUDA events) recorded */
+    uint64_t device_waits_avoided; /* collects without a device sync: no hook, and the
+                                    cuda backend or blocks waiting for a stream */
 } heapc_counters;
 int heapc_get_counters(heapc *c, heapc_counters *out);
 
@@ -362,6 +418,9 @@ typedef struct heapc_rank_stats {
     uint64_t released_bytes;     /* released by this rank, not yet reclaimed */
     uint64_t next_seq;           /* allocation number reached */
     uint32_t pid;                /* 0 when unknown */
+    uint64_t stream_waiting;     /* issue 18: blocks waiting for their stream at the
+                                    rank's last collect */
+    uint64_t device_waits_avoided; /* the rank's collects without a device sync */
 } heapc_rank_stats;
 
 typedef struct heapc_heap_stats {
@@ -382,6 +441,8 @@ typedef struct heapc_heap_stats {
     uint64_t device_total;
     size_t nranks;
     heapc_rank_stats *ranks;
+    uint64_t collects_skipped;   /* issue 18: collects the coalesce policy did not ask
+                                    for (one had just run, or no block existed) */
 } heapc_heap_stats;
 
 typedef struct heapc_daemon_stats {

@@ -95,6 +95,10 @@ static void hc_load(void)
         {(void **)&a->MemUnmap, "cuMemUnmap", NULL},
         {(void **)&a->MemSetAccess, "cuMemSetAccess", NULL},
         {(void **)&a->MemRelease, "cuMemRelease", NULL},
+        {(void **)&a->EventCreate, "cuEventCreate", NULL},
+        {(void **)&a->EventRecord, "cuEventRecord", NULL},
+        {(void **)&a->EventQuery, "cuEventQuery", NULL},
+        {(void **)&a->EventDestroy, "cuEventDestroy_v2", "cuEventDestroy"},
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         void *p = dlsym(lib, syms[i].name);

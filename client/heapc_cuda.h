@@ -50,6 +50,11 @@ typedef struct hc_cuda {
     __typeof__(cuMemUnmap) *MemUnmap;
     __typeof__(cuMemSetAccess) *MemSetAccess;
     __typeof__(cuMemRelease) *MemRelease;
+    /* stream-ordered frees (heapc_fence.c) */
+    __typeof__(cuEventCreate) *EventCreate;
+    __typeof__(cuEventRecord) *EventRecord;
+    __typeof__(cuEventQuery) *EventQuery;
+    __typeof__(cuEventDestroy_v2) *EventDestroy;
 } hc_cuda;
 
 /* The loaded table, cuInit done; NULL with a message in err when libcuda is

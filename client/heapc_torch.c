@@ -39,7 +39,7 @@
 
 typedef struct heapc heapc;
 typedef int (*alloc_fn)(heapc *c, size_t size, void **ptr, uint64_t *offset);
-typedef int (*free_fn)(heapc *c, uint64_t offset);
+typedef int (*free_fn)(heapc *c, uint64_t offset, void *stream); /* heapc_free_async */
 typedef const char *(*errstr_fn)(const heapc *c);
 typedef void *(*base_fn)(heapc *c, uint32_t rank);
 typedef uint32_t (*rank_fn)(heapc *c);
@@ -235,8 +235,9 @@ void heapc_torch_free(void *ptr, ssize_t size, int device, void *stream)
     for (int i = 0; i < MAXHEAPS; i++) {
         heapc *c = atomic_load_explicit(&heaps[i].c, memory_order_acquire);
         if (c && a >= atomic_load(&heaps[i].lo) && a < atomic_load(&heaps[i].hi)) {
-            /* Deferred: reused after a collect, which syncs the device first. */
-            h_free(c, a - atomic_load(&heaps[i].lo));
+            /* Stream-ordered (issue 18): released once the work torch queued
+             * on the block's stream completed, then reused after a collect. */
+            h_free(c, a - atomic_load(&heaps[i].lo), stream);
             atomic_fetch_add_explicit(&ctr[1], 1, memory_order_relaxed);
             return;
         }

@@ -30,8 +30,11 @@ static void usage(FILE *f)
 "                  mapped, live (held by some rank), released (released by every\n"
 "                  rank, awaiting a collect) and free, collects, growths, clients,\n"
 "                  allocations decided, the pending forced collect, parameters and\n"
-"                  device memory; per rank whether it is attached, its pid, live\n"
-"                  and released bytes and its next allocation number.\n"
+"                  device memory, collects the allocator skipped (SKIPPED); per\n"
+"                  rank whether it is attached, its pid, live and released bytes,\n"
+"                  its next allocation number, its blocks waiting for their\n"
+"                  stream (STREAM_WAIT) and its collects without a device sync\n"
+"                  (NO_SYNC), both as of its last collect.\n"
 "  collect HEAP    Force a collect on HEAP: every rank collects at the same\n"
 "                  allocation number, which heapctl prints. Ranks reach it when\n"
 "                  they next allocate.\n"
@@ -218,17 +221,18 @@ static void json_heap(const heapc_heap_stats *h)
            ", \"free_bytes\": %" PRIu64 ", \"collects\": %" PRIu64 ", \"growths\": %" PRIu64
            ", \"clients\": %" PRIu32 ", \"next_seq\": %" PRIu64 ", \"epoch\": %" PRIu64
            ", \"pending_collect_seq\": %" PRIu64 ", \"device_free\": %" PRIu64
-           ", \"device_total\": %" PRIu64 ", \"ranks\": [",
+           ", \"device_total\": %" PRIu64 ", \"collects_skipped\": %" PRIu64 ", \"ranks\": [",
            h->mapped, h->live_bytes, h->released_bytes, h->free_bytes, h->collects, h->growths,
            h->clients, h->next_seq, h->epoch, h->pending_collect_seq, h->device_free,
-           h->device_total);
+           h->device_total, h->collects_skipped);
     for (size_t r = 0; r < h->nranks; r++) {
         const heapc_rank_stats *k = &h->ranks[r];
         printf("%s{\"rank\": %" PRIu32 ", \"attached\": %s, \"pid\": %" PRIu32
                ", \"live_bytes\": %" PRIu64 ", \"released_bytes\": %" PRIu64
-               ", \"next_seq\": %" PRIu64 "}",
+               ", \"next_seq\": %" PRIu64 ", \"stream_waiting\": %" PRIu64
+               ", \"device_waits_avoided\": %" PRIu64 "}",
                r ? ", " : "", k->rank, k->attached ? "true" : "false", k->pid, k->live_bytes,
-               k->released_bytes, k->next_seq);
+               k->released_bytes, k->next_seq, k->stream_waiting, k->device_waits_avoided);
     }
     fputs("]}", stdout);
 }
@@ -305,14 +309,15 @@ static int cmd_stats(heapc *c, const char *heap, int json)
                                "COLLECTS", "GROWTHS", "ALLOCS", "COLLECT_AT"};
     static const int hr[] = {0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     static const char *ph[] = {"HEAP", "POLICY", "CHUNK", "INITIAL", "VA", "MIN_BLOCK",
-                               "TIMEOUT", "EPOCH", "DEVICE_FREE", "DEVICE_TOTAL"};
-    static const int pr[] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
-    static const char *rh[] = {"HEAP", "RANK", "ATTACHED", "PID", "LIVE", "RELEASED", "NEXT_SEQ"};
-    static const int rr[] = {0, 1, 0, 1, 1, 1, 1};
+                               "TIMEOUT", "EPOCH", "DEVICE_FREE", "DEVICE_TOTAL", "SKIPPED"};
+    static const int pr[] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    static const char *rh[] = {"HEAP", "RANK", "ATTACHED", "PID", "LIVE", "RELEASED", "NEXT_SEQ",
+                               "STREAM_WAIT", "NO_SYNC"};
+    static const int rr[] = {0, 1, 0, 1, 1, 1, 1, 1, 1};
     table th, tp, tr;
     tbl_init(&th, 11, hh, hr);
-    tbl_init(&tp, 10, ph, pr);
-    tbl_init(&tr, 7, rh, rr);
+    tbl_init(&tp, 11, ph, pr);
+    tbl_init(&tr, 9, rh, rr);
     int rc = 0;
     for (size_t i = 0; i < s->nheaps && rc == 0; i++) {
         const heapc_heap_stats *h = &s->heaps[i];
@@ -351,6 +356,7 @@ static int cmd_stats(heapc *c, const char *heap, int json)
             cellf(prow[8], "-");
             cellf(prow[9], "-");
         }
+        cellf(prow[10], "%" PRIu64, h->collects_skipped);
         for (size_t r = 0; r < h->nranks; r++) {
             const heapc_rank_stats *k = &h->ranks[r];
             char(*rrow)[CELL] = tbl_row(&tr);
@@ -368,6 +374,8 @@ static int cmd_stats(heapc *c, const char *heap, int json)
             human(k->live_bytes, rrow[4], CELL);
             human(k->released_bytes, rrow[5], CELL);
             cellf(rrow[6], "%" PRIu64, k->next_seq);
+            cellf(rrow[7], "%" PRIu64, k->stream_waiting);
+            cellf(rrow[8], "%" PRIu64, k->device_waits_avoided);
         }
     }
     if (rc == 0) {

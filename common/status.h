@@ -42,6 +42,12 @@ typedef struct hs_page {
     uint64_t device_total;
     uint64_t device_sampled_ns; /* CLOCK_MONOTONIC time of that sample */
     uint64_t updates;        /* number of completed writes */
+    /* Appended by issue 18 (still version 1: an older heapd leaves them 0,
+     * an older reader stops before them). */
+    uint64_t collects_skipped;     /* collects the allocator did not ask for */
+    uint64_t stream_waiting;       /* this rank's blocks waiting for their stream
+                                      (as of its last collect) */
+    uint64_t device_waits_avoided; /* this rank's collects without a device sync */
 } hs_page;
 
 #endif

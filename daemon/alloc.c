@@ -462,8 +462,16 @@ static void sort_offsets(uint64_t *v, size_t n, uint32_t kmin, uint32_t bits)
  *   seed:     bump % min_block == 0, bump <= E, every block and every LIFO
  *             entry lies below bump, lifo[k] holds free blocks of class k.
  *   collect_asked    == ha_alloc answered HA_NEED_COLLECT and no collect ran since;
- *   collect_answered == a collect ran after that answer, and no allocation
- *                       has succeeded or failed with HA_EVA since.
+ *   collect_answered == seed: a collect ran after that answer; coalesce: a
+ *                       collect ran (asked for or not: explicit and forced
+ *                       ones count too); and no allocation has succeeded or
+ *                       failed with HA_EVA since.
+ *   asked_answered   == the seed's rule would not ask for a collect now: one
+ *                       ran after an HA_NEED_COLLECT answer (or coalesce
+ *                       skipped one it would have asked for, counted in
+ *                       collects_skipped at the growth), and no allocation has succeeded
+ *                       or failed with HA_EVA since. Only counts; decides
+ *                       nothing under coalesce.
  *   (Both depend only on the allocation sequence and collects, never on
  *   which rank released what when, so every node decides alike.)
  */
@@ -482,6 +490,7 @@ struct ha_heap {
                                       * freebits[k], or HA_EMPTY (not known) */
     uint64_t cls_alloc[64];    /* allocations of size bin k (decayed) */
     uint64_t cls_reclaim[64];  /* reclaims of size bin k (decayed alike) */
+    uint64_t cls_seen[64];     /* cls_alloc[k] at the last collect (decayed alike) */
     uint64_t used_at_collect;  /* mapped - free_bytes after the last collect */
     /* seed */
     ha_vec lifo[64];
@@ -489,7 +498,9 @@ struct ha_heap {
     /* counters */
     uint64_t live_bytes, pending_bytes, free_bytes;
     uint64_t allocs, frees, collects, growths, handed_since_collect;
-    bool collect_asked, collect_answered;
+    bool collect_asked, collect_answered, asked_answered;
+    bool skip_pending;         /* the last HA_NEED_GROW skipped a collect the seed's rule asks for */
+    uint64_t collects_skipped; /* coalesce: collects the seed's rule would have asked for */
     uint64_t *held_bytes, *rel_bytes; /* per rank */
 };
 
@@ -678,9 +689,12 @@ static void fx_insert_merge(ha_heap *h, uint64_t start, uint64_t len)
     fx_add(h, start, len);
 }
 
-/* Size bins whose blocks mostly die before a collect go top-down. */
 /* Size bins whose blocks mostly (CO_HOT_PCT percent) die before a collect
- * go top-down; the others bottom-up. */
+ * go top-down; the others bottom-up. Also top-down: a bin every block of
+ * which, allocated before the last collect, was reclaimed (cls_seen), so
+ * that a pure scratch bin keeps sweeping from the top between two collects
+ * instead of turning bottom-up as its new, not yet collectable, blocks
+ * dilute the ratio (fewer compaction collects: the review's models). */
 #define CO_HOT_PCT 95
 /* Compaction collects (see ha_alloc): a bottom-up block that would end more
  * than mapped / CO_HIGH_DIV above what the last collect left in use, or a
@@ -691,7 +705,8 @@ static void fx_insert_merge(ha_heap *h, uint64_t start, uint64_t len)
 
 static bool co_top_down(const ha_heap *h, uint32_t k)
 {
-    return h->cls_alloc[k] > 0 && 100 * h->cls_reclaim[k] > CO_HOT_PCT * h->cls_alloc[k];
+    return (h->cls_alloc[k] > 0 && 100 * h->cls_reclaim[k] > CO_HOT_PCT * h->cls_alloc[k]) ||
+           (h->cls_seen[k] > 0 && h->cls_reclaim[k] >= h->cls_seen[k]);
 }
 
 /* Is a better than b for the direction? (b may be NULL.) */
@@ -895,7 +910,7 @@ int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res)
                 return ask_collect(h, res, HA_COLLECT_FULL);
             uint64_t need = h->bump + c;
             if (need > h->p.va_size) {
-                h->collect_answered = false;
+                h->collect_answered = h->asked_answered = false;
                 return HA_EVA;
             }
             res->grow_chunks = (uint32_t)((need - h->mapped + h->p.chunk_size - 1) / h->p.chunk_size);
@@ -916,19 +931,31 @@ int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res)
         if (found)
             off = co_carve(h, fit, c, down);
         if (!found) {
-            if (!h->collect_answered)
+            /* No provably empty collect: none when a collect already ran
+             * since the last allocation (whoever started it), none when no
+             * block exists (a fresh heap; tab.count is the same on every
+             * node: blocks appear at allocations and go at collects). */
+            if (!h->collect_answered && h->tab.count > 0)
                 return ask_collect(h, res, HA_COLLECT_FULL);
             uint64_t need = co_top_free_run(h) + c;
             if (need > h->p.va_size) {
-                h->collect_answered = false;
+                /* No growth can help: a collect the seed's rule asks for
+                 * may (blocks may have been freed since the last one), so
+                 * ask for it rather than fail. */
+                if (!h->asked_answered && h->tab.count > 0)
+                    return ask_collect(h, res, HA_COLLECT_FULL);
+                h->collect_answered = h->asked_answered = h->skip_pending = false;
                 return HA_EVA;
             }
+            /* Counted when the growth happens (an answer changes no stats). */
+            h->skip_pending = !h->asked_answered;
             res->grow_chunks = (uint32_t)((need - h->mapped + h->p.chunk_size - 1) / h->p.chunk_size);
             return HA_NEED_GROW;
         }
         if (++h->cls_alloc[k] >= HA_DECAY_AT) {
             h->cls_alloc[k] /= 2;
             h->cls_reclaim[k] /= 2;
+            h->cls_seen[k] /= 2;
         }
     }
     tb_insert(&h->tab, off, c, h->p.ranks);
@@ -938,7 +965,7 @@ int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res)
     h->free_bytes -= c;
     h->allocs++;
     h->handed_since_collect += c;
-    h->collect_answered = false;
+    h->collect_answered = h->asked_answered = h->skip_pending = false;
     res->offset = off;
     res->block_size = c;
     HA_DEBUG_CHECK(h, "ha_alloc");
@@ -963,6 +990,11 @@ int ha_grow(ha_heap *h, uint32_t chunks)
     }
     h->free_bytes += add;
     h->growths++;
+    if (h->skip_pending) {
+        h->collects_skipped++;
+        h->asked_answered = true; /* count each skip once */
+        h->skip_pending = false;
+    }
     HA_DEBUG_CHECK(h, "ha_grow");
     return HA_OK;
 }
@@ -1054,7 +1086,12 @@ static void reclaim_sorted(ha_heap *h, const uint64_t *offs, size_t n, uint64_t 
     h->used_at_collect = h->mapped - h->free_bytes;
     if (h->collect_asked) {
         h->collect_asked = false;
-        h->collect_answered = true;
+        h->collect_answered = h->asked_answered = true;
+    }
+    h->skip_pending = false;
+    if (h->p.policy == HA_POLICY_COALESCE) {
+        h->collect_answered = true; /* every collect answers (docs/design.md) */
+        memcpy(h->cls_seen, h->cls_alloc, sizeof h->cls_seen);
     }
     if (bytes)
         *bytes = total;
@@ -1155,6 +1192,7 @@ void ha_get_stats(const ha_heap *h, ha_stats *s)
     s->collects = h->collects;
     s->growths = h->growths;
     s->handed_since_collect = h->handed_since_collect;
+    s->collects_skipped = h->collects_skipped;
     if (h->p.policy == HA_POLICY_SEED) {
         s->top = h->bump;
     } else {

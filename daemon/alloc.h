@@ -35,8 +35,13 @@
  * Once ha_alloc has asked for a collect and a collect has run, it does not
  * ask again until an allocation succeeds or fails with HA_EVA, so the loop
  * terminates: collect, then (only if still needed) grow, then succeed or
- * fail. (A collect the caller runs on its own does not count: the next
- * allocation that would grow still asks for one.) These decisions depend only
+ * fail. Under the coalesce policy every collect answers, the ones the caller
+ * runs on its own (explicit, forced) included, and no collect is asked for
+ * while no block exists (a fresh heap grows at once): a collect that can
+ * reclaim nothing is never asked for. (When the heap cannot grow, va_size
+ * reached, the seed's rule decides: a collect rather than HA_EVA.) Under the seed policy a collect the
+ * caller runs on its own does not count (the seed's algorithm, unchanged).
+ * These decisions depend only
  * on the allocation sequence and collects, never on which rank released what
  * when, so every node of a multi-node heap decides alike.
  */
@@ -110,6 +115,9 @@ typedef struct ha_stats {
     uint64_t growths;         /* ha_grow calls */
     uint64_t handed_since_collect; /* bytes handed out since the last collect */
     uint64_t top;             /* highest byte in use or pending + 1 (seed: bump) */
+    uint64_t collects_skipped; /* coalesce: collects before a growth not asked for
+                                * because one had just run (explicit or forced
+                                * ones included) or no block existed; 0 (seed) */
 } ha_stats;
 
 typedef struct ha_heap ha_heap;

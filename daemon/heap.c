@@ -47,6 +47,7 @@ typedef struct hd_rank {
     uint64_t collect_id;
     hd_status status;         /* the rank's status page (fd -1 until joined) */
     uint64_t dev_free, dev_total, dev_ns; /* last device memory sample */
+    uint64_t stream_waiting, dev_waits_avoided; /* from the rank's last Collect */
 } hd_rank;
 
 /* Invariants:
@@ -134,6 +135,7 @@ static void heap_publish(hd_heap *h)
     v.growths = st.growths;
     v.allocs = h->decided;
     v.epoch = h->epoch;
+    v.collects_skipped = st.collects_skipped;
     for (uint32_t q = 0; q < h->world_size; q++) {
         hd_rank *k = &h->ranks[q];
         if (!k->joined)
@@ -142,6 +144,8 @@ static void heap_publish(hd_heap *h)
         v.device_free = k->dev_free;
         v.device_total = k->dev_total;
         v.device_sampled_ns = k->dev_ns;
+        v.stream_waiting = k->stream_waiting;
+        v.device_waits_avoided = k->dev_waits_avoided;
         hd_status_write(&k->status, &v);
     }
 }
@@ -1034,6 +1038,8 @@ void hd_heap_collect(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Colle
     }
     k->in_collect = true;
     k->collect_id = id;
+    k->stream_waiting = m->stream_waiting;
+    k->dev_waits_avoided = m->device_waits_avoided;
     h->coll_waiting++;
     if (h->coll_waiting == h->local_size)
         collect_finish(h);
@@ -1600,6 +1606,7 @@ void hd_heap_stats(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Stats *
         s->released_bytes = st.pending_bytes;
         s->free_bytes = st.free_bytes;
         s->collects = st.collects;
+        s->collects_skipped = st.collects_skipped;
         s->growths = st.growths;
         s->clients = h->nattached;
         s->next_seq = h->decided;
@@ -1630,6 +1637,8 @@ void hd_heap_stats(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Stats *
                 ha_rank_stats(h->core, h->ranks[q].lidx, &rs[j].live_bytes, &rs[j].released_bytes);
             rs[j].next_seq = h->ranks[q].next_seq;
             rs[j].pid = (uint32_t)h->ranks[q].pid;
+            rs[j].stream_waiting = h->ranks[q].stream_waiting;
+            rs[j].device_waits_avoided = h->ranks[q].dev_waits_avoided;
             j++;
         }
         hsp[i] = s;

@@ -34,9 +34,12 @@ static void usage(FILE *f)
             "Replays TRACE (\"-\" reads stdin) through heapd's allocator core and prints\n"
             "one summary line:\n"
             "  mapped=BYTES growths=N collects=N live=BYTES pending=BYTES free=BYTES\n"
-            "  allocs=N frees=N triggered=N policy=NAME\n"
+            "  allocs=N frees=N triggered=N overlaps=N policy=NAME empty=N skipped=N\n"
             "(collects counts explicit and triggered ones; triggered counts those an\n"
-            "allocation asked for, before growing or on the seed policy's trigger).\n"
+            "allocation asked for, before growing or on the seed policy's trigger;\n"
+            "empty counts collects that reclaimed nothing; skipped counts collects\n"
+            "before a growth the coalesce policy did not ask for because one had just\n"
+            "run or no block existed, where the seed's rule asks).\n"
             "\n"
             "options:\n"
             "  --policy P   allocator policy: coalesce (default) or seed\n"
@@ -185,6 +188,7 @@ typedef struct sim {
     uint32_t ranks;
     id_map ids;
     uint64_t triggered; /* collects ha_alloc asked for */
+    uint64_t empty;     /* collects that reclaimed nothing */
     /* The overlap checker, independent of the allocator core: one bit per
      * min_block of the blocks handed out and not yet reclaimed (a block
      * every rank freed is reclaimed at the next collect). */
@@ -368,7 +372,10 @@ static uint64_t occ_mark(sim *s, uint64_t off, uint64_t size, int on)
 
 static int collect_all(sim *s)
 {
-    int rc = ha_collect(s->heap, NULL, NULL);
+    uint64_t blocks = 0;
+    int rc = ha_collect(s->heap, &blocks, NULL);
+    if (rc >= 0 && blocks == 0)
+        s->empty++;
     if (rc < 0)
         return failed_at(s, "collect failed: %s", ha_strerror(rc));
     for (size_t i = 0; i < s->nrel; i++)
@@ -576,9 +583,11 @@ static void print_summary(const sim *s)
     ha_get_stats(s->heap, &st);
     printf("mapped=%" PRIu64 " growths=%" PRIu64 " collects=%" PRIu64 " live=%" PRIu64
            " pending=%" PRIu64 " free=%" PRIu64 " allocs=%" PRIu64 " frees=%" PRIu64
-           " triggered=%" PRIu64 " overlaps=%" PRIu64 " policy=%s\n",
+           " triggered=%" PRIu64 " overlaps=%" PRIu64 " policy=%s empty=%" PRIu64
+           " skipped=%" PRIu64 "\n",
            st.mapped, st.growths, st.collects, st.live_bytes, st.pending_bytes, st.free_bytes,
-           st.allocs, st.frees, s->triggered, s->overlaps, ha_policy_name(s->policy));
+           st.allocs, st.frees, s->triggered, s->overlaps, ha_policy_name(s->policy), s->empty,
+           st.collects_skipped);
 }
 
 static void sim_free(sim *s)

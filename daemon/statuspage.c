@@ -72,6 +72,9 @@ void hd_status_write(hd_status *s, const hs_page *v)
     PUT(device_free);
     PUT(device_total);
     PUT(device_sampled_ns);
+    PUT(collects_skipped);
+    PUT(stream_waiting);
+    PUT(device_waits_avoided);
     __atomic_store_n(&p->updates, p->updates + 1, __ATOMIC_RELAXED);
     __atomic_store_n(&p->seq, seq + 2, __ATOMIC_RELEASE);
 }

@@ -74,6 +74,8 @@ def train(args):
         lossbuf.fill_(loss.item())
         dist.all_reduce(lossbuf)
         if nxt in local and nxt != rank:
+            if cuda:                                 # the collect is a barrier of the CPUs,
+                torch.cuda.current_stream().synchronize()   # not of the devices (issue 18)
             heap.collect()                           # every rank's buffer is reduced
             peer = heap.peer(grads, nxt)
             if not torch.allclose(peer.to(dev), grads):

@@ -9,7 +9,10 @@
 # Runs: check_backend (its cuda TCase must run, not skip); heapd with
 # backend = cuda on a temporary socket and collect_timeout_ms = 15000;
 # prog_gpu_ranks with 2 and 4 rank processes (hook = cuCtxSynchronize) and 2
-# ranks with libheapc's default device sync; `heapctl stats` while a heap is
+# ranks with libheapc's default (no device sync); prog_stream_free (issue 18:
+# stream-ordered frees, a ~50 ms kernel in flight on every rank while an
+# allocation triggers a collect, with and without the old sync hook);
+# `heapctl stats` while a heap is
 # attached (DEVICE_FREE/TOTAL must be nonzero); gpu_bench against that heapd;
 # check_nccl with real NCCL; nccl_bench; torch's anchors; python/heapd with
 # torch on the GPU (tests/gpu/test_torch_gpu.py) and bench/torch_bench.py;
@@ -31,11 +34,11 @@
 # check runs it (tests/it_gpu_host.sh).
 set -u
 B=${1:-build-gpu}
-BE=cuda; RANKOPT=; BENCHOPT=; NBOPT=; SCALE=1; BUDGET=${GPU_SH_BUDGET:-330}
+BE=cuda; RANKOPT=; BENCHOPT=; NBOPT=; SFOPT=; SCALE=1; BUDGET=${GPU_SH_BUDGET:-330}
 if [ "${GPU_SH_HOST:-0}" = 1 ]; then
     # The dry run runs in make check, on a loaded 2-core machine and under
     # ASan: the step timeouts are 4 times longer, the budget 900 s.
-    BE=host; RANKOPT="--host --chunk 32M"; BENCHOPT="--backend host --sizes 4K,2M,64M"; NBOPT="--iters 20000 --max-blocks 10000"
+    BE=host; RANKOPT="--host --chunk 32M"; BENCHOPT="--backend host --sizes 4K,2M,64M"; NBOPT="--iters 20000 --max-blocks 10000"; SFOPT=--host
     # make check's sanitizer pass: heapd validates its heap at every call
     [ "${HEAPD_VALIDATING:-}" = 1 ] && NBOPT="--iters 20000 --max-blocks 1000"
     SCALE=4; BUDGET=${GPU_SH_BUDGET:-900}
@@ -91,7 +94,7 @@ main() {
     else
         echo "gpu.sh: no nvidia-smi on PATH"
     fi
-    for f in heapd heapctl tests/check_backend tests/prog_gpu_ranks bench/gpu_bench; do
+    for f in heapd heapctl tests/check_backend tests/prog_gpu_ranks tests/prog_stream_free bench/gpu_bench; do
         if [ ! -x "$B/$f" ]; then
             result build FAIL "$B/$f is missing: build with make HEAPD_INNER=1 STATIC=1 BUILD=$B all"
             return
@@ -159,6 +162,32 @@ EOF
     echo; echo "== prog_gpu_ranks --ranks 2 --no-hook (libheapc's default device sync)"
     step rd 60 "$B/tests/prog_gpu_ranks" --socket "$S" --ranks 2 --heap defsync --no-hook --timeout 20 $RANKOPT
     if [ $rc = 0 ]; then result gpu_ranks_default_sync ok; else result gpu_ranks_default_sync FAIL "$(why $rc)"; fi
+
+    # 3b. issue 18: stream-ordered frees. Each of 2 ranks starts a ~50 ms kernel that then
+    # writes into a block B, frees B on the kernel's stream, and makes an allocation that
+    # triggers a collect (timed). Round "stream" (libheapc's default, no device sync): B
+    # waits for its stream, the allocation does not wait for the kernel (target: < 1 ms on
+    # the GPU) and the next owner's data survives the kernel's late write; round "hook"
+    # (cuCtxSynchronize, the old default): the allocation waits for the kernel.
+    # Host dry run: the kernel is a thread on a heapc_hstream (no figures that mean anything).
+    echo; echo "== prog_stream_free --ranks 2 (stream-ordered frees, issue 18)"
+    step sf 30 "$B/tests/prog_stream_free" --socket "$S" --ranks 2 --timeout 10 $SFOPT
+    sfs=$(sed -n 's/^t alloc_stream_us //p' "$T/sf.out" | sort -n | tail -1)
+    sfh=$(sed -n 's/^t alloc_hook_us //p' "$T/sf.out" | sort -n | tail -1)
+    sfr=$(grep -c '^t kernel_running_after_alloc_stream 1' "$T/sf.out")
+    echo "stream_free alloc_stream_us_slowest_rank ${sfs:-?}" >>"$T/timings.txt"
+    echo "stream_free alloc_hook_us_slowest_rank ${sfh:-?}" >>"$T/timings.txt"
+    sfd="allocation triggering a collect with a 50 ms kernel in flight, slowest of 2 ranks: ${sfs:-?} us stream-ordered, ${sfh:-?} us with the old cuCtxSynchronize hook; kernel still running after it on $sfr of 2 ranks; next owners' data intact"
+    [ $BE = host ] && sfd="host dry run, a thread for the kernel (no meaningful figures): $sfd"
+    if [ $rc != 0 ]; then
+        result stream_free FAIL "$(why $rc)"
+    elif [ $BE = cuda ] && grep -q 'skipped: no GPU' "$T/sf.out"; then
+        result stream_free FAIL "skipped: no GPU seen"
+    elif [ $BE = cuda ] && ! awk -v v="${sfs:-1e9}" 'BEGIN { exit !(v < 1000) }'; then
+        result stream_free FAIL "not under 1 ms: $sfd"
+    else
+        result stream_free ok "$sfd"
+    fi
 
     # 4. heapctl stats while the 2-rank heap was attached.
     echo; echo "== heapctl stats (taken while 2 ranks were attached)"

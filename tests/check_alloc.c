@@ -474,7 +474,10 @@ END_TEST
 START_TEST(collect_before_grow_after_free)
 {
     /* An explicit collect, then every rank frees a block, then an allocation
-     * that fits only in that block: collect first, then no growth. */
+     * that fits only in that block. Seed: a collect the caller ran on its own
+     * does not count: collect first, then no growth. Coalesce: every collect
+     * answers (issue 18): no second collect, the heap grows; the next
+     * collect reclaims the block. */
     ha_policy pol = policies[_i];
     ha_heap *h = mk(pol, 2, 1 * MiB, 1 * MiB, 64 * MiB, 512);
     uint64_t a = must_alloc(h, 512 * KiB, NULL);
@@ -485,6 +488,31 @@ START_TEST(collect_before_grow_after_free)
     ha_alloc_result res;
     loop_out lo;
     ck_assert_int_eq(alloc_loop(h, 512 * KiB, &res, &lo), HA_OK);
+    if (pol == HA_POLICY_COALESCE) {
+        ck_assert_msg(lo.collects == 0 && lo.grows == 1 && res.offset == 1 * MiB,
+                      "coalesce: heap of 1 MiB with two 512 KiB blocks; collect; every rank "
+                      "frees one; allocating 512 KiB took %d collects and %d growths and gave "
+                      "offset %" PRIu64 ", want no collect (one just ran), a growth, offset "
+                      "1 MiB",
+                      lo.collects, lo.grows, res.offset);
+        ck_assert_uint_eq(stats(h).collects_skipped, 1);
+        ck_assert_uint_eq(stats(h).pending_bytes, 512 * KiB);
+        ha_destroy(h);
+        /* The same at va_size (no growth possible): the collect, not HA_EVA. */
+        h = mk(pol, 2, 1 * MiB, 1 * MiB, 1 * MiB, 512);
+        a = must_alloc(h, 512 * KiB, NULL);
+        must_alloc(h, 512 * KiB, NULL);
+        collect(h);
+        free_all_ranks(h, 2, a);
+        int rc = alloc_loop(h, 512 * KiB, &res, &lo);
+        ck_assert_msg(rc == HA_OK && lo.collects == 1 && res.offset == a,
+                      "coalesce at va_size: collect; every rank frees a block; allocating it "
+                      "again gave %d (%s) after %d collects at offset %" PRIu64 ", want HA_OK "
+                      "after 1 collect at %" PRIu64,
+                      rc, ha_strerror(rc), lo.collects, res.offset, a);
+        ha_destroy(h);
+        return;
+    }
     ck_assert_msg(lo.collects == 1 && lo.grows == 0 && res.offset == a,
                   "%s: heap of 1 MiB with two 512 KiB blocks; collect; every rank frees the "
                   "one at %" PRIu64 "; allocating 512 KiB took %d collects and %d growths "
@@ -497,6 +525,37 @@ START_TEST(collect_before_grow_after_free)
 END_TEST
 
 /* ---- frees -------------------------------------------------------------- */
+
+START_TEST(no_provably_empty_collects)
+{
+    /* A fresh heap that must grow: coalesce grows without a collect (no
+     * block exists), the seed collects first. Then, with blocks live, an
+     * explicit collect followed by an allocation that must grow: coalesce
+     * grows at once (the collect answered), the seed collects again. */
+    ha_policy pol = policies[_i];
+    int co = pol == HA_POLICY_COALESCE;
+    ha_heap *h = mk(pol, 2, 1 * MiB, 1 * MiB, 64 * MiB, 512);
+    ha_alloc_result res;
+    loop_out lo;
+    ck_assert_int_eq(alloc_loop(h, 2 * MiB, &res, &lo), HA_OK);
+    ck_assert_msg(lo.collects == (co ? 0 : 1) && lo.grows == 1,
+                  "%s: first allocation of 2 MiB in a fresh 1 MiB heap took %d collects and "
+                  "%d growths, want %d collects and 1 growth",
+                  ha_policy_name(pol), lo.collects, lo.grows, co ? 0 : 1);
+    collect(h);
+    ck_assert_int_eq(alloc_loop(h, 4 * MiB, &res, &lo), HA_OK);
+    ck_assert_msg(lo.collects == (co ? 0 : 1) && lo.grows == 1,
+                  "%s: explicit collect, then an allocation that must grow took %d collects "
+                  "and %d growths, want %d collects and 1 growth",
+                  ha_policy_name(pol), lo.collects, lo.grows, co ? 0 : 1);
+    ck_assert_uint_eq(stats(h).collects_skipped, co ? 2 : 0);
+    /* After a successful allocation the next growth collects again. */
+    ck_assert_int_eq(alloc_loop(h, 8 * MiB, &res, &lo), HA_OK);
+    ck_assert_int_eq(lo.collects, 1);
+    valid(h);
+    ha_destroy(h);
+}
+END_TEST
 
 START_TEST(free_errors_leave_heap_unchanged)
 {
@@ -1416,6 +1475,7 @@ static Suite *alloc_suite(void)
     tcase_add_loop_test(tc, eva_past_va_size, 0, 2);
     tcase_add_loop_test(tc, alloc_after_eva_collects, 0, 2);
     tcase_add_loop_test(tc, collect_before_grow_after_free, 0, 2);
+    tcase_add_loop_test(tc, no_provably_empty_collects, 0, 2);
     tcase_add_loop_test(tc, free_errors_leave_heap_unchanged, 0, 2);
     tcase_add_loop_test(tc, partial_release_not_reclaimed, 0, 2);
     tcase_add_loop_test(tc, collect_apply_subset, 0, 2);

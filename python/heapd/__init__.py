@@ -352,13 +352,23 @@ class Heap:
                              "copy of this heap")
         return p - self._base
 
-    def free(self, t):
+    def free(self, t, stream=None):
         """Releases the block t lies in (deferred until a collect that follows
-        every rank's release; any order on any rank). t must not be used after
-        that collect. NotHeldError for a double free."""
+        every rank's release; any order on any rank). Stream-ordered: a CUDA
+        tensor's block is released once the work queued so far on `stream`
+        (default: torch's current stream of t's device, the stream t was
+        used on) completed; nobody waits for it (heapc_free_async). t must
+        not be used after the free. NotHeldError for a double free."""
         c = self._cx()
         st = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
-        rc = L.free(c, self._offset_of_ptr(st.data_ptr()))
+        off = self._offset_of_ptr(st.data_ptr())
+        if stream is None and getattr(t, "is_cuda", False):
+            import torch
+            stream = torch.cuda.current_stream(t.device)
+        if stream is not None:
+            rc = L.free_async(c, off, int(getattr(stream, "cuda_stream", stream)) or None)
+        else:
+            rc = L.free(c, off)
         if rc:
             _raise(c, rc)
 
@@ -377,8 +387,9 @@ class Heap:
 
     def collect(self):
         """Collective: every rank calls it at the same point of its allocation
-        sequence. Syncs the device, sends the queued frees; blocks released by
-        every rank become reusable. Also a barrier of the heap's ranks."""
+        sequence. Sends the queued frees (a CUDA tensor's once its stream's
+        work completed; no device sync); blocks released by every rank become
+        reusable. Also a barrier of the heap's ranks (not of the device)."""
         c = self._cx()
         rc = L.collect(c)
         if rc:

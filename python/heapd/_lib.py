@@ -59,7 +59,7 @@ class Status(Structure):
     _fields_ = [(n, c_uint64) for n in (
         "mapped", "live", "released", "free", "rank_held", "rank_released", "collects",
         "growths", "allocs", "epoch", "device_free", "device_total", "device_sampled_ns",
-        "updates")]
+        "updates", "collects_skipped", "stream_waiting", "device_waits_avoided")]
 
     def as_dict(self):
         return {n: getattr(self, n) for n, _ in self._fields_}
@@ -71,12 +71,14 @@ class Status(Structure):
 class Counters(Structure):
     _fields_ = [(n, c_uint64) for n in (
         "allocs", "frees", "free_batches", "collects", "collects_needed", "chunks_mapped",
-        "heap_collects", "last_reclaimed_blocks", "last_reclaimed_bytes", "queued_frees")]
+        "heap_collects", "last_reclaimed_blocks", "last_reclaimed_bytes", "queued_frees",
+        "stream_waiting", "stream_markers", "device_waits_avoided")]
 
 
 class RankStats(Structure):
     _fields_ = [("rank", c_uint32), ("attached", c_int), ("live_bytes", c_uint64),
-                ("released_bytes", c_uint64), ("next_seq", c_uint64), ("pid", c_uint32)]
+                ("released_bytes", c_uint64), ("next_seq", c_uint64), ("pid", c_uint32),
+                ("stream_waiting", c_uint64), ("device_waits_avoided", c_uint64)]
 
 
 class HeapStats(Structure):
@@ -86,7 +88,7 @@ class HeapStats(Structure):
                 ("clients", c_uint32), ("next_seq", c_uint64), ("epoch", c_uint64),
                 ("pending_collect_seq", c_uint64), ("device_free", c_uint64),
                 ("device_total", c_uint64), ("nranks", c_size_t),
-                ("ranks", POINTER(RankStats))]
+                ("ranks", POINTER(RankStats)), ("collects_skipped", c_uint64)]
 
 
 class DaemonStats(Structure):
@@ -116,6 +118,7 @@ get_params = _fn("heapc_get_params", c_int, H, POINTER(Params))
 detach = _fn("heapc_detach", c_int, H)
 alloc = _fn("heapc_alloc", c_int, H, c_size_t, POINTER(c_void_p), POINTER(c_uint64))
 free = _fn("heapc_free", c_int, H, c_uint64)
+free_async = _fn("heapc_free_async", c_int, H, c_uint64, c_void_p)
 flush = _fn("heapc_flush", c_int, H)
 set_free_batch = _fn("heapc_set_free_batch", c_int, H, c_size_t)
 collect = _fn("heapc_collect", c_int, H)

@@ -351,7 +351,7 @@ def install_allocator():
         shim = ctypes.CDLL(path)
         addr = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
         _set(shim.heapc_torch_init, ctypes.c_int, [ctypes.c_void_p] * 6)
-        if shim.heapc_torch_init(addr(L.alloc), addr(L.free), addr(L.errstr), addr(L.base),
+        if shim.heapc_torch_init(addr(L.alloc), addr(L.free_async), addr(L.errstr), addr(L.base),
                                  addr(L.rank), addr(L.mapped)):
             raise RuntimeError("heapd.torch: heapc_torch_init failed")
         from torch.cuda.memory import CUDAPluggableAllocator, change_current_allocator

@@ -239,3 +239,33 @@ def test_connect_error_names_socket(tmp_path):
     with pytest.raises(heapd.HeapdConnectionError) as e:
         heapd.Heap("x", 0, 1, str(tmp_path / "nothere.sock"))
     assert "nothere.sock" in str(e.value)
+
+
+def test_free_on_stream_waits_for_it(sock, heapname):
+    """Issue 18: a block freed on a stream (a heapc_hstream on the host backend) is
+    released to heapd only once the stream's work completed; a collect does not wait."""
+    import ctypes
+    from heapd import _lib as L
+    L.lib.heapc_hstream_create.restype = ctypes.c_void_p
+    L.lib.heapc_hstream_begin.restype = ctypes.c_uint64
+    L.lib.heapc_hstream_begin.argtypes = [ctypes.c_void_p]
+    L.lib.heapc_hstream_complete.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+    L.lib.heapc_hstream_destroy.argtypes = [ctypes.c_void_p]
+    hs = L.lib.heapc_hstream_create()
+    assert hs
+    h = heapd.Heap(heapname, 0, 1, sock)
+    x = h.zeros((1 << 16,), torch.uint8)
+    ticket = L.lib.heapc_hstream_begin(hs)   # work on x is "in flight"
+    h.free(x, stream=hs)
+    h.collect()                              # does not wait: x stays held
+    st = h.stats()
+    assert st["client"]["stream_waiting"] == 1
+    assert st["client"]["device_waits_avoided"] >= 1
+    assert st["released_bytes"] == 0 and st["live_bytes"] >= 1 << 16
+    L.lib.heapc_hstream_complete(hs, ticket)
+    h.collect()                              # now it is released and reclaimed
+    st = h.stats()
+    assert st["client"]["stream_waiting"] == 0
+    assert st["live_bytes"] == 0
+    h.close()
+    L.lib.heapc_hstream_destroy(hs)

@@ -1,0 +1,619 @@
+/* prog_stream_free - stream-ordered frees against a running heapd (issue 18):
+ * a collect never waits for the device, and a block freed while a kernel
+ * still writes into it is not handed out again until that kernel finished.
+ * Run by scripts/gpu.sh (cuda backend) and its host dry run, and by
+ * tests/it_stream_free.sh (host backend) in make check.
+ *
+ *   prog_stream_free --socket PATH [--ranks N] [--host] [--spin-ms MS]
+ *                    [--heap PREFIX] [--timeout S]
+ *
+ * The parent forks N ranks before anything touches CUDA. Each rank, twice,
+ * on a fresh heap each time (64 MiB chunks, min_block 4 KiB, coalesce):
+ *   seq 0  B = alloc(1 MiB)   (offset 0); heapc_collect (a barrier)
+ *   seq 1  F = alloc(8 MiB)
+ *          starts the "kernel" on stream s: it spins --spin-ms (default 50)
+ *          ms, then writes KPAT over all of B;
+ *          heapc_free_async(B, s) while the kernel runs;
+ *   seq 2  L = alloc(8 MiB): the coalesce policy's large-block trigger asks
+ *          for a collect (every rank joins it) - timed;
+ *   seq 3  Y = alloc(512 KiB): the next owner (lowest fit: B's offset if B
+ *          had been reclaimed). Y and L are filled with owner
+ *          patterns (on another stream) right away, while the kernel may
+ *          still run; then the rank waits for the kernel and checks that
+ *          both still hold their patterns and that Y is not B;
+ *          heapc_collect; seq 4 Z = alloc(512 KiB): B's offset once its kernel
+ *          finished.
+ *   Round "stream": no sync hook (libheapc's default since issue 18): the
+ *   collect at seq 2 must not wait for the kernel (B waits for its stream:
+ *   stream_waiting = 1, so Y is not B).
+ *   Round "hook": heapc_set_device_sync with cuCtxSynchronize (the old
+ *   default): the collect waits for the kernel, B is reclaimed there.
+ * --host: a host-backend heapd; the kernel is a thread and s a heapc_hstream
+ * (the host completion source). The thread writes only when the rank, after
+ * filling Y, lets it (so it writes into B after the free and after the next
+ * owner got its block); the hook round's hook lets it and waits for it, as a
+ * device sync would. No timing there: the rank waits for states.
+ *
+ * Output: 'rank R: ...' lines, 't NAME VALUE' lines (alloc_stream_us,
+ * alloc_hook_us: the triggering allocation of each round; kernel_ms), then
+ * the parent's verdict. Exit 0 when every check passed, 1 on a failure, 2
+ * usage, 77 when CUDA is not available ("skipped: no GPU").
+ */
+#include "heapc.h"
+#include "heapc_cuda.h"
+
+#include <dlfcn.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define X_SKIP 77
+#define MAX_RANKS 16
+#define MiB (1024ull * 1024ull)
+#define KPAT 0xdeadbeefu
+/* The next owners' size: another size bin than B's, so that the coalesce
+ * policy places them bottom-up, on B's offset once B is free. */
+#define YSIZE (512 * 1024ull)
+
+static struct {
+    const char *sock;
+    const char *heap;
+    int ranks;
+    int host;
+    int spin_ms;
+    int timeout_s;
+} o = {NULL, "streamfree", 2, 0, 50, 60};
+
+static int R = -1;
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    printf("rank %d: %s\n", R, buf);
+    fflush(stdout);
+}
+
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        say("FAIL: " __VA_ARGS__);                                                                 \
+        return 1;                                                                                  \
+    } while (0)
+#define HC(call)                                                                                   \
+    do {                                                                                           \
+        if ((call) != HEAPC_OK)                                                                    \
+            FAIL("%s: %s: %s", #call, heapc_errname(heapc_err(c)), heapc_errstr(c));              \
+    } while (0)
+
+/* ---- the device: a spin kernel from embedded PTX, or a host thread -------- */
+
+/* spin_write(ns, dst, words, val): one block spins on %globaltimer for ns
+ * nanoseconds, then writes val into dst[0 .. words). No nvcc needed: the
+ * driver compiles this text (cuModuleLoadData). */
+static const char spin_ptx[] =
+    ".version 6.0\n"
+    ".target sm_50\n"
+    ".address_size 64\n"
+    ".visible .entry spin_write(.param .u64 p_ns, .param .u64 p_dst, .param .u32 p_words,\n"
+    "                           .param .u32 p_val)\n"
+    "{\n"
+    "    .reg .pred %p<3>;\n"
+    "    .reg .b32 %r<6>;\n"
+    "    .reg .b64 %rd<8>;\n"
+    "    ld.param.u64 %rd1, [p_ns];\n"
+    "    ld.param.u64 %rd2, [p_dst];\n"
+    "    ld.param.u32 %r1, [p_words];\n"
+    "    ld.param.u32 %r2, [p_val];\n"
+    "    mov.u64 %rd3, %globaltimer;\n"
+    "    add.u64 %rd4, %rd3, %rd1;\n"
+    "WAIT:\n"
+    "    mov.u64 %rd5, %globaltimer;\n"
+    "    setp.lt.u64 %p1, %rd5, %rd4;\n"
+    "    @%p1 bra WAIT;\n"
+    "    mov.u32 %r3, %tid.x;\n"
+    "    mov.u32 %r4, %ntid.x;\n"
+    "LOOP:\n"
+    "    setp.ge.u32 %p2, %r3, %r1;\n"
+    "    @%p2 bra DONE;\n"
+    "    mul.wide.u32 %rd6, %r3, 4;\n"
+    "    add.u64 %rd7, %rd2, %rd6;\n"
+    "    st.global.u32 [%rd7], %r2;\n"
+    "    add.u32 %r3, %r3, %r4;\n"
+    "    bra LOOP;\n"
+    "DONE:\n"
+    "    ret;\n"
+    "}\n";
+
+typedef struct dev {
+    int host;
+    char err[400];
+    /* host: the "kernel" thread */
+    heapc_hstream *hs;
+    pthread_t th;
+    int th_on;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int go, done;
+    uint32_t *kdst;
+    size_t kwords;
+    uint64_t ticket;
+#if HEAPD_HAVE_CUDA_H
+    const hc_cuda *cu;
+    CUcontext ctx;
+    CUdevice device;
+    CUmodule mod;
+    CUfunction fn;
+    CUstream s, s2; /* the kernel's stream; the owners' writes */
+    CUresult (*ModuleLoadData)(CUmodule *, const void *);
+    CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
+    CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, unsigned, CUstream, void **, void **);
+    CUresult (*StreamCreate)(CUstream *, unsigned);
+    CUresult (*StreamSynchronize)(CUstream);
+    CUresult (*StreamQuery)(CUstream);
+    CUresult (*MemsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream);
+    CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
+#endif
+} dev;
+
+static int dev_open(dev *d)
+{
+    memset(d, 0, sizeof *d);
+    d->host = o.host;
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    if (d->host) {
+        d->hs = heapc_hstream_create();
+        if (!d->hs) {
+            snprintf(d->err, sizeof d->err, "heapc_hstream_create: out of memory");
+            return 1;
+        }
+        return 0;
+    }
+#if HEAPD_HAVE_CUDA_H
+    d->cu = hc_cuda_get(d->err, sizeof d->err);
+    if (!d->cu)
+        return X_SKIP;
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(d->err, sizeof d->err, "dlopen libcuda.so.1: %s", dlerror());
+        return 1;
+    }
+    struct { void **slot; const char *name; } syms[] = {
+        {(void **)&d->ModuleLoadData, "cuModuleLoadData"},
+        {(void **)&d->ModuleGetFunction, "cuModuleGetFunction"},
+        {(void **)&d->LaunchKernel, "cuLaunchKernel"},
+        {(void **)&d->StreamCreate, "cuStreamCreate"},
+        {(void **)&d->StreamSynchronize, "cuStreamSynchronize"},
+        {(void **)&d->StreamQuery, "cuStreamQuery"},
+        {(void **)&d->MemsetD32Async, "cuMemsetD32Async"},
+        {(void **)&d->MemcpyDtoH, "cuMemcpyDtoH_v2"},
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++)
+        if (!(*syms[i].slot = dlsym(lib, syms[i].name))) {
+            snprintf(d->err, sizeof d->err, "libcuda.so.1 lacks %s", syms[i].name);
+            return 1;
+        }
+    CUresult rc = d->cu->DeviceGet(&d->device, 0);
+    if (rc == CUDA_SUCCESS)
+        rc = d->cu->DevicePrimaryCtxRetain(&d->ctx, d->device);
+    if (rc == CUDA_SUCCESS)
+        rc = d->cu->CtxSetCurrent(d->ctx);
+    if (rc != CUDA_SUCCESS) {
+        hc_cuda_fail(d->err, sizeof d->err, rc, NULL, "making GPU 0's primary context current");
+        return rc == CUDA_ERROR_NO_DEVICE ? X_SKIP : 1;
+    }
+    if ((rc = d->ModuleLoadData(&d->mod, spin_ptx)) != CUDA_SUCCESS) {
+        hc_cuda_fail(d->err, sizeof d->err, rc, NULL, "cuModuleLoadData(spin kernel PTX)");
+        return 1;
+    }
+    if ((rc = d->ModuleGetFunction(&d->fn, d->mod, "spin_write")) != CUDA_SUCCESS ||
+        (rc = d->StreamCreate(&d->s, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS ||
+        (rc = d->StreamCreate(&d->s2, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
+        hc_cuda_fail(d->err, sizeof d->err, rc, NULL, "spin kernel or streams");
+        return 1;
+    }
+    /* Warm up (module loading is lazy): a launch that neither spins nor
+     * writes, so that the timed round does not pay for the first one. */
+    unsigned long long ns = 0;
+    CUdeviceptr p0 = 0;
+    unsigned int w0 = 0, v0 = 0;
+    void *args[] = {&ns, &p0, &w0, &v0};
+    if ((rc = d->LaunchKernel(d->fn, 1, 1, 1, 256, 1, 1, 0, d->s, args, NULL)) != CUDA_SUCCESS ||
+        (rc = d->StreamSynchronize(d->s)) != CUDA_SUCCESS) {
+        hc_cuda_fail(d->err, sizeof d->err, rc, NULL, "warm-up launch of the spin kernel");
+        return 1;
+    }
+    return 0;
+#else
+    snprintf(d->err, sizeof d->err, "built without cuda.h (HEAPD_HAVE_CUDA_H unset)");
+    return X_SKIP;
+#endif
+}
+
+/* The stream heapc_free_async gets. */
+static void *dev_stream(dev *d)
+{
+#if HEAPD_HAVE_CUDA_H
+    if (!d->host)
+        return d->s;
+#endif
+    return d->hs;
+}
+
+static void *host_kernel(void *arg)
+{
+    dev *d = arg;
+    pthread_mutex_lock(&d->mu);
+    while (!d->go)
+        pthread_cond_wait(&d->cv, &d->mu);
+    pthread_mutex_unlock(&d->mu);
+    for (size_t i = 0; i < d->kwords; i++) /* writes into the freed block */
+        __atomic_store_n(&d->kdst[i], KPAT, __ATOMIC_RELAXED);
+    heapc_hstream_complete(d->hs, d->ticket);
+    pthread_mutex_lock(&d->mu);
+    d->done = 1;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+/* Starts the kernel: spin, then KPAT over words of dst. */
+static int dev_kernel(dev *d, void *dst, size_t words)
+{
+    if (d->host) {
+        d->kdst = dst;
+        d->kwords = words;
+        d->go = d->done = 0;
+        d->ticket = heapc_hstream_begin(d->hs);
+        if (pthread_create(&d->th, NULL, host_kernel, d) != 0) {
+            snprintf(d->err, sizeof d->err, "pthread_create failed");
+            return -1;
+        }
+        d->th_on = 1;
+        return 0;
+    }
+#if HEAPD_HAVE_CUDA_H
+    unsigned long long ns = (unsigned long long)o.spin_ms * 1000000ull;
+    CUdeviceptr p = (CUdeviceptr)(uintptr_t)dst;
+    unsigned int w = (unsigned int)words, v = KPAT;
+    void *args[] = {&ns, &p, &w, &v};
+    CUresult rc = d->LaunchKernel(d->fn, 1, 1, 1, 256, 1, 1, 0, d->s, args, NULL);
+    if (rc != CUDA_SUCCESS) {
+        hc_cuda_fail(d->err, sizeof d->err, rc, NULL, "cuLaunchKernel(spin_write)");
+        return -1;
+    }
+#endif
+    return 0;
+}
+
+/* 1 while the kernel has not finished (no wait). */
+static int dev_kernel_running(dev *d)
+{
+    if (d->host) {
+        pthread_mutex_lock(&d->mu);
+        int r = !d->done;
+        pthread_mutex_unlock(&d->mu);
+        return r;
+    }
+#if HEAPD_HAVE_CUDA_H
+    return d->StreamQuery(d->s) == CUDA_ERROR_NOT_READY;
+#endif
+    return 0;
+}
+
+/* Lets the kernel write (host) and waits until it finished. */
+static int dev_kernel_wait(dev *d)
+{
+    if (d->host) {
+        if (!d->th_on)
+            return 0;
+        pthread_mutex_lock(&d->mu);
+        d->go = 1;
+        pthread_cond_broadcast(&d->cv);
+        while (!d->done)
+            pthread_cond_wait(&d->cv, &d->mu);
+        pthread_mutex_unlock(&d->mu);
+        pthread_join(d->th, NULL);
+        d->th_on = 0;
+        return 0;
+    }
+#if HEAPD_HAVE_CUDA_H
+    CUresult rc = d->StreamSynchronize(d->s);
+    if (rc != CUDA_SUCCESS) {
+        hc_cuda_fail(d->err, sizeof d->err, rc, NULL, "cuStreamSynchronize(kernel stream)");
+        return -1;
+    }
+#endif
+    return 0;
+}
+
+/* The old default device sync, as a hook: host, let the kernel finish and
+ * wait for it; cuda, cuCtxSynchronize. */
+static int sync_hook(void *arg)
+{
+    dev *d = arg;
+    if (d->host)
+        return dev_kernel_wait(d);
+#if HEAPD_HAVE_CUDA_H
+    return d->cu->CtxSynchronize() != CUDA_SUCCESS;
+#endif
+    return 0;
+}
+
+/* Fills words of p with v (on the owners' stream, without waiting for the
+ * kernel's stream), then waits for that write only. */
+static int dev_fill(dev *d, void *p, uint32_t v, size_t words)
+{
+    if (d->host) {
+        uint32_t *w = p;
+        for (size_t i = 0; i < words; i++)
+            __atomic_store_n(&w[i], v, __ATOMIC_RELAXED);
+        return 0;
+    }
+#if HEAPD_HAVE_CUDA_H
+    CUresult rc = d->MemsetD32Async((CUdeviceptr)(uintptr_t)p, v, words, d->s2);
+    if (rc == CUDA_SUCCESS)
+        rc = d->StreamSynchronize(d->s2);
+    if (rc != CUDA_SUCCESS) {
+        hc_cuda_fail(d->err, sizeof d->err, rc, NULL, "cuMemsetD32Async + sync (owner write)");
+        return -1;
+    }
+#endif
+    return 0;
+}
+
+/* Index of the first word of p that is not v, or -1; -2 on an error. */
+static long dev_check(dev *d, const void *p, uint32_t v, size_t words, uint32_t *got)
+{
+    uint32_t *buf = malloc(words * 4);
+    if (!buf)
+        return -2;
+    if (d->host) {
+        const uint32_t *w = p;
+        for (size_t i = 0; i < words; i++)
+            buf[i] = __atomic_load_n(&w[i], __ATOMIC_RELAXED);
+    }
+#if HEAPD_HAVE_CUDA_H
+    else {
+        CUresult rc = d->MemcpyDtoH(buf, (CUdeviceptr)(uintptr_t)p, words * 4);
+        if (rc != CUDA_SUCCESS) {
+            hc_cuda_fail(d->err, sizeof d->err, rc, NULL, "cuMemcpyDtoH");
+            free(buf);
+            return -2;
+        }
+    }
+#endif
+    long bad = -1;
+    for (size_t i = 0; i < words; i++)
+        if (buf[i] != v) {
+            bad = (long)i;
+            *got = buf[i];
+            break;
+        }
+    free(buf);
+    return bad;
+}
+
+/* ---- one round ------------------------------------------------------------ */
+
+static int check_owner(dev *d, heapc *c, const char *what, uint64_t off, uint64_t size, uint32_t pat)
+{
+    uint32_t got = 0;
+    long bad = dev_check(d, heapc_ptr(c, off), pat, size / 4, &got);
+    if (bad == -2)
+        FAIL("reading %s: %s", what, d->err);
+    if (bad >= 0)
+        FAIL("%s (offset %" PRIu64 ") lost its owner's data at word %ld: 0x%08x, want 0x%08x%s",
+             what, off, bad, got, pat,
+             got == KPAT ? " (the freed block's kernel wrote there: it was handed out too early)"
+                         : "");
+    return 0;
+}
+
+static int round_main(dev *d, int hook)
+{
+    const char *name = hook ? "hook" : "stream";
+    char heap[128];
+    snprintf(heap, sizeof heap, "%s-%s", o.heap, name);
+    heapc *c = heapc_connect(o.sock);
+    if (!c)
+        FAIL("heapc_connect: out of memory");
+    HC(heapc_err(c));
+    heapc_set_timeout(c, o.timeout_s * 1000);
+    heapc_params p = {0};
+    p.chunk_size = 64 * MiB;
+    p.min_block = 4096;
+    p.policy = HEAPC_POLICY_COALESCE;
+    p.collect_timeout_ms = (uint32_t)o.timeout_s * 1000u;
+    HC(heapc_attach(c, heap, (uint32_t)R, (uint32_t)o.ranks, &p));
+    if (hook)
+        HC(heapc_set_device_sync(c, sync_hook, d));
+    uint64_t b, f, l, y, z;
+    void *bp;
+    HC(heapc_alloc(c, 1 * MiB, &bp, &b));
+    HC(heapc_collect(c)); /* a barrier: the ranks reach the timed collect together */
+    HC(heapc_alloc(c, 8 * MiB, NULL, &f));
+    heapc_counters k0;
+    HC(heapc_get_counters(c, &k0));
+    if (dev_kernel(d, bp, 1 * MiB / 4))
+        FAIL("starting the kernel: %s", d->err);
+    HC(heapc_free_async(c, b, dev_stream(d)));
+    double t0 = now_us();
+    HC(heapc_alloc(c, 8 * MiB, NULL, &l));
+    double t_alloc = now_us() - t0;
+    int running = dev_kernel_running(d);
+    heapc_counters k1;
+    HC(heapc_get_counters(c, &k1));
+    if (k1.collects_needed != k0.collects_needed + 1)
+        FAIL("the 8 MiB allocation after 9 MiB handed out did not trigger a collect "
+             "(collects_needed %" PRIu64 " -> %" PRIu64 ")",
+             k0.collects_needed, k1.collects_needed);
+    heapc_status_t sp;
+    if (heapc_status(c, &sp) != HEAPC_OK)
+        FAIL("heapc_status: no status page");
+    if (sp.stream_waiting != k1.stream_waiting || sp.device_waits_avoided != k1.device_waits_avoided)
+        FAIL("status page: stream_waiting %" PRIu64 ", device_waits_avoided %" PRIu64
+             "; the rank sent %" PRIu64 " and %" PRIu64 " with its collect",
+             sp.stream_waiting, sp.device_waits_avoided, k1.stream_waiting,
+             k1.device_waits_avoided);
+    HC(heapc_alloc(c, YSIZE, NULL, &y));
+    say("%s: B %" PRIu64 " freed on the kernel's stream; trigger alloc %.1f us, kernel %s after "
+        "it; stream_waiting %" PRIu64 ", device_waits_avoided %" PRIu64 ", next owner Y at %" PRIu64,
+        name, b, t_alloc, running ? "still running" : "finished", k1.stream_waiting,
+        k1.device_waits_avoided, y);
+    if (!hook) {
+        /* Without a hook the collect did not wait: on the host the kernel
+         * cannot have finished (it waits for us), so B must still wait. */
+        if (d->host && (!running || k1.stream_waiting != 1))
+            FAIL("stream round: the kernel %s and %" PRIu64 " blocks wait for their stream, want "
+                 "running and 1",
+                 running ? "runs" : "finished", k1.stream_waiting);
+        if (k1.device_waits_avoided <= k0.device_waits_avoided && d->host)
+            FAIL("stream round: device_waits_avoided did not move (%" PRIu64 ")",
+                 k1.device_waits_avoided);
+    } else if (running || k1.stream_waiting != 0) {
+        FAIL("hook round: after the hook the kernel %s and %" PRIu64 " blocks wait, want finished "
+             "and 0",
+             running ? "runs" : "finished", k1.stream_waiting);
+    }
+    if (running && y == b)
+        FAIL("%s: block %" PRIu64 " was handed out again while the kernel that writes it runs", name,
+             b);
+    /* The owners write now, while the kernel may still run. */
+    uint32_t ypat = 0x59000000u | (uint32_t)R, lpat = 0x4c000000u | (uint32_t)R;
+    if (dev_fill(d, heapc_ptr(c, y), ypat, YSIZE / 4) ||
+        dev_fill(d, heapc_ptr(c, l), lpat, 8 * MiB / 4))
+        FAIL("owner writes: %s", d->err);
+    if (dev_kernel_wait(d))
+        FAIL("waiting for the kernel: %s", d->err);
+    if (check_owner(d, c, "Y", y, YSIZE, ypat) || check_owner(d, c, "L", l, 8 * MiB, lpat))
+        return 1;
+    /* The kernel finished: the next collect releases B, and it is reused. */
+    HC(heapc_collect(c));
+    HC(heapc_alloc(c, YSIZE, NULL, &z));
+    uint32_t zpat = 0x5a000000u | (uint32_t)R;
+    if (dev_fill(d, heapc_ptr(c, z), zpat, YSIZE / 4) || check_owner(d, c, "Z", z, YSIZE, zpat))
+        return 1;
+    heapc_counters k2;
+    HC(heapc_get_counters(c, &k2));
+    if (k2.stream_waiting != 0)
+        FAIL("%s: %" PRIu64 " blocks still wait for their stream after the kernel finished", name,
+             k2.stream_waiting);
+    say("%s: after the kernel: Z at %" PRIu64 " (%s B); owners' data intact; markers %" PRIu64,
+        name, z, z == b ? "reuses" : "not", k2.stream_markers);
+    printf("t alloc_%s_us %.1f\n", name, t_alloc);
+    printf("t kernel_running_after_alloc_%s %d\n", name, running);
+    fflush(stdout);
+    HC(heapc_detach(c));
+    heapc_free_ctx(c);
+    return 0;
+}
+
+static int rank_main(void)
+{
+    dev d;
+    int rc = dev_open(&d);
+    if (rc == X_SKIP) {
+        say("skipped: no GPU (%s)", d.err);
+        return X_SKIP;
+    }
+    if (rc)
+        FAIL("device: %s", d.err);
+    if (round_main(&d, 0) || round_main(&d, 1))
+        return 1;
+    say("ok");
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: prog_stream_free --socket PATH [--ranks N] [--host] [--spin-ms MS] "
+               "[--heap PREFIX] [--timeout S]\n");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"socket", required_argument, NULL, 's'}, {"ranks", required_argument, NULL, 'n'},
+        {"host", no_argument, NULL, 'H'},         {"spin-ms", required_argument, NULL, 'm'},
+        {"heap", required_argument, NULL, 'p'},   {"timeout", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+    };
+    int ch;
+    while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (ch) {
+        case 's': o.sock = optarg; break;
+        case 'n': o.ranks = atoi(optarg); break;
+        case 'H': o.host = 1; break;
+        case 'm': o.spin_ms = atoi(optarg); break;
+        case 'p': o.heap = optarg; break;
+        case 't': o.timeout_s = atoi(optarg); break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (!o.sock || o.ranks < 1 || o.ranks > MAX_RANKS || o.spin_ms < 1 || o.timeout_s < 1) {
+        usage(stderr);
+        fprintf(stderr, "prog_stream_free: give --socket, --ranks 1..%d, --spin-ms >= 1\n",
+                MAX_RANKS);
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    printf("t kernel_ms %d\n", o.spin_ms);
+    pid_t pids[MAX_RANKS];
+    for (int r = 0; r < o.ranks; r++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            perror("prog_stream_free: fork");
+            return 1;
+        }
+        if (pid == 0) {
+            R = r;
+            alarm((unsigned)o.timeout_s * 3); /* a hung rank ends; the parent reports it */
+            _exit(rank_main());
+        }
+        pids[r] = pid;
+    }
+    int worst = 0, skipped = 0;
+    for (int r = 0; r < o.ranks; r++) {
+        int st;
+        if (waitpid(pids[r], &st, 0) < 0 || !WIFEXITED(st)) {
+            printf("rank %d: FAIL: %s\n", r, "killed (timeout?)");
+            worst = 1;
+        } else if (WEXITSTATUS(st) == X_SKIP) {
+            skipped = 1;
+        } else if (WEXITSTATUS(st) != 0) {
+            worst = 1;
+        }
+    }
+    if (worst) {
+        printf("prog_stream_free: FAILED\n");
+        return 1;
+    }
+    if (skipped) {
+        printf("skipped: no GPU\n");
+        return X_SKIP;
+    }
+    printf("prog_stream_free: %d ranks ok (%s)\n", o.ranks, o.host ? "host" : "cuda");
+    return 0;
+}
