@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -212,6 +213,7 @@ const char *heapc_errname(int code)
     case HEAPC_EOOM: return "ERR_OOM";
     case HEAPC_ENOREPLY: return "ERR_NOREPLY";
     case HEAPC_ESYNC: return "ERR_SYNC";
+    case HEAPC_EBUSY: return "ERR_BUSY";
     default: return "ERR_UNKNOWN";
     }
 }
@@ -415,13 +417,18 @@ static void rpc_done(Heapd__Frame *rep, hw_frame *raw)
 
 heapc *heapc_connect(const char *socket_path)
 {
+    return heapc_connect_timeout(socket_path, -1);
+}
+
+heapc *heapc_connect_timeout(const char *socket_path, int timeout_ms)
+{
     heapc *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
     pthread_mutex_init(&c->mu, NULL);
     c->fd = -1;
     c->status_fd = -1;
-    c->timeout_ms = -1;
+    c->timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
     c->fq_batch = FREE_BATCH_DEFAULT;
     hw_reader_init(&c->rd);
     atomic_init(&c->view, NULL);
@@ -1476,7 +1483,12 @@ int heapc_status(heapc *c, heapc_status_t *out)
     const hs_page *p = atomic_load_explicit(&c->status_page, memory_order_acquire);
     if (!p)
         return HEAPC_ESTATE;
-    for (;;) {
+    /* Bounded: a heapd that died (or stopped) mid-write leaves seq odd. */
+    for (unsigned tries = 0;; tries++) {
+        if (tries >= HEAPC_STATUS_TRIES)
+            return HEAPC_EBUSY;
+        if (tries >= 64)
+            sched_yield(); /* heapd may be descheduled mid-write */
         uint64_t s1 = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE);
         if (s1 & 1)
             continue;
@@ -1587,6 +1599,7 @@ static int stats_locked(heapc *c, const char *heap, heapc_daemon_stats **out)
         o->next_seq = h->next_seq;
         o->epoch = h->epoch;
         o->pending_collect_seq = h->pending_collect_seq;
+        o->collect_pending = h->collect_pending;
         o->device_free = h->device_free;
         o->device_total = h->device_total;
         if (h->n_ranks) {

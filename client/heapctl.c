@@ -2,6 +2,7 @@
  * force a collect. Talks to heapd through libheapc (heapc.h). */
 #include "heapc.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -13,13 +14,16 @@
 #define HEAPD_VERSION "unknown"
 #endif
 
+/* --timeout: how long heapctl waits for heapd's answers. */
+#define DEFAULT_TIMEOUT_MS 5000
+
 #define EXIT_OPFAIL 1
 #define EXIT_USAGE 2
 
 static void usage(FILE *f)
 {
     fprintf(f,
-"Usage: heapctl [--socket PATH] [--json] COMMAND [ARGS]\n"
+"Usage: heapctl [--socket PATH] [--json] [--timeout SEC] COMMAND [ARGS]\n"
 "\n"
 "Inspect and steer heapd, the per-node symmetric heap daemon.\n"
 "\n"
@@ -40,6 +44,9 @@ static void usage(FILE *f)
 "  -s, --socket PATH  heapd's socket (default: $HEAPD_SOCKET, else\n"
 "                     " HEAPC_DEFAULT_SOCKET ")\n"
 "  -j, --json         print one JSON object on stdout instead of text\n"
+"  -t, --timeout SEC  wait at most SEC seconds for each answer of heapd\n"
+"                     (default 5; 0: no limit); a stopped or hung heapd\n"
+"                     then fails with exit status 1\n"
 "  -h, --help         print this help and exit\n"
 "  -V, --version      print heapctl's version and exit\n"
 "\n"
@@ -66,6 +73,37 @@ static int usage_error(const char *fmt, ...)
     va_end(ap);
     fputs("\nTry 'heapctl --help'.\n", stderr);
     return EXIT_USAGE;
+}
+
+/* getopt_long's '?': an unknown option, or a value given to one that takes
+ * none (--json=1). arg is the word getopt stopped at. */
+static int bad_option(const struct option *opts, const char *arg, int opt)
+{
+    if (arg && !strncmp(arg, "--", 2)) {
+        const char *eq = strchr(arg, '=');
+        size_t n = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+        for (const struct option *o = opts; o->name; o++)
+            if (eq && o->has_arg == no_argument && strlen(o->name) == n && !strncmp(o->name, arg + 2, n))
+                return usage_error("option --%s takes no value (got %s)", o->name, arg);
+        return usage_error("unknown option %.*s", (int)(eq ? (size_t)(eq - arg) : strlen(arg)), arg);
+    }
+    if (opt)
+        return usage_error("unknown option -%c", opt);
+    return usage_error("unknown option %s", arg ? arg : "");
+}
+
+/* "5", "0.5", "30s": seconds; "0": no limit (-1). */
+static int parse_timeout(const char *v, int *ms)
+{
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (end == v || errno || d < 0 || d > 86400 || (*end && strcmp(end, "s")))
+        return -1;
+    *ms = d == 0 ? -1 : (int)(d * 1000 + 0.5);
+    if (*ms == 0)
+        *ms = 1;
+    return 0;
 }
 
 static int op_error(heapc *c)
@@ -217,10 +255,11 @@ static void json_heap(const heapc_heap_stats *h)
     printf(", \"mapped\": %" PRIu64 ", \"live_bytes\": %" PRIu64 ", \"released_bytes\": %" PRIu64
            ", \"free_bytes\": %" PRIu64 ", \"collects\": %" PRIu64 ", \"growths\": %" PRIu64
            ", \"clients\": %" PRIu32 ", \"next_seq\": %" PRIu64 ", \"epoch\": %" PRIu64
-           ", \"pending_collect_seq\": %" PRIu64 ", \"device_free\": %" PRIu64
+           ", \"collect_pending\": %s, \"pending_collect_seq\": %" PRIu64 ", \"device_free\": %" PRIu64
            ", \"device_total\": %" PRIu64 ", \"ranks\": [",
            h->mapped, h->live_bytes, h->released_bytes, h->free_bytes, h->collects, h->growths,
-           h->clients, h->next_seq, h->epoch, h->pending_collect_seq, h->device_free,
+           h->clients, h->next_seq, h->epoch, h->collect_pending ? "true" : "false",
+           h->pending_collect_seq, h->device_free,
            h->device_total);
     for (size_t r = 0; r < h->nranks; r++) {
         const heapc_rank_stats *k = &h->ranks[r];
@@ -332,7 +371,7 @@ static int cmd_stats(heapc *c, const char *heap, int json)
         cellf(row[7], "%" PRIu64, h->collects);
         cellf(row[8], "%" PRIu64, h->growths);
         cellf(row[9], "%" PRIu64, h->next_seq);
-        if (h->pending_collect_seq)
+        if (h->collect_pending)
             cellf(row[10], "%" PRIu64, h->pending_collect_seq);
         else
             cellf(row[10], "-");
@@ -411,24 +450,27 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"socket", required_argument, NULL, 's'},
         {"json", no_argument, NULL, 'j'},
+        {"timeout", required_argument, NULL, 't'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     const char *sock = NULL;
-    int json = 0, o;
+    int json = 0, o, timeout_ms = DEFAULT_TIMEOUT_MS;
     opterr = 0;
-    while ((o = getopt_long(argc, argv, ":s:jhV", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":s:jt:hV", opts, NULL)) != -1) {
         switch (o) {
         case 's': sock = optarg; break;
         case 'j': json = 1; break;
+        case 't':
+            if (parse_timeout(optarg, &timeout_ms))
+                return usage_error("--timeout %s: give seconds (0.5, 5, 30; 0: wait forever)", optarg);
+            break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("heapctl %s\n", HEAPD_VERSION); return 0;
         case ':': return usage_error("option %s needs an argument", argv[optind - 1]);
         default:
-            if (optopt)
-                return usage_error("unknown option -%c", optopt);
-            return usage_error("unknown option %s", argv[optind - 1]);
+            return bad_option(opts, argv[optind - 1], optopt);
         }
     }
     if (optind >= argc)
@@ -460,7 +502,7 @@ int main(int argc, char **argv)
     if (want == 2 && !*args[0])
         return usage_error("collect: the heap name is empty");
 
-    heapc *c = heapc_connect(sock);
+    heapc *c = heapc_connect_timeout(sock, timeout_ms);
     if (!c) {
         fprintf(stderr, "heapctl: out of memory\n");
         return EXIT_OPFAIL;

@@ -188,7 +188,7 @@ int main(int argc, char **argv)
     hd_config_defaults(&d.cfg);
     if (!d.config_path && access(HD_DEFAULT_CONFIG, R_OK) == 0)
         d.config_path = HD_DEFAULT_CONFIG;
-    char err[1024];
+    char err[1024] = "";
     if (d.config_path && hd_config_load(d.config_path, &d.cfg, err, sizeof err)) {
         fprintf(stderr, "heapd: %s\n", err);
         return 1;
@@ -228,6 +228,9 @@ int main(int argc, char **argv)
         hd_notify("STATUS=backend failed");
         return 1;
     }
+    if (err[0]) /* backend = auto fell back to host memory: say why */
+        hd_warn("backend auto: using host memory, not the GPU: %s (set backend = host where that is "
+                "intended, or backend = cuda to refuse to start without a GPU)", err);
     d.loop = uv_default_loop();
     if (hd_registry_create(d.loop, d.be, &d.cfg, &d.reg)) {
         hd_error("out of memory");

@@ -86,7 +86,7 @@ class HeapStats(Structure):
                 ("clients", c_uint32), ("next_seq", c_uint64), ("epoch", c_uint64),
                 ("pending_collect_seq", c_uint64), ("device_free", c_uint64),
                 ("device_total", c_uint64), ("nranks", c_size_t),
-                ("ranks", POINTER(RankStats))]
+                ("ranks", POINTER(RankStats)), ("collect_pending", c_int)]
 
 
 class DaemonStats(Structure):
