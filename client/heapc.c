@@ -1526,6 +1526,19 @@ int heapc_get_counters(heapc *c, heapc_counters *out)
 
 /* ---- admin -------------------------------------------------------------- */
 
+static void copy_hist(heapc_hist *o, const Heapd__Histogram *g)
+{
+    if (!g)
+        return;
+    size_t nb = g->n_bounds < HEAPC_HIST_MAX - 1 ? g->n_bounds : HEAPC_HIST_MAX - 1;
+    o->nbounds = nb;
+    memcpy(o->bounds, g->bounds, nb * sizeof *o->bounds);
+    for (size_t i = 0; i < g->n_counts; i++)
+        o->counts[i < nb ? i : nb] += g->counts[i]; /* more buckets than fit: the rest to +Inf */
+    o->count = g->count;
+    o->sum_seconds = g->sum_seconds;
+}
+
 void heapc_stats_free(heapc_daemon_stats *s)
 {
     if (!s)
@@ -1537,6 +1550,7 @@ void heapc_stats_free(heapc_daemon_stats *s)
     free(s->heaps);
     free(s->version);
     free(s->backend);
+    free(s->store);
     free(s);
 }
 
@@ -1565,7 +1579,12 @@ static int stats_locked(heapc *c, const char *heap, heapc_daemon_stats **out)
     s->version = dupstr(sr ? sr->version : NULL);
     s->backend = dupstr(sr ? sr->backend : NULL);
     s->clients = sr ? sr->clients : 0;
-    if (!s->version || !s->backend)
+    s->store = dupstr(sr ? sr->store : NULL);
+    s->uptime_ms = sr ? sr->uptime_ms : 0;
+    s->store_connected = sr && sr->store_connected;
+    s->quota_heap = sr ? sr->quota_heap : 0;
+    s->quota_uid = sr ? sr->quota_uid : 0;
+    if (!s->version || !s->backend || !s->store)
         goto oom;
     size_t nh = sr ? sr->n_heaps : 0;
     if (nh) {
@@ -1600,6 +1619,9 @@ static int stats_locked(heapc *c, const char *heap, heapc_daemon_stats **out)
         o->epoch = h->epoch;
         o->pending_collect_seq = h->pending_collect_seq;
         o->collect_pending = h->collect_pending;
+        o->owner_uid = h->owner_uid;
+        copy_hist(&o->collect_wait, h->collect_wait);
+        copy_hist(&o->growth, h->growth);
         o->device_free = h->device_free;
         o->device_total = h->device_total;
         if (h->n_ranks) {

@@ -377,6 +377,17 @@ typedef struct heapc_rank_stats {
     uint32_t pid;                /* 0 when unknown */
 } heapc_rank_stats;
 
+/* A latency histogram from heapd: counts[i] observations <= bounds[i] (and
+ * above bounds[i-1]; not cumulative), counts[nbounds] above every bound. */
+#define HEAPC_HIST_MAX 16
+typedef struct heapc_hist {
+    size_t nbounds;              /* <= HEAPC_HIST_MAX - 1 */
+    double bounds[HEAPC_HIST_MAX];  /* seconds, ascending */
+    uint64_t counts[HEAPC_HIST_MAX];
+    uint64_t count;
+    double sum_seconds;
+} heapc_hist;
+
 typedef struct heapc_heap_stats {
     char *name;
     uint32_t world_size;
@@ -399,6 +410,9 @@ typedef struct heapc_heap_stats {
     heapc_rank_stats *ranks;
     int collect_pending;         /* 1: a collect (forced or the allocator's) is owed
                                     at pending_collect_seq, which may be 0 */
+    uint32_t owner_uid;          /* the uid that created the heap */
+    heapc_hist collect_wait;     /* seconds from the first rank's collect to the replies */
+    heapc_hist growth;           /* seconds heapd took to create a growth's chunks */
 } heapc_heap_stats;
 
 typedef struct heapc_daemon_stats {
@@ -407,6 +421,11 @@ typedef struct heapc_daemon_stats {
     uint32_t clients;            /* connections heapd serves */
     size_t nheaps;
     heapc_heap_stats *heaps;
+    uint64_t uptime_ms;          /* since heapd started */
+    char *store;                 /* the store URL ("" : single node) */
+    int store_connected;         /* 1: connected and subscribed */
+    uint64_t quota_heap;         /* heapd.conf quotas in bytes (0: none) */
+    uint64_t quota_uid;
 } heapc_daemon_stats;
 
 /* Statistics of heap `heap` (NULL or "": every heap) into a new *out that

@@ -921,7 +921,8 @@ static void connect_error(const char *path, int e, char *err, size_t errlen)
     }
     if (e == ECONNREFUSED) {
         seterr(err, errlen, "cannot connect to heapd at %s: %s: the socket exists but nothing listens "
-               "on it (heapd stopped and left it behind?); check systemctl status heapd.socket heapd",
+               "on it: is heapd running? (a heapd that stopped leaves its socket behind) check "
+               "systemctl status heapd.socket heapd",
                path, strerror(e));
         return;
     }

@@ -101,7 +101,7 @@ static char *reader(char *str, int num, void *stream)
         size_t n = strcspn(p, "\r\n");
         while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
             n--;
-        fail_at(st, "section header %.*s: heapd.conf has no sections; remove the line", (int)(n > 80 ? 80 : n), p);
+        fail_at(st, "unknown section %.*s: heapd.conf has no sections; remove the line", (int)(n > 80 ? 80 : n), p);
         return NULL;
     }
     return r;
@@ -198,6 +198,15 @@ static int handle_key(parse_state *st, const char *name, const char *value)
             return 0;
         }
         c->log_level = l;
+        return 1;
+    }
+    if (!strcmp(name, "log_format")) {
+        int f = hd_log_parse_format(value);
+        if (f < 0) {
+            snprintf(st->msg, sizeof st->msg, "log_format: \"%s\" is not one of text, json", value);
+            return 0;
+        }
+        c->log_format = f;
         return 1;
     }
     if (!strcmp(name, "policy")) {
@@ -353,10 +362,10 @@ int hd_config_load(const char *path, hd_config *c, char *err, size_t errlen)
         return -1;
     }
     struct stat sb;
-    if (fstat(fileno(st.f), &sb) == 0 && !S_ISREG(sb.st_mode)) {
+    if (fstat(fileno(st.f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
         fclose(st.f);
-        snprintf(err, errlen, "%s: is a %s, not a configuration file; give the path of heapd.conf", path,
-                 S_ISDIR(sb.st_mode) ? "directory" : "special file");
+        snprintf(err, errlen, "%s: is a directory, not a configuration file; give the path of heapd.conf "
+                 "(e.g. %s/heapd.conf)", path, path);
         return -1;
     }
     int rc = ini_parse_stream(reader, &st, handler, &st);
