@@ -243,6 +243,8 @@ demo: all
 # the demo). heapc.pc gets libdir/includedir relative to ${prefix} where they
 # lie under PREFIX, so `pkg-config --define-prefix` works on a DESTDIR tree.
 UNITDIR  ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
 PCDIR    ?= $(LIBDIR)/pkgconfig
 pcdir = $(patsubst $(PREFIX)/%,$${prefix}/%,$(patsubst $(PREFIX),$${prefix},$(1)))
 
@@ -252,13 +254,20 @@ PYTHON3 ?= /usr/bin/python3
 PYVER = $(shell $(PYTHON3) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo 3)
 PYDIR ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/python$(PYVER)/dist-packages)
 
-install: all
-	install -d $(DESTDIR)$(PYDIR)/heapd
-	install -m 0644 python/heapd/*.py $(DESTDIR)$(PYDIR)/heapd/
-	install -m 0755 $(LIBHEAPC_PRELOAD_SO) $(LIBHEAPC_TORCH_SO) $(DESTDIR)$(LIBDIR)/
+# install-files: what is installed, built if needed, without the tests and
+# benchmarks (debian/rules: the package needs no test framework to build).
+INSTALL_DEPS := $(PROGS) $(LIBHEAPC_A) $(LIBHEAPC_SO) $(LIBHEAPC_NCCL_A) $(LIBHEAPC_NCCL_SO) \
+    $(LIBHEAPC_PRELOAD_SO) $(LIBHEAPC_TORCH_SO)
+.PHONY: install-deps install-files
+install-deps: $(INSTALL_DEPS)
+install: all install-files
+install-files: $(INSTALL_DEPS)
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) \
 	    $(DESTDIR)$(PCDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/heapd \
 	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
+	install -d $(DESTDIR)$(PYDIR)/heapd
+	install -m 0644 python/heapd/*.py $(DESTDIR)$(PYDIR)/heapd/
+	install -m 0755 $(LIBHEAPC_PRELOAD_SO) $(LIBHEAPC_TORCH_SO) $(DESTDIR)$(LIBDIR)/
 	install -m 0755 $(BUILD)/heapd $(DESTDIR)$(SBINDIR)/heapd
 	install -m 0755 $(BUILD)/heapctl $(BUILD)/heapsim $(DESTDIR)$(BINDIR)/
 	install -m 0644 $(LIBHEAPC_A) $(DESTDIR)$(LIBDIR)/libheapc.a
@@ -273,10 +282,20 @@ install: all
 	    -e 's|@INCDIR@|$(call pcdir,$(INCDIR))|g' -e 's|@VERSION@|$(VERSION)|g' \
 	    client/heapc.pc.in > $(DESTDIR)$(PCDIR)/heapc.pc
 	chmod 0644 $(DESTDIR)$(PCDIR)/heapc.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(call pcdir,$(LIBDIR))|g' \
+	    -e 's|@INCDIR@|$(call pcdir,$(INCDIR))|g' -e 's|@VERSION@|$(VERSION)|g' \
+	    client/heapc_nccl.pc.in > $(DESTDIR)$(PCDIR)/heapc_nccl.pc
+	chmod 0644 $(DESTDIR)$(PCDIR)/heapc_nccl.pc
+	install -d $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR)
+	install -m 0644 systemd/heapd.sysusers $(DESTDIR)$(SYSUSERSDIR)/heapd.conf
+	install -m 0644 systemd/heapd.tmpfiles $(DESTDIR)$(TMPFILESDIR)/heapd.conf
 	sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
 	    systemd/heapd.service.in > $(DESTDIR)$(UNITDIR)/heapd.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/heapd.service
 	install -m 0644 systemd/heapd.socket $(DESTDIR)$(UNITDIR)/heapd.socket
+	sed -e 's|@BINDIR@|$(BINDIR)|g' systemd/heapd-metrics.service.in > $(DESTDIR)$(UNITDIR)/heapd-metrics.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/heapd-metrics.service
+	install -m 0644 systemd/heapd-metrics.timer $(DESTDIR)$(UNITDIR)/heapd-metrics.timer
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/heapd/heapd.conf ]; then \
 	    echo "kept $(DESTDIR)$(SYSCONFDIR)/heapd/heapd.conf (exists; the new default is heapd.conf in the source tree)"; \
 	else \
@@ -286,6 +305,7 @@ install: all
 	fi
 	install -m 0644 docs/man/heapctl.1 $(DESTDIR)$(MANDIR)/man1/heapctl.1
 	install -m 0644 docs/man/libheapc.3 $(DESTDIR)$(MANDIR)/man3/libheapc.3
+	install -m 0644 docs/man/libheapc_nccl.3 $(DESTDIR)$(MANDIR)/man3/libheapc_nccl.3
 	install -m 0644 docs/man/heapd.conf.5 $(DESTDIR)$(MANDIR)/man5/heapd.conf.5
 	install -m 0644 docs/man/heapd.8 $(DESTDIR)$(MANDIR)/man8/heapd.8
 	@echo "installed; as root, without DESTDIR: ldconfig; groupadd --system heapd;" \
@@ -295,12 +315,15 @@ install: all
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/heapd $(DESTDIR)$(BINDIR)/heapctl $(DESTDIR)$(BINDIR)/heapsim
 	rm -f $(DESTDIR)$(LIBDIR)/libheapc.a $(DESTDIR)$(LIBDIR)/libheapc.so $(DESTDIR)$(LIBDIR)/libheapc.so.0
-	rm -f $(DESTDIR)$(INCDIR)/heapc.h $(DESTDIR)$(PCDIR)/heapc.pc
+	rm -f $(DESTDIR)$(INCDIR)/heapc.h $(DESTDIR)$(PCDIR)/heapc.pc $(DESTDIR)$(PCDIR)/heapc_nccl.pc \
+	    $(DESTDIR)$(SYSUSERSDIR)/heapd.conf $(DESTDIR)$(TMPFILESDIR)/heapd.conf \
+	    $(DESTDIR)$(MANDIR)/man3/libheapc_nccl.3
 	rm -f $(DESTDIR)$(LIBDIR)/libheapc_nccl.a $(DESTDIR)$(LIBDIR)/libheapc_nccl.so \
 	    $(DESTDIR)$(LIBDIR)/libheapc_nccl.so.0 $(DESTDIR)$(INCDIR)/heapc_nccl.h
 	rm -rf $(DESTDIR)$(PYDIR)/heapd
 	rm -f $(DESTDIR)$(LIBDIR)/libheapc_nccl_preload.so $(DESTDIR)$(LIBDIR)/libheapc_torch.so
-	rm -f $(DESTDIR)$(UNITDIR)/heapd.service $(DESTDIR)$(UNITDIR)/heapd.socket
+	rm -f $(DESTDIR)$(UNITDIR)/heapd.service $(DESTDIR)$(UNITDIR)/heapd.socket \
+	    $(DESTDIR)$(UNITDIR)/heapd-metrics.service $(DESTDIR)$(UNITDIR)/heapd-metrics.timer
 	rm -f $(DESTDIR)$(MANDIR)/man1/heapctl.1 $(DESTDIR)$(MANDIR)/man3/libheapc.3 \
 	    $(DESTDIR)$(MANDIR)/man5/heapd.conf.5 $(DESTDIR)$(MANDIR)/man8/heapd.8
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/heapd/heapd.conf ]; then \

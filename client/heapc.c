@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -218,6 +219,7 @@ const char *heapc_errname(int code)
     case HEAPC_EOOM: return "ERR_OOM";
     case HEAPC_ENOREPLY: return "ERR_NOREPLY";
     case HEAPC_ESYNC: return "ERR_SYNC";
+    case HEAPC_EBUSY: return "ERR_BUSY";
     default: return "ERR_UNKNOWN";
     }
 }
@@ -421,13 +423,18 @@ static void rpc_done(Heapd__Frame *rep, hw_frame *raw)
 
 heapc *heapc_connect(const char *socket_path)
 {
+    return heapc_connect_timeout(socket_path, -1);
+}
+
+heapc *heapc_connect_timeout(const char *socket_path, int timeout_ms)
+{
     heapc *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
     pthread_mutex_init(&c->mu, NULL);
     c->fd = -1;
     c->status_fd = -1;
-    c->timeout_ms = -1;
+    c->timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
     c->fq_batch = FREE_BATCH_DEFAULT;
     hw_reader_init(&c->rd);
     atomic_init(&c->view, NULL);
@@ -1578,7 +1585,12 @@ int heapc_status(heapc *c, heapc_status_t *out)
     const hs_page *p = atomic_load_explicit(&c->status_page, memory_order_acquire);
     if (!p)
         return HEAPC_ESTATE;
-    for (;;) {
+    /* Bounded: a heapd that died (or stopped) mid-write leaves seq odd. */
+    for (unsigned tries = 0;; tries++) {
+        if (tries >= HEAPC_STATUS_TRIES)
+            return HEAPC_EBUSY;
+        if (tries >= 64)
+            sched_yield(); /* heapd may be descheduled mid-write */
         uint64_t s1 = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE);
         if (s1 & 1)
             continue;
@@ -1621,6 +1633,19 @@ int heapc_get_counters(heapc *c, heapc_counters *out)
 
 /* ---- admin -------------------------------------------------------------- */
 
+static void copy_hist(heapc_hist *o, const Heapd__Histogram *g)
+{
+    if (!g)
+        return;
+    size_t nb = g->n_bounds < HEAPC_HIST_MAX - 1 ? g->n_bounds : HEAPC_HIST_MAX - 1;
+    o->nbounds = nb;
+    memcpy(o->bounds, g->bounds, nb * sizeof *o->bounds);
+    for (size_t i = 0; i < g->n_counts; i++)
+        o->counts[i < nb ? i : nb] += g->counts[i]; /* more buckets than fit: the rest to +Inf */
+    o->count = g->count;
+    o->sum_seconds = g->sum_seconds;
+}
+
 void heapc_stats_free(heapc_daemon_stats *s)
 {
     if (!s)
@@ -1632,6 +1657,7 @@ void heapc_stats_free(heapc_daemon_stats *s)
     free(s->heaps);
     free(s->version);
     free(s->backend);
+    free(s->store);
     free(s);
 }
 
@@ -1660,7 +1686,12 @@ static int stats_locked(heapc *c, const char *heap, heapc_daemon_stats **out)
     s->version = dupstr(sr ? sr->version : NULL);
     s->backend = dupstr(sr ? sr->backend : NULL);
     s->clients = sr ? sr->clients : 0;
-    if (!s->version || !s->backend)
+    s->store = dupstr(sr ? sr->store : NULL);
+    s->uptime_ms = sr ? sr->uptime_ms : 0;
+    s->store_connected = sr && sr->store_connected;
+    s->quota_heap = sr ? sr->quota_heap : 0;
+    s->quota_uid = sr ? sr->quota_uid : 0;
+    if (!s->version || !s->backend || !s->store)
         goto oom;
     size_t nh = sr ? sr->n_heaps : 0;
     if (nh) {
@@ -1695,6 +1726,10 @@ static int stats_locked(heapc *c, const char *heap, heapc_daemon_stats **out)
         o->next_seq = h->next_seq;
         o->epoch = h->epoch;
         o->pending_collect_seq = h->pending_collect_seq;
+        o->collect_pending = h->collect_pending;
+        o->owner_uid = h->owner_uid;
+        copy_hist(&o->collect_wait, h->collect_wait);
+        copy_hist(&o->growth, h->growth);
         o->device_free = h->device_free;
         o->device_total = h->device_total;
         if (h->n_ranks) {

@@ -97,11 +97,13 @@ enum {
     HEAPC_ENOREPLY = -103,    /* no reply within heapc_set_timeout's limit; the
                                  connection was closed (its state is unknown) */
     HEAPC_ESYNC = -104,       /* the device-sync hook failed before a collect */
+    HEAPC_EBUSY = -105,       /* heapc_status: the status page stayed mid-update
+                                 (heapd died or stopped while writing it) */
 };
 
 /* Short name of a code: "ERR_ASYMMETRY" for heapd's codes (as in
  * docs/protocol.md), "ERR_CONN", "ERR_MAP", "ERR_OOM", "ERR_NOREPLY",
- * "ERR_SYNC" for the client's, "OK" for 0, "ERR_UNKNOWN" otherwise.
+ * "ERR_SYNC", "ERR_BUSY" for the client's, "OK" for 0, "ERR_UNKNOWN" otherwise.
  * Thread-safe. */
 const char *heapc_errname(int code);
 
@@ -120,6 +122,13 @@ typedef struct heapc heapc;
  * path and says to check heapd), HEAPC_EVERSION, HEAPC_EPROTOCOL. A failed
  * context must still be released with heapc_free_ctx. */
 heapc *heapc_connect(const char *socket_path);
+
+/* heapc_connect with a limit: the handshake fails with HEAPC_ENOREPLY after
+ * timeout_ms (a heapd that accepts but does not answer: stopped, hung), and
+ * the context keeps timeout_ms as its heapc_set_timeout. <0: no limit (as
+ * heapc_connect). heapctl --timeout uses it. connect(2) itself does not wait
+ * unless the socket's backlog is full. */
+heapc *heapc_connect_timeout(const char *socket_path, int timeout_ms);
 
 /* Closes the connection and releases the context. If still attached, the
  * heap is unmapped (the caller must make sure no device work still touches
@@ -384,8 +393,12 @@ typedef struct heapc_status_t {
 /* Reads the status page: loads from shared memory, no syscall, no driver
  * call, no lock; a consistent snapshot (seqlock). Lock-free and safe from
  * any thread while attached (not against a concurrent detach). Returns 0,
- * or HEAPC_ESTATE when not attached or heapd sent no page. Does not touch
- * heapc_err. */
+ * HEAPC_ESTATE when not attached or heapd sent no page, or HEAPC_EBUSY when
+ * the page stayed mid-update for HEAPC_STATUS_TRIES reads (yielding the CPU
+ * after the first 64): heapd died or was stopped while writing it, so the
+ * call never spins forever on a hot path (microseconds normally, at most a
+ * few milliseconds before HEAPC_EBUSY). Does not touch heapc_err. */
+#define HEAPC_STATUS_TRIES 4096
 int heapc_status(heapc *c, heapc_status_t *out);
 
 /* ---- counters and stats -------------------------------------------------- */
@@ -423,6 +436,17 @@ typedef struct heapc_rank_stats {
     uint64_t device_waits_avoided; /* the rank's collects without a device sync */
 } heapc_rank_stats;
 
+/* A latency histogram from heapd: counts[i] observations <= bounds[i] (and
+ * above bounds[i-1]; not cumulative), counts[nbounds] above every bound. */
+#define HEAPC_HIST_MAX 16
+typedef struct heapc_hist {
+    size_t nbounds;              /* <= HEAPC_HIST_MAX - 1 */
+    double bounds[HEAPC_HIST_MAX];  /* seconds, ascending */
+    uint64_t counts[HEAPC_HIST_MAX];
+    uint64_t count;
+    double sum_seconds;
+} heapc_hist;
+
 typedef struct heapc_heap_stats {
     char *name;
     uint32_t world_size;
@@ -436,13 +460,20 @@ typedef struct heapc_heap_stats {
     uint32_t clients;
     uint64_t next_seq;           /* allocations decided so far */
     uint64_t epoch;              /* heap incarnation */
-    uint64_t pending_collect_seq; /* forced collect pending at this seq, 0 if none */
-    uint64_t device_free;        /* the device's free and total bytes (0 on host) */
+    uint64_t pending_collect_seq; /* collect owed at this seq (0 if none, or at 0:
+                                     see collect_pending) */
+    uint64_t device_free;        /* the device's free and total bytes (host backend:
+                                    the host's MemAvailable and MemTotal; 0: no sample yet) */
     uint64_t device_total;
     size_t nranks;
     heapc_rank_stats *ranks;
     uint64_t collects_skipped;   /* issue 18: collects the coalesce policy did not ask
                                     for (one had just run, or no block existed) */
+    int collect_pending;         /* 1: a collect (forced or the allocator's) is owed
+                                    at pending_collect_seq, which may be 0 */
+    uint32_t owner_uid;          /* the uid that created the heap */
+    heapc_hist collect_wait;     /* seconds from the first rank's collect to the replies */
+    heapc_hist growth;           /* seconds heapd took to create a growth's chunks */
 } heapc_heap_stats;
 
 typedef struct heapc_daemon_stats {
@@ -451,6 +482,11 @@ typedef struct heapc_daemon_stats {
     uint32_t clients;            /* connections heapd serves */
     size_t nheaps;
     heapc_heap_stats *heaps;
+    uint64_t uptime_ms;          /* since heapd started */
+    char *store;                 /* the store URL ("" : single node) */
+    int store_connected;         /* 1: connected and subscribed */
+    uint64_t quota_heap;         /* heapd.conf quotas in bytes (0: none) */
+    uint64_t quota_uid;
 } heapc_daemon_stats;
 
 /* Statistics of heap `heap` (NULL or "": every heap) into a new *out that

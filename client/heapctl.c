@@ -1,17 +1,23 @@
 /* heapctl - operator's command line for heapd: list heaps, show statistics,
  * force a collect. Talks to heapd through libheapc (heapc.h). */
 #include "heapc.h"
+#include "utf8.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifndef HEAPD_VERSION
 #define HEAPD_VERSION "unknown"
 #endif
+
+/* --timeout: how long heapctl waits for heapd's answers. */
+#define DEFAULT_TIMEOUT_MS 5000
 
 #define EXIT_OPFAIL 1
 #define EXIT_USAGE 2
@@ -19,7 +25,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-"Usage: heapctl [--socket PATH] [--json] COMMAND [ARGS]\n"
+"Usage: heapctl [--socket PATH] [--json] [--timeout SEC] COMMAND [ARGS]\n"
 "\n"
 "Inspect and steer heapd, the per-node symmetric heap daemon.\n"
 "\n"
@@ -38,11 +44,18 @@ static void usage(FILE *f)
 "  collect HEAP    Force a collect on HEAP: every rank collects at the same\n"
 "                  allocation number, which heapctl prints. Ranks reach it when\n"
 "                  they next allocate.\n"
+"  metrics [FILE]  Every figure in the Prometheus text exposition format\n"
+"                  (heapd_* families), on stdout or into FILE, replaced\n"
+"                  atomically (node_exporter's textfile collector). When heapd\n"
+"                  cannot be reached: heapd_up 0, exit status 1.\n"
 "\n"
 "Options:\n"
 "  -s, --socket PATH  heapd's socket (default: $HEAPD_SOCKET, else\n"
 "                     " HEAPC_DEFAULT_SOCKET ")\n"
 "  -j, --json         print one JSON object on stdout instead of text\n"
+"  -t, --timeout SEC  wait at most SEC seconds for each answer of heapd\n"
+"                     (default 5; 0: no limit); a stopped or hung heapd\n"
+"                     then fails with exit status 1\n"
 "  -h, --help         print this help and exit\n"
 "  -V, --version      print heapctl's version and exit\n"
 "\n"
@@ -56,7 +69,8 @@ static void usage(FILE *f)
 "  heapctl heaps\n"
 "  heapctl stats trainer\n"
 "  heapctl --json stats | jq '.heaps[].collects'\n"
-"  heapctl --socket /tmp/heapd.sock collect trainer\n");
+"  heapctl --socket /tmp/heapd.sock collect trainer\n"
+"  heapctl metrics /var/lib/prometheus/node-exporter/heapd.prom\n");
 }
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -71,11 +85,47 @@ static int usage_error(const char *fmt, ...)
     return EXIT_USAGE;
 }
 
+/* getopt_long's '?': an unknown option, or a value given to one that takes
+ * none (--json=1). arg is the word getopt stopped at. */
+static int bad_option(const struct option *opts, const char *arg, int opt)
+{
+    if (arg && !strncmp(arg, "--", 2)) {
+        const char *eq = strchr(arg, '=');
+        size_t n = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+        for (const struct option *o = opts; o->name; o++)
+            if (eq && o->has_arg == no_argument && strlen(o->name) == n && !strncmp(o->name, arg + 2, n))
+                return usage_error("option --%s takes no value (got %s)", o->name, arg);
+        return usage_error("unknown option %.*s", (int)(eq ? (size_t)(eq - arg) : strlen(arg)), arg);
+    }
+    if (opt)
+        return usage_error("unknown option -%c", opt);
+    return usage_error("unknown option %s", arg ? arg : "");
+}
+
+/* "5", "0.5", "30s": seconds; "0": no limit (-1). */
+static int parse_timeout(const char *v, int *ms)
+{
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (end == v || errno || d < 0 || d > 86400 || (*end && strcmp(end, "s")))
+        return -1;
+    *ms = d == 0 ? -1 : (int)(d * 1000 + 0.5);
+    if (*ms == 0)
+        *ms = 1;
+    return 0;
+}
+
 static int op_error(heapc *c)
 {
     fprintf(stderr, "heapctl: %s\n", heapc_errstr(c));
     return EXIT_OPFAIL;
 }
+
+/* ---- UTF-8 ----------------------------------------------------------------- */
+
+/* hu_len (common/utf8.h): names from heapd are bytes; output must be UTF-8. */
+#define utf8_len hu_len
 
 /* ---- text helpers -------------------------------------------------------- */
 
@@ -99,7 +149,9 @@ static const char *human(uint64_t v, char *buf, size_t len)
 }
 
 #define MAXCOL 12
-#define CELL 64
+/* Heap names are up to 255 bytes; a cell holds one whole, as UTF-8 (an
+ * invalid byte becomes U+FFFD, 3 bytes): never truncated. */
+#define CELL 1024
 
 typedef struct table {
     int ncol;
@@ -143,13 +195,41 @@ static void cellf(char *cell, const char *fmt, ...)
     va_end(ap);
 }
 
+/* A name into a cell: valid UTF-8, control characters as U+FFFD. */
+static void cellname(char *cell, const char *s)
+{
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p && o + 4 < CELL;) {
+        int n = utf8_len(p);
+        if (!n || *p < 0x20 || *p == 0x7f) {
+            memcpy(cell + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            p += n ? n : 1;
+            continue;
+        }
+        memcpy(cell + o, p, (size_t)n);
+        o += (size_t)n;
+        p += n;
+    }
+    cell[o] = 0;
+}
+
+/* Display width: code points (cells hold valid UTF-8). */
+static int width(const char *s)
+{
+    int w = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        w += (*p & 0xc0) != 0x80;
+    return w;
+}
+
 static void tbl_print(const table *t, const char *indent)
 {
     int w[MAXCOL];
     for (int i = 0; i < t->ncol; i++) {
         w[i] = (int)strlen(t->head[i]);
         for (size_t r = 0; r < t->nrows; r++) {
-            int l = (int)strlen(t->cells[r][i]);
+            int l = width(t->cells[r][i]);
             if (l > w[i])
                 w[i] = l;
         }
@@ -159,12 +239,13 @@ static void tbl_print(const table *t, const char *indent)
         for (int i = 0; i < t->ncol; i++) {
             const char *s = r == 0 ? t->head[i] : t->cells[r - 1][i];
             int last = i == t->ncol - 1;
+            int pad = w[i] - width(s);
             if (t->right[i])
-                printf("%*s", w[i], s);
+                printf("%*s%s", pad, "", s);
             else if (last)
                 printf("%s", s);
             else
-                printf("%-*s", w[i], s);
+                printf("%s%*s", s, pad, "");
             if (!last)
                 fputs("  ", stdout);
         }
@@ -184,6 +265,16 @@ static void json_str(const char *s)
 {
     putchar('"');
     for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        int n = utf8_len(p);
+        if (n == 0) { /* not UTF-8: JSON must be */
+            fputs("\\ufffd", stdout);
+            continue;
+        }
+        if (n > 1) {
+            fwrite(p, 1, (size_t)n, stdout);
+            p += n - 1;
+            continue;
+        }
         switch (*p) {
         case '"': fputs("\\\"", stdout); break;
         case '\\': fputs("\\\\", stdout); break;
@@ -220,11 +311,11 @@ static void json_heap(const heapc_heap_stats *h)
     printf(", \"mapped\": %" PRIu64 ", \"live_bytes\": %" PRIu64 ", \"released_bytes\": %" PRIu64
            ", \"free_bytes\": %" PRIu64 ", \"collects\": %" PRIu64 ", \"growths\": %" PRIu64
            ", \"clients\": %" PRIu32 ", \"next_seq\": %" PRIu64 ", \"epoch\": %" PRIu64
-           ", \"pending_collect_seq\": %" PRIu64 ", \"device_free\": %" PRIu64
+           ", \"collect_pending\": %s, \"pending_collect_seq\": %" PRIu64 ", \"device_free\": %" PRIu64
            ", \"device_total\": %" PRIu64 ", \"collects_skipped\": %" PRIu64 ", \"ranks\": [",
            h->mapped, h->live_bytes, h->released_bytes, h->free_bytes, h->collects, h->growths,
-           h->clients, h->next_seq, h->epoch, h->pending_collect_seq, h->device_free,
-           h->device_total, h->collects_skipped);
+           h->clients, h->next_seq, h->epoch, h->collect_pending ? "true" : "false",
+           h->pending_collect_seq, h->device_free, h->device_total, h->collects_skipped);
     for (size_t r = 0; r < h->nranks; r++) {
         const heapc_rank_stats *k = &h->ranks[r];
         printf("%s{\"rank\": %" PRIu32 ", \"attached\": %s, \"pid\": %" PRIu32
@@ -262,7 +353,227 @@ static void json_stats(const heapc_daemon_stats *s, int full)
     fputs("]}\n", stdout);
 }
 
+/* ---- Prometheus text exposition format ------------------------------------- */
+
+/* A label value: \ " and newline escaped, invalid UTF-8 as U+FFFD. */
+static void prom_label(FILE *f, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p;) {
+        int n = utf8_len(p);
+        if (!n) {
+            fputs("\xef\xbf\xbd", f);
+            p++;
+            continue;
+        }
+        if (*p == '\\' || *p == '"')
+            fprintf(f, "\\%c", *p);
+        else if (*p == '\n')
+            fputs("\\n", f);
+        else
+            fwrite(p, 1, (size_t)n, f);
+        p += n;
+    }
+}
+
+typedef struct prom {
+    FILE *f;
+    const char *last; /* the family whose HELP/TYPE were written last */
+} prom;
+
+static void prom_family(prom *m, const char *name, const char *type, const char *help)
+{
+    if (m->last && !strcmp(m->last, name))
+        return;
+    fprintf(m->f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    m->last = name;
+}
+
+/* One sample of a per-heap family: NAME{heap="..",owner_uid=".."[,EXTRA]} V */
+static void prom_heap(prom *m, const char *name, const heapc_heap_stats *h, const char *extra, double v)
+{
+    fprintf(m->f, "%s{heap=\"", name);
+    prom_label(m->f, h->name);
+    fprintf(m->f, "\",owner_uid=\"%" PRIu32 "\"%s%s} %.17g\n", h->owner_uid, extra ? "," : "",
+            extra ? extra : "", v);
+}
+
+static void prom_hist(prom *m, const char *name, const heapc_heap_stats *h, const heapc_hist *g)
+{
+    char bn[128], le[64];
+    uint64_t cum = 0;
+    snprintf(bn, sizeof bn, "%s_bucket", name);
+    for (size_t i = 0; i <= g->nbounds; i++) {
+        cum += g->counts[i];
+        if (i < g->nbounds)
+            snprintf(le, sizeof le, "le=\"%.17g\"", g->bounds[i]);
+        else
+            snprintf(le, sizeof le, "le=\"+Inf\"");
+        prom_heap(m, bn, h, le, (double)cum);
+    }
+    snprintf(bn, sizeof bn, "%s_sum", name);
+    prom_heap(m, bn, h, NULL, g->sum_seconds);
+    snprintf(bn, sizeof bn, "%s_count", name);
+    prom_heap(m, bn, h, NULL, (double)g->count);
+}
+
+/* Every family of `heapctl metrics` (docs/man/heapctl.1 lists them). s NULL:
+ * heapd could not be reached: heapd_up 0 only. */
+static void prom_write(FILE *f, const heapc_daemon_stats *s)
+{
+    prom m = {f, NULL};
+    prom_family(&m, "heapd_up", "gauge", "1 when heapctl reached heapd and it answered, else 0.");
+    fprintf(f, "heapd_up %d\n", s ? 1 : 0);
+    if (!s)
+        return;
+    prom_family(&m, "heapd_build_info", "gauge", "heapd's version and backend (always 1).");
+    fputs("heapd_build_info{version=\"", f);
+    prom_label(f, s->version);
+    fputs("\",backend=\"", f);
+    prom_label(f, s->backend);
+    fputs("\"} 1\n", f);
+    prom_family(&m, "heapd_uptime_seconds", "gauge", "Seconds since heapd started.");
+    fprintf(f, "heapd_uptime_seconds %.3f\n", (double)s->uptime_ms / 1000.0);
+    prom_family(&m, "heapd_clients", "gauge", "Client connections heapd serves.");
+    fprintf(f, "heapd_clients %" PRIu32 "\n", s->clients);
+    prom_family(&m, "heapd_heaps", "gauge", "Heaps heapd serves (that this user may see).");
+    fprintf(f, "heapd_heaps %zu\n", s->nheaps);
+    prom_family(&m, "heapd_store_configured", "gauge", "1 when heaps may span nodes through a store.");
+    fprintf(f, "heapd_store_configured %d\n", s->store[0] ? 1 : 0);
+    prom_family(&m, "heapd_store_connected", "gauge",
+                "1 when the store is connected and subscribed, 0 when unreachable or not configured.");
+    fprintf(f, "heapd_store_connected %d\n", s->store_connected ? 1 : 0);
+    prom_family(&m, "heapd_quota_heap_bytes", "gauge", "heapd.conf quota_heap: most chunk memory of one heap (0: no limit).");
+    fprintf(f, "heapd_quota_heap_bytes %" PRIu64 "\n", s->quota_heap);
+    prom_family(&m, "heapd_quota_uid_bytes", "gauge", "heapd.conf quota_uid: most chunk memory of one uid's heaps (0: no limit).");
+    fprintf(f, "heapd_quota_uid_bytes %" PRIu64 "\n", s->quota_uid);
+    /* Quota use per uid: the chunk memory of its heaps on this node. */
+    prom_family(&m, "heapd_uid_chunk_bytes", "gauge",
+                "Chunk memory of all heaps of a uid on this node (what quota_uid bounds).");
+    for (size_t i = 0; i < s->nheaps; i++) {
+        int first = 1;
+        for (size_t j = 0; j < i && first; j++)
+            first = s->heaps[j].owner_uid != s->heaps[i].owner_uid;
+        if (!first)
+            continue;
+        uint64_t sum = 0;
+        for (size_t j = i; j < s->nheaps; j++)
+            if (s->heaps[j].owner_uid == s->heaps[i].owner_uid)
+                sum += s->heaps[j].mapped * (s->heaps[j].nranks ? s->heaps[j].nranks : 1);
+        fprintf(f, "heapd_uid_chunk_bytes{owner_uid=\"%" PRIu32 "\"} %" PRIu64 "\n", s->heaps[i].owner_uid, sum);
+    }
+    static const struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        {"heapd_heap_world_size", "gauge", "Ranks of the heap."},
+        {"heapd_heap_clients", "gauge", "Ranks attached to the heap on this node."},
+        {"heapd_heap_mapped_bytes", "gauge", "Heap bytes mapped per rank."},
+        {"heapd_heap_chunk_bytes", "gauge", "Chunk memory of the heap on this node, all its ranks here (what quota_heap bounds)."},
+        {"heapd_heap_live_bytes", "gauge", "Bytes of blocks some rank still holds."},
+        {"heapd_heap_released_bytes", "gauge", "Bytes every rank released, awaiting a collect."},
+        {"heapd_heap_free_bytes", "gauge", "Mapped bytes available to allocations."},
+        {"heapd_heap_collects_total", "counter", "Collects completed."},
+        {"heapd_heap_growths_total", "counter", "Growths (chunks added to every rank)."},
+        {"heapd_heap_allocations_total", "counter", "Allocations decided."},
+        {"heapd_heap_collect_pending", "gauge", "1 when a collect is owed (forced or the allocator's)."},
+        {"heapd_heap_device_free_bytes", "gauge", "Free memory of the heap's device (host backend: MemAvailable)."},
+        {"heapd_heap_device_total_bytes", "gauge", "Total memory of the heap's device (host backend: MemTotal)."},
+    };
+    for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
+        if (!s->nheaps)
+            break;
+        prom_family(&m, fam[k].name, fam[k].type, fam[k].help);
+        for (size_t i = 0; i < s->nheaps; i++) {
+            const heapc_heap_stats *h = &s->heaps[i];
+            const double v[] = {h->world_size, h->clients, (double)h->mapped,
+                                (double)h->mapped * (double)(h->nranks ? h->nranks : 1), (double)h->live_bytes,
+                                (double)h->released_bytes, (double)h->free_bytes, (double)h->collects,
+                                (double)h->growths, (double)h->next_seq, h->collect_pending ? 1 : 0,
+                                (double)h->device_free, (double)h->device_total};
+            prom_heap(&m, fam[k].name, h, NULL, v[k]);
+        }
+    }
+    if (!s->nheaps)
+        return;
+    prom_family(&m, "heapd_heap_collect_wait_seconds", "histogram",
+                "Seconds from the first rank's collect to the replies (completed collects).");
+    for (size_t i = 0; i < s->nheaps; i++)
+        prom_hist(&m, "heapd_heap_collect_wait_seconds", &s->heaps[i], &s->heaps[i].collect_wait);
+    prom_family(&m, "heapd_heap_growth_seconds", "histogram",
+                "Seconds heapd took to create and hand out a growth's chunks.");
+    for (size_t i = 0; i < s->nheaps; i++)
+        prom_hist(&m, "heapd_heap_growth_seconds", &s->heaps[i], &s->heaps[i].growth);
+    static const char *rf[][2] = {
+        {"heapd_rank_attached", "1 when a client is attached as this rank."},
+        {"heapd_rank_live_bytes", "Bytes this rank holds."},
+        {"heapd_rank_released_bytes", "Bytes this rank released, not yet reclaimed."},
+        {"heapd_rank_next_allocation", "This rank's next allocation number (a rank that trails is the one collectives wait for)."},
+    };
+    for (size_t k = 0; k < 4; k++) {
+        prom_family(&m, rf[k][0], "gauge", rf[k][1]);
+        for (size_t i = 0; i < s->nheaps; i++)
+            for (size_t r = 0; r < s->heaps[i].nranks; r++) {
+                const heapc_rank_stats *q = &s->heaps[i].ranks[r];
+                char ex[48];
+                snprintf(ex, sizeof ex, "rank=\"%" PRIu32 "\"", q->rank);
+                const double v[] = {q->attached ? 1 : 0, (double)q->live_bytes, (double)q->released_bytes,
+                                    (double)q->next_seq};
+                prom_heap(&m, rf[k][0], &s->heaps[i], ex, v[k]);
+            }
+    }
+}
+
 /* ---- commands ------------------------------------------------------------- */
+
+/* `metrics [FILE]`: stdout, or FILE replaced atomically (FILE.tmp, rename),
+ * so node_exporter's textfile collector never reads half a file. When heapd
+ * cannot be reached the output still says so (heapd_up 0) and heapctl
+ * exits 1. */
+static int cmd_metrics(const char *sock, int timeout_ms, const char *file)
+{
+    heapc *c = heapc_connect_timeout(sock, timeout_ms);
+    if (!c) {
+        fprintf(stderr, "heapctl: out of memory\n");
+        return EXIT_OPFAIL;
+    }
+    heapc_daemon_stats *s = NULL;
+    int rc = 0;
+    if (heapc_err(c) || heapc_stats(c, NULL, &s) != HEAPC_OK) {
+        op_error(c);
+        s = NULL;
+        rc = EXIT_OPFAIL;
+    }
+    char tmp[4096];
+    FILE *f = stdout;
+    if (file) {
+        if (snprintf(tmp, sizeof tmp, "%s.tmp", file) >= (int)sizeof tmp) {
+            fprintf(stderr, "heapctl: metrics: the path %s is too long\n", file);
+            heapc_stats_free(s);
+            heapc_free_ctx(c);
+            return EXIT_OPFAIL;
+        }
+        f = fopen(tmp, "we");
+        if (!f) {
+            fprintf(stderr, "heapctl: metrics: cannot create %s: %s (does the directory exist, and may "
+                    "this user write it?)\n", tmp, strerror(errno));
+            heapc_stats_free(s);
+            heapc_free_ctx(c);
+            return EXIT_OPFAIL;
+        }
+    }
+    prom_write(f, s);
+    heapc_stats_free(s);
+    heapc_free_ctx(c);
+    if (file) {
+        int werr = ferror(f);
+        if (fclose(f) != 0 || werr || rename(tmp, file) != 0) {
+            fprintf(stderr, "heapctl: metrics: cannot write %s: %s\n", file, strerror(errno));
+            unlink(tmp);
+            return EXIT_OPFAIL;
+        }
+        return rc;
+    }
+    return fflush(stdout) == 0 ? rc : EXIT_OPFAIL;
+}
 
 static int cmd_heaps(heapc *c, int json)
 {
@@ -273,15 +584,18 @@ static int cmd_heaps(heapc *c, int json)
         json_stats(s, 0);
     } else {
         int wn = 0;
+        char name[CELL];
         for (size_t i = 0; i < s->nheaps; i++) {
-            int l = (int)strlen(s->heaps[i].name);
+            cellname(name, s->heaps[i].name);
+            int l = width(name);
             wn = l > wn ? l : wn;
         }
         for (size_t i = 0; i < s->nheaps; i++) {
             const heapc_heap_stats *h = &s->heaps[i];
             char m[32];
-            printf("%-*s  world %" PRIu32 "  clients %" PRIu32 "  mapped %s  policy %s\n", wn,
-                   h->name, h->world_size, h->clients, human(h->mapped, m, sizeof m),
+            cellname(name, h->name);
+            printf("%s%*s  world %" PRIu32 "  clients %" PRIu32 "  mapped %s  policy %s\n", name,
+                   wn - width(name), "", h->world_size, h->clients, human(h->mapped, m, sizeof m),
                    heapc_policy_name(h->params.policy));
         }
     }
@@ -327,7 +641,7 @@ static int cmd_stats(heapc *c, const char *heap, int json)
             rc = EXIT_OPFAIL;
             break;
         }
-        cellf(row[0], "%s", h->name);
+        cellname(row[0], h->name);
         cellf(row[1], "%" PRIu32, h->world_size);
         cellf(row[2], "%" PRIu32, h->clients);
         human(h->mapped, row[3], CELL);
@@ -337,11 +651,11 @@ static int cmd_stats(heapc *c, const char *heap, int json)
         cellf(row[7], "%" PRIu64, h->collects);
         cellf(row[8], "%" PRIu64, h->growths);
         cellf(row[9], "%" PRIu64, h->next_seq);
-        if (h->pending_collect_seq)
+        if (h->collect_pending)
             cellf(row[10], "%" PRIu64, h->pending_collect_seq);
         else
             cellf(row[10], "-");
-        cellf(prow[0], "%s", h->name);
+        cellname(prow[0], h->name);
         cellf(prow[1], "%s", heapc_policy_name(h->params.policy));
         human(h->params.chunk_size, prow[2], CELL);
         human(h->params.initial_size, prow[3], CELL);
@@ -364,7 +678,7 @@ static int cmd_stats(heapc *c, const char *heap, int json)
                 rc = EXIT_OPFAIL;
                 break;
             }
-            cellf(rrow[0], "%s", h->name);
+            cellname(rrow[0], h->name);
             cellf(rrow[1], "%" PRIu32, k->rank);
             cellf(rrow[2], "%s", k->attached ? "yes" : "no");
             if (k->pid)
@@ -419,28 +733,31 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"socket", required_argument, NULL, 's'},
         {"json", no_argument, NULL, 'j'},
+        {"timeout", required_argument, NULL, 't'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     const char *sock = NULL;
-    int json = 0, o;
+    int json = 0, o, timeout_ms = DEFAULT_TIMEOUT_MS;
     opterr = 0;
-    while ((o = getopt_long(argc, argv, ":s:jhV", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":s:jt:hV", opts, NULL)) != -1) {
         switch (o) {
         case 's': sock = optarg; break;
         case 'j': json = 1; break;
+        case 't':
+            if (parse_timeout(optarg, &timeout_ms))
+                return usage_error("--timeout %s: give seconds (0.5, 5, 30; 0: wait forever)", optarg);
+            break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("heapctl %s\n", HEAPD_VERSION); return 0;
         case ':': return usage_error("option %s needs an argument", argv[optind - 1]);
         default:
-            if (optopt)
-                return usage_error("unknown option -%c", optopt);
-            return usage_error("unknown option %s", argv[optind - 1]);
+            return bad_option(opts, argv[optind - 1], optopt);
         }
     }
     if (optind >= argc)
-        return usage_error("no command given (heaps, stats, collect)");
+        return usage_error("no command given (heaps, stats, collect, metrics)");
     const char *cmd = argv[optind];
     int nargs = argc - optind - 1;
     char **args = argv + optind + 1;
@@ -454,11 +771,13 @@ int main(int argc, char **argv)
         want = 1;
     else if (!strcmp(cmd, "collect"))
         want = 2;
+    else if (!strcmp(cmd, "metrics"))
+        want = 3;
     else if (!strcmp(cmd, "help")) {
         usage(stdout);
         return 0;
     } else
-        return usage_error("unknown command '%s' (heaps, stats, collect)", cmd);
+        return usage_error("unknown command '%s' (heaps, stats, collect, metrics)", cmd);
     if (want == 0 && nargs > 0)
         return usage_error("heaps takes no argument");
     if (want == 1 && nargs > 1)
@@ -467,8 +786,14 @@ int main(int argc, char **argv)
         return usage_error("collect takes exactly one heap name");
     if (want == 2 && !*args[0])
         return usage_error("collect: the heap name is empty");
+    if (want == 3 && nargs > 1)
+        return usage_error("metrics takes at most one file name");
+    if (want == 3 && json)
+        return usage_error("metrics prints the Prometheus text format; --json does not apply");
+    if (want == 3)
+        return cmd_metrics(sock, timeout_ms, nargs ? args[0] : NULL);
 
-    heapc *c = heapc_connect(sock);
+    heapc *c = heapc_connect_timeout(sock, timeout_ms);
     if (!c) {
         fprintf(stderr, "heapctl: out of memory\n");
         return EXIT_OPFAIL;

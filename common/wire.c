@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -866,6 +867,74 @@ int hw_listen_unix(const char *path, int backlog, char *err, size_t errlen)
     return s;
 }
 
+/* The group's name, else its number. */
+static const char *group_name(gid_t gid, char *buf, size_t len)
+{
+    struct group g, *r = NULL;
+    char tmp[1024];
+    if (getgrgid_r(gid, &g, tmp, sizeof tmp, &r) == 0 && r)
+        snprintf(buf, len, "%s", r->gr_name);
+    else
+        snprintf(buf, len, "%u", (unsigned)gid);
+    return buf;
+}
+
+/* One message per cause: who may connect (EACCES), a path that is not a
+ * socket, nobody listening, no socket at all. */
+static void connect_error(const char *path, int e, char *err, size_t errlen)
+{
+    struct stat st;
+    char grp[64];
+    int have = stat(path, &st) == 0;
+    if (e == EACCES) {
+        if (have && access(path, W_OK) != 0) {
+            seterr(err, errlen, "cannot connect to heapd at %s: permission denied: the socket belongs to "
+                   "group %s (mode %04o); ask to be added to group %s (usermod -aG %s USER, then log in "
+                   "again)", path, group_name(st.st_gid, grp, sizeof grp), (unsigned)(st.st_mode & 07777),
+                   grp, grp);
+            return;
+        }
+        /* The socket is reachable by mode, or stat failed: a directory on
+         * the way is what refuses. */
+        char dir[sizeof ((struct sockaddr_un *)0)->sun_path];
+        snprintf(dir, sizeof dir, "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash && slash != dir)
+            *slash = 0;
+        else
+            snprintf(dir, sizeof dir, "/");
+        if (stat(dir, &st) == 0)
+            seterr(err, errlen, "cannot connect to heapd at %s: permission denied by its directory %s "
+                   "(group %s, mode %04o); ask to be added to group %s (usermod -aG %s USER, then log in "
+                   "again)", path, dir, group_name(st.st_gid, grp, sizeof grp),
+                   (unsigned)(st.st_mode & 07777), grp, grp);
+        else
+            seterr(err, errlen, "cannot connect to heapd at %s: permission denied (%s); check the "
+                   "permissions of the path", path, strerror(errno));
+        return;
+    }
+    if (have && !S_ISSOCK(st.st_mode)) {
+        seterr(err, errlen, "cannot connect to heapd at %s: it is a %s, not a socket; point "
+               "HEAPD_SOCKET or --socket at heapd's socket (heapd.conf `socket`)", path,
+               S_ISDIR(st.st_mode) ? "directory" : S_ISREG(st.st_mode) ? "regular file" : "special file");
+        return;
+    }
+    if (e == ECONNREFUSED) {
+        seterr(err, errlen, "cannot connect to heapd at %s: %s: the socket exists but nothing listens "
+               "on it: is heapd running? (a heapd that stopped leaves its socket behind) check "
+               "systemctl status heapd.socket heapd",
+               path, strerror(e));
+        return;
+    }
+    if (e == ENOENT) {
+        seterr(err, errlen, "cannot connect to heapd at %s: %s: is heapd running? check systemctl status "
+               "heapd.socket heapd, and the path (HEAPD_SOCKET, --socket)", path, strerror(e));
+        return;
+    }
+    seterr(err, errlen, "cannot connect to heapd at %s: %s (is heapd running? check the socket path "
+           "and systemctl status heapd)", path, strerror(e));
+}
+
 int hw_connect_unix(const char *path, char *err, size_t errlen)
 {
     struct sockaddr_un sa;
@@ -898,10 +967,8 @@ int hw_connect_unix(const char *path, char *err, size_t errlen)
     if (rc < 0) {
         int e = errno;
         close(s);
+        connect_error(path, e, err, errlen);
         errno = e;
-        seterr(err, errlen, "cannot connect to heapd at %s: %s (is heapd "
-               "running? check the socket path and its service status)",
-               path, strerror(e));
         return HW_ESYS;
     }
     return s;

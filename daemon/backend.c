@@ -43,9 +43,11 @@ int hb_open(const char *kind, hb_backend **out, char *err, size_t errlen)
         int rc = hb_cuda_open(out, err, errlen);
         if (rc != HB_EUNAVAIL)
             return rc; /* a GPU is there: use it or report why not */
-        if (err && errlen)
-            err[0] = '\0';
-        return hb_host_open(out, err, errlen);
+        /* Keep cuda's reason: on success err says why host was chosen. */
+        rc = hb_host_open(out, NULL, 0);
+        if (rc != HB_OK)
+            return hb_host_open(out, err, errlen);
+        return HB_OK;
     }
     return hb_fail(err, errlen, HB_EINVAL,
                    "unknown backend \"%s\": use \"auto\", \"cuda\" or \"host\"", kind);

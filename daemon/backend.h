@@ -68,7 +68,9 @@ typedef struct hb_chunk {
 } hb_chunk;
 
 /* kind: "auto", "cuda" or "host" (NULL means "auto"). On success *out is a
- * backend to pass to hb_close. */
+ * backend to pass to hb_close, and err is empty, except when "auto" fell
+ * back to host: then err says why cuda could not be used (the caller logs
+ * it; the backend never does). */
 int hb_open(const char *kind, hb_backend **out, char *err, size_t errlen);
 
 /* Releases the backend (and the CUDA primary contexts it retained).

@@ -2,16 +2,19 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <ini.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <grp.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "log.h"
 #include "size.h"
+#include "store.h"
 
 void hd_config_defaults(hd_config *c)
 {
@@ -41,19 +44,66 @@ void hd_config_defaults(hd_config *c)
     c->meminfo_interval_ms = 1000;
 }
 
+/* Lines of the keys the cross-key checks blame (0: not in the file). */
+enum { L_CHUNK, L_INITIAL, L_VA, L_MIN_BLOCK, L_N };
+
 typedef struct parse_state {
     FILE *f;
     int line;
+    int err_line;      /* the first error's line (0: none yet) */
+    int stop;          /* an error was found: the reader ends the file */
+    int key_line[L_N];
     hd_config cfg;
-    char msg[256];
+    char msg[512];
 } parse_state;
 
+static void fail_at(parse_state *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail_at(parse_state *st, const char *fmt, ...)
+{
+    if (st->err_line)
+        return; /* the first error wins */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st->msg, sizeof st->msg, fmt, ap);
+    va_end(ap);
+    st->err_line = st->line;
+    st->stop = 1;
+}
+
+/* Feeds inih one line at a time and does what inih does not:
+ *   - ` # comment` after a value (whitespace, then #) is a comment, as
+ *     ` ; comment` is for inih; a # inside a value (no space before it)
+ *     stays part of the value;
+ *   - a `[section]` header is an error even when no key follows it;
+ *   - after the first error the file ends, so that the error reported is
+ *     the first one, with its line. */
 static char *reader(char *str, int num, void *stream)
 {
     parse_state *st = stream;
+    if (st->stop)
+        return NULL;
     char *r = fgets(str, num, st->f);
-    if (r)
-        st->line++;
+    if (!r)
+        return NULL;
+    st->line++;
+    char *p = str;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p == '#' || *p == ';')
+        return r;
+    for (char *q = p; *q; q++)
+        if (*q == '#' && q > p && (q[-1] == ' ' || q[-1] == '\t')) {
+            q[0] = '\n';
+            q[1] = 0;
+            break;
+        }
+    if (*p == '[') {
+        size_t n = strcspn(p, "\r\n");
+        while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+            n--;
+        fail_at(st, "unknown section %.*s: heapd.conf has no sections; remove the line", (int)(n > 80 ? 80 : n), p);
+        return NULL;
+    }
     return r;
 }
 
@@ -70,16 +120,39 @@ static int parse_u32(const char *v, uint32_t lo, uint32_t hi, uint32_t *out)
 
 static int size_at_least(uint64_t v, uint64_t min) { return v >= min; }
 
+static int handle_key(parse_state *st, const char *name, const char *value);
+
 static int handler(void *user, const char *section, const char *name, const char *value)
 {
     parse_state *st = user;
+    if (st->stop)
+        return 1;
+    if (section[0]) {
+        fail_at(st, "unknown section [%s]: heapd.conf has no sections", section);
+        return 0;
+    }
+    int rc = handle_key(st, name, value);
+    if (rc == 0) {
+        /* A value with a # in it may be a comment without a space before it. */
+        char m[sizeof st->msg];
+        snprintf(m, sizeof m, "%s", st->msg);
+        st->msg[0] = 0;
+        fail_at(st, "%s%s", m, strchr(value, '#') ? " (a # starts a comment only after a space: "
+                                                     "`key = value # comment`)" : "");
+    } else {
+        static const char *const keys[L_N] = {"chunk_size", "initial_size", "va_size", "min_block"};
+        for (int i = 0; i < L_N; i++)
+            if (!strcmp(name, keys[i]))
+                st->key_line[i] = st->line;
+    }
+    return rc;
+}
+
+static int handle_key(parse_state *st, const char *name, const char *value)
+{
     hd_config *c = &st->cfg;
     uint64_t sz;
     uint32_t u;
-    if (section[0]) {
-        snprintf(st->msg, sizeof st->msg, "unknown section [%s]: heapd.conf has no sections", section);
-        return 0;
-    }
 #define SIZE_KEY(key, field, min)                                                                  \
     if (!strcmp(name, key)) {                                                                      \
         if (hs_parse_size(value, &sz) || !size_at_least(sz, (min))) {                                             \
@@ -127,6 +200,15 @@ static int handler(void *user, const char *section, const char *name, const char
         c->log_level = l;
         return 1;
     }
+    if (!strcmp(name, "log_format")) {
+        int f = hd_log_parse_format(value);
+        if (f < 0) {
+            snprintf(st->msg, sizeof st->msg, "log_format: \"%s\" is not one of text, json", value);
+            return 0;
+        }
+        c->log_format = f;
+        return 1;
+    }
     if (!strcmp(name, "policy")) {
         if (ha_policy_parse(value, &c->policy)) {
             snprintf(st->msg, sizeof st->msg, "policy: \"%s\" is not one of coalesce, seed", value);
@@ -137,9 +219,14 @@ static int handler(void *user, const char *section, const char *name, const char
     SIZE_KEY("quota_heap", quota_heap, 0)
     SIZE_KEY("quota_uid", quota_uid, 0)
     if (!strcmp(name, "store")) {
-        if (value[0] && (strncmp(value, "redis://", 8) || strlen(value) >= sizeof c->store || !value[8])) {
-            snprintf(st->msg, sizeof st->msg, "store: \"%s\" is not redis://HOST:PORT (or empty for a single node)",
-                     value);
+        char why[400];
+        if (value[0] && strlen(value) >= sizeof c->store) {
+            snprintf(st->msg, sizeof st->msg, "store: the URL is longer than %zu bytes", sizeof c->store - 1);
+            return 0;
+        }
+        /* The parser heapd uses at start: what passes here, heapd accepts. */
+        if (value[0] && hd_store_check_url(value, why, sizeof why)) {
+            snprintf(st->msg, sizeof st->msg, "store: %s", why);
             return 0;
         }
         snprintf(c->store, sizeof c->store, "%s", value);
@@ -210,21 +297,90 @@ static int handler(void *user, const char *section, const char *name, const char
     return 0;
 }
 
+/* The heap-default rules of ha_params_check, each blamed on the key of the
+ * file that breaks it (the one set there; the later line when both are),
+ * with its line and the values in binary units. */
+static int cross_check(const parse_state *st, const char *path, char *err, size_t errlen)
+{
+    const hd_config *n = &st->cfg;
+    const int *L = st->key_line;
+    char a[40], b[40], cc[40];
+#define SZ(v, buf) (hs_format_size((v), (buf), sizeof (buf)) ? (buf) : "?")
+#define WHERE(i) (L[i] ? "" : " (the default)")
+    if (n->min_block & (n->min_block - 1)) {
+        snprintf(err, errlen, "%s:%d: min_block = %s is not a power of two (512, 4K, 64K...)", path,
+                 L[L_MIN_BLOCK], SZ(n->min_block, a));
+        return -1;
+    }
+    if (n->chunk_size % n->min_block) {
+        int chunk = L[L_CHUNK] >= L[L_MIN_BLOCK];
+        snprintf(err, errlen, "%s:%d: chunk_size = %s%s is not a multiple of min_block = %s%s; change %s",
+                 path, chunk ? L[L_CHUNK] : L[L_MIN_BLOCK], SZ(n->chunk_size, a), WHERE(L_CHUNK),
+                 SZ(n->min_block, b), WHERE(L_MIN_BLOCK), chunk ? "chunk_size" : "min_block");
+        return -1;
+    }
+    if (n->initial_size && n->initial_size % n->chunk_size) {
+        int init = L[L_INITIAL] >= L[L_CHUNK];
+        snprintf(err, errlen, "%s:%d: initial_size = %s%s is not a whole number of chunks of chunk_size = %s%s; "
+                 "change %s (or set initial_size = 0: one chunk)", path, init ? L[L_INITIAL] : L[L_CHUNK],
+                 SZ(n->initial_size, a), WHERE(L_INITIAL), SZ(n->chunk_size, b), WHERE(L_CHUNK),
+                 init ? "initial_size" : "chunk_size");
+        return -1;
+    }
+    uint64_t init = n->initial_size ? n->initial_size : n->chunk_size;
+    if (n->va_size % n->chunk_size) {
+        if (L[L_VA] > L[L_CHUNK])
+            snprintf(err, errlen, "%s:%d: va_size = %s is not a whole number of chunks of chunk_size = %s%s; "
+                     "use a multiple of chunk_size", path, L[L_VA], SZ(n->va_size, a), SZ(n->chunk_size, b),
+                     WHERE(L_CHUNK));
+        else
+            snprintf(err, errlen, "%s:%d: chunk_size = %s does not divide va_size = %s%s (a heap maps whole "
+                     "chunks); use a chunk_size that divides it (a power of two such as 2M, 4M or 64M) or "
+                     "change va_size", path, L[L_CHUNK], SZ(n->chunk_size, a), SZ(n->va_size, b), WHERE(L_VA));
+        return -1;
+    }
+    if (n->va_size < init) {
+        int va = L[L_VA] > (L[L_INITIAL] > L[L_CHUNK] ? L[L_INITIAL] : L[L_CHUNK]);
+        snprintf(err, errlen, "%s:%d: va_size = %s%s is below the initial mapping (%s%s); raise va_size",
+                 path, va ? L[L_VA] : (L[L_INITIAL] ? L[L_INITIAL] : L[L_CHUNK]), SZ(n->va_size, a),
+                 WHERE(L_VA), SZ(init, cc), n->initial_size ? ", initial_size" : ", one chunk_size");
+        return -1;
+    }
+#undef SZ
+#undef WHERE
+    return 0;
+}
+
 int hd_config_load(const char *path, hd_config *c, char *err, size_t errlen)
 {
     parse_state st;
     memset(&st, 0, sizeof st);
     st.cfg = *c;
-    st.f = fopen(path, "r");
+    st.f = fopen(path, "re");
     if (!st.f) {
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
+    struct stat sb;
+    if (fstat(fileno(st.f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fclose(st.f);
+        snprintf(err, errlen, "%s: is a directory, not a configuration file; give the path of heapd.conf "
+                 "(e.g. %s/heapd.conf)", path, path);
+        return -1;
+    }
     int rc = ini_parse_stream(reader, &st, handler, &st);
+    int rerr = ferror(st.f) ? errno : 0;
     fclose(st.f);
+    if (rerr) {
+        snprintf(err, errlen, "%s: cannot read the file: %s", path, strerror(rerr));
+        return -1;
+    }
+    if (st.err_line && (rc <= 0 || st.err_line <= rc)) {
+        snprintf(err, errlen, "%s:%d: %s", path, st.err_line, st.msg);
+        return -1;
+    }
     if (rc > 0) {
-        snprintf(err, errlen, "%s:%d: %s", path, rc,
-                 st.msg[0] ? st.msg : "syntax error: expected `key = value`");
+        snprintf(err, errlen, "%s:%d: syntax error: expected `key = value`", path, rc);
         return -1;
     }
     if (rc < 0) {
@@ -233,6 +389,8 @@ int hd_config_load(const char *path, hd_config *c, char *err, size_t errlen)
     }
     /* Cross-key checks: the defaults must make a valid heap. */
     hd_config *n = &st.cfg;
+    if (cross_check(&st, path, err, errlen))
+        return -1;
     ha_params p = {.ranks = 1, .chunk_size = n->chunk_size,
                    .initial_size = n->initial_size ? n->initial_size : n->chunk_size,
                    .va_size = n->va_size, .min_block = n->min_block, .policy = n->policy};

@@ -22,6 +22,7 @@ typedef struct hd_config {
     unsigned socket_mode;           /* permissions of the socket file */
     char backend[16];               /* auto | cuda | host */
     int log_level;                  /* HD_LOG_* */
+    int log_format;                 /* HD_LOG_FMT_*: text or json (off the journal) */
     /* Defaults for heaps whose Attach leaves a parameter at 0. */
     uint64_t chunk_size;
     uint64_t initial_size;          /* 0: one chunk */

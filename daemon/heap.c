@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hist.h"
 #include "log.h"
 #include "size.h"
 #include "statuspage.h"
@@ -99,6 +100,8 @@ struct hd_heap {
     uint64_t force_id;
     uv_timer_t timer;         /* attach and collect timeouts */
     bool timer_attach;
+    uint64_t coll_start_ns;   /* metrics (issue 20): when the collect began */
+    hd_hist coll_wait, growth;
     hd_heap *next;
 };
 
@@ -111,6 +114,7 @@ struct hd_registry {
     hd_heap *heaps;
     uint32_t nheaps;
     uint64_t next_epoch;
+    uint64_t start_ns;        /* uv_hrtime at creation: uptime in stats */
 };
 
 static uint64_t now_ns(void)
@@ -190,6 +194,7 @@ int hd_registry_create(uv_loop_t *loop, hb_backend *be, const hd_config *cfg, hd
     r->be = be;
     r->cfg = *cfg;
     r->next_epoch = 1;
+    r->start_ns = uv_hrtime();
     uv_timer_init(loop, &r->meminfo);
     r->meminfo.data = r;
     uv_timer_start(&r->meminfo, sample_meminfo, 0, cfg->meminfo_interval_ms);
@@ -730,6 +735,7 @@ void hd_heap_attach(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Attach
     h->nattached++;
     b->heap = h;
     b->rank = m->rank;
+    b->name = h->name;
     hd_info("heap \"%s\": rank %u attached (pid %ld, %u of %u local ranks)", h->name, m->rank, (long)k->pid,
             h->nattached, h->local_size);
     if (h->formed) {
@@ -795,6 +801,7 @@ static void collect_reply_all(hd_heap *h, uint64_t blocks, uint64_t bytes)
         h->collect_at = UINT64_MAX;
         h->forced = false;
     }
+    hd_hist_observe(&h->coll_wait, uv_hrtime() - h->coll_start_ns);
     ha_stats st;
     ha_get_stats(h->core, &st);
     char b1[32];
@@ -1025,6 +1032,7 @@ void hd_heap_collect(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Colle
     }
     if (!h->coll_active) {
         h->coll_active = true;
+        h->coll_start_ns = uv_hrtime();
         h->coll_seq = m->seq;
         h->coll_waiting = 0;
         /* Collect number: the allocation number and how many collects
@@ -1067,6 +1075,7 @@ static int grow(hd_heap *h, uint32_t chunks, char *err, size_t errlen)
     ha_stats st;
     ha_get_stats(h->core, &st);
     uint32_t have = (uint32_t)(st.mapped / h->ap.chunk_size);
+    uint64_t t0 = uv_hrtime();
     if (quota_check(h->reg, h->name, h->owner, st.mapped * h->local_size,
                     (uint64_t)chunks * h->ap.chunk_size * h->local_size, err, errlen))
         return -2;
@@ -1089,6 +1098,7 @@ static int grow(hd_heap *h, uint32_t chunks, char *err, size_t errlen)
     hd_info("heap \"%s\" grew from %s to %s per rank (%u chunk%s on each of %u ranks)", h->name,
             human(st.mapped, b1, sizeof b1), human(st.mapped + (uint64_t)chunks * h->ap.chunk_size, b2, sizeof b2),
             chunks, chunks == 1 ? "" : "s", h->local_size);
+    hd_hist_observe(&h->growth, uv_hrtime() - t0);
     return 0;
 }
 
@@ -1563,6 +1573,19 @@ void hd_heap_force_collect(hd_registry *r, hd_conn *c, uint64_t id, const Heapd_
     hd_conn_send(c, &f, NULL, 0);
 }
 
+static Heapd__Histogram *fill_hist(Heapd__Histogram *g, uint64_t *counts, const hd_hist *h)
+{
+    heapd__histogram__init(g);
+    g->n_bounds = HD_HIST_N - 1;
+    g->bounds = (double *)hd_hist_bounds;
+    g->n_counts = HD_HIST_N;
+    g->counts = counts;
+    memcpy(counts, h->n, sizeof h->n);
+    g->count = h->count;
+    g->sum_seconds = (double)h->sum_ns / 1e9;
+    return g;
+}
+
 void hd_heap_stats(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Stats *m, const char *backend_name,
                    uint32_t clients)
 {
@@ -1585,7 +1608,9 @@ void hd_heap_stats(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Stats *
     Heapd__HeapParams *pp = calloc(n ? n : 1, sizeof *pp);
     Heapd__RankStats *rs = calloc(nr ? nr : 1, sizeof *rs);
     Heapd__RankStats **rsp = calloc(nr ? nr : 1, sizeof *rsp);
-    if (!hs || !hsp || !pp || !rs || !rsp) {
+    Heapd__Histogram *hg = calloc(2 * (n ? n : 1), sizeof *hg);
+    uint64_t(*hn)[HD_HIST_N] = calloc(2 * (n ? n : 1), sizeof *hn);
+    if (!hs || !hsp || !pp || !rs || !rsp || !hg || !hn) {
         hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
         goto out;
     }
@@ -1601,6 +1626,9 @@ void hd_heap_stats(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Stats *
         s->name = h->name;
         s->world_size = h->world_size;
         s->params = &pp[i];
+        s->owner_uid = (uint32_t)h->owner;
+        s->collect_wait = fill_hist(&hg[2 * i], hn[2 * i], &h->coll_wait);
+        s->growth = fill_hist(&hg[2 * i + 1], hn[2 * i + 1], &h->growth);
         s->mapped = st.mapped;
         s->live_bytes = st.live_bytes;
         s->released_bytes = st.pending_bytes;
@@ -1650,6 +1678,11 @@ void hd_heap_stats(hd_registry *r, hd_conn *c, uint64_t id, const Heapd__Stats *
     sr.backend = (char *)backend_name;
     sr.clients = clients;
     sr.version = (char *)HEAPD_VERSION;
+    sr.uptime_ms = (uv_hrtime() - r->start_ns) / 1000000;
+    sr.store = r->store ? (char *)hd_store_url(r->store) : (char *)"";
+    sr.store_connected = r->store && hd_store_ready(r->store);
+    sr.quota_heap = r->cfg.quota_heap;
+    sr.quota_uid = r->cfg.quota_uid;
     Heapd__Frame f = HEAPD__FRAME__INIT;
     f.id = id;
     f.body_case = HEAPD__FRAME__BODY_STATS_REPLY;
@@ -1666,5 +1699,7 @@ out:
     free(pp);
     free(rs);
     free(rsp);
+    free(hg);
+    free(hn);
 }
 #undef VISIBLE

@@ -135,6 +135,7 @@ static void on_hup(uv_signal_t *s, int signum)
     n.max_clients = d->cfg.max_clients;
     d->cfg = n;
     hd_log_set_level(n.log_level);
+    hd_log_set_format(n.log_format);
     hd_registry_set_config(d->reg, &n);
     hd_info("SIGHUP: configuration reloaded from %s (log level, heap defaults and timeouts apply to new heaps)",
             d->config_path);
@@ -144,8 +145,9 @@ static void on_hup(uv_signal_t *s, int signum)
 static void print_config(const char *path, const hd_config *c)
 {
     printf("%s: ok\n", path ? path : "(built-in defaults)");
-    printf("socket = %s\nsocket_mode = %04o\nbackend = %s\nlog_level = %s\n", c->socket_path, c->socket_mode,
-           c->backend, (const char *const[]){"error", "warn", "info", "debug"}[c->log_level & 3]);
+    printf("socket = %s\nsocket_mode = %04o\nbackend = %s\nlog_level = %s\nlog_format = %s\n", c->socket_path,
+           c->socket_mode, c->backend, (const char *const[]){"error", "warn", "info", "debug"}[c->log_level & 3],
+           c->log_format == HD_LOG_FMT_JSON ? "json" : "text");
     printf("chunk_size = %llu\ninitial_size = %llu\nva_size = %llu\nmin_block = %llu\npolicy = %s\n",
            (unsigned long long)c->chunk_size, (unsigned long long)c->initial_size,
            (unsigned long long)c->va_size, (unsigned long long)c->min_block, ha_policy_name(c->policy));
@@ -183,12 +185,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "heapd: unexpected argument \"%s\"; try `heapd --help`\n", argv[optind]);
         return 2;
     }
-    if (getenv("JOURNAL_STREAM"))
-        hd_log_set_journal(1);
+    hd_log_setup(); /* the journal when JOURNAL_STREAM is stderr */
     hd_config_defaults(&d.cfg);
     if (!d.config_path && access(HD_DEFAULT_CONFIG, R_OK) == 0)
         d.config_path = HD_DEFAULT_CONFIG;
-    char err[1024];
+    char err[1024] = "";
     if (d.config_path && hd_config_load(d.config_path, &d.cfg, err, sizeof err)) {
         fprintf(stderr, "heapd: %s\n", err);
         return 1;
@@ -221,6 +222,7 @@ int main(int argc, char **argv)
         return 0;
     }
     hd_log_set_level(d.cfg.log_level);
+    hd_log_set_format(d.cfg.log_format);
     signal(SIGPIPE, SIG_IGN);
 
     if (hb_open(d.cfg.backend, &d.be, err, sizeof err)) {
@@ -228,6 +230,9 @@ int main(int argc, char **argv)
         hd_notify("STATUS=backend failed");
         return 1;
     }
+    if (err[0]) /* backend = auto fell back to host memory: say why */
+        hd_warn("backend auto: using host memory, not the GPU: %s (set backend = host where that is "
+                "intended, or backend = cuda to refuse to start without a GPU)", err);
     d.loop = uv_default_loop();
     if (hd_registry_create(d.loop, d.be, &d.cfg, &d.reg)) {
         hd_error("out of memory");

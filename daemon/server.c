@@ -105,6 +105,7 @@ int hd_server_socket_activated(const hd_server *s) { return s->activated; }
 
 static void conn_poll_cb(uv_poll_t *p, int status, int events);
 static void reaper_cb(uv_idle_t *i);
+static void log_ctx(hd_conn *c, const Heapd__Frame *f);
 
 static void conn_kill(hd_conn *c)
 {
@@ -128,7 +129,9 @@ static void conn_closed_cb(uv_handle_t *h)
 static void conn_close_now(hd_conn *c)
 {
     hd_server *s = c->srv;
+    log_ctx(c, NULL);
     hd_heap_conn_closed(s->reg, c);
+    hd_log_ctx_set(NULL);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -218,7 +221,10 @@ void hd_conn_error(hd_conn *c, uint64_t id, Heapd__ErrCode code, const char *fmt
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    const ProtobufCEnumValue *ev = protobuf_c_enum_descriptor_get_value(&heapd__err_code__descriptor, (int)code);
+    hd_log_ctx_err(ev ? ev->name : NULL);
     hd_debug("error to pid %ld (request %llu): %s", (long)c->pid, (unsigned long long)id, msg);
+    hd_log_ctx_err(NULL);
     Heapd__Error e = HEAPD__ERROR__INIT;
     e.code = code;
     e.message = msg;
@@ -252,10 +258,37 @@ static void handle_hello(hd_conn *c, uint64_t id, const Heapd__Hello *m)
     hd_conn_send(c, &f, NULL, 0);
 }
 
+/* The log fields of what c does now: its pid, heap and rank (issue 20). */
+static void log_ctx(hd_conn *c, const Heapd__Frame *f)
+{
+    hd_log_ctx x = HD_LOG_CTX_NONE;
+    x.pid = (long)c->pid;
+    if (c->bind.heap) {
+        x.heap = c->bind.name;
+        x.rank = (long)c->bind.rank;
+    }
+    if (f) {
+        const ProtobufCFieldDescriptor *d =
+            protobuf_c_message_descriptor_get_field(&heapd__frame__descriptor, (unsigned)f->body_case);
+        x.req = d ? d->name : NULL;
+        if (f->body_case == HEAPD__FRAME__BODY_ALLOC && f->alloc)
+            x.seq = (long long)f->alloc->seq;
+        else if (f->body_case == HEAPD__FRAME__BODY_COLLECT && f->collect)
+            x.seq = (long long)f->collect->seq;
+        else if (f->body_case == HEAPD__FRAME__BODY_ATTACH && f->attach) {
+            x.heap = f->attach->heap;
+            x.rank = (long)f->attach->rank;
+        } else if (f->body_case == HEAPD__FRAME__BODY_FORCE_COLLECT && f->force_collect)
+            x.heap = f->force_collect->heap;
+    }
+    hd_log_ctx_set(&x);
+}
+
 static void handle_frame(hd_conn *c, hw_frame *fr)
 {
     hd_server *s = c->srv;
     Heapd__Frame *f = heapd__frame__unpack(NULL, fr->len, fr->data);
+    log_ctx(c, f);
     if (!f) {
         hd_conn_error(c, 0, HEAPD__ERR_CODE__ERR_PROTOCOL,
                       "a %zu-byte frame is not a valid heapd.Frame message", fr->len);
@@ -309,6 +342,7 @@ static void handle_frame(hd_conn *c, hw_frame *fr)
         break;
     }
 out:
+    hd_log_ctx_set(NULL);
     heapd__frame__free_unpacked(f, NULL);
 }
 

@@ -29,6 +29,7 @@ struct hd_config;
 typedef struct hd_binding {
     struct hd_heap *heap;   /* NULL: not attached */
     uint32_t rank;
+    const char *name;       /* the heap's name while heap != NULL (log fields) */
 } hd_binding;
 
 hd_binding *hd_conn_binding(hd_conn *c);

@@ -51,6 +51,10 @@ typedef struct hd_store hd_store;
  * collect. Returns 0, or <0 with err filled. */
 int hd_store_open(uv_loop_t *loop, const char *url, const char *node, hd_store **out, char *err,
                   size_t errlen);
+/* Checks url with hd_store_open's parser (nothing connects): 0, or -1 with
+ * err saying what is wrong (credentials, port out of 1..65535, a database
+ * number, no host). heapd --check-config uses it. */
+int hd_store_check_url(const char *url, char *err, size_t errlen);
 /* Pending collects and force publishes get an error callback ("heapd is
  * stopping"), called before this returns; both connections are closed. The
  * memory is released when the loop has run the handles' close callbacks. */

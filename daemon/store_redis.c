@@ -1454,6 +1454,18 @@ static int parse_url(hd_store *s, const char *url, char *err, size_t errlen)
     return 0;
 }
 
+int hd_store_check_url(const char *url, char *err, size_t errlen)
+{
+    hd_store *s = calloc(1, sizeof *s);
+    if (!s) {
+        seterr(err, errlen, "out of memory checking the store URL");
+        return -1;
+    }
+    int rc = parse_url(s, url, err, errlen);
+    free(s);
+    return rc;
+}
+
 int hd_store_open(uv_loop_t *loop, const char *url, const char *node, hd_store **out, char *err, size_t errlen)
 {
     hd_store *s;

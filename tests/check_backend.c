@@ -145,6 +145,13 @@ START_TEST(open_auto_cuda_and_bad_kind)
     char err[512] = "";
     ck_assert_msg(hb_open("auto", &be, err, sizeof err) == HB_OK, "hb_open(auto): %s", err);
     ck_assert_str_eq(hb_name(be), g_have_gpu ? "cuda" : "host");
+    /* Issue 20: a fall back to host keeps cuda's reason for the caller's
+     * warning; no fall back, no message. */
+    if (g_have_gpu)
+        ck_assert_str_eq(err, "");
+    else
+        ck_assert_msg(strstr(err, "host backend") || strstr(err, "GPU") || strstr(err, "libcuda"),
+                      "hb_open(auto) fell back to host without saying why: \"%s\"", err);
     hb_close(be);
 
     be = NULL;

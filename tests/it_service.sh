@@ -135,8 +135,8 @@ bad_config bad_backend 4 'backend: "gpu" is not one of auto, cuda, host' \
 socket = /run/heapd/heapd.sock
 backend = gpu
 '
-# inih reports a section at the first key inside it.
-bad_config section '[34]' 'unknown section \[heap\]' \
+# A section header is an error at its own line (issue 20: even without a key after it).
+bad_config section 3 'unknown section \[heap\]' \
     'backend = host
 
 [heap]
@@ -154,10 +154,10 @@ bad_config bad_policy 1 'policy: "best"' 'policy = best
 '
 bad_config bad_timeout 1 'collect_timeout_ms: "0"' 'collect_timeout_ms = 0
 '
-# Cross-key checks name the file (no single line is wrong).
+# Cross-key checks name the key set in the file, its line and the values (issue 20).
 printf 'min_block = 3000\n' > "$W/cross.conf"
 "$HEAPD" -c "$W/cross.conf" --check-config > "$W/out" 2> "$W/err"; expect_rc "inconsistent defaults" $? 1
-has "$W/err" "$W/cross.conf: the heap defaults are inconsistent: min_block must be a power of two" && pass ||
+has "$W/err" "$W/cross.conf:1: min_block = 3000 B is not a power of two" && pass ||
     fail "inconsistent defaults message: $(cat "$W/err")"
 "$HEAPD" -c "$W/does-not-exist.conf" --check-config > "$W/out" 2> "$W/err"; expect_rc "missing config" $? 1
 has "$W/err" "does-not-exist.conf: cannot open" && pass || fail "missing config message: $(cat "$W/err")"
@@ -396,14 +396,20 @@ usr/lib/libheapc_nccl.so.0
 usr/lib/libheapc_nccl_preload.so
 usr/lib/libheapc_torch.so
 usr/lib/pkgconfig/heapc.pc
+usr/lib/pkgconfig/heapc_nccl.pc
 usr/lib/python3/dist-packages/heapd/__init__.py
 usr/lib/python3/dist-packages/heapd/_lib.py
 usr/lib/python3/dist-packages/heapd/torch.py
+usr/lib/systemd/system/heapd-metrics.service
+usr/lib/systemd/system/heapd-metrics.timer
 usr/lib/systemd/system/heapd.service
 usr/lib/systemd/system/heapd.socket
+usr/lib/sysusers.d/heapd.conf
+usr/lib/tmpfiles.d/heapd.conf
 usr/sbin/heapd
 usr/share/man/man1/heapctl.1
 usr/share/man/man3/libheapc.3
+usr/share/man/man3/libheapc_nccl.3
 usr/share/man/man5/heapd.conf.5
 usr/share/man/man8/heapd.8
 EOF
@@ -416,7 +422,7 @@ for f in usr/sbin/heapd usr/bin/heapctl usr/bin/heapsim usr/lib/libheapc.so.0; d
 done
 [ -L "$D/usr/lib/libheapc.so" ] && [ "$(readlink "$D/usr/lib/libheapc.so")" = libheapc.so.0 ] && pass ||
     fail "libheapc.so is not a link to libheapc.so.0"
-grep -q '@[A-Z_]*@' "$D/usr/lib/systemd/system/heapd.service" "$D/usr/lib/pkgconfig/heapc.pc" &&
+grep -q '@[A-Z_]*@' "$D/usr/lib/systemd/system/heapd.service" "$D/usr/lib/systemd/system/heapd-metrics.service" "$D/usr/lib/pkgconfig/heapc.pc" &&
     fail "@VARIABLE@ left in the installed unit or heapc.pc: $(grep -h '@[A-Z_]*@' "$D/usr/lib/systemd/system/heapd.service" "$D/usr/lib/pkgconfig/heapc.pc")"
 has "$D/usr/lib/systemd/system/heapd.service" "^ExecStart=/usr/sbin/heapd --config /etc/heapd/heapd.conf$" && pass ||
     fail "installed heapd.service ExecStart: $(grep ExecStart "$D/usr/lib/systemd/system/heapd.service")"

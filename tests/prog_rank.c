@@ -8,6 +8,7 @@
  */
 #include "heapc.h"
 #include "size.h"
+#include "status.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <stddef.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -93,6 +96,9 @@ static void usage(FILE *f)
 "  detach              detach; prints 'detached'\n"
 "  mapped              print 'm MAPPED'\n"
     "  status              print the status page: 'p mapped=.. live=.. ...'\n"
+"  statusstuck         make the status page look mid-write (its seq odd, as\n"
+"                      a heapd dead mid-update leaves it) and read it: 'busy'\n"
+"                      when heapc_status gives up with ERR_BUSY\n"
 "  try CMD ...         run CMD; on error print 'e CODE message' and go on\n"
 "  exit [CODE]         exit at once with CODE (default 0), without detaching\n"
 "\n"
@@ -574,6 +580,21 @@ static int run_tokens(char **tok, int ntok, int *xcode)
                    st.mapped, st.live, st.released, st.free, st.rank_held, st.rank_released, st.collects,
                    st.growths, st.allocs, st.device_free, st.device_total, st.updates);
             fflush(stdout);
+        } else if (!strcmp(cmd, "statusstuck")) {
+            int sfd = heapc_status_fd(g.c);
+            uint64_t *pg = sfd < 0 ? MAP_FAILED
+                                   : mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
+            if (pg == MAP_FAILED) {
+                fprintf(stderr, "error: cannot map the status page writable: %s\n", strerror(errno));
+                return 1;
+            }
+            uint64_t *seq = (uint64_t *)((char *)pg + offsetof(hs_page, seq));
+            __atomic_store_n(seq, __atomic_load_n(seq, __ATOMIC_RELAXED) | 1, __ATOMIC_RELEASE);
+            heapc_status_t st;
+            int src = heapc_status(g.c, &st);
+            printf("%s\n", src == HEAPC_EBUSY ? "busy" : heapc_errname(src));
+            fflush(stdout);
+            munmap(pg, 4096);
         } else if (!strcmp(cmd, "exit")) {
             *xcode = 0;
             if (i < ntok && parse_u64(tok[i], &a) == 0) {

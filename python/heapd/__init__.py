@@ -477,7 +477,10 @@ def _stats_list(out):
     res = []
     for i in range(out.contents.nheaps):
         hs = out.contents.heaps[i]
-        d = {f: getattr(hs, f) for f, _ in hs._fields_ if f not in ("params", "ranks", "nranks")}
+        d = {f: getattr(hs, f) for f, _ in hs._fields_
+             if f not in ("params", "ranks", "nranks", "collect_wait", "growth")}
+        d["collect_wait"] = hs.collect_wait.as_dict()
+        d["growth"] = hs.growth.as_dict()
         d["name"] = hs.name.decode()
         d["backend"] = out.contents.backend.decode()
         d["params"] = {f: getattr(hs.params, f) for f in

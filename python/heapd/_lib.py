@@ -8,7 +8,7 @@ Otherwise $HEAPC_LIB (a path), then the build tree of the checkout this
 package lies in (build/, build-gpu/), then the system's libheapc.so.0."""
 import ctypes
 import os
-from ctypes import (POINTER, Structure, byref, c_char_p, c_int, c_size_t, c_uint32,
+from ctypes import (POINTER, Structure, byref, c_char_p, c_double, c_int, c_size_t, c_uint32,
                     c_uint64, c_void_p)
 
 _here = os.path.dirname(os.path.abspath(__file__))
@@ -81,6 +81,17 @@ class RankStats(Structure):
                 ("stream_waiting", c_uint64), ("device_waits_avoided", c_uint64)]
 
 
+class Hist(Structure):
+    """heapc_hist: a latency histogram (counts not cumulative, the last +Inf)."""
+    _fields_ = [("nbounds", c_size_t), ("bounds", c_double * 16), ("counts", c_uint64 * 16),
+                ("count", c_uint64), ("sum_seconds", c_double)]
+
+    def as_dict(self):
+        n = self.nbounds
+        return {"bounds": list(self.bounds[:n]), "counts": list(self.counts[:n + 1]),
+                "count": self.count, "sum_seconds": self.sum_seconds}
+
+
 class HeapStats(Structure):
     _fields_ = [("name", c_char_p), ("world_size", c_uint32), ("params", Params),
                 ("mapped", c_uint64), ("live_bytes", c_uint64), ("released_bytes", c_uint64),
@@ -88,7 +99,9 @@ class HeapStats(Structure):
                 ("clients", c_uint32), ("next_seq", c_uint64), ("epoch", c_uint64),
                 ("pending_collect_seq", c_uint64), ("device_free", c_uint64),
                 ("device_total", c_uint64), ("nranks", c_size_t),
-                ("ranks", POINTER(RankStats)), ("collects_skipped", c_uint64)]
+                ("ranks", POINTER(RankStats)), ("collects_skipped", c_uint64),
+                ("collect_pending", c_int),
+                ("owner_uid", c_uint32), ("collect_wait", Hist), ("growth", Hist)]
 
 
 class DaemonStats(Structure):
