@@ -265,7 +265,8 @@ check "rank 3 killed mid-collect: every node's error names rank 3 and its pid" t
 # ---- 5. a node and a rank that never arrive: timeout naming them everywhere -------
 # heap miss: node n3's ranks (6, 7) never start. heap miss1: rank 7 attaches
 # but never collects (its node-mate 6 does).
-for r in 0 1 2 3 4 5; do rank miss $r --timeout-ms 1500 -- alloc 1K collect; done
+# 6 s: long enough to see the waiting collect's keys on a loaded, sanitized run
+for r in 0 1 2 3 4 5; do rank miss $r --timeout-ms 6000 -- alloc 1K collect; done
 waitout miss '^a 0 ' 10 0 1 2 3 4 5
 t0=$(now_ms)
 pids_miss="$pid_0 $pid_1 $pid_2 $pid_3 $pid_4 $pid_5"
@@ -274,9 +275,13 @@ for r in $ALL; do
     else rank miss1 $r --timeout-ms 1500 -- alloc 1K collect; fi
 done
 pids_miss1="$pid_0 $pid_1 $pid_2 $pid_3 $pid_4 $pid_5 $pid_6 $pid_7"
-sleep 0.5
 # While the collects wait: their keys (state hash and rank bitmap) have a TTL.
-rcli --scan --pattern 'heapd:miss:j1~*' >"$T/mkeys" 2>/dev/null
+i=0
+while [ $i -lt 300 ]; do   # until both keys exist (the collect started); 30 s at most
+    rcli --scan --pattern 'heapd:miss:j1~*' >"$T/mkeys" 2>/dev/null
+    grep -q ':s$' "$T/mkeys" && grep -q ':r$' "$T/mkeys" && break
+    sleep 0.1; i=$((i + 1))
+done
 mttl=1
 while read -r k; do t=$(rcli TTL "$k"); [ "$t" -gt 0 ] || mttl=0; done <"$T/mkeys"
 check "a waiting collect's keys ($(tr '\n' ' ' <"$T/mkeys")) exist, each with a TTL" \
@@ -288,8 +293,8 @@ for p in $pids_miss; do
     r=$((r + 1))
 done
 dt=$(($(now_ms) - t0))
-check "node n3 never arrives: the 6 ranks of n0..n2 fail with ERR_TIMEOUT (exit 5) after the 1500 ms timeout ($dt ms)" \
-    test $allok = 1 -a $dt -ge 1000 -a $dt -lt 4500
+check "node n3 never arrives: the 6 ranks of n0..n2 fail with ERR_TIMEOUT (exit 5) after the 6000 ms timeout ($dt ms)" \
+    test $allok = 1 -a $dt -ge 3000   # the shell saw the allocations after the collect began
 check "node n3 never arrives: every waiting rank's error names ranks 6, 7" test $named = 1
 allok=1; named=1; r=0
 for p in $pids_miss1; do
