@@ -84,7 +84,7 @@ ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
 CUDA_CFLAGS := -I$(CUDA_HOME)/include -DHEAPD_HAVE_CUDA_H=1
 endif
 
-CPPFLAGS += -D_GNU_SOURCE -DHEAPD_VERSION='"$(VERSION)"' -I. -Icommon -Idaemon -Iclient -I$(BUILD)/proto
+CPPFLAGS += -D_GNU_SOURCE -DHEAPD_VERSION='"$(VERSION)"' -I. -Icommon -Idaemon -Idaemon/heap -Iclient -I$(BUILD)/proto
 CFLAGS   ?=
 CFLAGS   += -std=c11 $(OPT) $(WARN) -fPIC -MMD -MP $(PKG_CFLAGS) $(CUDA_CFLAGS)
 LDFLAGS  += $(SAN_LDFLAGS)
@@ -96,7 +96,7 @@ PROTO_H   := $(BUILD)/proto/heapd.pb-c.h
 COMMON_SRC := $(wildcard common/*.c)
 # Programs: one file each; everything else in daemon/ is the daemon library.
 DAEMON_MAINS := daemon/heapd.c daemon/heapsim.c
-DAEMON_SRC := $(filter-out $(DAEMON_MAINS),$(wildcard daemon/*.c))
+DAEMON_SRC := $(filter-out $(DAEMON_MAINS),$(wildcard daemon/*.c daemon/heap/*.c))
 CLIENT_MAINS := client/heapctl.c
 CLIENT_PRELOAD_SRC := client/heapc_nccl_preload.c
 CLIENT_TORCH_SRC := client/heapc_torch.c
