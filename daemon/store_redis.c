@@ -54,7 +54,7 @@
  *   c: 5 world size, 6 "collect N of heap \"H\"", 7 ranks (big-endian u32),
  *      8 candidates (big-endian u64, ascending: byte order is numeric order)
  *   t: 5 world size, 6 "collect N of heap \"H\" timed out after T ms"
- *   a: 5 message
+ *   a: 5 message ("E<n>:" text, n = -HD_STORE_E*: every stored failure has one)
  * Replies: {'ok', result} this call completed the collect; {'wait'};
  *   {'abort', message} the collect failed (now or before); {'done'} it had
  *   completed before this call; {'aborted', message} op 'a' recorded it.
@@ -121,12 +121,12 @@ static const char COLLECT_LUA[] =
     "  if n > 32 then list = list .. ' and ' .. (n - 32) .. ' more' end\n"
     "  local seen = 'none'\n"
     "  if h[6] then seen = string.gsub(h[6], ' ', ', ') end\n"
-    "  local msg = ARGV[6] .. ': rank(s) ' .. list .. ' never arrived (nodes seen: ' .. seen .. ')'\n"
+    "  local msg = 'E2:' .. ARGV[6] .. ': rank(s) ' .. list .. ' never arrived (nodes seen: ' .. seen .. ')'\n"
     "  fail(msg)\n"
     "  return {'abort', msg}\n"
     "end\n"
     "if h[3] and tonumber(h[3]) ~= world then\n"
-    "  local msg = ARGV[6] .. ': node ' .. node .. ' says the heap has ' .. world ..\n"
+    "  local msg = 'E1:' .. ARGV[6] .. ': node ' .. node .. ' says the heap has ' .. world ..\n"
     "    ' ranks but node(s) ' .. (h[6] or '?') .. ' said ' .. h[3] ..\n"
     "    '; every node must give the same world size (check the job\\'s rank count on each node)'\n"
     "  fail(msg)\n"
@@ -359,6 +359,7 @@ typedef struct req {
     char *set;            /* big-endian u64, ascending */
     size_t set_len;
     char *msg;            /* RQ_ABORT: the message */
+    int code;             /* RQ_ABORT: its HD_STORE_E* code */
     uint64_t target;      /* RQ_ABORT: our collect that waits for this abort's reply */
     hd_store_cb cb;
     hd_store_force_cb fcb;
@@ -615,19 +616,48 @@ static void req_finish(req *q, int status, const char *msg, uint64_t *res, size_
     uv_timer_start(&q->timer, on_req_timer, 0, 0);
 }
 
+static void req_vfail(req *q, int code, const char *fmt, va_list ap)
+{
+    char *m = NULL;
+    if (q->state == ST_DONE)
+        return;
+    if (vasprintf(&m, fmt, ap) < 0)
+        m = NULL;
+    req_finish(q, code, m ? m : "out of memory (while reporting a store failure)", NULL, 0);
+    free(m);
+}
+
+/* Fails q with HD_STORE_EFAIL, or with `code`. */
 static void req_failf(req *q, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void req_failf(req *q, const char *fmt, ...)
 {
     va_list ap;
-    char *m = NULL;
-    if (q->state == ST_DONE)
-        return;
     va_start(ap, fmt);
-    if (vasprintf(&m, fmt, ap) < 0)
-        m = NULL;
+    req_vfail(q, HD_STORE_EFAIL, fmt, ap);
     va_end(ap);
-    req_finish(q, -1, m ? m : "out of memory (while reporting a store failure)", NULL, 0);
-    free(m);
+}
+
+static void req_failc(req *q, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void req_failc(req *q, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    req_vfail(q, code, fmt, ap);
+    va_end(ap);
+}
+
+/* A failure recorded in Redis: "E<n>:" (n = -HD_STORE_E*) then the text,
+ * as send_abort and the script write it. */
+#define CODE_TAG_LEN 3
+static void req_fail_stored(req *q, const char *str, size_t len)
+{
+    int code = HD_STORE_EFAIL;
+    if (len >= CODE_TAG_LEN && str[0] == 'E' && str[1] >= '1' && str[1] <= '9' && str[2] == ':') {
+        code = -(str[1] - '0');
+        str += CODE_TAG_LEN;
+        len -= CODE_TAG_LEN;
+    }
+    req_failc(q, code, "%.*s", (int)len, str);
 }
 
 /* Calls the user's callback (if any) and releases the request. */
@@ -711,7 +741,7 @@ static void conn_lost(hd_store *s, conn *c, const char *why)
              * its message (Redis is gone for the other nodes too). */
             req *t = q->target ? req_find(s, q->target) : NULL;
             if (t && t->state != ST_DONE)
-                req_failf(t, "%s", q->msg);
+                req_failc(t, q->code, "%s", q->msg);
             req_finish(q, 0, NULL, NULL, 0);
         } else if (q->state == ST_QUEUED)
             req_fail_conn(q, was, why);
@@ -926,9 +956,14 @@ static int send_timeout(hd_store *s, req *q)
 
 static int send_abort(hd_store *s, req *q)
 {
-    const char *extra[1] = {q->msg};
-    size_t len[1] = {strlen(q->msg)};
-    return send_script(s, q, on_abort_reply, "a", 1, extra, len);
+    char *tagged = xasprintf("E%d:%s", -q->code, q->msg);
+    if (!tagged)
+        return -1;
+    const char *extra[1] = {tagged};
+    size_t len[1] = {strlen(tagged)};
+    int rc = send_script(s, q, on_abort_reply, "a", 1, extra, len);
+    free(tagged);
+    return rc;
 }
 
 static int send_publish(hd_store *s, req *q)
@@ -1093,7 +1128,7 @@ static void on_contrib_reply(redisAsyncContext *ac, void *reply, void *priv)
         if (q->state == ST_SENT)
             q->state = ST_WAIT;
     } else if (reply_is(r, 0, "abort") && (e = reply_str(r, 1)) != NULL) {
-        req_failf(q, "%.*s", (int)e->len, e->str);
+        req_fail_stored(q, e->str, e->len);
     } else if (reply_is(r, 0, "done")) {
         req_failf(q, "collect %" PRIu64 " of heap \"%s\" had already completed in Redis without this node (%s): "
                   "another node serves the same ranks; each rank must be served by exactly one node",
@@ -1114,7 +1149,7 @@ static void on_timeout_reply(redisAsyncContext *ac, void *reply, void *priv)
     if (!q || q->state == ST_DONE)
         return;
     if (!r) {
-        req_failf(q, "collect %" PRIu64 " of heap \"%s\" timed out after %" PRIu32 " ms, and the connection to "
+        req_failc(q, HD_STORE_ETIMEOUT, "collect %" PRIu64 " of heap \"%s\" timed out after %" PRIu32 " ms, and the connection to "
                   "Redis at %s was lost (%s) while heapd asked which ranks were missing",
                   q->cnum, q->heap, q->timeout_ms, s->hostport, null_reply_why(s, ac));
         return;
@@ -1126,13 +1161,13 @@ static void on_timeout_reply(redisAsyncContext *ac, void *reply, void *priv)
         return;
     }
     if (reply_is(r, 0, "abort") && (e = reply_str(r, 1)) != NULL) {
-        req_failf(q, "%.*s", (int)e->len, e->str);
+        req_fail_stored(q, e->str, e->len);
     } else if (reply_is(r, 0, "done")) {
         /* It completed just before: the message with the result was sent to
          * us before this reply; give it the grace period. */
         q->state = ST_GRACE;
     } else {
-        req_failf(q, "collect %" PRIu64 " of heap \"%s\" timed out after %" PRIu32 " ms; Redis at %s gave an "
+        req_failc(q, HD_STORE_ETIMEOUT, "collect %" PRIu64 " of heap \"%s\" timed out after %" PRIu32 " ms; Redis at %s gave an "
                   "unexpected answer when asked which ranks were missing: %.*s", q->cnum, q->heap, q->timeout_ms,
                   s->hostport, r->type == REDIS_REPLY_ERROR ? (int)r->len : 0,
                   r->type == REDIS_REPLY_ERROR ? r->str : "");
@@ -1166,12 +1201,12 @@ static void on_abort_reply(redisAsyncContext *ac, void *reply, void *priv)
     if (r && (reply_is(r, 0, "aborted") || reply_is(r, 0, "abort")) && (e = reply_str(r, 1)) != NULL) {
         /* Recorded (ours or an earlier failure: every node reports that one). */
         if (t)
-            req_failf(t, "%.*s", (int)e->len, e->str);
+            req_fail_stored(t, e->str, e->len);
     } else if (r && reply_is(r, 0, "done")) {
         /* Completed before the abort: our collect gets the result like every
          * other node (its message is on its way, or it has come). */
     } else if (t) {
-        req_failf(t, "%s", q->msg);
+        req_failc(t, q->code, "%s", q->msg);
     }
     req_finish(q, 0, NULL, NULL, 0);
 }
@@ -1270,7 +1305,7 @@ static void got_node_message(hd_store *s, const char *p, size_t len)
         if (p[0] == 'R')
             finish_with_blob(q, nl + 1, len - (size_t)(nl + 1 - p));
         else
-            req_failf(q, "%.*s", (int)(len - (size_t)(nl + 1 - p)), nl + 1);
+            req_fail_stored(q, nl + 1, len - (size_t)(nl + 1 - p));
         return;
     }
 }
@@ -1325,7 +1360,7 @@ static void on_req_timer(uv_timer_t *t)
         if (q->kind == RQ_ABORT) {
             req *tg = abort_target(s, q);
             if (tg)
-                req_failf(tg, "%s", q->msg);
+                req_failc(tg, q->code, "%s", q->msg);
             req_finish(q, 0, NULL, NULL, 0);
         } else {
             req_failf(q, "Redis at %s is unreachable: %s; %s failed; heapd retries the connection at the next collect",
@@ -1351,7 +1386,7 @@ static void on_req_timer(uv_timer_t *t)
             if (q->kind == RQ_ABORT) {
                 req *tg = abort_target(s, q);
                 if (tg)
-                    req_failf(tg, "%s", q->msg);
+                    req_failc(tg, q->code, "%s", q->msg);
                 req_finish(q, 0, NULL, NULL, 0);
             } else {
                 req_failf(q, "Redis at %s did not answer within %" PRIu32 " ms; %s failed", s->hostport,
@@ -1364,7 +1399,7 @@ static void on_req_timer(uv_timer_t *t)
         if (!s->cmd.ac)
             kick(s);
         if (!s->cmd.ac || send_timeout(s, q) != 0) {
-            req_failf(q, "collect %" PRIu64 " of heap \"%s\" timed out after %" PRIu32 " ms; the connection to "
+            req_failc(q, HD_STORE_ETIMEOUT, "collect %" PRIu64 " of heap \"%s\" timed out after %" PRIu32 " ms; the connection to "
                       "Redis at %s is down, so which ranks are missing is unknown", q->cnum, q->heap,
                       q->timeout_ms, s->hostport);
             return;
@@ -1373,12 +1408,12 @@ static void on_req_timer(uv_timer_t *t)
         uv_timer_start(&q->timer, on_req_timer, HD_STORE_GRACE_MS, 0);
         return;
     case ST_TIMING:
-        req_failf(q, "collect %" PRIu64 " of heap \"%s\" timed out after %" PRIu32 " ms; Redis at %s did not "
+        req_failc(q, HD_STORE_ETIMEOUT, "collect %" PRIu64 " of heap \"%s\" timed out after %" PRIu32 " ms; Redis at %s did not "
                   "answer within %d ms more, so which ranks are missing is unknown", q->cnum, q->heap,
                   q->timeout_ms, s->hostport, HD_STORE_GRACE_MS);
         return;
     case ST_GRACE:
-        req_failf(q, "collect %" PRIu64 " of heap \"%s\" completed in Redis just as it timed out here (after %" PRIu32
+        req_failc(q, HD_STORE_ETIMEOUT, "collect %" PRIu64 " of heap \"%s\" completed in Redis just as it timed out here (after %" PRIu32
                   " ms), but its result did not reach this node within %d ms more (pub/sub message lost?); "
                   "this node's heap can no longer be kept symmetric", q->cnum, q->heap, q->timeout_ms,
                   HD_STORE_GRACE_MS);
@@ -1642,8 +1677,16 @@ int hd_store_collect(hd_store *s, const char *heap, const char *incarnation, uin
 
 int hd_store_collect_abort(hd_store *s, const char *heap, const char *incarnation, uint64_t cnum, const char *msg)
 {
+    return hd_store_collect_abort_code(s, heap, incarnation, cnum, HD_STORE_EFAIL, msg);
+}
+
+int hd_store_collect_abort_code(hd_store *s, const char *heap, const char *incarnation, uint64_t cnum, int code,
+                                const char *msg)
+{
     req *t, *q;
 
+    if (code >= 0 || code < -9)
+        code = HD_STORE_EFAIL;
     if (!s || s->closing || !msg || !*msg || !name_ok("heap", heap, NULL, 0) ||
         !name_ok("incarnation", incarnation, NULL, 0))
         return -1;
@@ -1653,24 +1696,25 @@ int hd_store_collect_abort(hd_store *s, const char *heap, const char *incarnatio
     q = req_new(s, RQ_ABORT, ABORT_REQ_TIMEOUT_MS);
     if (!q) {
         if (t)
-            req_failf(t, "%s", msg);
+            req_failc(t, code, "%s", msg);
         return -1;
     }
     q->heap = strdup(heap);
     q->inc = strdup(incarnation);
     q->prefix = make_prefix(heap, incarnation, cnum);
     q->msg = strdup(msg);
+    q->code = code;
     q->cnum = cnum;
     q->ttl_s = t ? t->ttl_s : HD_STORE_ABORT_TTL_S;
     if (!q->heap || !q->inc || !q->prefix || !q->msg) {
         req_discard(q);
         if (t)
-            req_failf(t, "%s", msg);
+            req_failc(t, code, "%s", msg);
         return -1;
     }
     if (t) {
         if (t->state == ST_QUEUED)
-            req_failf(t, "%s", msg);   /* not contributed: nothing in Redis can complete it */
+            req_failc(t, code, "%s", msg);   /* not contributed: nothing in Redis can complete it */
         else
             q->target = t->id;         /* decided by the abort's reply */
     }

@@ -38,12 +38,41 @@ static void collect_fail_waiting(hd_heap *h, Heapd__ErrCode code, const char *ms
     uv_timer_stop(&h->timer);
 }
 
+/* The store's code for a failure here, and back. */
+static int store_code_of(Heapd__ErrCode code)
+{
+    switch (code) {
+    case HEAPD__ERR_CODE__ERR_TIMEOUT:
+        return HD_STORE_ETIMEOUT;
+    case HEAPD__ERR_CODE__ERR_PEER_GONE:
+        return HD_STORE_EGONE;
+    case HEAPD__ERR_CODE__ERR_ASYMMETRY:
+        return HD_STORE_EASYM;
+    default:
+        return HD_STORE_EFAIL;
+    }
+}
+
+static Heapd__ErrCode store_code(int status)
+{
+    switch (status) {
+    case HD_STORE_ETIMEOUT:
+        return HEAPD__ERR_CODE__ERR_TIMEOUT;
+    case HD_STORE_EGONE:
+        return HEAPD__ERR_CODE__ERR_PEER_GONE;
+    case HD_STORE_EASYM:
+        return HEAPD__ERR_CODE__ERR_ASYMMETRY;
+    default:
+        return HEAPD__ERR_CODE__ERR_STORE;
+    }
+}
+
 /* A collect fails here (timeout, a rank gone, ...). */
 void collect_fail(hd_heap *h, Heapd__ErrCode code, const char *msg)
 {
     /* Tell the other nodes, unless the failure came from the store. */
     if (multi(h) && h->coll_active && code != HEAPD__ERR_CODE__ERR_STORE && h->reg->store)
-        hd_store_collect_abort(h->reg->store, h->name, h->inc, h->cnum, msg);
+        hd_store_collect_abort_code(h->reg->store, h->name, h->inc, h->cnum, store_code_of(code), msg);
     /* If the abort loses the race with completion in the store, every other
      * node applies the result: this one must too (store_collect_cb). */
     if (h->store_wait)
@@ -87,17 +116,6 @@ uint32_t store_ttl_s(const hd_heap *h)
     return t < 60 ? 60 : t;
 }
 
-static Heapd__ErrCode store_code(const char *msg)
-{
-    if (strstr(msg, "timed out"))
-        return HEAPD__ERR_CODE__ERR_TIMEOUT;
-    if (strstr(msg, "disconnected") || strstr(msg, "detached"))
-        return HEAPD__ERR_CODE__ERR_PEER_GONE;
-    if (strstr(msg, "asymmetric"))
-        return HEAPD__ERR_CODE__ERR_ASYMMETRY;
-    return HEAPD__ERR_CODE__ERR_STORE;
-}
-
 static void store_collect_cb(void *arg, int status, const char *errmsg, const uint64_t *offsets, size_t n)
 {
     heap_ref *x = arg;
@@ -118,7 +136,7 @@ static void store_collect_cb(void *arg, int status, const char *errmsg, const ui
     h->store_wait = false;
     h->store_abandoned = false;
     if (status < 0) {
-        Heapd__ErrCode code = store_code(errmsg ? errmsg : "");
+        Heapd__ErrCode code = store_code(status);
         hd_warn("heap \"%s\": cross-node collect failed: %s", h->name, errmsg ? errmsg : "store error");
         /* Every node got this same answer: nothing to tell the store. */
         collect_fail_waiting(h, code, errmsg ? errmsg : "store error");
