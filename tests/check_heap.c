@@ -5,7 +5,6 @@
  * own runs the timeouts; the host backend (memfd) makes the chunks.
  */
 #include <check.h>
-#include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 
 #include <uv.h>
 
+#include "check_util.h"
 #include "heap.h"
 
 #define MAXREC 256
@@ -116,20 +116,6 @@ static hd_registry *reg;
 static hd_peer peers[NPEER];
 static int fds_before;
 
-static int count_fds(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    if (!d)
-        return -1;
-    while ((e = readdir(d)))
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n;
-}
-
 static int privileged(const hd_peer *p, long gid)
 {
     (void)gid;
@@ -139,7 +125,7 @@ static int privileged(const hd_peer *p, long gid)
 static void setup(void)
 {
     char err[256];
-    fds_before = count_fds();
+    fds_before = cku_count_fds();
     nrecs = 0;
     ck_assert_int_eq(uv_loop_init(&loop), 0);
     ck_assert_msg(hb_open("host", &be, err, sizeof err) == 0, "%s", err);
@@ -164,7 +150,7 @@ static void teardown(void)
     uv_run(&loop, UV_RUN_NOWAIT);
     ck_assert_int_eq(uv_loop_close(&loop), 0);
     hb_close(be);
-    ck_assert_int_eq(count_fds(), fds_before);
+    ck_assert_int_eq(cku_count_fds(), fds_before);
 }
 
 static void validate(void)
@@ -438,9 +424,5 @@ int main(void)
     uv_loop_t l;
     if (uv_loop_init(&l) == 0)
         uv_loop_close(&l);
-    SRunner *sr = srunner_create(heap_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return cku_run(heap_suite());
 }
