@@ -65,14 +65,14 @@ PKG_LIBS   = $(call sa,libuv_a.a) $(call sa,libprotobuf-c.a) $(call sa,libhiredi
 CHECK_LIBS = $(call sa,libcheck_pic.a) $(call sa,libsubunit.a) -lrt -lm
 # Debian's libprotobuf-c.a is position-independent: the shared libraries
 # (libheapc.so for python/heapd, the preload library) link it in, hidden.
-LDFLAGS += -Wl,--exclude-libs,ALL
+STATIC_LDFLAGS := -Wl,--exclude-libs,ALL
 endif
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
 ifeq ($(WERROR),1)
 WARN += -Werror
 endif
-OPT := -O2 -g
+OPT :=
 ifeq ($(DEBUG),1)
 OPT := -O0 -g3 -DHEAPD_DEBUG=1
 endif
@@ -84,11 +84,16 @@ ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
 CUDA_CFLAGS := -I$(CUDA_HOME)/include -DHEAPD_HAVE_CUDA_H=1
 endif
 
-CPPFLAGS += -D_GNU_SOURCE -DHEAPD_VERSION='"$(VERSION)"' -I. -Icommon -Idaemon -Iclient -I$(BUILD)/proto
-CFLAGS   ?=
-CFLAGS   += -std=c11 $(OPT) $(WARN) -fPIC -MMD -MP $(PKG_CFLAGS) $(CUDA_CFLAGS)
-LDFLAGS  += $(SAN_LDFLAGS)
-LDLIBS   += $(PKG_LIBS) -ldl -lpthread -lm
+# The user's CPPFLAGS, CFLAGS (default -O2 -g), LDFLAGS and LDLIBS go into
+# the REAL_* ones with the project's flags, which a command line cannot drop
+# (hiredis's REAL_CFLAGS): `make CFLAGS=-O1` keeps -std=c11, the warnings,
+# -fPIC and -MMD. DEBUG=1 and SANITIZE come after CFLAGS.
+CFLAGS   ?= -O2 -g
+REAL_CPPFLAGS = -D_GNU_SOURCE -DHEAPD_VERSION='"$(VERSION)"' -I. -Icommon -Idaemon -Idaemon/heap -Iclient \
+    -I$(BUILD)/proto $(CPPFLAGS)
+REAL_CFLAGS = -std=c11 $(CFLAGS) $(OPT) $(WARN) -fPIC -MMD -MP $(VISIBILITY) $(PKG_CFLAGS) $(CUDA_CFLAGS)
+REAL_LDFLAGS = $(LDFLAGS) $(SAN_LDFLAGS) $(STATIC_LDFLAGS)
+REAL_LDLIBS = $(LDLIBS) $(PKG_LIBS) -ldl -lpthread -lm
 
 # ---- sources ------------------------------------------------------------
 PROTO_C   := $(BUILD)/proto/heapd.pb-c.c
@@ -96,7 +101,7 @@ PROTO_H   := $(BUILD)/proto/heapd.pb-c.h
 COMMON_SRC := $(wildcard common/*.c)
 # Programs: one file each; everything else in daemon/ is the daemon library.
 DAEMON_MAINS := daemon/heapd.c daemon/heapsim.c
-DAEMON_SRC := $(filter-out $(DAEMON_MAINS),$(wildcard daemon/*.c))
+DAEMON_SRC := $(filter-out $(DAEMON_MAINS),$(wildcard daemon/*.c daemon/heap/*.c))
 CLIENT_MAINS := client/heapctl.c
 CLIENT_PRELOAD_SRC := client/heapc_nccl_preload.c
 CLIENT_TORCH_SRC := client/heapc_torch.c
@@ -131,7 +136,16 @@ TPROGS     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TPROG_SRC))
 BENCHES    := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 EXAMPLES   := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRC))
 
+# The shared libraries export their API only: the client and common objects
+# are built with hidden symbols; heapc.h and heapc_nccl.h mark the API
+# (#pragma GCC visibility push(default)). Static archives and programs link
+# the same objects. `nm -D --defined-only` lists heapc_* / hnccl_* only.
+$(CLIENT_OBJ) $(CLIENT_NCCL_OBJ) $(COMMON_OBJ): VISIBILITY := -fvisibility=hidden
+
 ALL_OBJ := $(COMMON_OBJ) $(DAEMON_OBJ) $(CLIENT_OBJ) $(CLIENT_NCCL_OBJ) $(call obj,$(CLIENT_PRELOAD_SRC) $(CLIENT_TORCH_SRC) $(NCCL_STUB_SRC)) $(call obj,$(DAEMON_MAINS) $(CLIENT_MAINS) $(TEST_SRC) $(TPROG_SRC) $(BENCH_SRC) $(EXAMPLE_SRC))
+
+# Keep intermediate files (the generated protobuf sources) between runs.
+.SECONDARY:
 
 .PHONY: all check bench demo install uninstall clean distclean help tests
 .DEFAULT_GOAL := all
@@ -149,11 +163,11 @@ $(PROTO_C) $(PROTO_H): proto/heapd.proto
 
 $(BUILD)/obj/proto/heapd.pb-c.o: $(PROTO_C)
 	@mkdir -p $(dir $@)
-	$(call say,CC,$<)$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-error -c -o $@ $<
+	$(call say,CC,$<)$(CC) $(REAL_CPPFLAGS) $(REAL_CFLAGS) -Wno-error -c -o $@ $<
 
 $(BUILD)/obj/%.o: %.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
-	$(call say,CC,$<)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+	$(call say,CC,$<)$(CC) $(REAL_CPPFLAGS) $(REAL_CFLAGS) -c -o $@ $<
 
 $(LIBHEAPD): $(DAEMON_OBJ) $(COMMON_OBJ)
 	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
@@ -162,7 +176,7 @@ $(LIBHEAPC_A): $(CLIENT_OBJ) $(COMMON_OBJ)
 	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
 
 $(LIBHEAPC_SO): $(CLIENT_OBJ) $(COMMON_OBJ)
-	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libheapc.so.0 $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libheapc.so.0 $(REAL_LDFLAGS) -o $@ $^ $(REAL_LDLIBS)
 	@ln -sf libheapc.so $(BUILD)/libheapc.so.0   # the soname: what a program linked against $(BUILD) loads
 
 # libheapc_nccl: the NCCL wrappers (client/heapc_nccl*.c), a library of its
@@ -170,57 +184,61 @@ $(LIBHEAPC_SO): $(CLIENT_OBJ) $(COMMON_OBJ)
 $(LIBHEAPC_NCCL_A): $(CLIENT_NCCL_OBJ)
 	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
 
-$(LIBHEAPC_NCCL_SO): $(CLIENT_NCCL_OBJ) $(LIBHEAPC_SO)
-	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libheapc_nccl.so.0 $(LDFLAGS) -o $@ $(CLIENT_NCCL_OBJ) -L$(BUILD) -lheapc -ldl -lpthread
+# Its own hidden copies of hs_parse_size and the libcuda loader (libheapc
+# exports no hs_* nor cd_*).
+NCCL_SO_COMMON := $(BUILD)/obj/common/size.o $(BUILD)/obj/common/cuda_dl.o
+$(LIBHEAPC_NCCL_SO): $(CLIENT_NCCL_OBJ) $(NCCL_SO_COMMON) $(LIBHEAPC_SO)
+	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libheapc_nccl.so.0 $(REAL_LDFLAGS) -o $@ $(CLIENT_NCCL_OBJ) \
+	    $(NCCL_SO_COMMON) -L$(BUILD) -lheapc -ldl -lpthread
 	@ln -sf libheapc_nccl.so $(BUILD)/libheapc_nccl.so.0
 
 # The preload library: -Bsymbolic binds its own calls to its own copies;
 # the version script exports nccl*, heapc_* and hnccl_* only.
 $(LIBHEAPC_PRELOAD_SO): $(call obj,$(CLIENT_PRELOAD_SRC)) $(CLIENT_NCCL_OBJ) $(CLIENT_OBJ) $(COMMON_OBJ) client/heapc_nccl_preload.map
 	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libheapc_nccl_preload.so -Wl,-Bsymbolic \
-	    -Wl,--version-script=client/heapc_nccl_preload.map $(LDFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
+	    -Wl,--version-script=client/heapc_nccl_preload.map $(REAL_LDFLAGS) -o $@ $(filter %.o,$^) $(REAL_LDLIBS)
 
 # The torch allocator shim: no libheapc inside (python/heapd hands it its
 # libheapc's functions); libcuda is dlopened.
 $(LIBHEAPC_TORCH_SO): $(call obj,$(CLIENT_TORCH_SRC))
-	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libheapc_torch.so $(LDFLAGS) -o $@ $< -ldl -lpthread
+	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libheapc_torch.so $(REAL_LDFLAGS) -o $@ $< -ldl -lpthread
 
 $(BUILD)/tests/nccl_stub/libnccl.so.2: $(BUILD)/obj/tests/nccl_stub/nccl_stub.o
 	@mkdir -p $(dir $@)
-	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libnccl.so.2 $(LDFLAGS) -o $@ $<
+	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libnccl.so.2 $(REAL_LDFLAGS) -o $@ $<
 
 $(BUILD)/tests/nccl_stub/libnccl_user.so: $(BUILD)/obj/tests/nccl_stub/nccl_user.o $(BUILD)/tests/nccl_stub/libnccl.so.2
-	$(call say,LD,$@)$(CC) -shared $(LDFLAGS) -o $@ $< -L$(dir $@) -l:libnccl.so.2 -Wl,-rpath,'$$ORIGIN' -Wl,--enable-new-dtags
+	$(call say,LD,$@)$(CC) -shared $(REAL_LDFLAGS) -o $@ $< -L$(dir $@) -l:libnccl.so.2 -Wl,-rpath,'$$ORIGIN' -Wl,--enable-new-dtags
 
 $(BUILD)/heapd $(BUILD)/heapsim: $(BUILD)/%: $(BUILD)/obj/daemon/%.o $(LIBHEAPD)
-	$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(call say,LD,$@)$(CC) $(REAL_LDFLAGS) -o $@ $^ $(REAL_LDLIBS)
 
 $(BUILD)/heapctl: $(BUILD)/obj/client/heapctl.o $(LIBHEAPC_A)
-	$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(call say,LD,$@)$(CC) $(REAL_LDFLAGS) -o $@ $^ $(REAL_LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIBHEAPD) $(LIBHEAPC_A)
 	@mkdir -p $(dir $@)
-	$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIBHEAPD) $(LIBHEAPC_A) $(CHECK_LIBS) $(LDLIBS)
+	$(call say,LD,$@)$(CC) $(REAL_LDFLAGS) -o $@ $< $(LIBHEAPD) $(LIBHEAPC_A) $(CHECK_LIBS) $(REAL_LDLIBS)
 
 $(BUILD)/tests/check_nccl: $(BUILD)/obj/tests/check_nccl.o $(LIBHEAPC_NCCL_A) $(LIBHEAPD) $(LIBHEAPC_A)
 	@mkdir -p $(dir $@)
-	$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIBHEAPC_NCCL_A) $(LIBHEAPD) $(LIBHEAPC_A) $(CHECK_LIBS) $(LDLIBS)
+	$(call say,LD,$@)$(CC) $(REAL_LDFLAGS) -o $@ $< $(LIBHEAPC_NCCL_A) $(LIBHEAPD) $(LIBHEAPC_A) $(CHECK_LIBS) $(REAL_LDLIBS)
 
 $(BUILD)/obj/tests/%.o: tests/%.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
-	$(call say,CC,$<)$(CC) $(CPPFLAGS) $(CFLAGS) $(CHECK_CFLAGS) -c -o $@ $<
+	$(call say,CC,$<)$(CC) $(REAL_CPPFLAGS) $(REAL_CFLAGS) $(CHECK_CFLAGS) -c -o $@ $<
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBHEAPD) $(LIBHEAPC_A)
 	@mkdir -p $(dir $@)
-	$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIBHEAPD) $(LIBHEAPC_A) $(LDLIBS)
+	$(call say,LD,$@)$(CC) $(REAL_LDFLAGS) -o $@ $< $(LIBHEAPD) $(LIBHEAPC_A) $(REAL_LDLIBS)
 
 $(BUILD)/bench/nccl_bench: $(BUILD)/obj/bench/nccl_bench.o $(LIBHEAPC_NCCL_A) $(LIBHEAPD) $(LIBHEAPC_A)
 	@mkdir -p $(dir $@)
-	$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIBHEAPC_NCCL_A) $(LIBHEAPD) $(LIBHEAPC_A) $(LDLIBS)
+	$(call say,LD,$@)$(CC) $(REAL_LDFLAGS) -o $@ $< $(LIBHEAPC_NCCL_A) $(LIBHEAPD) $(LIBHEAPC_A) $(REAL_LDLIBS)
 
 $(BUILD)/examples/%: $(BUILD)/obj/examples/%.o $(LIBHEAPC_A)
 	@mkdir -p $(dir $@)
-	$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIBHEAPC_A) $(LDLIBS)
+	$(call say,LD,$@)$(CC) $(REAL_LDFLAGS) -o $@ $< $(LIBHEAPC_A) $(REAL_LDLIBS)
 
 -include $(ALL_OBJ:.o=.d)
 

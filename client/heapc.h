@@ -67,6 +67,12 @@
 extern "C" {
 #endif
 
+/* The API: what libheapc.so exports, and nothing else (it is built with
+ * -fvisibility=hidden). */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 /* ---- error codes -------------------------------------------------------- */
 
 enum {
@@ -499,6 +505,10 @@ void heapc_stats_free(heapc_daemon_stats *s);
  * allocation sequence; *at_seq (if not NULL) gets the allocation number at
  * which it takes effect. Works without attaching. */
 int heapc_force_collect(heapc *c, const char *heap, uint64_t *at_seq);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

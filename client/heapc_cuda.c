@@ -4,52 +4,9 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
-
-void hc_uuid_format(const unsigned char b[16], char *out, size_t len)
-{
-    snprintf(out, len,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
-             b[13], b[14], b[15]);
-}
-
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-int hc_uuid_parse(const char *s, unsigned char out[16])
-{
-    if (!s)
-        return -1;
-    if (strncasecmp(s, "GPU-", 4) == 0 || strncasecmp(s, "MIG-", 4) == 0)
-        s += 4;
-    int n = 0;
-    for (; *s; s++) {
-        if (*s == '-')
-            continue;
-        int v = hexval((unsigned char)*s);
-        if (v < 0 || n >= 32)
-            return -1;
-        if (n % 2 == 0)
-            out[n / 2] = (unsigned char)(v << 4);
-        else
-            out[n / 2] |= (unsigned char)v;
-        n++;
-    }
-    return n == 32 ? 0 : -1;
-}
 
 #if HEAPD_HAVE_CUDA_H
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
 
@@ -63,18 +20,17 @@ static pthread_once_t hc_once = PTHREAD_ONCE_INIT;
 
 static void hc_load(void)
 {
-    dlerror();
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    char why[128]; /* dlerror's reason, cut short to fit err */
+    void *lib = cd_open(why, sizeof why);
     if (!lib) {
-        const char *why = dlerror();
         snprintf(hc_state.err, sizeof hc_state.err,
                  "no NVIDIA driver was found (dlopen of libcuda.so.1 failed: %s); use a heap "
                  "on the host backend on machines without a GPU",
-                 why ? why : "unknown error");
+                 why);
         return;
     }
     hc_cuda *a = &hc_state.api;
-    struct { void **slot; const char *name; const char *alt; } syms[] = {
+    const cd_sym syms[] = {
         {(void **)&a->GetErrorName, "cuGetErrorName", NULL},
         {(void **)&a->GetErrorString, "cuGetErrorString", NULL},
         {(void **)&a->Init, "cuInit", NULL},
@@ -100,18 +56,13 @@ static void hc_load(void)
         {(void **)&a->EventQuery, "cuEventQuery", NULL},
         {(void **)&a->EventDestroy, "cuEventDestroy_v2", "cuEventDestroy"},
     };
-    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-        void *p = dlsym(lib, syms[i].name);
-        if (!p && syms[i].alt)
-            p = dlsym(lib, syms[i].alt);
-        if (!p) {
-            snprintf(hc_state.err, sizeof hc_state.err,
-                     "libcuda.so.1 has no %s: the NVIDIA driver is too old for libheapc (it "
-                     "needs CUDA VMM, driver 450 or newer); update the driver",
-                     syms[i].name);
-            return; /* keep libcuda loaded: unloading it is not safe */
-        }
-        *syms[i].slot = p;
+    const char *missing;
+    if (cd_resolve(lib, syms, sizeof syms / sizeof syms[0], &missing)) {
+        snprintf(hc_state.err, sizeof hc_state.err,
+                 "libcuda.so.1 has no %s: the NVIDIA driver is too old for libheapc (it "
+                 "needs CUDA VMM, driver 450 or newer); update the driver",
+                 missing);
+        return;
     }
     CUresult rc = a->Init(0);
     if (rc != CUDA_SUCCESS) {

@@ -1,30 +1,27 @@
 /* heapc_cuda.h - libheapc's loader for the CUDA driver API.
  *
  * What the module promises:
- *   - libcuda.so.1 is loaded with dlopen on first use and cuInit(0) is called
- *     once; libheapc never links libcuda, so it loads on machines without a
- *     GPU and only the CUDA paths fail there, with a message.
+ *   - libcuda.so.1 is loaded on first use (common/cuda_dl.h, the one loader)
+ *     and cuInit(0) is called once; libheapc never links libcuda, so it
+ *     loads on machines without a GPU and only the CUDA paths fail there,
+ *     with a message.
  *   - The table is loaded once per process (pthread_once), never unloaded,
  *     and is the module's only global state; hc_cuda_get is thread-safe.
  *   - Entry points are the versioned symbols cuda.h maps the names to
  *     (cuDevicePrimaryCtxRelease_v2, cuDeviceGetUuid_v2, ...).
- *   - Without cuda.h at build time (HEAPD_HAVE_CUDA_H unset) only the UUID
- *     helpers exist; client code must guard its CUDA paths the same way.
+ *   - Without cuda.h at build time (HEAPD_HAVE_CUDA_H unset) nothing here
+ *     exists; client code must guard its CUDA paths the same way. The UUID
+ *     helpers are cuda_dl.h's.
  *
- * heapd's daemon has its own table (daemon/backend_cuda.c): it does not link
- * libheapc.
+ * heapd's daemon has its own table (daemon/backend_cuda.c) over the same
+ * loader: it does not link libheapc.
  */
 #ifndef HEAPC_CUDA_H
 #define HEAPC_CUDA_H
 
 #include <stddef.h>
 
-/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" from 16 bytes; len >= 41. */
-void hc_uuid_format(const unsigned char bytes[16], char *out, size_t len);
-
-/* Parses "GPU-…", "MIG-…" or bare hex (dashes optional, any case) into 16
- * bytes; returns 0, or -1 when s is not a UUID. */
-int hc_uuid_parse(const char *s, unsigned char bytes[16]);
+#include "cuda_dl.h"
 
 #if HEAPD_HAVE_CUDA_H
 #include <cuda.h>

@@ -395,7 +395,7 @@ int hm_cuda_device_by_uuid(const char *uuid, int *ordinal, char *err, size_t err
         return HM_OK;
     }
     unsigned char want[16];
-    if (hc_uuid_parse(uuid, want) != 0)
+    if (cd_uuid_parse(uuid, want) != 0)
         return fail(err, errlen, HM_EINVAL,
                     "\"%s\" is not a GPU UUID: expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx "
                     "as nvidia-smi -L prints it",
@@ -416,7 +416,7 @@ int hm_cuda_device_by_uuid(const char *uuid, int *ordinal, char *err, size_t err
             return HM_OK;
         }
         char one[48];
-        hc_uuid_format((const unsigned char *)u.bytes, one, sizeof one);
+        cd_uuid_format((const unsigned char *)u.bytes, one, sizeof one);
         if (off < sizeof seen) {
             int k = snprintf(seen + off, sizeof seen - off, "%s%d: %s", i ? ", " : "", i, one);
             if (k > 0)
@@ -453,7 +453,7 @@ int hm_cuda_device_uuid(int ordinal, char *buf, size_t len, char *err, size_t er
         hc_cuda_fail(err, errlen, rc, NULL, "cuDeviceGetUuid(device %d)", ordinal);
         return cu_code(rc);
     }
-    hc_uuid_format((const unsigned char *)u.bytes, buf, len);
+    cd_uuid_format((const unsigned char *)u.bytes, buf, len);
     return HM_OK;
 }
 

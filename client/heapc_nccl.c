@@ -5,6 +5,7 @@
  * unloaded) and the list of valid names (built once). Everything else lives
  * in the context. */
 #include "heapc_nccl.h"
+#include "cuda_dl.h"
 #include "size.h"
 
 #include <dlfcn.h>
@@ -225,7 +226,7 @@ static void do_load(void)
         return;
     }
     /* Optional: the driver's cuMemGetInfo for HNCCL_SOURCE_CUDA. */
-    void *cu = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    void *cu = cd_open(NULL, 0);
     if (cu) {
         void *i = dlsym(cu, "cuInit"), *m = dlsym(cu, "cuMemGetInfo_v2");
         if (i && m) {

@@ -153,6 +153,12 @@ typedef enum {
 extern "C" {
 #endif
 
+/* The API: what libheapc_nccl.so exports, and nothing else (it is built with
+ * -fvisibility=hidden). */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 /* ---- codes --------------------------------------------------------------- */
 
 enum {
@@ -425,6 +431,10 @@ const char *hnccl_preload_errstr(void);
 /* The interposed NCCL functions whose real counterpart was not found
  * (comma-separated; "" when all were), resolved at the first call. */
 const char *hnccl_preload_missing(void);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

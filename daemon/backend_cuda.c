@@ -1,11 +1,13 @@
 /* backend_cuda.c - the "cuda" backend: CUDA VMM chunks (cuMemCreate, pinned
- * device memory) exported once as POSIX fds. libcuda.so.1 is loaded with
- * dlopen at the first hb_cuda_open; heapd never links it. See backend.h.
+ * device memory) exported once as POSIX fds. libcuda.so.1 is loaded through
+ * common/cuda_dl.h (the one loader) at the first hb_cuda_open; heapd never
+ * links it. See backend.h.
  *
  * This file keeps its own small table of driver entry points: the daemon
  * does not link libheapc, whose client/heapc_cuda.c has the client's. */
 #define HEAPD_BACKEND_IMPL 1
 #include "backend.h"
+#include "cuda_dl.h"
 
 #if !HEAPD_HAVE_CUDA_H
 
@@ -69,18 +71,17 @@ static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
 static void cu_load(void)
 {
     cu.status = HB_EUNAVAIL;
-    dlerror();
-    cu.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    char why[128]; /* dlerror's reason, cut short to fit err */
+    cu.lib = cd_open(why, sizeof why);
     if (!cu.lib) {
-        const char *why = dlerror();
         snprintf(cu.err, sizeof cu.err,
                  "the cuda backend is unavailable: no NVIDIA driver was found (dlopen of "
                  "libcuda.so.1 failed: %s); use the host backend on machines without a GPU, "
                  "or install the NVIDIA driver",
-                 why ? why : "unknown error");
+                 why);
         return;
     }
-    struct { void **slot; const char *name; const char *alt; } syms[] = {
+    const cd_sym syms[] = {
         {(void **)&cu.GetErrorName, "cuGetErrorName", NULL},
         {(void **)&cu.GetErrorString, "cuGetErrorString", NULL},
         {(void **)&cu.Init, "cuInit", NULL},
@@ -106,19 +107,14 @@ static void cu_load(void)
         {(void **)&cu.MemSetAccess, "cuMemSetAccess", NULL},
         {(void **)&cu.MemsetD8, "cuMemsetD8_v2", NULL},
     };
-    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-        void *p = dlsym(cu.lib, syms[i].name);
-        if (!p && syms[i].alt)
-            p = dlsym(cu.lib, syms[i].alt);
-        if (!p) {
-            snprintf(cu.err, sizeof cu.err,
-                     "libcuda.so.1 has no %s: the NVIDIA driver is too old for heapd's cuda "
-                     "backend (it needs CUDA VMM, driver 450 or newer); update the driver",
-                     syms[i].name);
-            cu.status = HB_ESYS;
-            return; /* keep the library loaded: dlclose of libcuda is not safe */
-        }
-        *syms[i].slot = p;
+    const char *missing;
+    if (cd_resolve(cu.lib, syms, sizeof syms / sizeof syms[0], &missing)) {
+        snprintf(cu.err, sizeof cu.err,
+                 "libcuda.so.1 has no %s: the NVIDIA driver is too old for heapd's cuda "
+                 "backend (it needs CUDA VMM, driver 450 or newer); update the driver",
+                 missing);
+        cu.status = HB_ESYS;
+        return;
     }
     cu.status = HB_OK;
 }
@@ -173,46 +169,6 @@ typedef struct cuda_backend {
 
 #define CB(be) ((cuda_backend *)(be))
 #define CCB(be) ((const cuda_backend *)(be))
-
-static void format_uuid(const unsigned char b[16], char *out, size_t len)
-{
-    snprintf(out, len,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
-             b[13], b[14], b[15]);
-}
-
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-/* Accepts "GPU-…", "MIG-…" or bare hex with optional dashes. */
-static int parse_uuid(const char *s, unsigned char out[16])
-{
-    if (strncasecmp(s, "GPU-", 4) == 0 || strncasecmp(s, "MIG-", 4) == 0)
-        s += 4;
-    int n = 0;
-    for (; *s; s++) {
-        if (*s == '-')
-            continue;
-        int v = hexval((unsigned char)*s);
-        if (v < 0 || n >= 32)
-            return -1;
-        if (n % 2 == 0)
-            out[n / 2] = (unsigned char)(v << 4);
-        else
-            out[n / 2] |= (unsigned char)v;
-        n++;
-    }
-    return n == 32 ? 0 : -1;
-}
 
 /* Makes device d's primary context current (retaining it on first use);
  * *prev receives the thread's previous context for ctx_leave. */
@@ -270,7 +226,7 @@ static int cuda_device_from_uuid(const hb_backend *be, const char *uuid, int *in
         return HB_OK;
     }
     unsigned char want[16];
-    int parsed = parse_uuid(uuid, want) == 0;
+    int parsed = cd_uuid_parse(uuid, want) == 0;
     if (parsed)
         for (int i = 0; i < cb->ndev; i++)
             if (memcmp(want, cb->devs[i].uuid_bytes, 16) == 0) {
@@ -488,7 +444,7 @@ static int probe_device(cu_dev *dv, int i, char *err, size_t errlen)
     if (rc != CUDA_SUCCESS)
         return cu_fail(err, errlen, rc, NULL, "cuDeviceGetUuid(device %d)", i);
     memcpy(dv->uuid_bytes, u.bytes, 16);
-    format_uuid(dv->uuid_bytes, dv->uuid, sizeof dv->uuid);
+    cd_uuid_format(dv->uuid_bytes, dv->uuid, sizeof dv->uuid);
 
     int vmm = 0, posix = 0, rdma = 0;
     rc = cu.DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,

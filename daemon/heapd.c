@@ -10,6 +10,7 @@
 
 #include "backend.h"
 #include "config.h"
+#include "dispatch.h"
 #include "heap.h"
 #include "log.h"
 #include "notify.h"
@@ -40,6 +41,7 @@ typedef struct daemon_state {
     const char *config_path;
     hb_backend *be;
     hd_registry *reg;
+    hd_dispatch *disp;
     hd_server *srv;
     hd_store *store;
     uv_timer_t store_watch;       /* reconnects and resubscribes to the store */
@@ -253,12 +255,17 @@ int main(int argc, char **argv)
         hd_info("heaps may span nodes: collects are reconciled through %s as node \"%s\"",
                 hd_store_url(d.store), d.cfg.node);
     }
-    if (hd_server_create(d.loop, &d.cfg, d.reg, hb_name(d.be), &d.srv, err, sizeof err) ||
+    if (hd_dispatch_create(d.reg, hb_name(d.be), &d.disp)) {
+        hd_error("out of memory");
+        return 1;
+    }
+    if (hd_server_create(d.loop, &d.cfg, hd_dispatch_handlers(), d.disp, &d.srv, err, sizeof err) ||
         hd_server_start(d.srv, err, sizeof err)) {
         hd_error("%s", err);
         hd_notify("STATUS=cannot listen");
         return 1;
     }
+    hd_dispatch_set_server(d.disp, d.srv);
     uv_signal_init(d.loop, &d.sigterm);
     uv_signal_init(d.loop, &d.sigint);
     uv_signal_init(d.loop, &d.sighup);
@@ -284,6 +291,7 @@ int main(int argc, char **argv)
 
     hd_registry_destroy(d.reg);
     hd_server_destroy(d.srv);
+    hd_dispatch_destroy(d.disp);
     uv_run(d.loop, UV_RUN_NOWAIT);
     uv_loop_close(d.loop);
     hb_close(d.be);

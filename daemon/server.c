@@ -1,4 +1,5 @@
-/* server.c - heapd's transport (see server.h).
+/* server.c - heapd's transport (see server.h); it includes no message
+ * header: dispatch.c and reply.c speak protobuf.
  *
  * Each connection is a nonblocking Unix stream socket driven by a uv_poll_t
  * (libuv's streams cannot pass raw fds such as memfd or CUDA chunk fds), with
@@ -9,7 +10,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +19,6 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "heap.h"
 #include "log.h"
 #include "wire.h"
 
@@ -34,14 +33,14 @@ struct hd_conn {
     hd_server *srv;
     hw_reader rd;
     hw_writer wr;
-    bool hello, dead, close_after_flush;
+    bool dead, close_after_flush;
     int events;
     pid_t pid;
     uid_t uid;
     gid_t gid;
     gid_t groups[64];           /* supplementary groups at connect time */
     int ngroups;
-    hd_binding bind;
+    void *data;                 /* the handlers' */
     hd_conn *next, *prev;       /* server's list */
     hd_conn *next_dead;
 };
@@ -49,8 +48,8 @@ struct hd_conn {
 struct hd_server {
     uv_loop_t *loop;
     hd_config cfg;
-    hd_registry *reg;
-    char backend[16];
+    hd_server_handlers h;
+    void *arg;
     int lfd;
     bool activated, listening, shutting;
     uv_poll_t lpoll;
@@ -59,7 +58,8 @@ struct hd_server {
     uint32_t nconns;
 };
 
-hd_binding *hd_conn_binding(hd_conn *c) { return &c->bind; }
+void *hd_conn_data(const hd_conn *c) { return c->data; }
+void hd_conn_set_data(hd_conn *c, void *data) { c->data = data; }
 pid_t hd_conn_pid(const hd_conn *c) { return c->pid; }
 uid_t hd_conn_uid(const hd_conn *c) { return c->uid; }
 
@@ -102,10 +102,10 @@ static void read_groups(hd_conn *c)
 }
 uint32_t hd_server_clients(const hd_server *s) { return s->nconns; }
 int hd_server_socket_activated(const hd_server *s) { return s->activated; }
+int hd_server_stopping(const hd_server *s) { return s->shutting; }
 
 static void conn_poll_cb(uv_poll_t *p, int status, int events);
 static void reaper_cb(uv_idle_t *i);
-static void log_ctx(hd_conn *c, const Heapd__Frame *f);
 
 static void conn_kill(hd_conn *c)
 {
@@ -129,9 +129,7 @@ static void conn_closed_cb(uv_handle_t *h)
 static void conn_close_now(hd_conn *c)
 {
     hd_server *s = c->srv;
-    log_ctx(c, NULL);
-    hd_heap_conn_closed(s->reg, c);
-    hd_log_ctx_set(NULL);
+    s->h.on_closed(s->arg, c);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -184,14 +182,13 @@ static void conn_flush(hd_conn *c)
     conn_update_events(c);
 }
 
-void hd_conn_send(hd_conn *c, Heapd__Frame *f, int *fds, size_t nfds)
+void hd_conn_send(hd_conn *c, const void *msg, size_t len, hd_pack_fn pack, int *fds, size_t nfds)
 {
     if (c->dead) {
         for (size_t i = 0; i < nfds; i++)
             close(fds[i]);
         return;
     }
-    size_t len = heapd__frame__get_packed_size(f);
     uint8_t *buf = malloc(len ? len : 1);
     char err[256];
     if (!buf) {
@@ -201,7 +198,7 @@ void hd_conn_send(hd_conn *c, Heapd__Frame *f, int *fds, size_t nfds)
         conn_kill(c);
         return;
     }
-    heapd__frame__pack(f, buf);
+    pack(msg, buf);
     if (hw_writer_push(&c->wr, buf, len, fds, nfds, err, sizeof err) < 0) {
         for (size_t i = 0; i < nfds; i++)
             close(fds[i]);
@@ -214,136 +211,10 @@ void hd_conn_send(hd_conn *c, Heapd__Frame *f, int *fds, size_t nfds)
     conn_flush(c);
 }
 
-void hd_conn_error(hd_conn *c, uint64_t id, Heapd__ErrCode code, const char *fmt, ...)
+void hd_conn_close_after_flush(hd_conn *c)
 {
-    char msg[1500];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    const ProtobufCEnumValue *ev = protobuf_c_enum_descriptor_get_value(&heapd__err_code__descriptor, (int)code);
-    hd_log_ctx_err(ev ? ev->name : NULL);
-    hd_debug("error to pid %ld (request %llu): %s", (long)c->pid, (unsigned long long)id, msg);
-    hd_log_ctx_err(NULL);
-    Heapd__Error e = HEAPD__ERROR__INIT;
-    e.code = code;
-    e.message = msg;
-    Heapd__Frame f = HEAPD__FRAME__INIT;
-    f.id = id;
-    f.body_case = HEAPD__FRAME__BODY_ERROR;
-    f.error = &e;
-    hd_conn_send(c, &f, NULL, 0);
-}
-
-static void handle_hello(hd_conn *c, uint64_t id, const Heapd__Hello *m)
-{
-    if (m->version != HEAPD__CONST__PROTOCOL_VERSION) {
-        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_VERSION,
-                      "protocol version %u is not supported: this heapd speaks version %d; use a libheapc "
-                      "built from the same heapd release",
-                      m->version, HEAPD__CONST__PROTOCOL_VERSION);
-        c->close_after_flush = true;
-        conn_flush(c);
-        return;
-    }
-    c->hello = true;
-    Heapd__HelloReply r = HEAPD__HELLO_REPLY__INIT;
-    r.version = HEAPD__CONST__PROTOCOL_VERSION;
-    r.server = (char *)"heapd " HEAPD_VERSION;
-    r.backend = c->srv->backend;
-    Heapd__Frame f = HEAPD__FRAME__INIT;
-    f.id = id;
-    f.body_case = HEAPD__FRAME__BODY_HELLO_REPLY;
-    f.hello_reply = &r;
-    hd_conn_send(c, &f, NULL, 0);
-}
-
-/* The log fields of what c does now: its pid, heap and rank (issue 20). */
-static void log_ctx(hd_conn *c, const Heapd__Frame *f)
-{
-    hd_log_ctx x = HD_LOG_CTX_NONE;
-    x.pid = (long)c->pid;
-    if (c->bind.heap) {
-        x.heap = c->bind.name;
-        x.rank = (long)c->bind.rank;
-    }
-    if (f) {
-        const ProtobufCFieldDescriptor *d =
-            protobuf_c_message_descriptor_get_field(&heapd__frame__descriptor, (unsigned)f->body_case);
-        x.req = d ? d->name : NULL;
-        if (f->body_case == HEAPD__FRAME__BODY_ALLOC && f->alloc)
-            x.seq = (long long)f->alloc->seq;
-        else if (f->body_case == HEAPD__FRAME__BODY_COLLECT && f->collect)
-            x.seq = (long long)f->collect->seq;
-        else if (f->body_case == HEAPD__FRAME__BODY_ATTACH && f->attach) {
-            x.heap = f->attach->heap;
-            x.rank = (long)f->attach->rank;
-        } else if (f->body_case == HEAPD__FRAME__BODY_FORCE_COLLECT && f->force_collect)
-            x.heap = f->force_collect->heap;
-    }
-    hd_log_ctx_set(&x);
-}
-
-static void handle_frame(hd_conn *c, hw_frame *fr)
-{
-    hd_server *s = c->srv;
-    Heapd__Frame *f = heapd__frame__unpack(NULL, fr->len, fr->data);
-    log_ctx(c, f);
-    if (!f) {
-        hd_conn_error(c, 0, HEAPD__ERR_CODE__ERR_PROTOCOL,
-                      "a %zu-byte frame is not a valid heapd.Frame message", fr->len);
-        return;
-    }
-    uint64_t id = f->id;
-    if (fr->nfds) {
-        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL,
-                      "clients send no file descriptors: %zu received with this message were closed", fr->nfds);
-        goto out;
-    }
-    if (s->shutting) {
-        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_SHUTDOWN, "heapd is stopping; retry once it is back");
-        goto out;
-    }
-    if (!c->hello && f->body_case != HEAPD__FRAME__BODY_HELLO) {
-        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "the first message must be Hello");
-        goto out;
-    }
-    switch (f->body_case) {
-    case HEAPD__FRAME__BODY_HELLO:
-        if (c->hello)
-            hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "Hello was already sent on this connection");
-        else
-            handle_hello(c, id, f->hello);
-        break;
-    case HEAPD__FRAME__BODY_ATTACH:
-        hd_heap_attach(s->reg, c, id, f->attach);
-        break;
-    case HEAPD__FRAME__BODY_ALLOC:
-        hd_heap_alloc(s->reg, c, id, f->alloc);
-        break;
-    case HEAPD__FRAME__BODY_FREE:
-        hd_heap_free(s->reg, c, id, f->free);
-        break;
-    case HEAPD__FRAME__BODY_COLLECT:
-        hd_heap_collect(s->reg, c, id, f->collect);
-        break;
-    case HEAPD__FRAME__BODY_STATS:
-        hd_heap_stats(s->reg, c, id, f->stats, s->backend, s->nconns);
-        break;
-    case HEAPD__FRAME__BODY_FORCE_COLLECT:
-        hd_heap_force_collect(s->reg, c, id, f->force_collect);
-        break;
-    case HEAPD__FRAME__BODY_DETACH:
-        hd_heap_detach(s->reg, c, id);
-        break;
-    default:
-        hd_conn_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "message type %d is not a request heapd accepts",
-                      (int)f->body_case);
-        break;
-    }
-out:
-    hd_log_ctx_set(NULL);
-    heapd__frame__free_unpacked(f, NULL);
+    c->close_after_flush = true;
+    conn_flush(c);
 }
 
 static void conn_poll_cb(uv_poll_t *p, int status, int events)
@@ -379,7 +250,7 @@ static void conn_poll_cb(uv_poll_t *p, int status, int events)
             conn_kill(c);
             return;
         }
-        handle_frame(c, &fr);
+        c->srv->h.on_frame(c->srv->arg, c, fr.data, fr.len, fr.nfds);
         hw_frame_free(&fr);
     }
 }
@@ -423,7 +294,13 @@ static void accept_cb(uv_poll_t *p, int status, int events)
             c->gid = cr.gid;
             read_groups(c);
         }
+        if (s->h.on_open(s->arg, c)) {
+            close(fd);
+            free(c);
+            continue;
+        }
         if (uv_poll_init(s->loop, &c->poll, fd)) {
+            s->h.on_closed(s->arg, c);
             close(fd);
             free(c);
             continue;
@@ -459,7 +336,7 @@ static int mkdir_parent(const char *path)
     return 0;
 }
 
-int hd_server_create(uv_loop_t *loop, const hd_config *cfg, hd_registry *reg, const char *backend_name,
+int hd_server_create(uv_loop_t *loop, const hd_config *cfg, const hd_server_handlers *handlers, void *arg,
                      hd_server **out, char *err, size_t errlen)
 {
     hd_server *s = calloc(1, sizeof *s);
@@ -469,9 +346,9 @@ int hd_server_create(uv_loop_t *loop, const hd_config *cfg, hd_registry *reg, co
     }
     s->loop = loop;
     s->cfg = *cfg;
-    s->reg = reg;
+    s->h = *handlers;
+    s->arg = arg;
     s->lfd = -1;
-    snprintf(s->backend, sizeof s->backend, "%s", backend_name);
 
     const char *lpid = getenv("LISTEN_PID"), *lfds = getenv("LISTEN_FDS");
     if (lpid && lfds && strtol(lpid, NULL, 10) == (long)getpid() && strtol(lfds, NULL, 10) >= 1) {
@@ -552,9 +429,9 @@ void hd_server_shutdown(hd_server *s)
     for (hd_conn *c = s->conns; c; c = c->next) {
         if (c->dead)
             continue;
-        /* An unsolicited Error (id 0) tells the client why the connection
-         * ends; it goes out if the socket takes it right away. */
-        hd_conn_error(c, 0, HEAPD__ERR_CODE__ERR_SHUTDOWN, "heapd is stopping (SIGTERM); the heap is gone");
+        /* Its last words go out if the socket takes them right away. */
+        if (s->h.on_stop)
+            s->h.on_stop(s->arg, c);
         conn_kill(c);
     }
 }

@@ -60,9 +60,18 @@ int hd_store_check_url(const char *url, char *err, size_t errlen);
  * memory is released when the loop has run the handles' close callbacks. */
 void hd_store_close(hd_store *s);
 
+/* Why a collect failed: the callback's status (0: it completed). Codes cross
+ * the module boundary (and the store, between nodes); the message is for
+ * people. */
+#define HD_STORE_EFAIL (-1)    /* the store: Redis unreachable or refusing, heapd stopping, nodes that
+                                  disagree (world size, ranks served twice), out of memory */
+#define HD_STORE_ETIMEOUT (-2) /* a rank never arrived; the message names the missing ranks */
+#define HD_STORE_EGONE (-3)    /* a node gave up: one of its ranks disconnected or detached */
+#define HD_STORE_EASYM (-4)    /* a node gave up: its ranks collected at different allocations */
+
 /* offsets (n of them, sorted ascending) are the intersection; they belong to
  * the store and are valid during the call only. */
-typedef void (*hd_store_cb)(void *arg, int status /* 0 ok, <0 error */,
+typedef void (*hd_store_cb)(void *arg, int status /* 0 ok, <0 an HD_STORE_E* code */,
                             const char *errmsg /* NULL when ok */, const uint64_t *offsets,
                             size_t n);
 
@@ -92,6 +101,10 @@ int hd_store_collect(hd_store *s, const char *heap, const char *incarnation, uin
  * Returns 0, or <0 (bad arguments, store closing, no memory). */
 int hd_store_collect_abort(hd_store *s, const char *heap, const char *incarnation, uint64_t cnum,
                            const char *msg);
+/* Same, with the code every node's callback gets (HD_STORE_E*; the plain
+ * call gives HD_STORE_EFAIL). */
+int hd_store_collect_abort_code(hd_store *s, const char *heap, const char *incarnation, uint64_t cnum, int code,
+                                const char *msg);
 #define HD_STORE_ABORT_TTL_S 600
 
 /* Counters for benchmarks: commands sent on the command connection, pub/sub

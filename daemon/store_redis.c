@@ -7,7 +7,7 @@
  *        sent only once this subscription is confirmed, so the notification
  *        that completes it cannot be missed.
  *
- * The script (COLLECT_LUA below) keeps, per collect, a hash KEYS[1] (world
+ * The script (COLLECT_LUA, store_lua.h) keeps, per collect, a hash KEYS[1] (world
  * size, ranks covered, the nodes seen, the running intersection of their
  * candidate sets, and "abort" / "done" once decided) and a bitmap KEYS[2] of
  * the ranks seen. Each contribution intersects the node's set with the stored
@@ -22,9 +22,9 @@
  *
  * hiredis 0.14's adapters/libuv.h drops libuv's error status (libuv reports
  * POLLERR as status UV_EBADF and stops the handle), so a refused connect or a
- * reset connection is never noticed and the connection hangs. The adapter
- * below is that adapter with the error handed to hiredis, which then reads
- * the socket error and fails the connection. */
+ * reset connection is never noticed and the connection hangs. redis_uv.c is
+ * that adapter with the error handed to hiredis, which then reads the socket
+ * error and fails the connection. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -39,296 +39,15 @@
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
+#include "redis_uv.h"
+#include "sha1.h"
 #include "store.h"
+#include "store_lua.h"
 
 #define FORCE_CHANNEL "heapd:force"
 #define NODE_CHANNEL "heapd:node:"
 #define ABORT_REQ_TIMEOUT_MS 10000
 #define FORCE_DEFAULT_TIMEOUT_MS 10000
-
-/* ---- the Lua script -------------------------------------------------------
- * KEYS[1] state hash, KEYS[2] bitmap of the ranks seen.
- * ARGV[1] op: 'c' contribute, 't' this node timed out, 'a' abort;
- * ARGV[2] node, ARGV[3] ttl (s), ARGV[4] key prefix (names the collect in
- * messages), then per op:
- *   c: 5 world size, 6 "collect N of heap \"H\"", 7 ranks (big-endian u32),
- *      8 candidates (big-endian u64, ascending: byte order is numeric order)
- *   t: 5 world size, 6 "collect N of heap \"H\" timed out after T ms"
- *   a: 5 message
- * Replies: {'ok', result} this call completed the collect; {'wait'};
- *   {'abort', message} the collect failed (now or before); {'done'} it had
- *   completed before this call; {'aborted', message} op 'a' recorded it.
- * Messages to heapd:node:NAME: 'R' prefix '\n' result, 'A' prefix '\n' text.
- * Hash fields: w world, cov ranks covered, nodes (space-separated, arrival
- * order), set running intersection, abort, done. */
-static const char COLLECT_LUA[] =
-    "local st, rk = KEYS[1], KEYS[2]\n"
-    "local op, node, ttl, prefix = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]\n"
-    "local function notify(kind, body)\n"
-    "  local nodes = redis.call('HGET', st, 'nodes')\n"
-    "  if not nodes then return end\n"
-    "  local msg = kind .. prefix .. '\\n' .. body\n"
-    "  for n in string.gmatch(nodes, '%S+') do\n"
-    "    if n ~= node then redis.call('PUBLISH', 'heapd:node:' .. n, msg) end\n"
-    "  end\n"
-    "end\n"
-    "local function fail(msg)\n"
-    "  redis.call('DEL', rk)\n"
-    "  redis.call('HDEL', st, 'set')\n"
-    "  redis.call('HSET', st, 'abort', msg)\n"
-    "  redis.call('EXPIRE', st, ttl)\n"
-    "  notify('A', msg)\n"
-    "end\n"
-    "local function intersect(a, b)\n"
-    "  if #a == 0 or #b == 0 then return '' end\n"
-    "  if #a > #b then a, b = b, a end\n"
-    "  local sub, seen = string.sub, {}\n"
-    "  for i = 1, #a, 8 do seen[sub(a, i, i + 7)] = true end\n"
-    "  local out, k = {}, 0\n"
-    "  for i = 1, #b, 8 do\n"
-    "    local r = sub(b, i, i + 7)\n"
-    "    if seen[r] then k = k + 1; out[k] = r end\n"
-    "  end\n"
-    "  return table.concat(out)\n"
-    "end\n"
-    "local h = redis.call('HMGET', st, 'abort', 'done', 'w', 'cov', 'set', 'nodes')\n"
-    "if h[1] then return {'abort', h[1]} end\n"
-    "if h[2] then return {'done'} end\n"
-    "if op == 'a' then\n"
-    "  fail(ARGV[5])\n"
-    "  return {'aborted', ARGV[5]}\n"
-    "end\n"
-    "local world = tonumber(ARGV[5])\n"
-    "if op == 't' then\n"
-    "  if h[3] then world = tonumber(h[3]) end\n"
-    "  local bm = redis.call('GET', rk) or ''\n"
-    "  local miss, n = {}, 0\n"
-    "  local byte, band, shr = string.byte, bit.band, bit.rshift\n"
-    "  for i = 0, math.floor((world - 1) / 8) do\n"
-    "    local b = byte(bm, i + 1) or 0\n"
-    "    if b ~= 255 then\n"
-    "      for j = 0, 7 do\n"
-    "        local r = i * 8 + j\n"
-    "        if r < world and band(b, shr(128, j)) == 0 then\n"
-    "          n = n + 1\n"
-    "          if n <= 32 then miss[n] = tostring(r) end\n"
-    "        end\n"
-    "      end\n"
-    "    end\n"
-    "  end\n"
-    "  local list = table.concat(miss, ', ')\n"
-    "  if n == 0 then list = 'none' end\n"
-    "  if n > 32 then list = list .. ' and ' .. (n - 32) .. ' more' end\n"
-    "  local seen = 'none'\n"
-    "  if h[6] then seen = string.gsub(h[6], ' ', ', ') end\n"
-    "  local msg = ARGV[6] .. ': rank(s) ' .. list .. ' never arrived (nodes seen: ' .. seen .. ')'\n"
-    "  fail(msg)\n"
-    "  return {'abort', msg}\n"
-    "end\n"
-    "if h[3] and tonumber(h[3]) ~= world then\n"
-    "  local msg = ARGV[6] .. ': node ' .. node .. ' says the heap has ' .. world ..\n"
-    "    ' ranks but node(s) ' .. (h[6] or '?') .. ' said ' .. h[3] ..\n"
-    "    '; every node must give the same world size (check the job\\'s rank count on each node)'\n"
-    "  fail(msg)\n"
-    "  return {'abort', msg}\n"
-    "end\n"
-    "local ranks, cov = ARGV[7], tonumber(h[4] or '0')\n"
-    "for i = 1, #ranks, 4 do\n"
-    "  local a, b, c, d = string.byte(ranks, i, i + 3)\n"
-    "  if redis.call('SETBIT', rk, ((a * 256 + b) * 256 + c) * 256 + d, 1) == 0 then cov = cov + 1 end\n"
-    "end\n"
-    "local set = ARGV[8]\n"
-    "if h[5] then set = intersect(h[5], set) end\n"
-    "local nodes = h[6]\n"
-    "if not nodes then nodes = node\n"
-    "elseif not string.find(' ' .. nodes .. ' ', ' ' .. node .. ' ', 1, true) then nodes = nodes .. ' ' .. node end\n"
-    "if cov >= world then\n"
-    "  redis.call('HSET', st, 'nodes', nodes, 'w', world, 'cov', cov, 'done', '1')\n"
-    "  notify('R', set)\n"
-    "  redis.call('DEL', rk)\n"
-    "  redis.call('HDEL', st, 'set')\n"
-    "  redis.call('EXPIRE', st, ttl)\n"
-    "  return {'ok', set}\n"
-    "end\n"
-    "redis.call('HSET', st, 'nodes', nodes, 'w', world, 'cov', cov, 'set', set)\n"
-    "redis.call('EXPIRE', st, ttl)\n"
-    "redis.call('EXPIRE', rk, ttl)\n"
-    "return {'wait'}\n";
-
-/* ---- SHA-1 (FIPS 180-4), for EVALSHA ------------------------------------- */
-
-static uint32_t rol32(uint32_t x, int n)
-{
-    return (x << n) | (x >> (32 - n));
-}
-
-static void sha1_block(uint32_t h[5], const unsigned char *p)
-{
-    uint32_t w[80], a, b, c, d, e, f, k, t;
-    for (int i = 0; i < 16; i++)
-        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 |
-               (uint32_t)p[4 * i + 3];
-    for (int i = 16; i < 80; i++)
-        w[i] = rol32(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
-    a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
-    for (int i = 0; i < 80; i++) {
-        if (i < 20)
-            f = (b & c) | (~b & d), k = 0x5A827999u;
-        else if (i < 40)
-            f = b ^ c ^ d, k = 0x6ED9EBA1u;
-        else if (i < 60)
-            f = (b & c) | (b & d) | (c & d), k = 0x8F1BBCDCu;
-        else
-            f = b ^ c ^ d, k = 0xCA62C1D6u;
-        t = rol32(a, 5) + f + e + k + w[i];
-        e = d, d = c, c = rol32(b, 30), b = a, a = t;
-    }
-    h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e;
-}
-
-static void sha1_hex(const void *data, size_t len, char out[41])
-{
-    uint32_t h[5] = {0x67452301u, 0xEFCDAB89u, 0x98BADCFEu, 0x10325476u, 0xC3D2E1F0u};
-    const unsigned char *p = data;
-    unsigned char tail[128];
-    size_t full = len / 64 * 64, rest = len - full, tl;
-    uint64_t bits = (uint64_t)len * 8;
-
-    for (size_t i = 0; i < full; i += 64)
-        sha1_block(h, p + i);
-    memset(tail, 0, sizeof tail);
-    memcpy(tail, p + full, rest);
-    tail[rest] = 0x80;
-    tl = rest + 1 + 8 <= 64 ? 64 : 128;
-    for (int i = 0; i < 8; i++)
-        tail[tl - 1 - i] = (unsigned char)(bits >> (8 * i));
-    for (size_t i = 0; i < tl; i += 64)
-        sha1_block(h, tail + i);
-    for (int i = 0; i < 5; i++)
-        snprintf(out + 8 * i, 9, "%08" PRIx32, h[i]);
-}
-
-/* ---- the libuv adapter (see the top of the file) -------------------------- */
-
-typedef struct lv_events {
-    redisAsyncContext *ac;
-    uv_poll_t handle;
-    int events;
-    int closing;
-    int errors;   /* consecutive poll errors hiredis did not act on */
-} lv_events;
-
-static void lv_poll(uv_poll_t *handle, int status, int events)
-{
-    lv_events *p = handle->data;
-
-    if (status < 0) {
-        /* libuv stopped the handle. Let hiredis find the socket error: the
-         * connect check (getsockopt SO_ERROR) before it is connected, a read
-         * after. Either fails the connection (and frees the context). */
-        if (p->ac) {
-            if (!(p->ac->c.flags & REDIS_CONNECTED))
-                redisAsyncHandleWrite(p->ac);
-            else
-                redisAsyncHandleRead(p->ac);
-        }
-        if (p->ac && (p->ac->c.flags & REDIS_CONNECTED) && ++p->errors > 3) {
-            /* The socket keeps failing yet hiredis sees no error: give up on
-             * it rather than spin. Not inside a hiredis callback here. */
-            redisAsyncContext *ac = p->ac;
-            ac->c.err = REDIS_ERR_IO;
-            snprintf(ac->c.errstr, sizeof ac->c.errstr, "the socket reports an error (%s)",
-                     uv_strerror(status));
-            redisAsyncFree(ac);   /* onDisconnect tells the store */
-            return;
-        }
-        if (p->ac && p->events && p->errors <= 3)
-            uv_poll_start(&p->handle, p->events, lv_poll);
-        return;
-    }
-    p->errors = 0;
-    if (p->ac && (events & UV_READABLE))
-        redisAsyncHandleRead(p->ac);
-    if (p->ac && (events & UV_WRITABLE))
-        redisAsyncHandleWrite(p->ac);
-}
-
-static void lv_update(lv_events *p)
-{
-    if (p->closing)
-        return;
-    if (p->events)
-        uv_poll_start(&p->handle, p->events, lv_poll);
-    else
-        uv_poll_stop(&p->handle);
-}
-
-static void lv_add_read(void *privdata)
-{
-    lv_events *p = privdata;
-    p->events |= UV_READABLE;
-    lv_update(p);
-}
-
-static void lv_del_read(void *privdata)
-{
-    lv_events *p = privdata;
-    p->events &= ~UV_READABLE;
-    lv_update(p);
-}
-
-static void lv_add_write(void *privdata)
-{
-    lv_events *p = privdata;
-    p->events |= UV_WRITABLE;
-    lv_update(p);
-}
-
-static void lv_del_write(void *privdata)
-{
-    lv_events *p = privdata;
-    p->events &= ~UV_WRITABLE;
-    lv_update(p);
-}
-
-static void lv_closed(uv_handle_t *handle)
-{
-    free(handle->data);
-}
-
-static void lv_cleanup(void *privdata)
-{
-    lv_events *p = privdata;
-    p->ac = NULL;
-    if (!p->closing) {
-        p->closing = 1;
-        uv_close((uv_handle_t *)&p->handle, lv_closed);
-    }
-}
-
-static int lv_attach(redisAsyncContext *ac, uv_loop_t *loop)
-{
-    lv_events *p;
-
-    if (ac->ev.data != NULL)
-        return -1;
-    p = calloc(1, sizeof *p);
-    if (!p)
-        return -1;
-    if (uv_poll_init(loop, &p->handle, ac->c.fd) != 0) {
-        free(p);
-        return -1;
-    }
-    p->ac = ac;
-    p->handle.data = p;
-    ac->ev.addRead = lv_add_read;
-    ac->ev.delRead = lv_del_read;
-    ac->ev.addWrite = lv_add_write;
-    ac->ev.delWrite = lv_del_write;
-    ac->ev.cleanup = lv_cleanup;
-    ac->ev.data = p;
-    return 0;
-}
 
 /* ---- state ------------------------------------------------------------- */
 
@@ -359,6 +78,7 @@ typedef struct req {
     char *set;            /* big-endian u64, ascending */
     size_t set_len;
     char *msg;            /* RQ_ABORT: the message */
+    int code;             /* RQ_ABORT: its HD_STORE_E* code */
     uint64_t target;      /* RQ_ABORT: our collect that waits for this abort's reply */
     hd_store_cb cb;
     hd_store_force_cb fcb;
@@ -615,19 +335,48 @@ static void req_finish(req *q, int status, const char *msg, uint64_t *res, size_
     uv_timer_start(&q->timer, on_req_timer, 0, 0);
 }
 
+static void req_vfail(req *q, int code, const char *fmt, va_list ap)
+{
+    char *m = NULL;
+    if (q->state == ST_DONE)
+        return;
+    if (vasprintf(&m, fmt, ap) < 0)
+        m = NULL;
+    req_finish(q, code, m ? m : "out of memory (while reporting a store failure)", NULL, 0);
+    free(m);
+}
+
+/* Fails q with HD_STORE_EFAIL, or with `code`. */
 static void req_failf(req *q, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void req_failf(req *q, const char *fmt, ...)
 {
     va_list ap;
-    char *m = NULL;
-    if (q->state == ST_DONE)
-        return;
     va_start(ap, fmt);
-    if (vasprintf(&m, fmt, ap) < 0)
-        m = NULL;
+    req_vfail(q, HD_STORE_EFAIL, fmt, ap);
     va_end(ap);
-    req_finish(q, -1, m ? m : "out of memory (while reporting a store failure)", NULL, 0);
-    free(m);
+}
+
+static void req_failc(req *q, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void req_failc(req *q, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    req_vfail(q, code, fmt, ap);
+    va_end(ap);
+}
+
+/* A failure recorded in Redis: "E<n>:" (n = -HD_STORE_E*) then the text,
+ * as send_abort and the script write it. */
+#define CODE_TAG_LEN 3
+static void req_fail_stored(req *q, const char *str, size_t len)
+{
+    int code = HD_STORE_EFAIL;
+    if (len >= CODE_TAG_LEN && str[0] == 'E' && str[1] >= '1' && str[1] <= '9' && str[2] == ':') {
+        code = -(str[1] - '0');
+        str += CODE_TAG_LEN;
+        len -= CODE_TAG_LEN;
+    }
+    req_failc(q, code, "%.*s", (int)len, str);
 }
 
 /* Calls the user's callback (if any) and releases the request. */
@@ -711,7 +460,7 @@ static void conn_lost(hd_store *s, conn *c, const char *why)
              * its message (Redis is gone for the other nodes too). */
             req *t = q->target ? req_find(s, q->target) : NULL;
             if (t && t->state != ST_DONE)
-                req_failf(t, "%s", q->msg);
+                req_failc(t, q->code, "%s", q->msg);
             req_finish(q, 0, NULL, NULL, 0);
         } else if (q->state == ST_QUEUED)
             req_fail_conn(q, was, why);
@@ -749,7 +498,7 @@ static void conn_start(hd_store *s, conn *c)
         return;
     }
     ac->data = s;
-    if (lv_attach(ac, s->loop) != 0) {
+    if (redis_uv_attach(ac, s->loop) != 0) {
         redisAsyncFree(ac);
         fail_queued(s, "cannot watch the socket on the event loop (uv_poll_init failed)");
         return;
@@ -926,9 +675,14 @@ static int send_timeout(hd_store *s, req *q)
 
 static int send_abort(hd_store *s, req *q)
 {
-    const char *extra[1] = {q->msg};
-    size_t len[1] = {strlen(q->msg)};
-    return send_script(s, q, on_abort_reply, "a", 1, extra, len);
+    char *tagged = xasprintf("E%d:%s", -q->code, q->msg);
+    if (!tagged)
+        return -1;
+    const char *extra[1] = {tagged};
+    size_t len[1] = {strlen(tagged)};
+    int rc = send_script(s, q, on_abort_reply, "a", 1, extra, len);
+    free(tagged);
+    return rc;
 }
 
 static int send_publish(hd_store *s, req *q)
@@ -1093,7 +847,7 @@ static void on_contrib_reply(redisAsyncContext *ac, void *reply, void *priv)
         if (q->state == ST_SENT)
             q->state = ST_WAIT;
     } else if (reply_is(r, 0, "abort") && (e = reply_str(r, 1)) != NULL) {
-        req_failf(q, "%.*s", (int)e->len, e->str);
+        req_fail_stored(q, e->str, e->len);
     } else if (reply_is(r, 0, "done")) {
         req_failf(q, "collect %" PRIu64 " of heap \"%s\" had already completed in Redis without this node (%s): "
                   "another node serves the same ranks; each rank must be served by exactly one node",
@@ -1114,7 +868,7 @@ static void on_timeout_reply(redisAsyncContext *ac, void *reply, void *priv)
     if (!q || q->state == ST_DONE)
         return;
     if (!r) {
-        req_failf(q, "collect %" PRIu64 " of heap \"%s\" timed out after %" PRIu32 " ms, and the connection to "
+        req_failc(q, HD_STORE_ETIMEOUT, "collect %" PRIu64 " of heap \"%s\" timed out after %" PRIu32 " ms, and the connection to "
                   "Redis at %s was lost (%s) while heapd asked which ranks were missing",
                   q->cnum, q->heap, q->timeout_ms, s->hostport, null_reply_why(s, ac));
         return;
@@ -1126,13 +880,13 @@ static void on_timeout_reply(redisAsyncContext *ac, void *reply, void *priv)
         return;
     }
     if (reply_is(r, 0, "abort") && (e = reply_str(r, 1)) != NULL) {
-        req_failf(q, "%.*s", (int)e->len, e->str);
+        req_fail_stored(q, e->str, e->len);
     } else if (reply_is(r, 0, "done")) {
         /* It completed just before: the message with the result was sent to
          * us before this reply; give it the grace period. */
         q->state = ST_GRACE;
     } else {
-        req_failf(q, "collect %" PRIu64 " of heap \"%s\" timed out after %" PRIu32 " ms; Redis at %s gave an "
+        req_failc(q, HD_STORE_ETIMEOUT, "collect %" PRIu64 " of heap \"%s\" timed out after %" PRIu32 " ms; Redis at %s gave an "
                   "unexpected answer when asked which ranks were missing: %.*s", q->cnum, q->heap, q->timeout_ms,
                   s->hostport, r->type == REDIS_REPLY_ERROR ? (int)r->len : 0,
                   r->type == REDIS_REPLY_ERROR ? r->str : "");
@@ -1166,12 +920,12 @@ static void on_abort_reply(redisAsyncContext *ac, void *reply, void *priv)
     if (r && (reply_is(r, 0, "aborted") || reply_is(r, 0, "abort")) && (e = reply_str(r, 1)) != NULL) {
         /* Recorded (ours or an earlier failure: every node reports that one). */
         if (t)
-            req_failf(t, "%.*s", (int)e->len, e->str);
+            req_fail_stored(t, e->str, e->len);
     } else if (r && reply_is(r, 0, "done")) {
         /* Completed before the abort: our collect gets the result like every
          * other node (its message is on its way, or it has come). */
     } else if (t) {
-        req_failf(t, "%s", q->msg);
+        req_failc(t, q->code, "%s", q->msg);
     }
     req_finish(q, 0, NULL, NULL, 0);
 }
@@ -1270,7 +1024,7 @@ static void got_node_message(hd_store *s, const char *p, size_t len)
         if (p[0] == 'R')
             finish_with_blob(q, nl + 1, len - (size_t)(nl + 1 - p));
         else
-            req_failf(q, "%.*s", (int)(len - (size_t)(nl + 1 - p)), nl + 1);
+            req_fail_stored(q, nl + 1, len - (size_t)(nl + 1 - p));
         return;
     }
 }
@@ -1325,7 +1079,7 @@ static void on_req_timer(uv_timer_t *t)
         if (q->kind == RQ_ABORT) {
             req *tg = abort_target(s, q);
             if (tg)
-                req_failf(tg, "%s", q->msg);
+                req_failc(tg, q->code, "%s", q->msg);
             req_finish(q, 0, NULL, NULL, 0);
         } else {
             req_failf(q, "Redis at %s is unreachable: %s; %s failed; heapd retries the connection at the next collect",
@@ -1351,7 +1105,7 @@ static void on_req_timer(uv_timer_t *t)
             if (q->kind == RQ_ABORT) {
                 req *tg = abort_target(s, q);
                 if (tg)
-                    req_failf(tg, "%s", q->msg);
+                    req_failc(tg, q->code, "%s", q->msg);
                 req_finish(q, 0, NULL, NULL, 0);
             } else {
                 req_failf(q, "Redis at %s did not answer within %" PRIu32 " ms; %s failed", s->hostport,
@@ -1364,7 +1118,7 @@ static void on_req_timer(uv_timer_t *t)
         if (!s->cmd.ac)
             kick(s);
         if (!s->cmd.ac || send_timeout(s, q) != 0) {
-            req_failf(q, "collect %" PRIu64 " of heap \"%s\" timed out after %" PRIu32 " ms; the connection to "
+            req_failc(q, HD_STORE_ETIMEOUT, "collect %" PRIu64 " of heap \"%s\" timed out after %" PRIu32 " ms; the connection to "
                       "Redis at %s is down, so which ranks are missing is unknown", q->cnum, q->heap,
                       q->timeout_ms, s->hostport);
             return;
@@ -1373,12 +1127,12 @@ static void on_req_timer(uv_timer_t *t)
         uv_timer_start(&q->timer, on_req_timer, HD_STORE_GRACE_MS, 0);
         return;
     case ST_TIMING:
-        req_failf(q, "collect %" PRIu64 " of heap \"%s\" timed out after %" PRIu32 " ms; Redis at %s did not "
+        req_failc(q, HD_STORE_ETIMEOUT, "collect %" PRIu64 " of heap \"%s\" timed out after %" PRIu32 " ms; Redis at %s did not "
                   "answer within %d ms more, so which ranks are missing is unknown", q->cnum, q->heap,
                   q->timeout_ms, s->hostport, HD_STORE_GRACE_MS);
         return;
     case ST_GRACE:
-        req_failf(q, "collect %" PRIu64 " of heap \"%s\" completed in Redis just as it timed out here (after %" PRIu32
+        req_failc(q, HD_STORE_ETIMEOUT, "collect %" PRIu64 " of heap \"%s\" completed in Redis just as it timed out here (after %" PRIu32
                   " ms), but its result did not reach this node within %d ms more (pub/sub message lost?); "
                   "this node's heap can no longer be kept symmetric", q->cnum, q->heap, q->timeout_ms,
                   HD_STORE_GRACE_MS);
@@ -1654,8 +1408,16 @@ int hd_store_collect(hd_store *s, const char *heap, const char *incarnation, uin
 
 int hd_store_collect_abort(hd_store *s, const char *heap, const char *incarnation, uint64_t cnum, const char *msg)
 {
+    return hd_store_collect_abort_code(s, heap, incarnation, cnum, HD_STORE_EFAIL, msg);
+}
+
+int hd_store_collect_abort_code(hd_store *s, const char *heap, const char *incarnation, uint64_t cnum, int code,
+                                const char *msg)
+{
     req *t, *q;
 
+    if (code >= 0 || code < -9)
+        code = HD_STORE_EFAIL;
     if (!s || s->closing || !msg || !*msg || !name_ok("heap", heap, NULL, 0) ||
         !name_ok("incarnation", incarnation, NULL, 0))
         return -1;
@@ -1665,24 +1427,25 @@ int hd_store_collect_abort(hd_store *s, const char *heap, const char *incarnatio
     q = req_new(s, RQ_ABORT, ABORT_REQ_TIMEOUT_MS);
     if (!q) {
         if (t)
-            req_failf(t, "%s", msg);
+            req_failc(t, code, "%s", msg);
         return -1;
     }
     q->heap = strdup(heap);
     q->inc = strdup(incarnation);
     q->prefix = make_prefix(heap, incarnation, cnum);
     q->msg = strdup(msg);
+    q->code = code;
     q->cnum = cnum;
     q->ttl_s = t ? t->ttl_s : HD_STORE_ABORT_TTL_S;
     if (!q->heap || !q->inc || !q->prefix || !q->msg) {
         req_discard(q);
         if (t)
-            req_failf(t, "%s", msg);
+            req_failc(t, code, "%s", msg);
         return -1;
     }
     if (t) {
         if (t->state == ST_QUEUED)
-            req_failf(t, "%s", msg);   /* not contributed: nothing in Redis can complete it */
+            req_failc(t, code, "%s", msg);   /* not contributed: nothing in Redis can complete it */
         else
             q->target = t->id;         /* decided by the abort's reply */
     }

@@ -7,6 +7,7 @@
  * tests)". */
 #include "backend.h"
 #include "heapc_map.h"
+#include "check_util.h"
 
 #include <check.h>
 #include <dirent.h>
@@ -35,19 +36,6 @@
 static int g_have_gpu; /* hb_open("cuda") succeeded in the probe child */
 
 /* ---- helpers ------------------------------------------------------------ */
-
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    ck_assert_ptr_nonnull(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n - 1; /* the directory's own fd */
-}
 
 static hb_backend *open_host(void)
 {
@@ -290,7 +278,7 @@ END_TEST
 
 START_TEST(host_release_closes_fd)
 {
-    int before = count_fds();
+    int before = cku_count_fds();
     hb_backend *be = open_host();
     uint64_t pg = hb_granularity(be, 0);
     char err[512] = "";
@@ -299,20 +287,20 @@ START_TEST(host_release_closes_fd)
         ck_assert_msg(hb_chunk_create(be, 0, (uint64_t)(i + 1) * pg, &c[i], err, sizeof err) ==
                           HB_OK,
                       "%s", err);
-    ck_assert_int_eq(count_fds(), before + 3);
+    ck_assert_int_eq(cku_count_fds(), before + 3);
     int fd0 = c[0].fd;
     hb_chunk_release(be, &c[0]);
     ck_assert_int_eq(c[0].fd, -1);
     ck_assert_uint_eq(c[0].size, 0);
     ck_assert_int_eq(fcntl(fd0, F_GETFD), -1);
     ck_assert_int_eq(errno, EBADF);
-    ck_assert_int_eq(count_fds(), before + 2);
+    ck_assert_int_eq(cku_count_fds(), before + 2);
     hb_chunk_release(be, &c[0]); /* second release: a no-op */
     hb_chunk_release(be, &c[1]);
     hb_chunk_release(be, &c[2]);
     hb_chunk_release(be, NULL);
     hb_close(be);
-    ck_assert_int_eq(count_fds(), before);
+    ck_assert_int_eq(cku_count_fds(), before);
 }
 END_TEST
 
@@ -859,9 +847,5 @@ int main(void)
         printf("skipped: no GPU (cuda backend tests)\n");
         fflush(stdout);
     }
-    SRunner *sr = srunner_create(backend_suite());
-    srunner_run_all(sr, CK_ENV); /* CK_VERBOSITY=verbose lists every test */
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return cku_run(backend_suite());
 }

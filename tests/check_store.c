@@ -707,6 +707,37 @@ START_TEST(t_timeout_redis_stopped)
 }
 END_TEST
 
+START_TEST(t_codes)
+{
+    static const uint32_t r[NNODES][2] = {{0, 1}, {2, 3}, {4, 5}};
+    const uint64_t a[] = {512};
+    static const int codes[] = {HD_STORE_EGONE, HD_STORE_EASYM, HD_STORE_ETIMEOUT, HD_STORE_EFAIL};
+    int k = 2;
+
+    open_nodes(NNODES);
+    /* A timeout reaches every waiting node as HD_STORE_ETIMEOUT. */
+    collect(0, 1, 6, r[0], 2, a, 1, 300, "job");
+    collect(1, 1, 6, r[1], 2, a, 1, 3000, "job");
+    ck_assert(run_until(nodes_done, &k, 300 + HD_STORE_GRACE_MS + 1000));
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(N[i].status, HD_STORE_ETIMEOUT);
+        ck_assert_msg(!strncmp(N[i].msg, "collect 1 of heap", 17) && strstr(N[i].msg, "rank(s) 4, 5 never arrived"),
+                      "%s", N[i].msg);
+    }
+    /* An abort's code reaches the other nodes with its message, as it was. */
+    for (int c = 0; c < 4; c++) {
+        k = 1;
+        collect(0, 2 + (uint64_t)c, 6, r[0], 2, a, 1, 10000, "job");
+        run_for(50);
+        ck_assert_int_eq(hd_store_collect_abort_code(N[2].s, "job", "inc-1", 2 + (uint64_t)c, codes[c],
+                                                     "rank 4 went away"), 0);
+        ck_assert(run_until(nodes_done, &k, 2000));
+        ck_assert_int_eq(N[0].status, codes[c]);
+        ck_assert_str_eq(N[0].msg, "rank 4 went away");
+    }
+}
+END_TEST
+
 START_TEST(t_abort)
 {
     static const uint32_t r[NNODES][2] = {{0, 1}, {2, 3}, {4, 5}};
@@ -1142,6 +1173,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, t_timeout);
     tcase_add_test(tc, t_timeout_redis_stopped);
     tcase_add_test(tc, t_abort);
+    tcase_add_test(tc, t_codes);
     tcase_add_test(tc, t_redis_killed);
     tcase_add_test(tc, t_keys_ttl);
     tcase_add_test(tc, t_force);

@@ -11,17 +11,11 @@ BUILD=${BUILD:-build}
 HEAPD_SRC=${HEAPD_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 case $BUILD in /*) B=$BUILD;; *) B=$(pwd)/$BUILD;; esac
 CC=${CC:-cc}
-T=$(mktemp -d /tmp/heapd-link.XXXXXX)
+. "$HEAPD_SRC/tests/lib.sh"
+lib_tmpdir link
 S=$T/heapd.sock
-fails=0
 hpid=
-cleanup() {
-    [ -n "$hpid" ] && kill -9 "$hpid" 2>/dev/null
-    rm -rf "$T"
-}
-trap cleanup EXIT INT TERM
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fails=$((fails + 1)); }
+lib_on_exit '[ -n "$hpid" ] && kill -9 "$hpid" 2>/dev/null'
 
 for so in libheapc.so.0 libheapc_nccl.so.0; do
     if [ -e "$B/$so" ]; then ok "$BUILD/$so exists"; else bad "$BUILD/$so is missing"; fi
@@ -49,9 +43,7 @@ va_size = 256M
 CONF
 "$B/heapd" --config "$T/heapd.conf" 2>"$T/heapd.log" &
 hpid=$!
-i=0
-while [ ! -S "$S" ] && [ $i -lt 600 ] && kill -0 "$hpid" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
-if [ -S "$S" ]; then ok "heapd listens"; else bad "heapd did not start"; cat "$T/heapd.log"; fi
+if lib_wait_socket "$S" "$hpid"; then ok "heapd listens"; else bad "heapd did not start"; cat "$T/heapd.log"; fi
 "$T/trainer" --socket "$S" --ranks 2 --steps 2 --chunk 1M >"$T/trainer.out" 2>&1; rc=$?
 if [ $rc = 0 ]; then ok "the dynamically linked trainer runs 2 ranks against heapd"
 else bad "the dynamically linked trainer: exit $rc"; cat "$T/trainer.out"; fi

@@ -1,0 +1,198 @@
+/* dispatch.c - one frame in (see dispatch.h). */
+#include "dispatch.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "heapd.pb-c.h"
+#include "log.h"
+#include "reply.h"
+
+struct hd_dispatch {
+    hd_registry *reg;
+    hd_server *srv;
+    char backend[16];
+};
+
+/* Per connection. Invariant: peer.data is the connection; peer.bind.heap
+ * != NULL => hello. */
+typedef struct hd_session {
+    hd_peer peer;
+    bool hello;
+} hd_session;
+
+int hd_dispatch_create(hd_registry *reg, const char *backend_name, hd_dispatch **out)
+{
+    hd_dispatch *d = calloc(1, sizeof *d);
+    if (!d)
+        return -1;
+    d->reg = reg;
+    snprintf(d->backend, sizeof d->backend, "%s", backend_name);
+    *out = d;
+    return 0;
+}
+
+void hd_dispatch_set_server(hd_dispatch *d, hd_server *s) { d->srv = s; }
+void hd_dispatch_destroy(hd_dispatch *d) { free(d); }
+
+/* The log fields of what s does now: its pid, heap and rank, and of f
+ * (NULL: none) the request's name, seq, heap and rank (issue 20). */
+static void log_ctx(const hd_session *s, const Heapd__Frame *f)
+{
+    hd_log_ctx x = HD_LOG_CTX_NONE;
+    x.pid = (long)s->peer.pid;
+    if (s->peer.bind.heap) {
+        x.heap = s->peer.bind.name;
+        x.rank = (long)s->peer.bind.rank;
+    }
+    if (f) {
+        const ProtobufCFieldDescriptor *d =
+            protobuf_c_message_descriptor_get_field(&heapd__frame__descriptor, (unsigned)f->body_case);
+        x.req = d ? d->name : NULL;
+        if (f->body_case == HEAPD__FRAME__BODY_ALLOC && f->alloc)
+            x.seq = (long long)f->alloc->seq;
+        else if (f->body_case == HEAPD__FRAME__BODY_COLLECT && f->collect)
+            x.seq = (long long)f->collect->seq;
+        else if (f->body_case == HEAPD__FRAME__BODY_ATTACH && f->attach) {
+            x.heap = f->attach->heap;
+            x.rank = (long)f->attach->rank;
+        } else if (f->body_case == HEAPD__FRAME__BODY_FORCE_COLLECT && f->force_collect)
+            x.heap = f->force_collect->heap;
+    }
+    hd_log_ctx_set(&x);
+}
+
+static int peer_privileged(const hd_peer *p, long gid) { return hd_conn_privileged(p->data, gid); }
+
+static int on_open(void *arg, hd_conn *c)
+{
+    (void)arg;
+    hd_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return -1;
+    s->peer.pid = hd_conn_pid(c);
+    s->peer.uid = hd_conn_uid(c);
+    s->peer.privileged = peer_privileged;
+    s->peer.out = &hd_reply_conn_ops;
+    s->peer.data = c;
+    hd_conn_set_data(c, s);
+    return 0;
+}
+
+static void on_closed(void *arg, hd_conn *c)
+{
+    hd_dispatch *d = arg;
+    hd_session *s = hd_conn_data(c);
+    log_ctx(s, NULL);
+    hd_heap_conn_closed(d->reg, &s->peer);
+    hd_log_ctx_set(NULL);
+    free(s);
+    hd_conn_set_data(c, NULL);
+}
+
+static void on_stop(void *arg, hd_conn *c)
+{
+    (void)arg;
+    /* An unsolicited Error (id 0) tells the client why the connection
+     * ends. */
+    hd_reply_error(c, 0, HEAPD__ERR_CODE__ERR_SHUTDOWN, "heapd is stopping (SIGTERM); the heap is gone");
+}
+
+static void handle_hello(hd_dispatch *d, hd_session *s, hd_conn *c, uint64_t id, const Heapd__Hello *m)
+{
+    if (m->version != HEAPD__CONST__PROTOCOL_VERSION) {
+        hd_reply_error(c, id, HEAPD__ERR_CODE__ERR_VERSION,
+                       "protocol version %u is not supported: this heapd speaks version %d; use a libheapc "
+                       "built from the same heapd release",
+                       m->version, HEAPD__CONST__PROTOCOL_VERSION);
+        hd_conn_close_after_flush(c);
+        return;
+    }
+    s->hello = true;
+    hd_reply_hello(c, id, d->backend);
+}
+
+/* The request in f, to the heap wing. */
+static void handle_request(hd_dispatch *d, hd_session *s, hd_conn *c, const Heapd__Frame *f)
+{
+    uint64_t id = f->id;
+    hd_peer *p = &s->peer;
+    switch (f->body_case) {
+    case HEAPD__FRAME__BODY_HELLO:
+        if (s->hello)
+            hd_reply_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "Hello was already sent on this connection");
+        else
+            handle_hello(d, s, c, id, f->hello);
+        break;
+    case HEAPD__FRAME__BODY_ATTACH:
+        hd_heap_attach(d->reg, p, id, f->attach);
+        break;
+    case HEAPD__FRAME__BODY_ALLOC:
+        hd_heap_alloc(d->reg, p, id, f->alloc);
+        break;
+    case HEAPD__FRAME__BODY_FREE:
+        hd_heap_free(d->reg, p, id, f->free);
+        break;
+    case HEAPD__FRAME__BODY_COLLECT:
+        hd_heap_collect(d->reg, p, id, f->collect);
+        break;
+    case HEAPD__FRAME__BODY_STATS:
+        hd_heap_stats(d->reg, p, id, f->stats, d->backend, hd_server_clients(d->srv));
+        break;
+    case HEAPD__FRAME__BODY_FORCE_COLLECT:
+        hd_heap_force_collect(d->reg, p, id, f->force_collect);
+        break;
+    case HEAPD__FRAME__BODY_DETACH:
+        hd_heap_detach(d->reg, p, id);
+        break;
+    default:
+        hd_reply_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "message type %d is not a request heapd accepts",
+                       (int)f->body_case);
+        break;
+    }
+}
+
+static void on_frame(void *arg, hd_conn *c, const uint8_t *data, size_t len, size_t nfds)
+{
+    hd_dispatch *d = arg;
+    hd_session *s = hd_conn_data(c);
+    Heapd__Frame *f = heapd__frame__unpack(NULL, len, data);
+    log_ctx(s, f);
+    if (!f) {
+        hd_reply_error(c, 0, HEAPD__ERR_CODE__ERR_PROTOCOL, "a %zu-byte frame is not a valid heapd.Frame message",
+                       len);
+        hd_log_ctx_set(NULL);
+        return;
+    }
+    uint64_t id = f->id;
+    if (nfds) {
+        hd_reply_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL,
+                       "clients send no file descriptors: %zu received with this message were closed", nfds);
+        goto out;
+    }
+    if (hd_server_stopping(d->srv)) {
+        hd_reply_error(c, id, HEAPD__ERR_CODE__ERR_SHUTDOWN, "heapd is stopping; retry once it is back");
+        goto out;
+    }
+    if (!s->hello && f->body_case != HEAPD__FRAME__BODY_HELLO) {
+        hd_reply_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "the first message must be Hello");
+        goto out;
+    }
+    handle_request(d, s, c, f);
+#ifdef HEAPD_DEBUG
+    hd_heap_check(d->reg);
+#endif
+out:
+    hd_log_ctx_set(NULL);
+    heapd__frame__free_unpacked(f, NULL);
+}
+
+static const hd_server_handlers handlers = {
+    .on_open = on_open,
+    .on_frame = on_frame,
+    .on_stop = on_stop,
+    .on_closed = on_closed,
+};
+
+const hd_server_handlers *hd_dispatch_handlers(void) { return &handlers; }

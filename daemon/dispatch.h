@@ -1,0 +1,19 @@
+/* dispatch.h - one frame in: decode it, check the connection's state (Hello
+ * first, heapd stopping), and hand the request to the heap wing. It owns the
+ * per-connection state (the server's `void *data`): the heap wing's peer. */
+#ifndef HEAPD_DISPATCH_H
+#define HEAPD_DISPATCH_H
+
+#include "heap.h"
+#include "server.h"
+
+typedef struct hd_dispatch hd_dispatch;
+
+int hd_dispatch_create(hd_registry *reg, const char *backend_name, hd_dispatch **out);
+/* The handlers to create the server with (arg: the dispatch). */
+const hd_server_handlers *hd_dispatch_handlers(void);
+/* The server the frames come from (its client count goes into Stats). */
+void hd_dispatch_set_server(hd_dispatch *d, hd_server *s);
+void hd_dispatch_destroy(hd_dispatch *d);
+
+#endif

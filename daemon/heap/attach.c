@@ -1,0 +1,531 @@
+/* attach.c - the heap wing's attach rendezvous, chunk hand-out, detach and
+ * disconnect (see heap.h). */
+#include "heap_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+
+/* ---- chunks ------------------------------------------------------------------ */
+
+int rank_add_chunks(hd_heap *h, hd_rank *k, uint32_t upto, char *err, size_t errlen)
+{
+    if (upto > k->capchunks) {
+        uint32_t nc = k->capchunks ? k->capchunks : 4;
+        while (nc < upto)
+            nc *= 2;
+        hb_chunk *n = realloc(k->chunks, nc * sizeof *n);
+        if (!n) {
+            snprintf(err, errlen, "out of memory for chunk records");
+            return -1;
+        }
+        k->chunks = n;
+        k->capchunks = nc;
+    }
+    while (k->nchunks < upto) {
+        int rc = hb_chunk_create(h->reg->be, k->device, h->ap.chunk_size, &k->chunks[k->nchunks], err, errlen);
+        if (rc)
+            return rc;
+        k->nchunks++;
+    }
+    return 0;
+}
+
+/* Drops chunks beyond `keep` (rollback of a failed growth). */
+void rank_trim_chunks(hd_heap *h, hd_rank *k, uint32_t keep)
+{
+    while (k->nchunks > keep)
+        hb_chunk_release(h->reg->be, &k->chunks[--k->nchunks]);
+}
+
+/* Fills m with chunk_msg (heap_int.h) for [from, to). Returns 0, or -1 if
+ * out of memory / fds. */
+void chunk_msg_free(chunk_msg *m, bool close_fds)
+{
+    if (close_fds)
+        for (size_t i = 0; i < m->n; i++)
+            if (m->fds[i] >= 0)
+                close(m->fds[i]);
+    free(m->refs);
+    free(m->fds);
+    memset(m, 0, sizeof *m);
+}
+
+int chunk_msg_build(hd_heap *h, uint32_t from, uint32_t to, chunk_msg *m)
+{
+    memset(m, 0, sizeof *m);
+    if (to <= from)
+        return 0;
+    size_t max = (size_t)(to - from) * h->world_size;
+    m->refs = calloc(max, sizeof *m->refs);
+    m->fds = calloc(max, sizeof *m->fds);
+    if (!m->refs || !m->fds) {
+        chunk_msg_free(m, false);
+        return -1;
+    }
+    for (uint32_t q = 0; q < h->world_size; q++) {
+        hd_rank *k = &h->ranks[q];
+        if (!k->joined)
+            continue;
+        for (uint32_t j = from; j < to && j < k->nchunks; j++) {
+            int fd = dup(k->chunks[j].fd);
+            if (fd < 0) {
+                chunk_msg_free(m, true);
+                return -1;
+            }
+            m->refs[m->n].rank = q;
+            m->refs[m->n].index = j;
+            m->fds[m->n] = fd;
+            m->n++;
+        }
+    }
+    return 0;
+}
+
+/* ---- attach ------------------------------------------------------------------ */
+
+static void send_attach_reply(hd_heap *h, uint32_t rank, uint64_t id)
+{
+    hd_rank *k = &h->ranks[rank];
+    ha_stats st;
+    ha_get_stats(h->core, &st);
+    uint32_t nch = (uint32_t)(st.mapped / h->ap.chunk_size);
+    chunk_msg cm;
+    if (chunk_msg_build(h, 0, nch, &cm)) {
+        hd_peer_error(k->conn, id, HEAPD__ERR_CODE__ERR_NO_MEMORY,
+                      "heapd could not duplicate chunk fds for the attach reply (out of fds or memory); "
+                      "raise heapd's fd limit (LimitNOFILE) or use a larger chunk_size");
+        return;
+    }
+    int sfd = k->status.fd >= 0 ? dup(k->status.fd) : -1;
+    int *fds = cm.fds;
+    int status_index = -1;
+    if (sfd >= 0) {
+        int *nf = realloc(cm.fds, (cm.n + 1) * sizeof *nf);
+        if (nf) {
+            nf[cm.n] = sfd;
+            cm.fds = fds = nf;
+            status_index = (int)cm.n;
+        } else {
+            close(sfd);
+        }
+    }
+    uint32_t *local = calloc(h->world_size, sizeof *local);
+    size_t nlocal = 0;
+    for (uint32_t q = 0; local && q < h->world_size; q++)
+        if (h->ranks[q].joined)
+            local[nlocal++] = q;
+    hd_attach_out ar = {0};
+    ar.ap = &h->ap;
+    ar.timeout_ms = h->timeout_ms;
+    ar.world_size = h->world_size;
+    ar.nlocal = nlocal;
+    ar.local_ranks = local;
+    ar.mapped = st.mapped;
+    ar.nchunks = cm.n;
+    ar.chunks = cm.refs;
+    ar.fds = fds;
+    ar.nfds = cm.n + (status_index >= 0);
+    ar.status_index = status_index;
+    ar.next_seq = k->next_seq;
+    ar.backend = hb_name(h->reg->be);
+    ar.epoch = h->epoch;
+    k->known_chunks = nch;
+    k->conn->out->attach(k->conn, id, &ar);
+    free(local);
+    chunk_msg_free(&cm, false);
+}
+
+static uint64_t pick(uint64_t requested, uint64_t dflt) { return requested ? requested : dflt; }
+
+/* The new heap's parameters: the request's, else heapd.conf's. Returns 0,
+ * or -1 once the peer got the error. */
+static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint64_t id, ha_params *out)
+{
+    const Heapd__HeapParams *rp = m->params;
+    const hd_config *cfg = &r->cfg;
+    ha_params ap;
+    memset(&ap, 0, sizeof ap);
+    uint32_t local_size = m->local_size ? m->local_size : m->world_size;
+    if (local_size > m->world_size) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "local_size %u is larger than world_size %u",
+                      local_size, m->world_size);
+        return -1;
+    }
+    if (local_size < m->world_size && !hd_registry_has_store(r)) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID,
+                      "heap \"%s\" spans nodes (local_size %u < world_size %u) but this heapd has no store: set "
+                      "`store = redis://HOST:PORT` in heapd.conf on every node",
+                      m->heap, local_size, m->world_size);
+        return -1;
+    }
+    ap.ranks = local_size;
+    ap.chunk_size = pick(rp ? rp->chunk_size : 0, cfg->chunk_size);
+    ap.min_block = pick(rp ? rp->min_block : 0, cfg->min_block);
+    ap.va_size = pick(rp ? rp->va_size : 0, cfg->va_size);
+    ap.initial_size = pick(rp ? rp->initial_size : 0, cfg->initial_size ? cfg->initial_size : ap.chunk_size);
+    ap.policy = cfg->policy;
+    if (rp && rp->policy == HEAPD__POLICY__POLICY_SEED)
+        ap.policy = HA_POLICY_SEED;
+    else if (rp && rp->policy == HEAPD__POLICY__POLICY_COALESCE)
+        ap.policy = HA_POLICY_COALESCE;
+    uint64_t gran = hb_granularity(r->be, 0);
+    if (gran && ap.chunk_size % gran) {
+        char b1[32], b2[32];
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID,
+                      "chunk_size %s is not a multiple of the %s backend's granularity %s; use a multiple of %s",
+                      human(ap.chunk_size, b1, sizeof b1), hb_name(r->be), human(gran, b2, sizeof b2), b2);
+        return -1;
+    }
+    char why[512];
+    if (ha_params_check(&ap, why, sizeof why)) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap parameters rejected: %s", why);
+        return -1;
+    }
+    if (quota_check(r, m->heap, hd_peer_uid(c), 0, ap.initial_size * local_size, why, sizeof why)) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_QUOTA, "%s", why);
+        return -1;
+    }
+    *out = ap;
+    return 0;
+}
+
+/* Nodes with different heap parameters must never meet in the store: the
+ * fingerprint puts them in different keys (they time out naming each
+ * other's ranks instead of diverging silently). */
+static void heap_fingerprint(hd_heap *h, const ha_params *pa)
+{
+    ha_params ap = *pa;
+    uint64_t fp = UINT64_C(1469598103934665603);
+    uint64_t v[7] = {ap.chunk_size, ap.initial_size, ap.va_size, ap.min_block, (uint64_t)ap.policy,
+                     0, 0};
+    for (int i = 0; i < 6; i++)
+        for (int b = 0; b < 8; b++)
+            fp = (fp ^ ((v[i] >> (8 * b)) & 0xff)) * UINT64_C(1099511628211);
+    snprintf(h->inc, sizeof h->inc, "%s~%08llx", h->job, (unsigned long long)(fp & 0xffffffffu));
+}
+
+static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint64_t id)
+{
+    const Heapd__HeapParams *rp = m->params;
+    const hd_config *cfg = &r->cfg;
+    ha_params ap;
+    if (heap_params(r, m, c, id, &ap))
+        return NULL;
+    uint32_t local_size = ap.ranks;
+    char why[512];
+    hd_heap *h = calloc(1, sizeof *h);
+    if (!h || !(h->ranks = calloc(m->world_size, sizeof *h->ranks)) ||
+        ha_create(&ap, &h->core, why, sizeof why)) {
+        if (h)
+            free(h->ranks);
+        free(h);
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory creating heap \"%s\"", m->heap);
+        return NULL;
+    }
+    h->reg = r;
+    for (uint32_t q = 0; q < m->world_size; q++)
+        h->ranks[q].status.fd = -1; /* no page until the rank joins */
+    snprintf(h->name, sizeof h->name, "%s", m->heap);
+    h->world_size = m->world_size;
+    h->local_size = local_size;
+    snprintf(h->job, sizeof h->job, "%s", m->job && m->job[0] ? m->job : "0");
+    heap_fingerprint(h, &ap);
+    h->ap = ap;
+    h->timeout_ms = pick(rp ? rp->collect_timeout_ms : 0, cfg->collect_timeout_ms);
+    h->epoch = r->next_epoch++;
+    h->owner = hd_peer_uid(c);
+    h->collect_at = UINT64_MAX;
+    uv_timer_init(r->loop, &h->timer);
+    h->timer.data = h;
+    h->next = r->heaps;
+    r->heaps = h;
+    r->nheaps++;
+    char b1[32], b2[32], b3[32];
+    hd_info("heap \"%s\" created: %u ranks (%u here), chunk %s, initial %s, va %s, policy %s", h->name,
+            h->world_size, h->local_size,
+            human(ap.chunk_size, b1, sizeof b1), human(ap.initial_size, b2, sizeof b2),
+            human(ap.va_size, b3, sizeof b3), ha_policy_name(ap.policy));
+    return h;
+}
+
+/* Returns the name of the first parameter that differs, with both values. */
+static bool params_differ(const hd_heap *h, const Heapd__Attach *m, char *why, size_t len)
+{
+    if (m->world_size != h->world_size) {
+        snprintf(why, len, "world_size %u differs from the heap's %u", m->world_size, h->world_size);
+        return true;
+    }
+    uint32_t ls = m->local_size ? m->local_size : m->world_size;
+    if (ls != h->local_size) {
+        snprintf(why, len, "local_size %u differs from the heap's %u", ls, h->local_size);
+        return true;
+    }
+    const char *job = m->job && m->job[0] ? m->job : "0";
+    if (strcmp(job, h->job)) {
+        snprintf(why, len, "job \"%s\" differs from the heap's \"%s\"", job, h->job);
+        return true;
+    }
+    const Heapd__HeapParams *p = m->params;
+    if (!p)
+        return false;
+#define CHK(field, name, have)                                                                      \
+    if (p->field && p->field != (have)) {                                                           \
+        snprintf(why, len, "%s %llu differs from the heap's %llu", name, (unsigned long long)p->field,   \
+                 (unsigned long long)(have));                                                       \
+        return true;                                                                                \
+    }
+    CHK(chunk_size, "chunk_size", h->ap.chunk_size)
+    CHK(initial_size, "initial_size", h->ap.initial_size)
+    CHK(va_size, "va_size", h->ap.va_size)
+    CHK(min_block, "min_block", h->ap.min_block)
+    CHK(collect_timeout_ms, "collect_timeout_ms", h->timeout_ms)
+#undef CHK
+    if (p->policy != HEAPD__POLICY__POLICY_DEFAULT) {
+        ha_policy want = p->policy == HEAPD__POLICY__POLICY_SEED ? HA_POLICY_SEED : HA_POLICY_COALESCE;
+        if (want != h->ap.policy) {
+            snprintf(why, len, "policy %s differs from the heap's %s", ha_policy_name(want),
+                     ha_policy_name(h->ap.policy));
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The request's own checks. Returns 0, or -1 once the peer got the error. */
+static int attach_check(hd_peer *c, uint64_t id, const Heapd__Attach *m)
+{
+    hd_binding *b = hd_peer_binding(c);
+    if (b->heap) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE,
+                      "this connection is already attached to heap \"%s\" as rank %u; detach first",
+                      b->heap->name, b->rank);
+        return -1;
+    }
+    if (!m->heap || !m->heap[0] || strlen(m->heap) > HD_NAME_MAX) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap name must be 1 to %d bytes", HD_NAME_MAX);
+        return -1;
+    }
+    for (const unsigned char *p = (const unsigned char *)m->heap; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) {
+            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID,
+                          "heap name contains a control character (byte %u); use printable characters", *p);
+            return -1;
+        }
+    if (m->world_size < 1 || m->world_size > HA_MAX_RANKS) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "world_size %u is out of range (1..%u)", m->world_size,
+                      HA_MAX_RANKS);
+        return -1;
+    }
+    if (m->rank >= m->world_size) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "rank %u is out of range: world_size is %u (ranks 0..%u)",
+                      m->rank, m->world_size, m->world_size - 1);
+        return -1;
+    }
+    return 0;
+}
+
+/* The heap the request names, created if new (*created set). NULL once the
+ * peer got the error. */
+static hd_heap *attach_heap(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Attach *m, bool *created)
+{
+    char err[512];
+    hd_heap *h = heap_find(r, m->heap);
+    *created = false;
+    if (!h) {
+        h = heap_create(r, m, c, id);
+        if (!h)
+            return NULL;
+        *created = true;
+    } else if (h->owner != hd_peer_uid(c) && !hd_peer_privileged(c, r->cfg.admin_gid)) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_DENIED,
+                      "heap \"%s\" belongs to uid %ld; uid %ld may not attach to it (only its owner, root and "
+                      "members of heapd.conf's admin_group may); pick another heap name",
+                      h->name, (long)h->owner, (long)hd_peer_uid(c));
+        return NULL;
+    } else if (params_differ(h, m, err, sizeof err)) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_MISMATCH, "heap \"%s\" exists with other parameters: %s",
+                      h->name, err);
+        return NULL;
+    }
+    return h;
+}
+
+/* A rank's first attach: its chunks and status page. Returns 0, or -1 once
+ * the peer got the error (and a heap created for it is gone). */
+static int rank_join(hd_heap *h, hd_rank *k, hd_peer *c, uint64_t id, const Heapd__Attach *m, int device,
+                     bool created)
+{
+    hd_registry *r = h->reg;
+    char err[512];
+    k->lidx = h->njoined;
+    k->device = device;
+    snprintf(k->uuid, sizeof k->uuid, "%s", m->device_uuid ? m->device_uuid : "");
+    ha_stats st;
+    ha_get_stats(h->core, &st);
+    if (rank_add_chunks(h, k, (uint32_t)(st.mapped / h->ap.chunk_size), err, sizeof err)) {
+        rank_trim_chunks(h, k, 0);
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "could not create the chunks of rank %u: %s",
+                      m->rank, err);
+        if (created && h->nattached == 0)
+            heap_destroy(h);
+        return -1;
+    }
+    if (hd_status_create(&k->status, m->rank, err, sizeof err)) {
+        rank_trim_chunks(h, k, 0);
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "could not create the status page of rank %u: %s",
+                      m->rank, err);
+        if (created && h->nattached == 0)
+            heap_destroy(h);
+        return -1;
+    }
+    k->joined = true;
+    h->njoined++;
+    {
+        char e2[256];
+        if (hb_meminfo(r->be, device, &k->dev_free, &k->dev_total, e2, sizeof e2) == 0)
+            k->dev_ns = now_ns();
+    }
+    heap_publish(h);
+    return 0;
+}
+
+/* Rank `rank` is attached: answer it if the heap has formed, else wait
+ * (every rank answered at once when the last one comes). */
+static void attach_rendezvous(hd_heap *h, uint32_t rank, uint64_t id)
+{
+    hd_rank *k = &h->ranks[rank];
+    if (h->formed) {
+        send_attach_reply(h, rank, id);
+        return;
+    }
+    k->attach_wait = true;
+    k->attach_id = id;
+    if (h->njoined == h->local_size) {
+        h->formed = true;
+        uv_timer_stop(&h->timer);
+        for (uint32_t q = 0; q < h->world_size; q++)
+            if (h->ranks[q].attach_wait && h->ranks[q].conn) {
+                h->ranks[q].attach_wait = false;
+                send_attach_reply(h, q, h->ranks[q].attach_id);
+            }
+    } else if (!uv_is_active((uv_handle_t *)&h->timer)) {
+        arm_timer(h, true);
+    }
+}
+
+void hd_heap_attach(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Attach *m)
+{
+    hd_binding *b = hd_peer_binding(c);
+    if (attach_check(c, id, m))
+        return;
+    int device = 0;
+    char err[512];
+    if (hb_device_from_uuid(r->be, m->device_uuid ? m->device_uuid : "", &device, err, sizeof err)) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "%s", err);
+        return;
+    }
+    bool created;
+    hd_heap *h = attach_heap(r, c, id, m, &created);
+    if (!h)
+        return;
+    hd_rank *k = &h->ranks[m->rank];
+    if (k->conn) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE,
+                      "rank %u of heap \"%s\" is already attached by pid %ld; each rank attaches once",
+                      m->rank, h->name, (long)k->pid);
+        return;
+    }
+    if (!k->joined && h->njoined == h->local_size) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID,
+                      "heap \"%s\" already has its %u local rank(s) on this node; rank %u must attach to the heapd "
+                      "of its own node, or local_size is wrong",
+                      h->name, h->local_size, m->rank);
+        return;
+    }
+    if (!k->joined) {
+        if (rank_join(h, k, c, id, m, device, created))
+            return;
+    } else if (k->next_seq < h->log_base) {
+        hd_warn("heap \"%s\": rank %u re-attached at allocation %llu, which is no longer logged; "
+                "it continues at %llu", h->name, m->rank, (unsigned long long)k->next_seq,
+                (unsigned long long)h->decided);
+        k->next_seq = h->decided;
+    }
+    k->conn = c;
+    k->pid = hd_peer_pid(c);
+    h->nattached++;
+    b->heap = h;
+    b->rank = m->rank;
+    b->name = h->name;
+    hd_info("heap \"%s\": rank %u attached (pid %ld, %u of %u local ranks)", h->name, m->rank, (long)k->pid,
+            h->nattached, h->local_size);
+    attach_rendezvous(h, m->rank, id);
+}
+
+/* ---- detach and disconnect ---------------------------------------------------- */
+
+static void forget_conn(hd_heap *h, const hd_peer *c)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < h->nheld; i++)
+        if (h->held[i].conn != c)
+            h->held[w++] = h->held[i];
+    h->nheld = w;
+    if (h->force_conn == c)
+        h->force_conn = NULL;
+}
+
+static void rank_leave(hd_heap *h, uint32_t rank, bool clean)
+{
+    hd_rank *k = &h->ranks[rank];
+    forget_conn(h, k->conn);
+    k->conn = NULL;
+    k->attach_wait = false;
+    h->nattached--;
+    hd_info("heap \"%s\": rank %u (pid %ld) %s", h->name, rank, (long)k->pid, clean ? "detached" : "disconnected");
+    if (h->coll_active) {
+        bool was_in = k->in_collect;
+        if (was_in) {
+            k->in_collect = false;
+            h->coll_waiting--;
+        }
+        char msg[512];
+        snprintf(msg, sizeof msg, "collect on heap \"%s\" failed: rank %u (pid %ld) %s while the others waited",
+                 h->name, rank, (long)k->pid, clean ? "detached" : "disconnected");
+        collect_fail(h, HEAPD__ERR_CODE__ERR_PEER_GONE, msg);
+    }
+    if (h->nattached == 0)
+        heap_destroy(h);
+}
+
+void hd_heap_detach(hd_registry *r, hd_peer *c, uint64_t id)
+{
+    (void)r;
+    hd_binding *b = hd_peer_binding(c);
+    if (!b->heap) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "detach: this connection is not attached to a heap");
+        return;
+    }
+    hd_heap *h = b->heap;
+    uint32_t rank = b->rank;
+    b->heap = NULL;
+    c->out->detach(c, id);
+    rank_leave(h, rank, true);
+}
+
+void hd_heap_conn_closed(hd_registry *r, hd_peer *c)
+{
+    for (hd_heap *h = r->heaps; h; h = h->next)
+        forget_conn(h, c);
+    hd_binding *b = hd_peer_binding(c);
+    if (!b->heap)
+        return;
+    hd_heap *h = b->heap;
+    b->heap = NULL;
+    rank_leave(h, b->rank, false);
+}
+

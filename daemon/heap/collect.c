@@ -1,0 +1,289 @@
+/* collect.c - the heap wing's collects: local and through the store, and
+ * the attach and collect timeouts (see heap.h). */
+#include "heap_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "store.h"
+
+/* ---- collect ----------------------------------------------------------------- */
+
+static void heap_timeout(uv_timer_t *t);
+
+void arm_timer(hd_heap *h, bool attach)
+{
+    h->timer_attach = attach;
+    uv_update_time(h->timer.loop);   /* from now, not from the start of the loop turn */
+    uv_timer_start(&h->timer, heap_timeout, h->timeout_ms, 0);
+}
+
+bool multi(const hd_heap *h) { return h->local_size < h->world_size; }
+
+/* Answers every rank waiting in the collect with the error and ends it. */
+static void collect_fail_waiting(hd_heap *h, Heapd__ErrCode code, const char *msg)
+{
+    for (uint32_t q = 0; q < h->world_size; q++) {
+        hd_rank *k = &h->ranks[q];
+        if (k->in_collect) {
+            k->in_collect = false;
+            if (k->conn)
+                hd_peer_error(k->conn, k->collect_id, code, "%s", msg);
+        }
+    }
+    h->coll_active = false;
+    h->coll_waiting = 0;
+    uv_timer_stop(&h->timer);
+}
+
+/* The store's code for a failure here, and back. */
+static int store_code_of(Heapd__ErrCode code)
+{
+    switch (code) {
+    case HEAPD__ERR_CODE__ERR_TIMEOUT:
+        return HD_STORE_ETIMEOUT;
+    case HEAPD__ERR_CODE__ERR_PEER_GONE:
+        return HD_STORE_EGONE;
+    case HEAPD__ERR_CODE__ERR_ASYMMETRY:
+        return HD_STORE_EASYM;
+    default:
+        return HD_STORE_EFAIL;
+    }
+}
+
+static Heapd__ErrCode store_code(int status)
+{
+    switch (status) {
+    case HD_STORE_ETIMEOUT:
+        return HEAPD__ERR_CODE__ERR_TIMEOUT;
+    case HD_STORE_EGONE:
+        return HEAPD__ERR_CODE__ERR_PEER_GONE;
+    case HD_STORE_EASYM:
+        return HEAPD__ERR_CODE__ERR_ASYMMETRY;
+    default:
+        return HEAPD__ERR_CODE__ERR_STORE;
+    }
+}
+
+/* A collect fails here (timeout, a rank gone, ...). */
+void collect_fail(hd_heap *h, Heapd__ErrCode code, const char *msg)
+{
+    /* Tell the other nodes, unless the failure came from the store. */
+    if (multi(h) && h->coll_active && code != HEAPD__ERR_CODE__ERR_STORE && h->reg->store)
+        hd_store_collect_abort_code(h->reg->store, h->name, h->inc, h->cnum, store_code_of(code), msg);
+    /* If the abort loses the race with completion in the store, every other
+     * node applies the result: this one must too (store_collect_cb). */
+    if (h->store_wait)
+        h->store_abandoned = true;
+    h->store_wait = false;
+    collect_fail_waiting(h, code, msg);
+}
+
+static void collect_reply_all(hd_heap *h, uint64_t blocks, uint64_t bytes)
+{
+    if (h->nforce && h->force_at[0] == h->coll_seq) {
+        memmove(h->force_at, h->force_at + 1, (h->nforce - 1) * sizeof h->force_at[0]);
+        h->nforce--;
+    }
+    if (h->collect_at == h->coll_seq) {
+        h->collect_at = UINT64_MAX;
+        h->forced = false;
+    }
+    hd_hist_observe(&h->coll_wait, uv_hrtime() - h->coll_start_ns);
+    ha_stats st;
+    ha_get_stats(h->core, &st);
+    char b1[32];
+    hd_debug("heap \"%s\": collect at allocation %llu reclaimed %llu blocks (%s)", h->name,
+             (unsigned long long)h->coll_seq, (unsigned long long)blocks, human(bytes, b1, sizeof b1));
+    heap_publish(h); /* the page is current before any rank hears back */
+    for (uint32_t q = 0; q < h->world_size; q++) {
+        hd_rank *k = &h->ranks[q];
+        if (!k->in_collect)
+            continue;
+        k->in_collect = false;
+        k->conn->out->collect(k->conn, k->collect_id, blocks, bytes, st.collects);
+    }
+    h->coll_active = false;
+    h->coll_waiting = 0;
+    h->store_wait = false;
+    uv_timer_stop(&h->timer);
+}
+
+uint32_t store_ttl_s(const hd_heap *h)
+{
+    uint32_t t = h->timeout_ms / 100; /* 10x the timeout */
+    return t < 60 ? 60 : t;
+}
+
+static void store_collect_cb(void *arg, int status, const char *errmsg, const uint64_t *offsets, size_t n)
+{
+    heap_ref *x = arg;
+    hd_heap *h = heap_ref_get(x);
+    free(x);
+    if (!h)
+        return;
+    if (!h->store_wait) {
+        if (h->store_abandoned && status == 0 && ha_collect_apply(h->core, offsets, n, NULL) == HA_OK) {
+            hd_warn("heap \"%s\": the collect failed here but completed on the other nodes; its result was "
+                    "applied so that offsets stay symmetric",
+                    h->name);
+            heap_publish(h);
+        }
+        h->store_abandoned = false;
+        return;
+    }
+    h->store_wait = false;
+    h->store_abandoned = false;
+    if (status < 0) {
+        Heapd__ErrCode code = store_code(status);
+        hd_warn("heap \"%s\": cross-node collect failed: %s", h->name, errmsg ? errmsg : "store error");
+        /* Every node got this same answer: nothing to tell the store. */
+        collect_fail_waiting(h, code, errmsg ? errmsg : "store error");
+        return;
+    }
+    uint64_t bytes = 0;
+    if (ha_collect_apply(h->core, offsets, n, &bytes) != HA_OK) {
+        collect_fail(h, HEAPD__ERR_CODE__ERR_STORE,
+                     "the store's collect result holds offsets this node did not release: the nodes disagree "
+                     "(different heap parameters or allocation sequences?); restart the job");
+        return;
+    }
+    collect_reply_all(h, n, bytes);
+}
+
+static void collect_finish(hd_heap *h)
+{
+    if (!multi(h)) {
+        uint64_t blocks = 0, bytes = 0;
+        ha_collect(h->core, &blocks, &bytes);
+        collect_reply_all(h, blocks, bytes);
+        return;
+    }
+    char err[512];
+    uint64_t *offs = NULL;
+    size_t n = 0;
+    uint32_t *lr = calloc(h->world_size, sizeof *lr);
+    heap_ref *x = heap_ref_new(h);
+    if (!lr || !x || ha_collect_candidates(h->core, &offs, &n) != HA_OK) {
+        free(lr);
+        free(x);
+        collect_fail(h, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        return;
+    }
+    size_t nl = local_ranks(h, lr);
+    uv_timer_stop(&h->timer);
+    h->store_wait = true;
+    int rc = hd_store_collect(h->reg->store, h->name, h->inc, h->cnum, h->world_size, lr, nl, offs, n,
+                              h->timeout_ms, store_ttl_s(h), store_collect_cb, x, err, sizeof err);
+    free(lr);
+    free(offs);
+    if (rc < 0) {
+        free(x);
+        h->store_wait = false;
+        collect_fail(h, HEAPD__ERR_CODE__ERR_STORE, err);
+    }
+}
+
+static void heap_timeout(uv_timer_t *t)
+{
+    hd_heap *h = t->data;
+    char missing[400], waiting[400], msg[1400];
+    msg[0] = 0;
+    if (h->timer_attach) {
+        if (h->formed)
+            return;
+        rank_list(h, 2, missing, sizeof missing);
+        rank_list(h, 3, waiting, sizeof waiting);
+        snprintf(msg, sizeof msg,
+                 "attach to heap \"%s\" timed out after %u ms: rank(s) %s never attached (attached: %s); "
+                 "start every rank, or raise collect_timeout_ms",
+                 h->name, h->timeout_ms, missing, waiting);
+        hd_warn("%s", msg);
+        for (uint32_t q = 0; q < h->world_size; q++) {
+            hd_rank *k = &h->ranks[q];
+            if (k->attach_wait && k->conn) {
+                k->attach_wait = false;
+                hd_peer_error(k->conn, k->attach_id, HEAPD__ERR_CODE__ERR_TIMEOUT, "%s", msg);
+            }
+        }
+        return;
+    }
+    if (!h->coll_active)
+        return;
+    rank_list(h, 0, missing, sizeof missing);
+    rank_list(h, 1, waiting, sizeof waiting);
+    snprintf(msg, sizeof msg,
+             "collect on heap \"%s\" at allocation %llu timed out after %u ms: rank(s) %s never arrived "
+             "(waiting: %s); check that every rank reaches the same allocation",
+             h->name, (unsigned long long)h->coll_seq, h->timeout_ms, missing, waiting);
+    hd_warn("%s", msg);
+    collect_fail(h, HEAPD__ERR_CODE__ERR_TIMEOUT, msg);
+}
+
+void hd_heap_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Collect *m)
+{
+    (void)r;
+    hd_binding *b = hd_peer_binding(c);
+    hd_heap *h = b->heap;
+    if (!h || !h->formed) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "collect before attach: attach to a heap first");
+        return;
+    }
+    hd_rank *k = &h->ranks[b->rank];
+    if (k->in_collect) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "rank %u is already waiting in a collect", b->rank);
+        return;
+    }
+    if (m->seq != k->next_seq) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL,
+                      "collect at allocation %llu, but rank %u is at allocation %llu",
+                      (unsigned long long)m->seq, b->rank, (unsigned long long)k->next_seq);
+        return;
+    }
+    for (uint32_t q = 0; q < h->world_size; q++)
+        if (h->ranks[q].joined && !h->ranks[q].conn) {
+            char msg[512];
+            snprintf(msg, sizeof msg,
+                     "collect on heap \"%s\" cannot complete: rank %u is not connected (pid %ld disconnected "
+                     "or detached); restart the job",
+                     h->name, q, (long)h->ranks[q].pid);
+            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PEER_GONE, "%s", msg);
+            if (h->coll_active)
+                collect_fail(h, HEAPD__ERR_CODE__ERR_PEER_GONE, msg);
+            return;
+        }
+    if (h->coll_active && m->seq != h->coll_seq) {
+        char msg[512];
+        snprintf(msg, sizeof msg,
+                 "asymmetric collect on heap \"%s\": rank %u collects at allocation %llu but the collect in "
+                 "progress is at %llu; every rank must collect at the same point of its allocation sequence",
+                 h->name, b->rank, (unsigned long long)m->seq, (unsigned long long)h->coll_seq);
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_ASYMMETRY, "%s", msg);
+        collect_fail(h, HEAPD__ERR_CODE__ERR_ASYMMETRY, msg);
+        return;
+    }
+    if (!h->coll_active) {
+        h->coll_active = true;
+        h->coll_start_ns = uv_hrtime();
+        h->coll_seq = m->seq;
+        h->coll_waiting = 0;
+        /* Collect number: the allocation number and how many collects
+         * started there before: the same on every node. */
+        if (h->cnum_seq != m->seq || !h->cnum_sub) {
+            h->cnum_seq = m->seq;
+            h->cnum_sub = 0;
+        }
+        h->cnum = (m->seq << 16) | (h->cnum_sub++ & 0xffff);
+        arm_timer(h, false);
+    }
+    k->in_collect = true;
+    k->collect_id = id;
+    k->stream_waiting = m->stream_waiting;
+    k->dev_waits_avoided = m->device_waits_avoided;
+    h->coll_waiting++;
+    if (h->coll_waiting == h->local_size)
+        collect_finish(h);
+}
+

@@ -1,0 +1,172 @@
+/* heap.h - the heap wing: heaps by name, their ranks, the allocation
+ * sequence, collect orchestration and growth.
+ *
+ * What it promises:
+ *   - Each allocation number of a heap is decided once, by the allocator
+ *     core, and every rank's n-th allocation gets that decision; a rank whose
+ *     n-th size differs gets ERR_ASYMMETRY naming n and both sizes, and
+ *     nothing changes.
+ *   - Attach and Collect are collective over every rank of the heap; a rank
+ *     that does not come within the heap's timeout, or disconnects, is named
+ *     in the error every waiting rank gets.
+ *   - Growth creates one chunk per rank; every client learns of every chunk
+ *     (its own and its peers') before it uses an offset in it.
+ *   - A heap is destroyed, and its chunks released, when its last client
+ *     detaches or disconnects.
+ *
+ * The wing knows no socket and builds no frame. Requests come in decoded
+ * (dispatch.c); every answer leaves through the peer's reply sink
+ * (hd_reply_ops: reply.c's sends frames, tests/check_heap.c's records), one
+ * function per message. File descriptors handed to a sink are its own from
+ * then on. Runs on the loop thread only. */
+#ifndef HEAPD_HEAP_H
+#define HEAPD_HEAP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "alloc.h"
+#include "backend.h"
+#include "config.h"
+#include "hist.h"
+#include "heapd.pb-c.h"
+
+typedef struct hd_registry hd_registry;
+typedef struct hd_heap hd_heap;
+typedef struct hd_peer hd_peer;
+
+/* Chunk `index` of rank `rank`; its fd is in the fds array beside. */
+typedef struct hd_chunk_ref {
+    uint32_t rank, index;
+} hd_chunk_ref;
+
+/* An AttachReply: chunks[i]'s fd is fds[i]; fds[status_index] (when >= 0)
+ * is the rank's status page. nfds fds in all. */
+typedef struct hd_attach_out {
+    const ha_params *ap;
+    uint32_t timeout_ms;
+    uint32_t world_size;
+    const uint32_t *local_ranks;
+    size_t nlocal;
+    uint64_t mapped;
+    const hd_chunk_ref *chunks;
+    size_t nchunks;
+    int *fds;
+    size_t nfds;
+    int status_index;
+    uint64_t next_seq;
+    const char *backend;
+    uint64_t epoch;
+} hd_attach_out;
+
+/* An AllocReply: a decision, or collect_needed; new_chunks[i]'s fd is fds[i]. */
+typedef struct hd_alloc_out {
+    uint64_t seq, offset, block_size, mapped;
+    bool collect_needed;
+    const hd_chunk_ref *new_chunks;
+    int *fds;
+    size_t nchunks;
+} hd_alloc_out;
+
+typedef struct hd_rank_info {
+    uint32_t rank;
+    bool attached;
+    uint64_t live_bytes, released_bytes, next_seq;
+    uint32_t pid;
+    uint64_t stream_waiting, device_waits_avoided; /* from the rank's last Collect */
+} hd_rank_info;
+
+typedef struct hd_heap_info {
+    const char *name;
+    uint32_t world_size;
+    const ha_params *ap;
+    uint32_t timeout_ms;
+    uint64_t mapped, live_bytes, released_bytes, free_bytes, collects, growths;
+    uint64_t collects_skipped;
+    uint32_t owner_uid;
+    const hd_hist *collect_wait, *growth; /* metrics (issue 20) */
+    uint32_t clients;
+    uint64_t next_seq, epoch;
+    bool collect_pending;
+    uint64_t pending_collect_seq;
+    uint64_t device_free, device_total;
+    hd_rank_info *ranks;
+    size_t n_ranks;
+} hd_heap_info;
+
+/* A StatsReply. */
+typedef struct hd_stats_out {
+    hd_heap_info *heaps;
+    size_t nheaps;
+    const char *backend;
+    uint32_t clients;
+    uint64_t uptime_ms;
+    const char *store;        /* "" without a store */
+    bool store_connected;
+    uint64_t quota_heap, quota_uid;
+} hd_stats_out;
+
+/* Every message the heap wing sends, one function each. */
+typedef struct hd_reply_ops {
+    void (*error)(hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *msg);
+    void (*attach)(hd_peer *p, uint64_t id, const hd_attach_out *a);
+    void (*alloc)(hd_peer *p, uint64_t id, const hd_alloc_out *a);
+    void (*free)(hd_peer *p, uint64_t id, uint32_t accepted);
+    void (*collect)(hd_peer *p, uint64_t id, uint64_t blocks, uint64_t bytes, uint64_t collects);
+    void (*detach)(hd_peer *p, uint64_t id);
+    void (*force)(hd_peer *p, uint64_t id, uint64_t at_seq);
+    void (*stats)(hd_peer *p, uint64_t id, const hd_stats_out *s);
+} hd_reply_ops;
+
+/* What the heap wing keeps per client. */
+typedef struct hd_binding {
+    hd_heap *heap;            /* NULL: not attached */
+    uint32_t rank;
+    const char *name;         /* the heap's name while heap != NULL (log fields) */
+} hd_binding;
+
+/* A client as the heap wing sees it; its owner (dispatch.c: one per
+ * connection) fills every field but bind, which starts zeroed. */
+struct hd_peer {
+    hd_binding bind;
+    pid_t pid;
+    uid_t uid;
+    /* 1 if the peer is root or in group `gid` (gid < 0: only root). */
+    int (*privileged)(const hd_peer *p, long gid);
+    const hd_reply_ops *out;  /* where its replies go */
+    void *data;               /* the owner's (dispatch: the connection) */
+};
+
+int hd_registry_create(uv_loop_t *loop, hb_backend *be, const hd_config *cfg, hd_registry **out);
+/* Releases every heap and its chunks (clients must be gone). */
+void hd_registry_destroy(hd_registry *r);
+uint32_t hd_registry_heaps(const hd_registry *r);
+/* Replace the heap defaults (SIGHUP); existing heaps keep their parameters. */
+void hd_registry_set_config(hd_registry *r, const hd_config *cfg);
+struct hd_store;
+/* Heaps whose ranks span nodes reconcile collects through `store` (NULL:
+ * single node only). */
+void hd_registry_set_store(hd_registry *r, struct hd_store *store);
+/* 1 if heaps may span nodes (a store is configured). */
+int hd_registry_has_store(const hd_registry *r);
+
+void hd_heap_attach(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Attach *m);
+void hd_heap_alloc(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Alloc *m);
+void hd_heap_free(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Free *m);
+void hd_heap_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Collect *m);
+void hd_heap_detach(hd_registry *r, hd_peer *c, uint64_t id);
+void hd_heap_stats(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Stats *m,
+                   const char *backend_name, uint32_t clients);
+void hd_heap_force_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__ForceCollect *m);
+/* The client is going away: detach it, fail collectives it was part of. */
+void hd_heap_conn_closed(hd_registry *r, hd_peer *c);
+
+/* Checks the heap wing's invariants (heap_int.h); 0, or -1 with why. */
+int hd_heap_validate(const hd_registry *r, char *why, size_t len);
+/* hd_heap_validate, aborting with why on failure: dispatch.c calls it after
+ * every request in debug and sanitizer builds (HEAPD_DEBUG). */
+void hd_heap_check(const hd_registry *r);
+
+#endif

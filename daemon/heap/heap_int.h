@@ -1,0 +1,171 @@
+/* heap_int.h - the heap wing's structs, their invariants, and the functions
+ * its files share (registry.c, attach.c, sequence.c, collect.c, force.c).
+ * Not for use outside daemon/heap/. */
+#ifndef HEAPD_HEAP_INT_H
+#define HEAPD_HEAP_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "heap.h"
+#include "hist.h"
+#include "statuspage.h"
+
+/* Every file of the wing formats messages into fixed buffers, cut short
+ * (with the most useful part first) rather than failing. */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
+#define HD_NAME_MAX 255
+#define HD_LOG_TRIM 4096 /* decisions kept before trying to trim the log */
+
+/* One decision of the allocation sequence.
+ * Invariant: offset + block_size <= mapped, mapped % chunk_size == 0. */
+typedef struct hd_decision {
+    uint64_t size, offset, block_size, mapped;
+    uint32_t rank;            /* the rank that asked first */
+} hd_decision;
+
+/* A rank's slot in a heap.
+ * Invariants: nchunks == heap->mapped / chunk_size once the rank has
+ *             attached (joined); conn != NULL <=> a client is attached as
+ *             this rank; known_chunks <= nchunks. */
+typedef struct hd_rank {
+    bool joined;              /* attached at least once: chunks exist */
+    uint32_t lidx;            /* index among this node's ranks (allocator core rank) */
+    hd_peer *conn;
+    pid_t pid;
+    int device;
+    char uuid[HB_UUID_LEN];
+    uint64_t next_seq;        /* next allocation number of this rank */
+    hb_chunk *chunks;
+    uint32_t nchunks, capchunks;
+    uint32_t known_chunks;    /* chunk indices the attached client was sent */
+    bool attach_wait;         /* waiting for the heap to form */
+    uint64_t attach_id;
+    bool in_collect;
+    uint64_t collect_id;
+    hd_status status;         /* the rank's status page (fd -1 until joined) */
+    uint64_t dev_free, dev_total, dev_ns; /* last device memory sample */
+    uint64_t stream_waiting, dev_waits_avoided; /* from the rank's last Collect */
+} hd_rank;
+
+/* Invariants:
+ *   log holds decisions log_base .. decided-1;
+ *   log_base <= min(next_seq of attached ranks) (trimmed lazily);
+ *   collect_at == UINT64_MAX or collect_at == decided (a collect is owed
+ *   before allocation number `decided`);
+ *   coll_active => coll_waiting == number of ranks with in_collect. */
+struct hd_heap {
+    hd_registry *reg;
+    char name[HD_NAME_MAX + 1];
+    uint32_t world_size;
+    uint32_t local_size;      /* ranks served by this node (== world_size: single node) */
+    char job[128];            /* job incarnation, namespaces store keys */
+    ha_params ap;
+    uint32_t timeout_ms;
+    uint64_t epoch;
+    uid_t owner;              /* the uid that created the heap */
+    ha_heap *core;
+    hd_rank *ranks;
+    uint32_t njoined, nattached;
+    bool formed;
+    hd_decision *log;
+    size_t nlog, caplog;
+    uint64_t log_base, decided;
+    uint64_t collect_at;
+    bool forced;              /* collect_at was set by an operator */
+    /* Cross-node forced collects owed before these allocation numbers
+     * (agreed by every node), ascending; force_at[0] is the next one. */
+    uint64_t force_at[16];
+    uint32_t nforce;
+    char inc[200];            /* store incarnation: job + parameter fingerprint */
+    bool coll_active;
+    uint64_t coll_seq;
+    uint32_t coll_waiting;
+    /* Cross-node collect (local_size < world_size). */
+    uint64_t cnum;            /* store collect number of the collect in progress */
+    uint64_t cnum_seq, cnum_sub; /* collects started at allocation cnum_seq so far */
+    bool store_wait;          /* every local rank arrived; waiting for the store */
+    bool store_abandoned;     /* failed here while the store still decides it */
+    /* Cross-node forced collect: agreement on the allocation number. */
+    bool frozen;              /* no new decisions until the agreement returns */
+    bool force_busy;
+    uint32_t force_queued;
+    uint64_t force_count;
+    struct held_alloc { hd_peer *conn; uint64_t id, seq, size; } *held;
+    size_t nheld, capheld;
+    hd_peer *force_conn;      /* heapctl waiting for the agreed point */
+    uint64_t force_id;
+    uv_timer_t timer;         /* attach and collect timeouts */
+    bool timer_attach;
+    uint64_t coll_start_ns;   /* metrics (issue 20): when the collect began */
+    hd_hist coll_wait, growth;
+    hd_heap *next;
+};
+
+struct hd_registry {
+    uv_loop_t *loop;
+    hb_backend *be;
+    hd_config cfg;
+    uv_timer_t meminfo;       /* samples device memory for the status pages */
+    struct hd_store *store;   /* cross-node collect; NULL: single node */
+    hd_heap *heaps;
+    uint32_t nheaps;
+    uint64_t next_epoch;
+    uint64_t start_ns;        /* uv_hrtime at creation: uptime in stats */
+};
+
+/* Identifies a heap across an asynchronous store call (it may be destroyed
+ * meanwhile). */
+typedef struct heap_ref {
+    hd_registry *reg;
+    char name[HD_NAME_MAX + 1];
+    uint64_t epoch;
+} heap_ref;
+
+/* Chunk refs (and dup'ed fds) for chunk indices [from, to) of every joined
+ * rank; fds has room for one more (the attach reply's status page). */
+typedef struct chunk_msg {
+    hd_chunk_ref *refs;
+    int *fds;
+    size_t n;
+} chunk_msg;
+
+/* registry.c */
+uint64_t now_ns(void);
+void heap_publish(hd_heap *h);
+const char *human(uint64_t b, char *buf, size_t len);
+void heap_destroy(hd_heap *h);
+hd_heap *heap_find(hd_registry *r, const char *name);
+void rank_list(const hd_heap *h, int which, char *buf, size_t len);
+int quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t have, uint64_t add, char *why,
+                size_t len);
+heap_ref *heap_ref_new(hd_heap *h);
+hd_heap *heap_ref_get(heap_ref *x);
+size_t local_ranks(const hd_heap *h, uint32_t *out);
+void hd_peer_error(hd_peer *c, uint64_t id, Heapd__ErrCode code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static inline hd_binding *hd_peer_binding(hd_peer *c) { return &c->bind; }
+static inline uid_t hd_peer_uid(const hd_peer *c) { return c->uid; }
+static inline pid_t hd_peer_pid(const hd_peer *c) { return c->pid; }
+static inline int hd_peer_privileged(const hd_peer *c, long gid) { return c->privileged(c, gid); }
+
+/* attach.c */
+int rank_add_chunks(hd_heap *h, hd_rank *k, uint32_t upto, char *err, size_t errlen);
+void rank_trim_chunks(hd_heap *h, hd_rank *k, uint32_t keep);
+void chunk_msg_free(chunk_msg *m, bool close_fds);
+int chunk_msg_build(hd_heap *h, uint32_t from, uint32_t to, chunk_msg *m);
+
+/* collect.c */
+bool multi(const hd_heap *h);
+void arm_timer(hd_heap *h, bool attach);
+void collect_fail(hd_heap *h, Heapd__ErrCode code, const char *msg);
+uint32_t store_ttl_s(const hd_heap *h);
+
+/* sequence.c */
+void heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size);
+
+/* force.c */
+void force_on_store(hd_registry *r, struct hd_store *store);
+
+#endif

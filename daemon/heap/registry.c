@@ -1,0 +1,457 @@
+/* registry.c - the heap wing's registry: heaps by name, their lifetime,
+ * quotas, status pages and the meminfo timer, stats (see heap.h). */
+#include "heap_int.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "size.h"
+#include "store.h"
+
+uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Writes every joined rank's status page from the heap's current state. */
+void heap_publish(hd_heap *h)
+{
+    ha_stats st;
+    ha_get_stats(h->core, &st);
+    hs_page v;
+    memset(&v, 0, sizeof v);
+    v.mapped = st.mapped;
+    v.live = st.live_bytes;
+    v.released = st.pending_bytes;
+    v.free = st.free_bytes;
+    v.collects = st.collects;
+    v.growths = st.growths;
+    v.allocs = h->decided;
+    v.epoch = h->epoch;
+    v.collects_skipped = st.collects_skipped;
+    for (uint32_t q = 0; q < h->world_size; q++) {
+        hd_rank *k = &h->ranks[q];
+        if (!k->joined)
+            continue;
+        ha_rank_stats(h->core, k->lidx, &v.rank_held, &v.rank_released);
+        v.device_free = k->dev_free;
+        v.device_total = k->dev_total;
+        v.device_sampled_ns = k->dev_ns;
+        v.stream_waiting = k->stream_waiting;
+        v.device_waits_avoided = k->dev_waits_avoided;
+        hd_status_write(&k->status, &v);
+    }
+}
+
+/* Timer: one cuMemGetInfo (or /proc/meminfo read) per device in use, off
+ * every request path, then every page. */
+static void sample_meminfo(uv_timer_t *t)
+{
+    hd_registry *r = t->data;
+    enum { MAXDEV = 64 };
+    uint64_t fr[MAXDEV], to[MAXDEV];
+    bool have[MAXDEV] = {false};
+    uint64_t ns = now_ns();
+    for (hd_heap *h = r->heaps; h; h = h->next) {
+        for (uint32_t q = 0; q < h->world_size; q++) {
+            hd_rank *k = &h->ranks[q];
+            if (!k->joined || k->device < 0 || k->device >= MAXDEV)
+                continue;
+            int d = k->device;
+            if (!have[d]) {
+                char err[256];
+                if (hb_meminfo(r->be, d, &fr[d], &to[d], err, sizeof err)) {
+                    hd_debug("device %d memory sample failed: %s", d, err);
+                    fr[d] = to[d] = 0;
+                }
+                have[d] = true;
+            }
+            k->dev_free = fr[d];
+            k->dev_total = to[d];
+            k->dev_ns = ns;
+        }
+        heap_publish(h);
+    }
+}
+
+int hd_registry_create(uv_loop_t *loop, hb_backend *be, const hd_config *cfg, hd_registry **out)
+{
+    hd_registry *r = calloc(1, sizeof *r);
+    if (!r)
+        return -1;
+    r->loop = loop;
+    r->be = be;
+    r->cfg = *cfg;
+    r->next_epoch = 1;
+    r->start_ns = uv_hrtime();
+    uv_timer_init(loop, &r->meminfo);
+    r->meminfo.data = r;
+    uv_timer_start(&r->meminfo, sample_meminfo, 0, cfg->meminfo_interval_ms);
+    uv_unref((uv_handle_t *)&r->meminfo);
+    *out = r;
+    return 0;
+}
+
+void hd_registry_set_config(hd_registry *r, const hd_config *cfg) { r->cfg = *cfg; }
+int hd_registry_has_store(const hd_registry *r) { return r->store != NULL; }
+
+void hd_registry_set_store(hd_registry *r, hd_store *store)
+{
+    r->store = store;
+    if (store)
+        force_on_store(r, store);
+}
+uint32_t hd_registry_heaps(const hd_registry *r) { return r->nheaps; }
+
+const char *human(uint64_t b, char *buf, size_t len) { return hs_format_size(b, buf, len); }
+
+/* ---- heap lifetime ------------------------------------------------------- */
+
+static void timer_closed(uv_handle_t *h)
+{
+    hd_heap *hp = h->data;
+    free(hp);
+}
+
+void heap_destroy(hd_heap *h)
+{
+    hd_registry *r = h->reg;
+    for (hd_heap **pp = &r->heaps; *pp; pp = &(*pp)->next)
+        if (*pp == h) {
+            *pp = h->next;
+            break;
+        }
+    r->nheaps--;
+    uint64_t released = 0;
+    for (uint32_t i = 0; i < h->world_size; i++) {
+        hd_rank *k = &h->ranks[i];
+        for (uint32_t j = 0; j < k->nchunks; j++) {
+            released += k->chunks[j].size;
+            hb_chunk_release(r->be, &k->chunks[j]);
+        }
+        free(k->chunks);
+        hd_status_destroy(&k->status);
+    }
+    char b1[32];
+    hd_info("heap \"%s\" destroyed: last client gone, %s of chunks released", h->name,
+            human(released, b1, sizeof b1));
+    free(h->ranks);
+    free(h->log);
+    free(h->held);
+    ha_destroy(h->core);
+    uv_timer_stop(&h->timer);
+    uv_close((uv_handle_t *)&h->timer, timer_closed);
+}
+
+hd_heap *heap_find(hd_registry *r, const char *name)
+{
+    for (hd_heap *h = r->heaps; h; h = h->next)
+        if (!strcmp(h->name, name))
+            return h;
+    return NULL;
+}
+
+static void registry_closed(uv_handle_t *h) { free(h->data); }
+
+void hd_registry_destroy(hd_registry *r)
+{
+    if (!r)
+        return;
+    while (r->heaps)
+        heap_destroy(r->heaps);
+    uv_timer_stop(&r->meminfo);
+    uv_close((uv_handle_t *)&r->meminfo, registry_closed);
+}
+
+/* Lists the ranks in state `which` (0: missing from the collect, 1: waiting
+ * in it, 2: not attached, 3: waiting in attach) as "0, 2, 5". */
+void rank_list(const hd_heap *h, int which, char *buf, size_t len)
+{
+    size_t n = 0;
+    int count = 0;
+    buf[0] = 0;
+    for (uint32_t i = 0; i < h->world_size && n + 16 < len; i++) {
+        const hd_rank *k = &h->ranks[i];
+        bool match = which == 0 ? k->joined && !k->in_collect /* missing from collect */
+                   : which == 1 ? k->in_collect        /* waiting in collect */
+                   : which == 2 ? !k->conn              /* never attached / gone */
+                                : k->attach_wait;       /* waiting in attach */
+        if (!match)
+            continue;
+        n += (size_t)snprintf(buf + n, len - n, "%s%u", count ? ", " : "", i);
+        count++;
+    }
+    if (n + 16 >= len)
+        snprintf(buf + n, len - n, ", ...");
+}
+
+
+/* Chunk bytes the heaps of `uid` use (every rank's chunks). */
+static uint64_t uid_bytes(const hd_registry *r, uid_t uid)
+{
+    uint64_t sum = 0;
+    for (const hd_heap *h = r->heaps; h; h = h->next)
+        if (h->owner == uid) {
+            ha_stats st;
+            ha_get_stats(h->core, &st);
+            sum += st.mapped * h->local_size;
+        }
+    return sum;
+}
+
+/* 0 if `add` more chunk bytes for heap h (NULL: a new heap named `name`)
+ * of `uid` fit the quotas (current heap bytes `have`), else -1 with why. */
+int quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t have, uint64_t add, char *why,
+                       size_t len)
+{
+    char b1[32], b2[32], b3[32];
+    if (r->cfg.quota_heap && have + add > r->cfg.quota_heap) {
+        snprintf(why, len, "heap \"%s\" would use %s of chunk memory (now %s), over the per-heap quota of %s "
+                 "(heapd.conf quota_heap); free memory, use fewer ranks or a smaller heap",
+                 name, human(have + add, b1, sizeof b1), human(have, b2, sizeof b2),
+                 human(r->cfg.quota_heap, b3, sizeof b3));
+        return -1;
+    }
+    uint64_t u = uid_bytes(r, uid);
+    if (r->cfg.quota_uid && u + add > r->cfg.quota_uid) {
+        snprintf(why, len, "uid %ld would use %s of chunk memory over all its heaps (now %s), over the per-uid "
+                 "quota of %s (heapd.conf quota_uid)",
+                 (long)uid, human(u + add, b1, sizeof b1), human(u, b2, sizeof b2),
+                 human(r->cfg.quota_uid, b3, sizeof b3));
+        return -1;
+    }
+    return 0;
+}
+
+heap_ref *heap_ref_new(hd_heap *h)
+{
+    heap_ref *x = malloc(sizeof *x);
+    if (x) {
+        x->reg = h->reg;
+        snprintf(x->name, sizeof x->name, "%s", h->name);
+        x->epoch = h->epoch;
+    }
+    return x;
+}
+
+hd_heap *heap_ref_get(heap_ref *x)
+{
+    hd_heap *h = heap_find(x->reg, x->name);
+    return h && h->epoch == x->epoch ? h : NULL;
+}
+
+size_t local_ranks(const hd_heap *h, uint32_t *out)
+{
+    size_t n = 0;
+    for (uint32_t q = 0; q < h->world_size; q++)
+        if (h->ranks[q].joined)
+            out[n++] = q;
+    return n;
+}
+
+
+/* ---- replies ---------------------------------------------------------------- */
+
+void hd_peer_error(hd_peer *c, uint64_t id, Heapd__ErrCode code, const char *fmt, ...)
+{
+    char msg[1500];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    c->out->error(c, id, code, msg);
+}
+
+/* ---- stats ----------------------------------------------------------------- */
+
+/* Fills `s` (and its ranks from `rs`) with heap h's figures; returns the
+ * number of rank records used. */
+static size_t heap_info(hd_heap *h, hd_heap_info *s, hd_rank_info *rs)
+{
+    ha_stats st;
+    ha_get_stats(h->core, &st);
+    memset(s, 0, sizeof *s);
+    s->name = h->name;
+    s->world_size = h->world_size;
+    s->ap = &h->ap;
+    s->timeout_ms = h->timeout_ms;
+    s->mapped = st.mapped;
+    s->live_bytes = st.live_bytes;
+    s->released_bytes = st.pending_bytes;
+    s->free_bytes = st.free_bytes;
+    s->collects = st.collects;
+    s->collects_skipped = st.collects_skipped;
+    s->growths = st.growths;
+    s->owner_uid = (uint32_t)h->owner;
+    s->collect_wait = &h->coll_wait;
+    s->growth = &h->growth;
+    s->clients = h->nattached;
+    s->next_seq = h->decided;
+    s->epoch = h->epoch;
+    uint64_t fa = h->nforce ? h->force_at[0] : UINT64_MAX;
+    uint64_t owed = h->collect_at < fa ? h->collect_at : fa;
+    s->collect_pending = owed != UINT64_MAX;
+    s->pending_collect_seq = s->collect_pending ? owed : 0;
+    /* Device memory: the latest sample (the meminfo timer). */
+    for (uint32_t q = 0; q < h->world_size; q++)
+        if (h->ranks[q].joined) {
+            s->device_free = h->ranks[q].dev_free;
+            s->device_total = h->ranks[q].dev_total;
+            break;
+        }
+    s->ranks = rs;
+    s->n_ranks = 0;
+    size_t j = 0;
+    for (uint32_t q = 0; q < h->world_size; q++) {
+        /* A multi-node heap lists the ranks served here. */
+        if (h->local_size < h->world_size && !h->ranks[q].joined)
+            continue;
+        s->n_ranks++;
+        memset(&rs[j], 0, sizeof rs[j]);
+        rs[j].rank = q;
+        rs[j].attached = h->ranks[q].conn != NULL;
+        if (h->ranks[q].joined)
+            ha_rank_stats(h->core, h->ranks[q].lidx, &rs[j].live_bytes, &rs[j].released_bytes);
+        rs[j].next_seq = h->ranks[q].next_seq;
+        rs[j].pid = (uint32_t)h->ranks[q].pid;
+        rs[j].stream_waiting = h->ranks[q].stream_waiting;
+        rs[j].device_waits_avoided = h->ranks[q].dev_waits_avoided;
+        j++;
+    }
+    return j;
+}
+
+void hd_heap_stats(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Stats *m, const char *backend_name,
+                   uint32_t clients)
+{
+    const char *want = m->heap && m->heap[0] ? m->heap : NULL;
+    bool all = hd_peer_privileged(c, r->cfg.admin_gid);
+    uid_t uid = hd_peer_uid(c);
+#define VISIBLE(h) (all || (h)->owner == uid)
+    if (want && (!heap_find(r, want) || !VISIBLE(heap_find(r, want)))) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NOT_FOUND, "no heap named \"%s\"; `heapctl heaps` lists them", want);
+        return;
+    }
+    size_t n = 0, nr = 0;
+    for (hd_heap *h = r->heaps; h; h = h->next)
+        if ((!want || !strcmp(h->name, want)) && VISIBLE(h)) {
+            n++;
+            nr += h->world_size;
+        }
+    hd_heap_info *hs = calloc(n ? n : 1, sizeof *hs);
+    hd_rank_info *rs = calloc(nr ? nr : 1, sizeof *rs);
+    if (!hs || !rs) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        goto out;
+    }
+    size_t i = 0, j = 0;
+    for (hd_heap *h = r->heaps; h; h = h->next) {
+        if ((want && strcmp(h->name, want)) || !VISIBLE(h))
+            continue;
+        j += heap_info(h, &hs[i], &rs[j]);
+        i++;
+    }
+    hd_stats_out so = {hs, n, backend_name, clients, 0, "", false, 0, 0};
+    so.uptime_ms = (uv_hrtime() - r->start_ns) / 1000000;
+    so.store = r->store ? hd_store_url(r->store) : "";
+    so.store_connected = r->store && hd_store_ready(r->store);
+    so.quota_heap = r->cfg.quota_heap;
+    so.quota_uid = r->cfg.quota_uid;
+    c->out->stats(c, id, &so);
+out:
+    free(hs);
+    free(rs);
+}
+#undef VISIBLE
+
+/* ---- invariants ------------------------------------------------------------ */
+
+#define BAD(...)                                                                                        \
+    do {                                                                                                \
+        snprintf(why, len, __VA_ARGS__);                                                                \
+        return -1;                                                                                      \
+    } while (0)
+
+static int rank_validate(const hd_heap *h, uint32_t q, uint64_t mapped, char *why, size_t len)
+{
+    const hd_rank *k = &h->ranks[q];
+    if (k->joined && k->nchunks != mapped / h->ap.chunk_size)
+        BAD("heap \"%s\" rank %u: %u chunks, %llu bytes mapped", h->name, q, k->nchunks,
+            (unsigned long long)mapped);
+    if (k->conn && !k->joined)
+        BAD("heap \"%s\" rank %u: attached but not joined", h->name, q);
+    if (k->conn && (k->conn->bind.heap != h || k->conn->bind.rank != q))
+        BAD("heap \"%s\" rank %u: its peer is bound elsewhere", h->name, q);
+    if (k->known_chunks > k->nchunks)
+        BAD("heap \"%s\" rank %u: knows %u chunks of %u", h->name, q, k->known_chunks, k->nchunks);
+    if (k->conn && k->next_seq < h->log_base)
+        BAD("heap \"%s\" rank %u: at allocation %llu, the log starts at %llu", h->name, q,
+            (unsigned long long)k->next_seq, (unsigned long long)h->log_base);
+    return 0;
+}
+
+static int heap_validate(const hd_heap *h, char *why, size_t len)
+{
+    ha_stats st;
+    ha_get_stats(h->core, &st);
+    if (st.mapped % h->ap.chunk_size)
+        BAD("heap \"%s\": mapped %llu is not whole chunks", h->name, (unsigned long long)st.mapped);
+    if (h->nlog != h->decided - h->log_base || h->nlog > h->caplog)
+        BAD("heap \"%s\": %zu decisions logged, %llu..%llu decided", h->name, h->nlog,
+            (unsigned long long)h->log_base, (unsigned long long)h->decided);
+    /* Decisions are written once: the newest is checked (each was, after
+     * the request that made it), so a check stays O(ranks) per heap. */
+    if (h->nlog) {
+        const hd_decision *d = &h->log[h->nlog - 1];
+        if (d->offset + d->block_size > d->mapped || d->mapped % h->ap.chunk_size)
+            BAD("heap \"%s\": decision %llu does not fit its mapped size", h->name,
+                (unsigned long long)(h->decided - 1));
+    }
+    if (h->collect_at != UINT64_MAX && h->collect_at != h->decided)
+        BAD("heap \"%s\": collect owed at %llu, %llu decided", h->name, (unsigned long long)h->collect_at,
+            (unsigned long long)h->decided);
+    uint32_t joined = 0, attached = 0, waiting = 0;
+    for (uint32_t q = 0; q < h->world_size; q++) {
+        if (rank_validate(h, q, st.mapped, why, len))
+            return -1;
+        joined += h->ranks[q].joined;
+        attached += h->ranks[q].conn != NULL;
+        waiting += h->ranks[q].in_collect;
+    }
+    if (joined != h->njoined || attached != h->nattached || joined > h->local_size)
+        BAD("heap \"%s\": %u joined, %u attached; counted %u and %u", h->name, joined, attached, h->njoined,
+            h->nattached);
+    if (waiting != (h->coll_active ? h->coll_waiting : 0))
+        BAD("heap \"%s\": %u ranks in the collect, %u counted", h->name, waiting, h->coll_waiting);
+    return 0;
+}
+#undef BAD
+
+int hd_heap_validate(const hd_registry *r, char *why, size_t len)
+{
+    uint32_t n = 0;
+    for (const hd_heap *h = r->heaps; h; h = h->next, n++)
+        if (heap_validate(h, why, len))
+            return -1;
+    if (n != r->nheaps) {
+        snprintf(why, len, "%u heaps listed, %u counted", n, r->nheaps);
+        return -1;
+    }
+    return 0;
+}
+
+void hd_heap_check(const hd_registry *r)
+{
+    char why[512];
+    if (hd_heap_validate(r, why, sizeof why)) {
+        hd_error("heap invariant broken: %s", why);
+        abort();
+    }
+}

@@ -1,0 +1,310 @@
+/* sequence.c - the heap wing's allocation sequence: the decision log,
+ * alloc, free and growth (see heap.h). */
+#include "heap_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+/* ---- alloc ------------------------------------------------------------------- */
+
+static void trim_log(hd_heap *h)
+{
+    uint64_t min = h->decided;
+    for (uint32_t q = 0; q < h->world_size; q++)
+        if (h->ranks[q].conn && h->ranks[q].next_seq < min)
+            min = h->ranks[q].next_seq;
+    if (min <= h->log_base)
+        return;
+    size_t drop = (size_t)(min - h->log_base);
+    memmove(h->log, h->log + drop, (h->nlog - drop) * sizeof *h->log);
+    h->nlog -= drop;
+    h->log_base = min;
+}
+
+/* Returns 0, -1 (backend failure) or -2 (quota), with err filled. */
+static int grow(hd_heap *h, uint32_t chunks, char *err, size_t errlen)
+{
+    ha_stats st;
+    ha_get_stats(h->core, &st);
+    uint32_t have = (uint32_t)(st.mapped / h->ap.chunk_size);
+    uint64_t t0 = uv_hrtime();
+    if (quota_check(h->reg, h->name, h->owner, st.mapped * h->local_size,
+                    (uint64_t)chunks * h->ap.chunk_size * h->local_size, err, errlen))
+        return -2;
+    for (uint32_t q = 0; q < h->world_size; q++) {
+        if (!h->ranks[q].joined)
+            continue;
+        if (rank_add_chunks(h, &h->ranks[q], have + chunks, err, errlen)) {
+            for (uint32_t p = 0; p <= q; p++)
+                rank_trim_chunks(h, &h->ranks[p], have);
+            return -1;
+        }
+    }
+    if (ha_grow(h->core, chunks)) {
+        for (uint32_t p = 0; p < h->world_size; p++)
+            rank_trim_chunks(h, &h->ranks[p], have);
+        snprintf(err, errlen, "the allocator refused to grow by %u chunks", chunks);
+        return -1;
+    }
+    char b1[32], b2[32];
+    hd_info("heap \"%s\" grew from %s to %s per rank (%u chunk%s on each of %u ranks)", h->name,
+            human(st.mapped, b1, sizeof b1), human(st.mapped + (uint64_t)chunks * h->ap.chunk_size, b2, sizeof b2),
+            chunks, chunks == 1 ? "" : "s", h->local_size);
+    hd_hist_observe(&h->growth, uv_hrtime() - t0);
+    return 0;
+}
+
+static void send_collect_needed(hd_peer *c, uint64_t id, uint64_t seq)
+{
+    hd_alloc_out ar = {0};
+    ar.seq = seq;
+    ar.collect_needed = true;
+    c->out->alloc(c, id, &ar);
+}
+
+/* Holds an allocation while a cross-node forced collect agrees on its
+ * point (force.c replays it). */
+static void hold_alloc(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size)
+{
+    if (h->nheld == h->capheld) {
+        size_t nc = h->capheld ? h->capheld * 2 : 8;
+        struct held_alloc *nh = realloc(h->held, nc * sizeof *nh);
+        if (!nh) {
+            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+            return;
+        }
+        h->held = nh;
+        h->capheld = nc;
+    }
+    h->held[h->nheld++] = (struct held_alloc){c, id, seq, size};
+}
+
+/* Room for one more decision. Returns 0, or -1 once the peer got the error. */
+static int log_reserve(hd_heap *h, hd_peer *c, uint64_t id)
+{
+    if (h->nlog == h->caplog) {
+        if (h->nlog >= HD_LOG_TRIM)
+            trim_log(h);
+        if (h->nlog == h->caplog) {
+            size_t nc = h->caplog ? h->caplog * 2 : 64;
+            hd_decision *nl = realloc(h->log, nc * sizeof *nl);
+            if (!nl) {
+                hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+                return -1;
+            }
+            h->log = nl;
+            h->caplog = nc;
+        }
+    }
+    return 0;
+}
+
+/* The allocator core could not place allocation seq (rc: HA_EVA or worse). */
+static void alloc_failed(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size, int rc)
+{
+    if (rc == HA_EVA) {
+        ha_stats st;
+        ha_get_stats(h->core, &st);
+        char b1[32], b2[32], b3[32];
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_VA_EXHAUSTED,
+                      "allocation %llu of %llu bytes does not fit: heap \"%s\" has %s mapped, %s live, "
+                      "va_size %s; free memory or attach with a larger va_size",
+                      (unsigned long long)seq, (unsigned long long)size, h->name,
+                      human(st.mapped, b1, sizeof b1), human(st.live_bytes, b2, sizeof b2),
+                      human(h->ap.va_size, b3, sizeof b3));
+        return;
+    }
+    hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "allocation %llu failed: %s",
+                  (unsigned long long)seq, ha_strerror(rc));
+}
+
+/* Decides allocation `seq` (the next one) and logs it. Returns the
+ * decision, or NULL once the peer got its answer (collect needed, error). */
+static const hd_decision *decide(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size, uint32_t rank)
+{
+    if (log_reserve(h, c, id))
+        return NULL;
+    ha_alloc_result res;
+    char err[512];
+    for (;;) {
+        int rc = ha_alloc(h->core, size, &res);
+        if (rc == HA_OK)
+            break;
+        if (rc == HA_NEED_COLLECT) {
+            h->collect_at = seq;
+            send_collect_needed(c, id, seq);
+            return NULL;
+        }
+        if (rc == HA_NEED_GROW) {
+            int g = grow(h, res.grow_chunks, err, sizeof err);
+            if (g == -2) {
+                hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_QUOTA, "allocation %llu of %llu bytes: %s",
+                              (unsigned long long)seq, (unsigned long long)size, err);
+                return NULL;
+            }
+            if (g) {
+                hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY,
+                              "allocation %llu of %llu bytes needs the heap to grow by %u chunk(s), which failed: %s",
+                              (unsigned long long)seq, (unsigned long long)size, res.grow_chunks, err);
+                return NULL;
+            }
+            continue;
+        }
+        alloc_failed(h, c, id, seq, size, rc);
+        return NULL;
+    }
+    ha_stats st;
+    ha_get_stats(h->core, &st);
+    hd_decision *nd = &h->log[h->nlog++];
+    nd->size = size;
+    nd->offset = res.offset;
+    nd->block_size = res.block_size;
+    nd->mapped = st.mapped;
+    nd->rank = rank;
+    h->decided++;
+    heap_publish(h);
+    return nd;
+}
+
+/* Answers allocation `seq` of rank k with decision d and the chunks it has
+ * not seen. */
+static void send_alloc(hd_heap *h, hd_rank *k, hd_peer *c, uint64_t id, uint64_t seq, const hd_decision *d)
+{
+    uint32_t upto = (uint32_t)(d->mapped / h->ap.chunk_size);
+    chunk_msg cm = {0};
+    if (upto > k->known_chunks && chunk_msg_build(h, k->known_chunks, upto, &cm)) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY,
+                      "heapd could not duplicate chunk fds (out of fds or memory); raise heapd's fd limit");
+        return;
+    }
+    hd_alloc_out ar = {0};
+    ar.seq = seq;
+    ar.offset = d->offset;
+    ar.block_size = d->block_size;
+    ar.mapped = d->mapped;
+    ar.nchunks = cm.n;
+    ar.new_chunks = cm.refs;
+    ar.fds = cm.fds;
+    if (upto > k->known_chunks)
+        k->known_chunks = upto;
+    k->next_seq++;
+    c->out->alloc(c, id, &ar);
+    chunk_msg_free(&cm, false);
+}
+
+/* Allocation `seq` of `size` bytes by the peer's rank (an Alloc, or one
+ * held during a forced collect's agreement). */
+void heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size)
+{
+    hd_binding *b = hd_peer_binding(c);
+    hd_rank *k = &h->ranks[b->rank];
+    if (seq != k->next_seq) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "allocation number %llu out of order: rank %u is at %llu",
+                      (unsigned long long)seq, b->rank, (unsigned long long)k->next_seq);
+        return;
+    }
+    if (size == 0) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "allocation %llu: size 0 is not allowed",
+                      (unsigned long long)seq);
+        return;
+    }
+    if (size > h->ap.va_size) {
+        char b1[32];
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_VA_EXHAUSTED,
+                      "allocation %llu of %llu bytes is larger than the heap's va_size (%s); attach with a larger va_size",
+                      (unsigned long long)seq, (unsigned long long)size, human(h->ap.va_size, b1, sizeof b1));
+        return;
+    }
+    const hd_decision *d;
+    if (seq < h->decided) {
+        d = &h->log[seq - h->log_base];
+        if (d->size != size) {
+            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_ASYMMETRY,
+                          "asymmetric allocation %llu on heap \"%s\": rank %u asked for %llu bytes, rank %u for %llu; "
+                          "every rank must make the same allocations in the same order",
+                          (unsigned long long)seq, h->name, b->rank, (unsigned long long)size, d->rank,
+                          (unsigned long long)d->size);
+            return;
+        }
+    } else {
+        if (h->collect_at == seq || (h->nforce && h->force_at[0] == seq)) {
+            send_collect_needed(c, id, seq);
+            return;
+        }
+        if (h->frozen) {
+            /* A cross-node forced collect is agreeing on its allocation
+             * number: decide nothing new until it has. */
+            hold_alloc(h, c, id, seq, size);
+            return;
+        }
+        d = decide(h, c, id, seq, size, b->rank);
+        if (!d)
+            return;
+    }
+    send_alloc(h, k, c, id, seq, d);
+}
+
+void hd_heap_alloc(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Alloc *m)
+{
+    (void)r;
+    hd_binding *b = hd_peer_binding(c);
+    hd_heap *h = b->heap;
+    if (!h || !h->formed) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "alloc before attach: attach to a heap first");
+        return;
+    }
+    heap_alloc_seq(h, c, id, m->seq, m->size);
+}
+
+/* ---- free -------------------------------------------------------------------- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+void hd_heap_free(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Free *m)
+{
+    (void)r;
+    hd_binding *b = hd_peer_binding(c);
+    hd_heap *h = b->heap;
+    if (!h || !h->formed) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "free before attach: attach to a heap first");
+        return;
+    }
+    for (size_t i = 0; i < m->n_offsets; i++)
+        if (!ha_rank_holds(h->core, h->ranks[b->rank].lidx, m->offsets[i])) {
+            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NOT_HELD,
+                          "free of offset %llu: rank %u holds no block there (never allocated, or already freed); "
+                          "none of the %zu offsets in this batch were freed",
+                          (unsigned long long)m->offsets[i], b->rank, m->n_offsets);
+            return;
+        }
+    if (m->n_offsets > 1) {
+        uint64_t *s = malloc(m->n_offsets * sizeof *s);
+        if (!s) {
+            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+            return;
+        }
+        memcpy(s, m->offsets, m->n_offsets * sizeof *s);
+        qsort(s, m->n_offsets, sizeof *s, cmp_u64);
+        for (size_t i = 1; i < m->n_offsets; i++)
+            if (s[i] == s[i - 1]) {
+                hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NOT_HELD,
+                              "free of offset %llu: given twice in one batch (double free); none of the batch was freed",
+                              (unsigned long long)s[i]);
+                free(s);
+                return;
+            }
+        free(s);
+    }
+    for (size_t i = 0; i < m->n_offsets; i++)
+        ha_free(h->core, h->ranks[b->rank].lidx, m->offsets[i]);
+    heap_publish(h);
+    c->out->free(c, id, (uint32_t)m->n_offsets);
+}
+

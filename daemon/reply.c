@@ -1,0 +1,333 @@
+/* reply.c - every message heapd sends (see reply.h). */
+#include "reply.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "wire.h"
+
+static void pack_frame(const void *msg, uint8_t *out) { heapd__frame__pack(msg, out); }
+
+/* Queues `f` (with f->id set by the caller) and its fds, which the
+ * connection owns from then on. */
+static void send_frame(hd_conn *c, const Heapd__Frame *f, int *fds, size_t nfds)
+{
+    hd_conn_send(c, f, heapd__frame__get_packed_size(f), pack_frame, fds, nfds);
+}
+
+static void close_fds(int *fds, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+}
+
+static void send_error(hd_conn *c, uint64_t id, Heapd__ErrCode code, const char *msg)
+{
+    const ProtobufCEnumValue *ev = protobuf_c_enum_descriptor_get_value(&heapd__err_code__descriptor, (int)code);
+    hd_log_ctx_err(ev ? ev->name : NULL);
+    hd_debug("error to pid %ld (request %llu): %s", (long)hd_conn_pid(c), (unsigned long long)id, msg);
+    hd_log_ctx_err(NULL);
+    Heapd__Error e = HEAPD__ERROR__INIT;
+    e.code = code;
+    e.message = (char *)msg;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.id = id;
+    f.body_case = HEAPD__FRAME__BODY_ERROR;
+    f.error = &e;
+    send_frame(c, &f, NULL, 0);
+}
+
+void hd_reply_error(hd_conn *c, uint64_t id, Heapd__ErrCode code, const char *fmt, ...)
+{
+    char msg[1500];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    send_error(c, id, code, msg);
+}
+
+void hd_reply_hello(hd_conn *c, uint64_t id, const char *backend)
+{
+    Heapd__HelloReply r = HEAPD__HELLO_REPLY__INIT;
+    r.version = HEAPD__CONST__PROTOCOL_VERSION;
+    r.server = (char *)"heapd " HEAPD_VERSION;
+    r.backend = (char *)backend;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.id = id;
+    f.body_case = HEAPD__FRAME__BODY_HELLO_REPLY;
+    f.hello_reply = &r;
+    send_frame(c, &f, NULL, 0);
+}
+
+/* ---- the heap wing's sink ------------------------------------------------ */
+
+static void fill_params(const ha_params *ap, uint32_t timeout_ms, Heapd__HeapParams *p)
+{
+    heapd__heap_params__init(p);
+    p->chunk_size = ap->chunk_size;
+    p->initial_size = ap->initial_size;
+    p->va_size = ap->va_size;
+    p->min_block = ap->min_block;
+    p->policy = ap->policy == HA_POLICY_SEED ? HEAPD__POLICY__POLICY_SEED : HEAPD__POLICY__POLICY_COALESCE;
+    p->collect_timeout_ms = timeout_ms;
+}
+
+/* ChunkRefs for refs[0..n) (fd_index i). NULL if out of memory (n > 0). */
+static Heapd__ChunkRef **chunk_refs(const hd_chunk_ref *refs, size_t n, Heapd__ChunkRef **store)
+{
+    *store = NULL;
+    if (!n)
+        return NULL;
+    Heapd__ChunkRef *r = calloc(n, sizeof *r);
+    Heapd__ChunkRef **p = calloc(n, sizeof *p);
+    if (!r || !p) {
+        free(r);
+        free(p);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        heapd__chunk_ref__init(&r[i]);
+        r[i].rank = refs[i].rank;
+        r[i].index = refs[i].index;
+        r[i].fd_index = (uint32_t)i;
+        p[i] = &r[i];
+    }
+    *store = r;
+    return p;
+}
+
+static void out_error(hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *msg)
+{
+    send_error(p->data, id, code, msg);
+}
+
+static void out_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
+{
+    Heapd__ChunkRef *store;
+    Heapd__ChunkRef **ptrs = chunk_refs(a->chunks, a->nchunks, &store);
+    if (a->nchunks && !ptrs) {
+        close_fds(a->fds, a->nfds);
+        send_error(p->data, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        return;
+    }
+    Heapd__HeapParams params;
+    fill_params(a->ap, a->timeout_ms, &params);
+    Heapd__AttachReply ar = HEAPD__ATTACH_REPLY__INIT;
+    ar.params = &params;
+    ar.world_size = a->world_size;
+    ar.n_local_ranks = a->nlocal;
+    ar.local_ranks = (uint32_t *)a->local_ranks;
+    ar.mapped = a->mapped;
+    ar.n_chunks = a->nchunks;
+    ar.chunks = ptrs;
+    ar.status_fd_index = a->status_index;
+    ar.next_seq = a->next_seq;
+    ar.backend = (char *)a->backend;
+    ar.epoch = a->epoch;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.id = id;
+    f.body_case = HEAPD__FRAME__BODY_ATTACH_REPLY;
+    f.attach_reply = &ar;
+    send_frame(p->data, &f, a->fds, a->nfds);
+    free(ptrs);
+    free(store);
+}
+
+static void out_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
+{
+    Heapd__ChunkRef *store;
+    Heapd__ChunkRef **ptrs = chunk_refs(a->new_chunks, a->nchunks, &store);
+    if (a->nchunks && !ptrs) {
+        close_fds(a->fds, a->nchunks);
+        send_error(p->data, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        return;
+    }
+    Heapd__AllocReply ar = HEAPD__ALLOC_REPLY__INIT;
+    ar.seq = a->seq;
+    ar.collect_needed = a->collect_needed;
+    ar.offset = a->offset;
+    ar.block_size = a->block_size;
+    ar.mapped = a->mapped;
+    ar.n_new_chunks = a->nchunks;
+    ar.new_chunks = ptrs;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.id = id;
+    f.body_case = HEAPD__FRAME__BODY_ALLOC_REPLY;
+    f.alloc_reply = &ar;
+    send_frame(p->data, &f, a->fds, a->nchunks);
+    free(ptrs);
+    free(store);
+}
+
+static void out_free(hd_peer *p, uint64_t id, uint32_t accepted)
+{
+    Heapd__FreeReply fr = HEAPD__FREE_REPLY__INIT;
+    fr.accepted = accepted;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.id = id;
+    f.body_case = HEAPD__FRAME__BODY_FREE_REPLY;
+    f.free_reply = &fr;
+    send_frame(p->data, &f, NULL, 0);
+}
+
+static void out_collect(hd_peer *p, uint64_t id, uint64_t blocks, uint64_t bytes, uint64_t collects)
+{
+    Heapd__CollectReply cr = HEAPD__COLLECT_REPLY__INIT;
+    cr.reclaimed_blocks = blocks;
+    cr.reclaimed_bytes = bytes;
+    cr.collects = collects;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.id = id;
+    f.body_case = HEAPD__FRAME__BODY_COLLECT_REPLY;
+    f.collect_reply = &cr;
+    send_frame(p->data, &f, NULL, 0);
+}
+
+static void out_detach(hd_peer *p, uint64_t id)
+{
+    Heapd__DetachReply dr = HEAPD__DETACH_REPLY__INIT;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.id = id;
+    f.body_case = HEAPD__FRAME__BODY_DETACH_REPLY;
+    f.detach_reply = &dr;
+    send_frame(p->data, &f, NULL, 0);
+}
+
+static void out_force(hd_peer *p, uint64_t id, uint64_t at_seq)
+{
+    Heapd__ForceCollectReply fr = HEAPD__FORCE_COLLECT_REPLY__INIT;
+    fr.at_seq = at_seq;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.id = id;
+    f.body_case = HEAPD__FRAME__BODY_FORCE_COLLECT_REPLY;
+    f.force_collect_reply = &fr;
+    send_frame(p->data, &f, NULL, 0);
+}
+
+/* A Histogram of h; its counts live in `counts`. */
+static Heapd__Histogram *fill_hist(Heapd__Histogram *g, uint64_t *counts, const hd_hist *h)
+{
+    heapd__histogram__init(g);
+    g->n_bounds = HD_HIST_N - 1;
+    g->bounds = (double *)hd_hist_bounds;
+    g->n_counts = HD_HIST_N;
+    g->counts = counts;
+    memcpy(counts, h->n, sizeof h->n);
+    g->count = h->count;
+    g->sum_seconds = (double)h->sum_ns / 1e9;
+    return g;
+}
+
+/* hg: two Histograms (collect wait, growth), hn: their counts. */
+static void heap_stats(const hd_heap_info *in, Heapd__HeapStats *s, Heapd__HeapParams *pp,
+                       Heapd__RankStats *rs, Heapd__RankStats **rsp, Heapd__Histogram *hg,
+                       uint64_t (*hn)[HD_HIST_N])
+{
+    heapd__heap_stats__init(s);
+    if (in->collect_wait)
+        s->collect_wait = fill_hist(&hg[0], hn[0], in->collect_wait);
+    if (in->growth)
+        s->growth = fill_hist(&hg[1], hn[1], in->growth);
+    fill_params(in->ap, in->timeout_ms, pp);
+    s->name = (char *)in->name;
+    s->world_size = in->world_size;
+    s->params = pp;
+    s->mapped = in->mapped;
+    s->live_bytes = in->live_bytes;
+    s->released_bytes = in->released_bytes;
+    s->free_bytes = in->free_bytes;
+    s->collects = in->collects;
+    s->collects_skipped = in->collects_skipped;
+    s->growths = in->growths;
+    s->owner_uid = in->owner_uid;
+    s->clients = in->clients;
+    s->next_seq = in->next_seq;
+    s->epoch = in->epoch;
+    s->collect_pending = in->collect_pending;
+    s->pending_collect_seq = in->pending_collect_seq;
+    s->device_free = in->device_free;
+    s->device_total = in->device_total;
+    s->ranks = rsp;
+    s->n_ranks = in->n_ranks;
+    for (size_t j = 0; j < in->n_ranks; j++) {
+        const hd_rank_info *ri = &in->ranks[j];
+        heapd__rank_stats__init(&rs[j]);
+        rsp[j] = &rs[j];
+        rs[j].rank = ri->rank;
+        rs[j].attached = ri->attached;
+        rs[j].live_bytes = ri->live_bytes;
+        rs[j].released_bytes = ri->released_bytes;
+        rs[j].next_seq = ri->next_seq;
+        rs[j].pid = ri->pid;
+        rs[j].stream_waiting = ri->stream_waiting;
+        rs[j].device_waits_avoided = ri->device_waits_avoided;
+    }
+}
+
+static void out_stats(hd_peer *p, uint64_t id, const hd_stats_out *so)
+{
+    size_t n = so->nheaps, nr = 0;
+    for (size_t i = 0; i < n; i++)
+        nr += so->heaps[i].n_ranks;
+    Heapd__HeapStats *hs = calloc(n ? n : 1, sizeof *hs);
+    Heapd__HeapStats **hsp = calloc(n ? n : 1, sizeof *hsp);
+    Heapd__HeapParams *pp = calloc(n ? n : 1, sizeof *pp);
+    Heapd__RankStats *rs = calloc(nr ? nr : 1, sizeof *rs);
+    Heapd__RankStats **rsp = calloc(nr ? nr : 1, sizeof *rsp);
+    Heapd__Histogram *hg = calloc(2 * (n ? n : 1), sizeof *hg);
+    uint64_t(*hn)[HD_HIST_N] = calloc(2 * (n ? n : 1), sizeof *hn);
+    if (!hs || !hsp || !pp || !rs || !rsp || !hg || !hn) {
+        send_error(p->data, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        goto out;
+    }
+    for (size_t i = 0, j = 0; i < n; j += so->heaps[i].n_ranks, i++) {
+        heap_stats(&so->heaps[i], &hs[i], &pp[i], &rs[j], &rsp[j], &hg[2 * i], &hn[2 * i]);
+        hsp[i] = &hs[i];
+    }
+    Heapd__StatsReply sr = HEAPD__STATS_REPLY__INIT;
+    sr.n_heaps = n;
+    sr.heaps = hsp;
+    sr.backend = (char *)so->backend;
+    sr.clients = so->clients;
+    sr.version = (char *)HEAPD_VERSION;
+    sr.uptime_ms = so->uptime_ms;
+    sr.store = (char *)(so->store ? so->store : "");
+    sr.store_connected = so->store_connected;
+    sr.quota_heap = so->quota_heap;
+    sr.quota_uid = so->quota_uid;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.id = id;
+    f.body_case = HEAPD__FRAME__BODY_STATS_REPLY;
+    f.stats_reply = &sr;
+    if (heapd__frame__get_packed_size(&f) > HW_FRAME_MAX - 1024) {
+        /* Too many ranks to list in one frame: keep the per-heap figures. */
+        for (size_t q = 0; q < n; q++)
+            hs[q].n_ranks = 0;
+    }
+    send_frame(p->data, &f, NULL, 0);
+out:
+    free(hs);
+    free(hsp);
+    free(pp);
+    free(rs);
+    free(rsp);
+    free(hg);
+    free(hn);
+}
+
+const hd_reply_ops hd_reply_conn_ops = {
+    .error = out_error,
+    .attach = out_attach,
+    .alloc = out_alloc,
+    .free = out_free,
+    .collect = out_collect,
+    .detach = out_detach,
+    .force = out_force,
+    .stats = out_stats,
+};

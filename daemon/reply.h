@@ -1,0 +1,23 @@
+/* reply.h - every message heapd sends, built in one place: the only daemon
+ * file that builds a Heapd__Frame (reply.c). Requests come in through
+ * dispatch.c; the heap wing answers through hd_reply_conn_ops. */
+#ifndef HEAPD_REPLY_H
+#define HEAPD_REPLY_H
+
+#include <stdint.h>
+
+#include "heap.h"
+#include "heapd.pb-c.h"
+#include "server.h"
+
+/* The heap wing's reply sink over a connection: a peer's data is its
+ * hd_conn. */
+extern const hd_reply_ops hd_reply_conn_ops;
+
+/* Queues an Error reply to request `id`. */
+void hd_reply_error(hd_conn *c, uint64_t id, Heapd__ErrCode code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Queues the HelloReply. */
+void hd_reply_hello(hd_conn *c, uint64_t id, const char *backend);
+
+#endif
