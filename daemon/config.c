@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <ini.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <grp.h>
@@ -30,6 +31,13 @@ void hd_config_defaults(hd_config *c)
     c->policy = HA_POLICY_COALESCE;
     c->collect_timeout_ms = 30000;
     c->max_clients = 1024;
+    c->max_clients_per_uid = 256;
+    c->max_fds_per_uid = 4096;
+    c->max_queue_per_uid = UINT64_C(64) << 20;
+    c->hello_timeout_ms = 10000;
+    c->max_frame_before_hello = 4096;
+    c->max_fds_per_conn = 1024;
+    c->max_queue_per_conn = UINT64_C(8) << 20;
     c->admin_gid = -1;
     char host[256] = "node";
     gethostname(host, sizeof host - 1);
@@ -284,6 +292,32 @@ static int handle_key(parse_state *st, const char *name, const char *value)
         c->max_clients = u;
         return 1;
     }
+    /* Transport limits (issue 15). */
+    {
+        static const struct {
+            const char *key;
+            size_t off;
+            uint32_t lo, hi;
+        } u32keys[] = {
+            {"max_clients_per_uid", offsetof(hd_config, max_clients_per_uid), 1, 1000000},
+            {"max_fds_per_uid", offsetof(hd_config, max_fds_per_uid), 1, 1000000},
+            {"hello_timeout_ms", offsetof(hd_config, hello_timeout_ms), 10, 3600000},
+            {"max_frame_before_hello", offsetof(hd_config, max_frame_before_hello), 64, 4u << 20},
+            {"max_fds_per_conn", offsetof(hd_config, max_fds_per_conn), 1, 1024},
+        };
+        for (size_t i = 0; i < sizeof u32keys / sizeof u32keys[0]; i++)
+            if (!strcmp(name, u32keys[i].key)) {
+                if (parse_u32(value, u32keys[i].lo, u32keys[i].hi, &u)) {
+                    snprintf(st->msg, sizeof st->msg, "%s: \"%s\" is not a number (%u..%u)", name, value,
+                             u32keys[i].lo, u32keys[i].hi);
+                    return 0;
+                }
+                memcpy((char *)c + u32keys[i].off, &u, sizeof u);
+                return 1;
+            }
+    }
+    SIZE_KEY("max_queue_per_uid", max_queue_per_uid, 5 << 20)
+    SIZE_KEY("max_queue_per_conn", max_queue_per_conn, 5 << 20)
     if (!strcmp(name, "meminfo_interval_ms")) {
         if (parse_u32(value, 10, 3600000, &u)) {
             snprintf(st->msg, sizeof st->msg, "meminfo_interval_ms: \"%s\" is not a number of milliseconds (10..3600000)", value);

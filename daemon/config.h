@@ -32,6 +32,14 @@ typedef struct hd_config {
     uint32_t collect_timeout_ms;
     /* Limits. */
     uint32_t max_clients;
+    /* Transport limits (issue 15): per uid (root is exempt), per connection. */
+    uint32_t max_clients_per_uid;   /* connections of one uid at once */
+    uint32_t max_fds_per_uid;       /* received fds one uid's connections hold (partial frames, closing) */
+    uint64_t max_queue_per_uid;     /* unsent reply bytes of one uid's connections */
+    uint32_t hello_timeout_ms;      /* a connection without Hello by then is closed */
+    uint32_t max_frame_before_hello; /* payload bytes of a frame before Hello */
+    uint32_t max_fds_per_conn;      /* received fds one connection holds for partial frames */
+    uint64_t max_queue_per_conn;    /* unsent reply bytes of one connection */
     /* Access: members of admin_group (and root) may attach to any heap and
      * force collects on any heap; others only on heaps their uid created. */
     char admin_group[64];           /* "" : none */

@@ -110,6 +110,7 @@ static void handle_hello(hd_dispatch *d, hd_session *s, hd_conn *c, uint64_t id,
         return;
     }
     s->hello = true;
+    hd_conn_admit(c);
     hd_reply_hello(c, id, d->backend);
 }
 
@@ -188,11 +189,30 @@ out:
     heapd__frame__free_unpacked(f, NULL);
 }
 
+/* A connection the server refused: its one frame says which limit, with
+ * the key that sets it. */
+static void on_refuse(void *arg, hd_conn *c, hd_refusal why, uint64_t limit)
+{
+    (void)arg;
+    if (why == HD_REFUSE_UID_CLIENTS)
+        hd_reply_error(c, 0, HEAPD__ERR_CODE__ERR_QUOTA,
+                       "heapd refuses this connection: uid %ld already has %llu connections open, the limit per "
+                       "uid (heapd.conf max_clients_per_uid = %llu); close idle connections, or ask the operator "
+                       "to raise max_clients_per_uid",
+                       (long)hd_conn_uid(c), (unsigned long long)limit, (unsigned long long)limit);
+    else
+        hd_reply_error(c, 0, HEAPD__ERR_CODE__ERR_QUOTA,
+                       "heapd refuses this connection: %llu connections are open, its limit (heapd.conf "
+                       "max_clients = %llu); retry later, or ask the operator to raise max_clients",
+                       (unsigned long long)limit, (unsigned long long)limit);
+}
+
 static const hd_server_handlers handlers = {
     .on_open = on_open,
     .on_frame = on_frame,
     .on_stop = on_stop,
     .on_closed = on_closed,
+    .on_refuse = on_refuse,
 };
 
 const hd_server_handlers *hd_dispatch_handlers(void) { return &handlers; }

@@ -136,6 +136,7 @@ static void on_hup(uv_signal_t *s, int signum)
     snprintf(n.backend, sizeof n.backend, "%s", d->cfg.backend);
     n.max_clients = d->cfg.max_clients;
     d->cfg = n;
+    hd_server_set_config(d->srv, &n);
     hd_log_set_level(n.log_level);
     hd_log_set_format(n.log_format);
     hd_registry_set_config(d->reg, &n);
@@ -155,6 +156,11 @@ static void print_config(const char *path, const hd_config *c)
            (unsigned long long)c->va_size, (unsigned long long)c->min_block, ha_policy_name(c->policy));
     printf("collect_timeout_ms = %u\nmax_clients = %u\nmeminfo_interval_ms = %u\n", c->collect_timeout_ms,
            c->max_clients, c->meminfo_interval_ms);
+    printf("max_clients_per_uid = %u\nmax_fds_per_uid = %u\nmax_queue_per_uid = %llu\n", c->max_clients_per_uid,
+           c->max_fds_per_uid, (unsigned long long)c->max_queue_per_uid);
+    printf("hello_timeout_ms = %u\nmax_frame_before_hello = %u\nmax_fds_per_conn = %u\nmax_queue_per_conn = %llu\n",
+           c->hello_timeout_ms, c->max_frame_before_hello, c->max_fds_per_conn,
+           (unsigned long long)c->max_queue_per_conn);
     printf("admin_group = %s\nquota_heap = %llu\nquota_uid = %llu\n", c->admin_group,
            (unsigned long long)c->quota_heap, (unsigned long long)c->quota_uid);
     printf("store = %s\nnode = %s\n", c->store, c->node);
@@ -289,11 +295,16 @@ int main(int argc, char **argv)
 
     uv_run(d.loop, UV_RUN_DEFAULT);
 
+    /* Every connection is closed (hd_server_shutdown, then the loop ran them
+     * out); the server's own handles close next, and it is freed by their
+     * last close callback: run the loop once more before closing it. */
     hd_registry_destroy(d.reg);
     hd_server_destroy(d.srv);
+    d.srv = NULL;
     hd_dispatch_destroy(d.disp);
-    uv_run(d.loop, UV_RUN_NOWAIT);
-    uv_loop_close(d.loop);
+    uv_run(d.loop, UV_RUN_DEFAULT);
+    if (uv_loop_close(d.loop))
+        hd_warn("the event loop still had open handles at exit");
     hb_close(d.be);
     hd_info("stopped");
     return 0;

@@ -10,6 +10,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,26 +27,76 @@
 
 #define SD_LISTEN_FDS_START 3
 
+/* Reading a connection pauses while this much is queued for it
+ * (backpressure); max_queue_per_conn closes it. */
+#define HD_CONN_PAUSE_QUEUED (256u << 10)
+#define HD_CLOSER_THREADS 4
+/* malloc_trim once this many bytes were freed since the last trim. */
+#define HD_TRIM_BYTES (8u << 20)
+#define HD_UID_BUCKETS 64
+/* Refusals and limit disconnects logged per second; the rest are counted. */
+#define HD_LIMIT_LOGS_PER_S 10
+
+/* Per uid use (limits; root has no entry). Invariant: conns, held and
+ * queued are the sums over the uid's open connections (c->held, c->queued);
+ * closing counts its fds the closer threads have not closed yet; an entry
+ * whose four counts are 0 is freed; paused => held + closing >=
+ * max_fds_per_uid when it was set, and none of its connections is read. */
+typedef struct hd_uid {
+    uid_t uid;
+    uint32_t conns;
+    size_t held, closing;
+    size_t queued;
+    bool paused;
+    struct hd_uid *next;
+} hd_uid;
+
 /* Invariants: on the server's list <=> not yet closed; dead => on the close
- * list, no more frames are read or sent; poll events == READABLE plus
- * WRITABLE iff the writer has pending frames. */
+ * list, no more frames are read or sent; poll events == READABLE iff it may
+ * read (conn_may_read), plus WRITABLE iff the writer has pending frames;
+ * on_busy <=> on the server's busy list (frames may wait in its reader);
+ * u == NULL iff uid 0 or refused. */
 struct hd_conn {
     uv_poll_t poll;
     int fd;
     hd_server *srv;
     hw_reader rd;
     hw_writer wr;
-    bool dead, close_after_flush;
+    bool dead, close_after_flush, admitted, refused, on_busy;
     int events;
     pid_t pid;
     uid_t uid;
     gid_t gid;
-    gid_t groups[64];           /* supplementary groups at connect time */
+    gid_t *groups;              /* supplementary groups at connect time */
     int ngroups;
+    hd_uid *u;
+    size_t held, queued;        /* what u counts of this connection */
+    uint64_t opened_ms;         /* uv_now at accept */
     void *data;                 /* the handlers' */
     hd_conn *next, *prev;       /* server's list */
-    hd_conn *next_dead;
+    hd_conn *next_dead, *next_busy;
 };
+
+/* Closer threads: received fds are closed here, never on the loop. Items
+ * carry their uid; the loop hears of each close through `async`. */
+typedef struct closer_item {
+    int fd;
+    uid_t uid;
+} closer_item;
+
+typedef struct hd_closer {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    closer_item *q;             /* ring: q[head..head+n) mod cap */
+    size_t head, n, cap;
+    uid_t *done;                /* closed, not yet accounted by the loop */
+    size_t ndone, donecap;
+    bool stop;
+    pthread_t th[HD_CLOSER_THREADS];
+    int nth;
+    uv_async_t async;
+    bool async_open;
+} hd_closer;
 
 struct hd_server {
     uv_loop_t *loop;
@@ -51,11 +104,19 @@ struct hd_server {
     hd_server_handlers h;
     void *arg;
     int lfd;
-    bool activated, listening, shutting;
+    bool activated, listening, shutting, accept_paused, destroyed;
     uv_poll_t lpoll;
-    uv_idle_t reaper;
-    hd_conn *conns, *dead;
+    uv_idle_t idle;             /* closes dead connections, reads busy ones */
+    uv_timer_t sweep;           /* Hello timeouts, malloc_trim */
+    uv_timer_t resume;          /* accepting again after EMFILE */
+    hd_closer closer;
+    int handles_open;           /* handles hd_server_destroy waits for */
+    hd_conn *conns, *dead, *busy;
     uint32_t nconns;
+    hd_uid *uids[HD_UID_BUCKETS];
+    size_t freed;               /* bytes freed since the last malloc_trim */
+    uint64_t log_window;        /* second of the last limit log */
+    unsigned logs, suppressed;
 };
 
 void *hd_conn_data(const hd_conn *c) { return c->data; }
@@ -77,35 +138,241 @@ int hd_conn_privileged(const hd_conn *c, long gid)
     return 0;
 }
 
-/* Supplementary groups of a peer: the "Groups:" line of /proc/PID/status. */
+/* Supplementary groups of a peer as the kernel recorded them at connect
+ * (SO_PEERGROUPS, Linux 4.13): no /proc lookup, which ProtectProc=invisible
+ * hides and a reused pid would answer wrongly. */
 static void read_groups(hd_conn *c)
 {
-    char path[64], line[1024];
-    snprintf(path, sizeof path, "/proc/%ld/status", (long)c->pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return;
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "Groups:", 7))
-            continue;
-        char *p = line + 7, *end;
-        while (c->ngroups < (int)(sizeof c->groups / sizeof c->groups[0])) {
-            long g = strtol(p, &end, 10);
-            if (end == p)
-                break;
-            c->groups[c->ngroups++] = (gid_t)g;
-            p = end;
+    gid_t small[64];
+    socklen_t len = sizeof small;
+    gid_t *g = small;
+    if (getsockopt(c->fd, SOL_SOCKET, SO_PEERGROUPS, g, &len) < 0) {
+        if (errno != ERANGE)
+            return;
+        g = malloc(len);
+        if (!g || getsockopt(c->fd, SOL_SOCKET, SO_PEERGROUPS, g, &len) < 0) {
+            free(g);
+            return;
         }
-        break;
     }
-    fclose(f);
+    int n = (int)(len / sizeof(gid_t));
+    if (!n) {
+        if (g != small)
+            free(g);
+        return;
+    }
+    if (g == small) {
+        g = malloc(len);
+        if (!g)
+            return;
+        memcpy(g, small, len);
+    }
+    c->groups = g;
+    c->ngroups = n;
 }
 uint32_t hd_server_clients(const hd_server *s) { return s->nconns; }
 int hd_server_socket_activated(const hd_server *s) { return s->activated; }
 int hd_server_stopping(const hd_server *s) { return s->shutting; }
 
+/* ---- limit logs ---------------------------------------------------------- */
+
+/* 1 if a limit message may be logged now (HD_LIMIT_LOGS_PER_S per second);
+ * the first one of a new second says how many were left out before. */
+static int limit_log_ok(hd_server *s)
+{
+    uint64_t sec = uv_now(s->loop) / 1000;
+    if (sec != s->log_window) {
+        if (s->suppressed)
+            hd_warn("%u more connection limit messages in the last second were not logged", s->suppressed);
+        s->log_window = sec;
+        s->logs = 0;
+        s->suppressed = 0;
+    }
+    if (s->logs < HD_LIMIT_LOGS_PER_S) {
+        s->logs++;
+        return 1;
+    }
+    s->suppressed++;
+    return 0;
+}
+
+/* ---- per uid use ----------------------------------------------------------- */
+
+static hd_uid **uid_slot(hd_server *s, uid_t uid)
+{
+    hd_uid **p = &s->uids[uid % HD_UID_BUCKETS];
+    while (*p && (*p)->uid != uid)
+        p = &(*p)->next;
+    return p;
+}
+
+/* The uid's entry, created if absent (NULL: uid 0, or out of memory). */
+static hd_uid *uid_get(hd_server *s, uid_t uid)
+{
+    if (uid == 0)
+        return NULL;
+    hd_uid **p = uid_slot(s, uid);
+    if (!*p) {
+        *p = calloc(1, sizeof **p);
+        if (*p)
+            (*p)->uid = uid;
+    }
+    return *p;
+}
+
+static void conn_resume(hd_conn *c);
+
+/* Frees an unused entry; resumes its connections when its fds dropped. */
+static void uid_check(hd_server *s, hd_uid *u)
+{
+    if (u->paused && u->held + u->closing < s->cfg.max_fds_per_uid) {
+        u->paused = false;
+        for (hd_conn *c = s->conns; c; c = c->next)
+            if (c->u == u)
+                conn_resume(c);
+    }
+    if (!u->conns && !u->held && !u->closing && !u->queued) {
+        hd_uid **p = uid_slot(s, u->uid);
+        *p = u->next;
+        free(u);
+    }
+}
+
+/* ---- closer threads ------------------------------------------------------- */
+
+static void *closer_main(void *arg)
+{
+    hd_closer *k = arg;
+    pthread_mutex_lock(&k->mu);
+    for (;;) {
+        while (!k->stop && !k->n)
+            pthread_cond_wait(&k->cv, &k->mu);
+        if (k->stop)
+            break;
+        closer_item it = k->q[k->head];
+        k->head = (k->head + 1) % k->cap;
+        k->n--;
+        pthread_mutex_unlock(&k->mu);
+        close(it.fd); /* may block for the socket's linger time */
+        pthread_mutex_lock(&k->mu);
+        if (k->ndone == k->donecap) {
+            size_t cap = k->donecap ? k->donecap * 2 : 256;
+            uid_t *d = realloc(k->done, cap * sizeof *d);
+            if (d) {
+                k->done = d;
+                k->donecap = cap;
+            }
+        }
+        if (k->ndone < k->donecap)
+            k->done[k->ndone++] = it.uid;
+        uv_async_send(&k->async);
+    }
+    pthread_mutex_unlock(&k->mu);
+    return NULL;
+}
+
+/* On the loop: fds the threads closed leave their uid's count. */
+static void closer_done_cb(uv_async_t *a)
+{
+    hd_server *s = a->data;
+    hd_closer *k = &s->closer;
+    uid_t batch[256];
+    for (;;) {
+        pthread_mutex_lock(&k->mu);
+        size_t n = k->ndone < 256 ? k->ndone : 256;
+        memcpy(batch, k->done + (k->ndone - n), n * sizeof *batch);
+        k->ndone -= n;
+        pthread_mutex_unlock(&k->mu);
+        if (!n)
+            break;
+        for (size_t i = 0; i < n; i++) {
+            hd_uid **p = uid_slot(s, batch[i]);
+            if (*p && (*p)->closing) {
+                (*p)->closing--;
+                uid_check(s, *p);
+            }
+        }
+    }
+}
+
+/* Hands a received fd of `uid` to the closer threads. */
+static void closer_push(hd_server *s, int fd, uid_t uid)
+{
+    hd_closer *k = &s->closer;
+    pthread_mutex_lock(&k->mu);
+    if (k->n == k->cap || !k->nth) {
+        size_t cap = k->cap ? k->cap * 2 : 256;
+        closer_item *q = k->nth ? malloc(cap * sizeof *q) : NULL;
+        if (!q) {
+            /* No thread or no memory: close here rather than leak. */
+            pthread_mutex_unlock(&k->mu);
+            close(fd);
+            return;
+        }
+        for (size_t i = 0; i < k->n; i++)
+            q[i] = k->q[(k->head + i) % k->cap];
+        free(k->q);
+        k->q = q;
+        k->head = 0;
+        k->cap = cap;
+    }
+    k->q[(k->head + k->n) % k->cap] = (closer_item){fd, uid};
+    k->n++;
+    pthread_cond_signal(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+    hd_uid *u = uid == 0 ? NULL : uid_get(s, uid);
+    if (u)
+        u->closing++;
+}
+
+/* The reader's closer (hw_reader_set_closer): arg is the connection. */
+static void conn_close_fd(int fd, void *arg)
+{
+    hd_conn *c = arg;
+    closer_push(c->srv, fd, c->uid);
+}
+
+static int closer_start(hd_server *s)
+{
+    hd_closer *k = &s->closer;
+    pthread_mutex_init(&k->mu, NULL);
+    pthread_cond_init(&k->cv, NULL);
+    if (uv_async_init(s->loop, &k->async, closer_done_cb))
+        return -1;
+    k->async.data = s;
+    uv_unref((uv_handle_t *)&k->async);
+    k->async_open = true;
+    s->handles_open++;
+    for (int i = 0; i < HD_CLOSER_THREADS; i++)
+        if (pthread_create(&k->th[k->nth], NULL, closer_main, k) == 0)
+            k->nth++;
+    return k->nth ? 0 : -1;
+}
+
+/* Stops the threads (each finishes the close it is in); fds still queued
+ * stay open: the process exits next, and exit closes without lingering. */
+static void closer_stop(hd_closer *k)
+{
+    pthread_mutex_lock(&k->mu);
+    k->stop = true;
+    pthread_cond_broadcast(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+    for (int i = 0; i < k->nth; i++)
+        pthread_join(k->th[i], NULL);
+    k->nth = 0;
+    free(k->q);
+    free(k->done);
+    k->q = NULL;
+    k->done = NULL;
+    pthread_mutex_destroy(&k->mu);
+    pthread_cond_destroy(&k->cv);
+}
+
+/* ---- connections ------------------------------------------------------------ */
+
 static void conn_poll_cb(uv_poll_t *p, int status, int events);
-static void reaper_cb(uv_idle_t *i);
+static void idle_cb(uv_idle_t *i);
+static void accept_resume(hd_server *s);
 
 static void conn_kill(hd_conn *c)
 {
@@ -114,16 +381,103 @@ static void conn_kill(hd_conn *c)
     c->dead = true;
     c->next_dead = c->srv->dead;
     c->srv->dead = c;
-    uv_idle_start(&c->srv->reaper, reaper_cb);
+    uv_idle_start(&c->srv->idle, idle_cb);
+}
+
+/* A connection over a limit: closed, with the reason logged. */
+__attribute__((format(printf, 2, 3))) static void conn_kill_limit(hd_conn *c, const char *fmt, ...)
+{
+    if (c->dead)
+        return;
+    if (limit_log_ok(c->srv)) {
+        char msg[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        hd_warn("client pid %ld uid %ld: %s; closing the connection", (long)c->pid, (long)c->uid, msg);
+    }
+    conn_kill(c);
+}
+
+/* The uid's counts follow this connection's held fds and queued bytes. */
+static void conn_account(hd_conn *c)
+{
+    hd_server *s = c->srv;
+    size_t held = hw_reader_fds_held(&c->rd), queued = hw_writer_pending_bytes(&c->wr);
+    if (queued < c->queued)
+        s->freed += c->queued - queued;
+    if (c->u) {
+        c->u->held += held - c->held;
+        c->u->queued += queued - c->queued;
+    }
+    c->held = held;
+    c->queued = queued;
+}
+
+/* Reads may go on: not dead, not closing, replies taken, the uid's fds
+ * under budget. */
+static int conn_may_read(const hd_conn *c)
+{
+    return !c->dead && !c->close_after_flush && hw_writer_pending_bytes(&c->wr) < HD_CONN_PAUSE_QUEUED &&
+           !(c->u && c->u->paused);
+}
+
+static void busy_add(hd_conn *c)
+{
+    if (c->on_busy || c->dead)
+        return;
+    c->on_busy = true;
+    c->next_busy = c->srv->busy;
+    c->srv->busy = c;
+    uv_idle_start(&c->srv->idle, idle_cb);
+}
+
+static void busy_remove(hd_conn *c)
+{
+    if (!c->on_busy)
+        return;
+    for (hd_conn **p = &c->srv->busy; *p; p = &(*p)->next_busy)
+        if (*p == c) {
+            *p = c->next_busy;
+            break;
+        }
+    c->on_busy = false;
+}
+
+static void conn_update_events(hd_conn *c)
+{
+    if (c->dead || c->refused)
+        return;
+    int may = conn_may_read(c);
+    int want = (may ? UV_READABLE : 0) | (hw_writer_pending(&c->wr) ? UV_WRITABLE : 0);
+    if (want != c->events) {
+        c->events = want;
+        uv_poll_start(&c->poll, want, conn_poll_cb);
+    }
+    /* Frames already in the reader's buffer get no readable event. */
+    if (may && hw_reader_buffered(&c->rd))
+        busy_add(c);
+}
+
+static void conn_resume(hd_conn *c)
+{
+    conn_update_events(c);
+    if (conn_may_read(c))
+        busy_add(c);
 }
 
 static void conn_closed_cb(uv_handle_t *h)
 {
     hd_conn *c = h->data;
-    close(c->fd);
-    hw_reader_free(&c->rd);
+    hd_server *s = c->srv;
+    hw_reader_free(&c->rd); /* fds still held go to the closer */
     hw_writer_free(&c->wr);
+    close(c->fd);
+    free(c->groups);
     free(c);
+    if (s->accept_paused)
+        accept_resume(s);
 }
 
 static void conn_close_now(hd_conn *c)
@@ -137,39 +491,43 @@ static void conn_close_now(hd_conn *c)
     if (c->next)
         c->next->prev = c->prev;
     s->nconns--;
+    busy_remove(c);
+    s->freed += c->queued + HW_READ_BUF;
+    if (c->u) {
+        /* Held fds move to the closer (hw_reader_free): counted there. */
+        c->u->held -= c->held;
+        c->u->queued -= c->queued;
+        c->u->conns--;
+        hd_uid *u = c->u;
+        c->u = NULL;
+        c->held = c->queued = 0;
+        uid_check(s, u);
+    }
     uv_poll_stop(&c->poll);
     uv_close((uv_handle_t *)&c->poll, conn_closed_cb);
 }
 
-static void reaper_cb(uv_idle_t *i)
+/* Checks the queue limits after the queue grew. */
+static void conn_check_queue(hd_conn *c)
 {
-    hd_server *s = i->data;
-    while (s->dead) {
-        hd_conn *c = s->dead;
-        s->dead = c->next_dead;
-        conn_close_now(c); /* may kill others: they join s->dead */
-    }
-    uv_idle_stop(&s->reaper);
-}
-
-/* A client that does not read its replies: stop reading its requests while
- * this much is queued for it (backpressure), so it cannot grow heapd. */
-#define HD_CONN_MAX_QUEUED (4u << 20)
-
-static void conn_update_events(hd_conn *c)
-{
-    int want = (hw_writer_pending_bytes(&c->wr) < HD_CONN_MAX_QUEUED ? UV_READABLE : 0) |
-               (hw_writer_pending(&c->wr) ? UV_WRITABLE : 0);
-    if (want != c->events && !c->dead) {
-        c->events = want;
-        uv_poll_start(&c->poll, want, conn_poll_cb);
-    }
+    hd_server *s = c->srv;
+    if (c->dead)
+        return;
+    if (c->queued > s->cfg.max_queue_per_conn)
+        conn_kill_limit(c, "%zu bytes of replies are not read, over max_queue_per_conn = %llu (a client must "
+                           "read its replies; raise max_queue_per_conn in heapd.conf if this one is legitimate)",
+                        c->queued, (unsigned long long)s->cfg.max_queue_per_conn);
+    else if (c->u && c->u->queued > s->cfg.max_queue_per_uid)
+        conn_kill_limit(c, "the uid's %u connections leave %zu bytes of replies unread, over max_queue_per_uid "
+                           "= %llu (raise max_queue_per_uid in heapd.conf if this is legitimate)",
+                        c->u->conns, c->u->queued, (unsigned long long)s->cfg.max_queue_per_uid);
 }
 
 static void conn_flush(hd_conn *c)
 {
     char err[256];
     int rc = hw_writer_flush(c->fd, &c->wr, err, sizeof err);
+    conn_account(c);
     if (rc < 0) {
         hd_debug("client pid %ld: send failed: %s", (long)c->pid, err);
         conn_kill(c);
@@ -208,13 +566,84 @@ void hd_conn_send(hd_conn *c, const void *msg, size_t len, hd_pack_fn pack, int 
         return;
     }
     free(buf);
-    conn_flush(c);
+    if (c->refused) /* the refusal's one frame: refuse() sends it */
+        return;
+    conn_account(c);
+    conn_check_queue(c);
+    if (!c->dead)
+        conn_flush(c);
 }
 
 void hd_conn_close_after_flush(hd_conn *c)
 {
     c->close_after_flush = true;
-    conn_flush(c);
+    if (!c->refused)
+        conn_flush(c);
+}
+
+void hd_conn_admit(hd_conn *c)
+{
+    c->admitted = true;
+    hw_reader_set_limits(&c->rd, 0, c->srv->cfg.max_fds_per_conn);
+}
+
+/* Handles the frames the client sent, HD_FRAMES_PER_TURN at most: the rest
+ * wait on the busy list for the next loop turn. */
+static void conn_read(hd_conn *c)
+{
+    hd_server *s = c->srv;
+    for (int n = 0;; n++) {
+        if (!conn_may_read(c)) {
+            conn_update_events(c);
+            return;
+        }
+        if (n == HD_FRAMES_PER_TURN) {
+            busy_add(c);
+            return;
+        }
+        hw_frame fr;
+        char err[256];
+        int rc = hw_read(c->fd, &c->rd, &fr, err, sizeof err);
+        conn_account(c);
+        if (c->u && !c->u->paused && c->u->held + c->u->closing >= s->cfg.max_fds_per_uid) {
+            c->u->paused = true;
+            if (limit_log_ok(s))
+                hd_warn("uid %ld: its connections hold %zu received fds (%zu being closed), the max_fds_per_uid "
+                        "limit of %u; not reading its connections until they are closed",
+                        (long)c->uid, c->u->held + c->u->closing, c->u->closing, s->cfg.max_fds_per_uid);
+        }
+        if (rc == HW_AGAIN) {
+            if (!hw_reader_buffered(&c->rd) && c->rd.buf) {
+                hw_reader_shrink(&c->rd);
+                s->freed += HW_READ_BUF;
+            }
+            return;
+        }
+        if (rc == HW_EOF) {
+            conn_kill(c);
+            return;
+        }
+        if (rc < 0) {
+            if ((rc == HW_ETOOBIG || rc == HW_ETOOMANYFDS) && limit_log_ok(s))
+                hd_warn("client pid %ld uid %ld: %s (%s); closing the connection", (long)c->pid, (long)c->uid, err,
+                        c->admitted ? "max_fds_per_conn, or the wire's limits"
+                                    : "before Hello: max_frame_before_hello, max_fds_per_conn");
+            else if (rc != HW_ETOOBIG && rc != HW_ETOOMANYFDS)
+                hd_warn("client pid %ld: %s; closing the connection", (long)c->pid, err);
+            conn_kill(c);
+            return;
+        }
+        /* The handler sees the fds; they are closed by the closer after. */
+        s->h.on_frame(s->arg, c, fr.data, fr.len, fr.nfds);
+        for (size_t i = 0; i < fr.nfds; i++)
+            if (fr.fds[i] >= 0) {
+                closer_push(s, fr.fds[i], c->uid);
+                fr.fds[i] = -1;
+            }
+        if (fr.len >= HW_READ_BUF)
+            s->freed += fr.len;
+        hw_frame_free(&fr);
+    }
 }
 
 static void conn_poll_cb(uv_poll_t *p, int status, int events)
@@ -233,26 +662,84 @@ static void conn_poll_cb(uv_poll_t *p, int status, int events)
      * reading was paused for backpressure. */
     if (c->dead)
         return;
-    for (int n = 0; n < 64 && !c->dead && !c->close_after_flush &&
-                    hw_writer_pending_bytes(&c->wr) < HD_CONN_MAX_QUEUED;
-         n++) {
-        hw_frame fr;
-        char err[256];
-        int rc = hw_read(c->fd, &c->rd, &fr, err, sizeof err);
-        if (rc == HW_AGAIN)
-            return;
-        if (rc == HW_EOF) {
-            conn_kill(c);
-            return;
-        }
-        if (rc < 0) {
-            hd_warn("client pid %ld: %s; closing the connection", (long)c->pid, err);
-            conn_kill(c);
-            return;
-        }
-        c->srv->h.on_frame(c->srv->arg, c, fr.data, fr.len, fr.nfds);
-        hw_frame_free(&fr);
+    busy_remove(c);
+    conn_read(c);
+}
+
+static void idle_cb(uv_idle_t *i)
+{
+    hd_server *s = i->data;
+    /* Connections with frames left from the last turn. */
+    hd_conn *b = s->busy;
+    s->busy = NULL;
+    while (b) {
+        hd_conn *c = b;
+        b = c->next_busy;
+        c->on_busy = false;
+        if (!c->dead)
+            conn_read(c); /* may put c back on s->busy */
     }
+    while (s->dead) {
+        hd_conn *c = s->dead;
+        s->dead = c->next_dead;
+        conn_close_now(c); /* may kill others: they join s->dead */
+    }
+    if (!s->busy)
+        uv_idle_stop(&s->idle);
+}
+
+/* ---- accepting --------------------------------------------------------------- */
+
+/* A connection refused before on_open: the handlers queue one frame saying
+ * why, it goes out if the socket takes it at once (a fresh socket does), and
+ * the connection is closed. */
+static void refuse(hd_server *s, int fd, const struct ucred *cr, hd_refusal why, uint64_t limit)
+{
+    hd_conn c;
+    memset(&c, 0, sizeof c);
+    c.fd = fd;
+    c.srv = s;
+    c.refused = true;
+    c.pid = cr->pid;
+    c.uid = cr->uid;
+    c.gid = cr->gid;
+    hw_writer_init(&c.wr);
+    if (limit_log_ok(s))
+        hd_warn("refusing a client (pid %ld uid %ld): %s", (long)cr->pid, (long)cr->uid,
+                why == HD_REFUSE_MAX_CLIENTS ? "max_clients connections are open"
+                                             : "its uid has max_clients_per_uid connections open");
+    if (s->h.on_refuse)
+        s->h.on_refuse(s->arg, &c, why, limit);
+    char err[128];
+    hw_writer_flush(fd, &c.wr, err, sizeof err);
+    hw_writer_free(&c.wr);
+    close(fd);
+}
+
+static void accept_cb(uv_poll_t *p, int status, int events);
+
+static void accept_resume(hd_server *s)
+{
+    if (!s->accept_paused || s->shutting || !s->listening)
+        return;
+    s->accept_paused = false;
+    uv_timer_stop(&s->resume);
+    uv_poll_start(&s->lpoll, UV_READABLE, accept_cb);
+}
+
+static void resume_cb(uv_timer_t *t) { accept_resume(t->data); }
+
+/* Out of fds (or memory) for a new connection: stop watching the listening
+ * socket until a connection closes or a second passes. */
+static void accept_pause(hd_server *s, int e)
+{
+    s->accept_paused = true;
+    uv_poll_stop(&s->lpoll);
+    uv_timer_start(&s->resume, resume_cb, 1000, 0);
+    if (limit_log_ok(s))
+        hd_warn("cannot accept a client: %s (%u connections open); not accepting until a connection closes "
+                "(or for 1 s): raise LimitNOFILE / ulimit -n, or lower max_clients or max_clients_per_uid",
+                strerror(e), s->nconns);
 }
 
 static void accept_cb(uv_poll_t *p, int status, int events)
@@ -268,46 +755,61 @@ static void accept_cb(uv_poll_t *p, int status, int events)
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                accept_pause(s, errno);
+            else if (errno != EAGAIN && errno != EWOULDBLOCK)
                 hd_warn("accept failed: %s", strerror(errno));
             return;
         }
-        if (s->nconns >= s->cfg.max_clients) {
-            hd_warn("refusing a client: %u connections is the max_clients limit", s->nconns);
+        struct ucred cr = {0, (uid_t)-1, (gid_t)-1};
+        socklen_t crl = sizeof cr;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl) != 0) {
             close(fd);
+            continue;
+        }
+        if (s->nconns >= s->cfg.max_clients) {
+            refuse(s, fd, &cr, HD_REFUSE_MAX_CLIENTS, s->cfg.max_clients);
+            continue;
+        }
+        hd_uid *u = uid_get(s, cr.uid);
+        if (u && u->conns >= s->cfg.max_clients_per_uid) {
+            refuse(s, fd, &cr, HD_REFUSE_UID_CLIENTS, s->cfg.max_clients_per_uid);
             continue;
         }
         hd_conn *c = calloc(1, sizeof *c);
         if (!c) {
             close(fd);
+            if (u)
+                uid_check(s, u);
             continue;
         }
         c->fd = fd;
         c->srv = s;
         hw_reader_init(&c->rd);
+        hw_reader_set_limits(&c->rd, s->cfg.max_frame_before_hello, s->cfg.max_fds_per_conn);
+        hw_reader_set_closer(&c->rd, conn_close_fd, c);
         hw_writer_init(&c->wr);
-        struct ucred cr;
-        socklen_t crl = sizeof cr;
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl) == 0) {
-            c->pid = cr.pid;
-            c->uid = cr.uid;
-            c->gid = cr.gid;
-            read_groups(c);
-        }
-        if (s->h.on_open(s->arg, c)) {
+        c->pid = cr.pid;
+        c->uid = cr.uid;
+        c->gid = cr.gid;
+        c->opened_ms = uv_now(s->loop);
+        read_groups(c);
+        if (s->h.on_open(s->arg, c) || uv_poll_init(s->loop, &c->poll, fd)) {
+            if (c->data)
+                s->h.on_closed(s->arg, c);
             close(fd);
+            free(c->groups);
             free(c);
+            if (u)
+                uid_check(s, u);
             continue;
         }
-        if (uv_poll_init(s->loop, &c->poll, fd)) {
-            s->h.on_closed(s->arg, c);
-            close(fd);
-            free(c);
-            continue;
-        }
+        c->u = u;
+        if (u)
+            u->conns++;
         c->poll.data = c;
-        c->events = UV_READABLE;
-        uv_poll_start(&c->poll, UV_READABLE, conn_poll_cb);
+        c->events = u && u->paused ? 0 : UV_READABLE;
+        uv_poll_start(&c->poll, c->events, conn_poll_cb);
         c->next = s->conns;
         if (s->conns)
             s->conns->prev = c;
@@ -315,6 +817,27 @@ static void accept_cb(uv_poll_t *p, int status, int events)
         s->nconns++;
         hd_debug("client connected: pid %ld uid %ld", (long)c->pid, (long)c->uid);
     }
+}
+
+/* Every second or faster: connections without Hello past hello_timeout_ms
+ * are closed; freed memory goes back to the system (malloc_trim). */
+static void sweep_cb(uv_timer_t *t)
+{
+    hd_server *s = t->data;
+    uint64_t now = uv_now(s->loop);
+    for (hd_conn *c = s->conns; c; c = c->next)
+        if (!c->admitted && !c->dead && now - c->opened_ms >= s->cfg.hello_timeout_ms)
+            conn_kill_limit(c, "no Hello within hello_timeout_ms = %u ms", s->cfg.hello_timeout_ms);
+    if (s->freed >= HD_TRIM_BYTES) {
+        s->freed = 0;
+        malloc_trim(0);
+    }
+}
+
+static uint64_t sweep_period(const hd_config *cfg)
+{
+    uint64_t p = cfg->hello_timeout_ms / 4;
+    return p < 10 ? 10 : p > 1000 ? 1000 : p;
 }
 
 static int mkdir_parent(const char *path)
@@ -392,10 +915,30 @@ int hd_server_create(uv_loop_t *loop, const hd_config *cfg, const hd_server_hand
         free(s);
         return -1;
     }
-    uv_idle_init(loop, &s->reaper);
-    s->reaper.data = s;
+    uv_idle_init(loop, &s->idle);
+    s->idle.data = s;
+    uv_timer_init(loop, &s->sweep);
+    s->sweep.data = s;
+    uv_timer_init(loop, &s->resume);
+    s->resume.data = s;
+    s->handles_open = 3;
+    if (closer_start(s)) {
+        snprintf(err, errlen, "cannot start the threads that close received fds: %s", strerror(errno));
+        /* The handles are closed by hd_server_destroy. */
+    }
     *out = s;
     return 0;
+}
+
+void hd_server_set_config(hd_server *s, const hd_config *cfg)
+{
+    uint32_t max_clients = s->cfg.max_clients;
+    s->cfg = *cfg;
+    s->cfg.max_clients = max_clients;
+    if (uv_is_active((uv_handle_t *)&s->sweep))
+        uv_timer_start(&s->sweep, sweep_cb, sweep_period(&s->cfg), sweep_period(&s->cfg));
+    for (hd_conn *c = s->conns; c; c = c->next)
+        hw_reader_set_limits(&c->rd, c->admitted ? 0 : s->cfg.max_frame_before_hello, s->cfg.max_fds_per_conn);
 }
 
 int hd_server_start(hd_server *s, char *err, size_t errlen)
@@ -408,6 +951,9 @@ int hd_server_start(hd_server *s, char *err, size_t errlen)
     s->lpoll.data = s;
     uv_poll_start(&s->lpoll, UV_READABLE, accept_cb);
     s->listening = true;
+    uv_timer_start(&s->sweep, sweep_cb, sweep_period(&s->cfg), sweep_period(&s->cfg));
+    uv_unref((uv_handle_t *)&s->sweep);
+    uv_unref((uv_handle_t *)&s->resume);
     return 0;
 }
 
@@ -426,6 +972,9 @@ void hd_server_shutdown(hd_server *s)
         unlink(s->cfg.socket_path);
     }
     s->lfd = -1;
+    uv_timer_stop(&s->sweep);
+    uv_timer_stop(&s->resume);
+    s->accept_paused = false;
     for (hd_conn *c = s->conns; c; c = c->next) {
         if (c->dead)
             continue;
@@ -436,10 +985,28 @@ void hd_server_shutdown(hd_server *s)
     }
 }
 
+static void handle_closed_cb(uv_handle_t *h)
+{
+    hd_server *s = h->data;
+    if (--s->handles_open == 0)
+        free(s);
+}
+
 void hd_server_destroy(hd_server *s)
 {
-    if (!s)
+    if (!s || s->destroyed)
         return;
-    uv_close((uv_handle_t *)&s->reaper, NULL);
-    free(s);
+    s->destroyed = true;
+    closer_stop(&s->closer);
+    for (int i = 0; i < HD_UID_BUCKETS; i++)
+        while (s->uids[i]) {
+            hd_uid *u = s->uids[i];
+            s->uids[i] = u->next;
+            free(u);
+        }
+    uv_close((uv_handle_t *)&s->idle, handle_closed_cb);
+    uv_close((uv_handle_t *)&s->sweep, handle_closed_cb);
+    uv_close((uv_handle_t *)&s->resume, handle_closed_cb);
+    if (s->closer.async_open)
+        uv_close((uv_handle_t *)&s->closer.async, handle_closed_cb);
 }
