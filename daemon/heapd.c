@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -232,6 +233,15 @@ int main(int argc, char **argv)
     hd_log_set_level(d.cfg.log_level);
     hd_log_set_format(d.cfg.log_format);
     signal(SIGPIPE, SIG_IGN);
+    /* The fd budget: connections, fds clients pass (held until closed) and
+     * chunk fds all count against RLIMIT_NOFILE; take the hard limit (systemd
+     * sets LimitNOFILE's soft value low for select() users; heapd uses epoll). */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+            hd_debug("open files limit raised to %llu (the hard limit)", (unsigned long long)rl.rlim_cur);
+    }
 
     if (hb_open(d.cfg.backend, &d.be, err, sizeof err)) {
         hd_error("cannot open the %s backend: %s", d.cfg.backend, err);

@@ -379,6 +379,12 @@ static void conn_kill(hd_conn *c)
     if (c->dead)
         return;
     c->dead = true;
+    /* Its queue is dropped: it no longer counts against its uid. */
+    if (c->u) {
+        c->u->queued -= c->queued;
+        c->srv->freed += c->queued;
+        c->queued = 0;
+    }
     c->next_dead = c->srv->dead;
     c->srv->dead = c;
     uv_idle_start(&c->srv->idle, idle_cb);
@@ -404,6 +410,8 @@ __attribute__((format(printf, 2, 3))) static void conn_kill_limit(hd_conn *c, co
 static void conn_account(hd_conn *c)
 {
     hd_server *s = c->srv;
+    if (c->dead)
+        return;
     size_t held = hw_reader_fds_held(&c->rd), queued = hw_writer_pending_bytes(&c->wr);
     if (queued < c->queued)
         s->freed += c->queued - queued;

@@ -1,0 +1,361 @@
+/* loaded_bench - a tenant's latency while another uid attacks heapd's
+ * transport (issue 15, "Done when", bullet 2).
+ *
+ *   loaded_bench [--rounds N] [--idle N] [--fdconns N] [--unread N] [--json FILE]
+ *
+ * Starts its own heapd (dirname(argv[0])/../heapd, host backend, a temporary
+ * socket; limits raised so that the attacker really holds what it opens:
+ * max_clients 4096, max_clients_per_uid 2000, hello_timeout_ms 600000; the
+ * per-uid fd and queue limits keep their defaults). The victim, uid 65533,
+ * runs N rounds (default 200) of: connect and attach a 1-rank heap, 16
+ * allocations of 4 KiB, free them, collect, detach; each step is timed. It
+ * runs twice in the same run: unloaded, then while the attacker, uid 65534
+ * (tests/prog_hostile hold), holds IDLE idle connections (default 1000),
+ * FDCONNS connections with 253 fds in a partial header each (default 64), and
+ * UNREAD connections that flood Stats without reading (default 64). Prints
+ * p50/p99 per step for both and the ratio of the p99s (target: at most 5),
+ * heapd's fds and RSS under the load. Figures, not assertions: exit 0 unless
+ * something failed to run. Needs root (to run two uids); prints
+ * "skipped: ..." otherwise.
+ */
+#define NAME "loaded_bench"
+#include "heapc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char dir[64], sock[128];
+static pid_t heapd_pid, hostile_pid;
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static void stop(pid_t *p)
+{
+    if (*p > 0) {
+        kill(*p, SIGTERM);
+        waitpid(*p, NULL, 0);
+    }
+    *p = 0;
+}
+
+static void cleanup(void)
+{
+    if (hostile_pid > 0)
+        kill(hostile_pid, SIGKILL);
+    stop(&hostile_pid);
+    stop(&heapd_pid);
+    if (dir[0]) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd)) {
+        }
+    }
+}
+
+__attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, NAME ": ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    cleanup();
+    exit(1);
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(double *v, size_t n, double p)
+{
+    if (!n)
+        return 0;
+    qsort(v, n, sizeof *v, cmp_d);
+    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+    return v[i];
+}
+
+enum { S_ATTACH, S_ALLOC, S_FREE_COLLECT, S_DETACH, S_N };
+static const char *const step_name[S_N] = {"connect+attach", "alloc 4K", "free+collect", "detach"};
+
+typedef struct result {
+    double p50[S_N], p99[S_N];
+    size_t n[S_N];
+} result;
+
+/* The victim, in a child of uid 65533: its figures come back through a pipe. */
+static void victim(int rounds, int wfd)
+{
+    if (setgroups(0, NULL) || setgid(65533) || setuid(65533))
+        _exit(3);
+    double *v[S_N];
+    size_t n[S_N] = {0};
+    for (int s = 0; s < S_N; s++)
+        v[s] = malloc(sizeof(double) * (size_t)rounds * 16);
+    heapc_params p = {0};
+    p.chunk_size = 1 << 20;
+    p.va_size = 64 << 20;
+    for (int r = 0; r < rounds; r++) {
+        double t0 = now_us();
+        heapc *c = heapc_connect(sock);
+        if (heapc_err(c) || heapc_attach(c, "victim", 0, 1, &p)) {
+            fprintf(stderr, NAME ": victim round %d: %s\n", r, heapc_errstr(c));
+            _exit(4);
+        }
+        v[S_ATTACH][n[S_ATTACH]++] = now_us() - t0;
+        uint64_t off[16];
+        for (int i = 0; i < 16; i++) {
+            void *ptr;
+            double t = now_us();
+            if (heapc_alloc(c, 4096, &ptr, &off[i])) {
+                fprintf(stderr, NAME ": victim alloc: %s\n", heapc_errstr(c));
+                _exit(4);
+            }
+            v[S_ALLOC][n[S_ALLOC]++] = now_us() - t;
+        }
+        double t = now_us();
+        for (int i = 0; i < 16; i++)
+            heapc_free(c, off[i]);
+        if (heapc_collect(c)) {
+            fprintf(stderr, NAME ": victim collect: %s\n", heapc_errstr(c));
+            _exit(4);
+        }
+        v[S_FREE_COLLECT][n[S_FREE_COLLECT]++] = now_us() - t;
+        t = now_us();
+        heapc_detach(c);
+        heapc_free_ctx(c);
+        v[S_DETACH][n[S_DETACH]++] = now_us() - t;
+    }
+    result res;
+    memset(&res, 0, sizeof res);
+    for (int s = 0; s < S_N; s++) {
+        res.n[s] = n[s];
+        res.p50[s] = pct(v[s], n[s], 0.5);
+        res.p99[s] = pct(v[s], n[s], 0.99);
+    }
+    if (write(wfd, &res, sizeof res) != (ssize_t)sizeof res)
+        _exit(5);
+    _exit(0);
+}
+
+static void run_victim(int rounds, result *out)
+{
+    int pp[2];
+    if (pipe(pp))
+        die("pipe: %s", strerror(errno));
+    pid_t p = fork();
+    if (p == 0) {
+        close(pp[0]);
+        victim(rounds, pp[1]);
+    }
+    close(pp[1]);
+    ssize_t got = read(pp[0], out, sizeof *out);
+    close(pp[0]);
+    int st;
+    waitpid(p, &st, 0);
+    if (got != (ssize_t)sizeof *out || !WIFEXITED(st) || WEXITSTATUS(st))
+        die("the victim failed (status %d)", st);
+}
+
+static long proc_value(pid_t pid, const char *key)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, key, strlen(key)))
+            v = strtol(line + strlen(key), NULL, 10);
+    if (f)
+        fclose(f);
+    return v;
+}
+
+static int count_fds(pid_t pid)
+{
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "ls /proc/%ld/fd | wc -l", (long)pid);
+    FILE *f = popen(cmd, "r");
+    int n = -1;
+    if (f) {
+        if (fscanf(f, "%d", &n) != 1)
+            n = -1;
+        pclose(f);
+    }
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    int rounds = 200, idle = 1000, fdconns = 64, unread = 64;
+    const char *json = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick"))
+            rounds = 50;
+        else if (i + 1 < argc && !strcmp(argv[i], "--rounds"))
+            rounds = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--idle"))
+            idle = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--fdconns"))
+            fdconns = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--unread"))
+            unread = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--json"))
+            json = argv[++i];
+        else {
+            fprintf(stderr, "usage: " NAME " [--rounds N] [--idle N] [--fdconns N] [--unread N] [--json FILE]\n");
+            return 2;
+        }
+    }
+    if (getuid() != 0) {
+        printf("skipped: " NAME " needs root (a hostile uid and a victim uid)\n");
+        return 0;
+    }
+    char self[PATH_MAX], heapd[PATH_MAX + 32], hostile[PATH_MAX + 32];
+    if (!realpath(argv[0], self))
+        die("cannot resolve %s", argv[0]);
+    char *bdir = dirname(self);
+    snprintf(heapd, sizeof heapd, "%s/../heapd", bdir);
+    snprintf(hostile, sizeof hostile, "%s/../tests/prog_hostile", bdir);
+    if (access(heapd, X_OK) || access(hostile, X_OK))
+        die("%s and %s must be built (make)", heapd, hostile);
+    snprintf(dir, sizeof dir, "/tmp/heapd-loaded.XXXXXX");
+    if (!mkdtemp(dir))
+        die("mkdtemp: %s", strerror(errno));
+    chmod(dir, 0755);
+    signal(SIGPIPE, SIG_IGN);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    char conf[128], log[128], hcopy[128], hout[128];
+    snprintf(sock, sizeof sock, "%s/heapd.sock", dir);
+    snprintf(conf, sizeof conf, "%s/heapd.conf", dir);
+    snprintf(log, sizeof log, "%s/heapd.log", dir);
+    snprintf(hcopy, sizeof hcopy, "%s/prog_hostile", dir);
+    snprintf(hout, sizeof hout, "%s/hostile.out", dir);
+    FILE *f = fopen(conf, "w");
+    if (!f)
+        die("cannot write %s", conf);
+    fprintf(f, "socket = %s\nsocket_mode = 0666\nbackend = host\nlog_level = warn\nmax_clients = 4096\n"
+               "max_clients_per_uid = 2000\nhello_timeout_ms = 600000\n",
+            sock);
+    fclose(f);
+    char cmd[PATH_MAX * 2];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", hostile, hcopy);
+    if (system(cmd))
+        die("cannot copy %s", hostile);
+
+    heapd_pid = fork();
+    if (heapd_pid == 0) {
+        int lf = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(lf, 2);
+        execl(heapd, heapd, "--config", conf, (char *)NULL);
+        _exit(127);
+    }
+    struct stat st;
+    for (int i = 0; i < 600 && stat(sock, &st); i++)
+        usleep(50000);
+    if (stat(sock, &st))
+        die("heapd did not start (see its log)");
+
+    result base, loaded;
+    run_victim(rounds, &base);
+
+    hostile_pid = fork();
+    if (hostile_pid == 0) {
+        int of = open(hout, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(of, 1);
+        if (setgroups(0, NULL) || setgid(65534) || setuid(65534))
+            _exit(3);
+        char a[3][16];
+        snprintf(a[0], 16, "%d", idle);
+        snprintf(a[1], 16, "%d", fdconns);
+        snprintf(a[2], 16, "%d", unread);
+        execl(hcopy, hcopy, "--socket", sock, "hold", a[0], a[1], a[2], (char *)NULL);
+        _exit(127);
+    }
+    char line[512] = "";
+    for (int i = 0; i < 1200; i++) {
+        FILE *h = fopen(hout, "r");
+        if (h) {
+            if (!fgets(line, sizeof line, h))
+                line[0] = 0;
+            fclose(h);
+        }
+        if (!strncmp(line, "holding", 7))
+            break;
+        usleep(50000);
+    }
+    if (strncmp(line, "holding", 7))
+        die("the attacker did not set up within 60 s");
+    /* heapd takes in what the attacker sent: wait until its fd count holds
+     * still (3 samples 100 ms apart), 30 s at most. */
+    int fds = count_fds(heapd_pid), same = 0;
+    for (int i = 0; i < 300 && same < 3; i++) {
+        usleep(100000);
+        int n = count_fds(heapd_pid);
+        same = n == fds ? same + 1 : 0;
+        fds = n;
+    }
+    long rss = proc_value(heapd_pid, "VmRSS:");
+    run_victim(rounds, &loaded);
+    int fds2 = count_fds(heapd_pid);
+    long rss2 = proc_value(heapd_pid, "VmRSS:");
+
+    printf("attacker (uid 65534): %s", line);
+    printf("heapd under attack: %d fds, VmRSS %ld kB (after the loaded run: %d fds, %ld kB)\n", fds, rss, fds2, rss2);
+    printf("victim (uid 65533), %d rounds each, same run:\n", rounds);
+    printf("%-16s %12s %12s %12s %12s %8s\n", "step", "p50 unloaded", "p99 unloaded", "p50 loaded", "p99 loaded",
+           "p99 x");
+    double worst = 0;
+    for (int s = 0; s < S_N; s++) {
+        double r = base.p99[s] > 0 ? loaded.p99[s] / base.p99[s] : 0;
+        if (r > worst)
+            worst = r;
+        printf("%-16s %10.1fus %10.1fus %10.1fus %10.1fus %7.2fx\n", step_name[s], base.p50[s], base.p99[s],
+               loaded.p50[s], loaded.p99[s], r);
+        printf("bench " NAME ": %s p99 unloaded %.1f us, loaded %.1f us, ratio %.2f\n", step_name[s], base.p99[s],
+               loaded.p99[s], r);
+    }
+    printf("worst p99 ratio loaded/unloaded: %.2fx (target: at most 5x)\n", worst);
+    if (json) {
+        FILE *j = fopen(json, "w");
+        if (j) {
+            fprintf(j, "{\"rounds\": %d, \"idle\": %d, \"fdconns\": %d, \"unread\": %d, \"steps\": [", rounds, idle,
+                    fdconns, unread);
+            for (int s = 0; s < S_N; s++)
+                fprintf(j, "%s{\"step\": \"%s\", \"p50_unloaded_us\": %.1f, \"p99_unloaded_us\": %.1f, "
+                           "\"p50_loaded_us\": %.1f, \"p99_loaded_us\": %.1f}",
+                        s ? ", " : "", step_name[s], base.p50[s], base.p99[s], loaded.p50[s], loaded.p99[s]);
+            fprintf(j, "], \"worst_p99_ratio\": %.2f}\n", worst);
+            fclose(j);
+        }
+    }
+    cleanup();
+    return 0;
+}
