@@ -77,8 +77,15 @@ struct hd_conn {
     hd_conn *next_dead, *next_busy;
 };
 
-/* Closer threads: received fds are closed here, never on the loop. Items
- * carry their uid; the loop hears of each close through `async`. */
+/* Closer threads: received fds are closed here, never on the loop. A close
+ * can block for as long as the client chose (SO_LINGER), so: at most one
+ * thread closes fds of a given uid at a time (a uid that blocks its thread
+ * delays only its own fds; the others go to the other threads), and the
+ * threads are detached: the last one to leave frees this (heapd's stop never
+ * waits for a lingering close; exit closes without lingering).
+ * Invariants (under mu): q[0..n) in arrival order; busy[i] is the uid thread
+ * i closes for, or -1; alive threads reference this; after stop, no thread
+ * touches the loop (async). */
 typedef struct closer_item {
     int fd;
     uid_t uid;
@@ -87,16 +94,20 @@ typedef struct closer_item {
 typedef struct hd_closer {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    closer_item *q;             /* ring: q[head..head+n) mod cap */
-    size_t head, n, cap;
+    closer_item *q;
+    size_t n, cap;
+    long busy[HD_CLOSER_THREADS];
     uid_t *done;                /* closed, not yet accounted by the loop */
     size_t ndone, donecap;
     bool stop;
-    pthread_t th[HD_CLOSER_THREADS];
-    int nth;
-    uv_async_t async;
-    bool async_open;
+    int alive;
+    uv_async_t *async;
 } hd_closer;
+
+typedef struct closer_arg {
+    hd_closer *k;
+    int slot;
+} closer_arg;
 
 struct hd_server {
     uv_loop_t *loop;
@@ -109,7 +120,9 @@ struct hd_server {
     uv_idle_t idle;             /* closes dead connections, reads busy ones */
     uv_timer_t sweep;           /* Hello timeouts, malloc_trim */
     uv_timer_t resume;          /* accepting again after EMFILE */
-    hd_closer closer;
+    hd_closer *closer;
+    uv_async_t closer_async;    /* closed fds to account */
+    bool async_open;
     int handles_open;           /* handles hd_server_destroy waits for */
     hd_conn *conns, *dead, *busy;
     uint32_t nconns;
@@ -240,21 +253,51 @@ static void uid_check(hd_server *s, hd_uid *u)
 
 /* ---- closer threads ------------------------------------------------------- */
 
+static void closer_free(hd_closer *k)
+{
+    free(k->q);
+    free(k->done);
+    pthread_mutex_destroy(&k->mu);
+    pthread_cond_destroy(&k->cv);
+    free(k);
+}
+
+/* The first queued fd whose uid no other thread is closing for (-1: none). */
+static long closer_pick(const hd_closer *k)
+{
+    for (size_t i = 0; i < k->n; i++) {
+        bool taken = false;
+        for (int t = 0; t < HD_CLOSER_THREADS; t++)
+            taken |= k->busy[t] == (long)k->q[i].uid;
+        if (!taken)
+            return (long)i;
+    }
+    return -1;
+}
+
 static void *closer_main(void *arg)
 {
-    hd_closer *k = arg;
+    closer_arg *ca = arg;
+    hd_closer *k = ca->k;
+    int slot = ca->slot;
+    free(ca);
     pthread_mutex_lock(&k->mu);
     for (;;) {
-        while (!k->stop && !k->n)
+        long i;
+        while (!k->stop && (i = closer_pick(k)) < 0)
             pthread_cond_wait(&k->cv, &k->mu);
         if (k->stop)
             break;
-        closer_item it = k->q[k->head];
-        k->head = (k->head + 1) % k->cap;
+        closer_item it = k->q[i];
+        memmove(k->q + i, k->q + i + 1, (k->n - (size_t)i - 1) * sizeof *k->q);
         k->n--;
+        k->busy[slot] = (long)it.uid;
         pthread_mutex_unlock(&k->mu);
         close(it.fd); /* may block for the socket's linger time */
         pthread_mutex_lock(&k->mu);
+        k->busy[slot] = -1;
+        if (k->stop)
+            break;
         if (k->ndone == k->donecap) {
             size_t cap = k->donecap ? k->donecap * 2 : 256;
             uid_t *d = realloc(k->done, cap * sizeof *d);
@@ -265,9 +308,13 @@ static void *closer_main(void *arg)
         }
         if (k->ndone < k->donecap)
             k->done[k->ndone++] = it.uid;
-        uv_async_send(&k->async);
+        uv_async_send(k->async);
+        pthread_cond_broadcast(&k->cv); /* this uid's next fd may go now */
     }
+    int last = --k->alive == 0;
     pthread_mutex_unlock(&k->mu);
+    if (last)
+        closer_free(k);
     return NULL;
 }
 
@@ -275,8 +322,10 @@ static void *closer_main(void *arg)
 static void closer_done_cb(uv_async_t *a)
 {
     hd_server *s = a->data;
-    hd_closer *k = &s->closer;
+    hd_closer *k = s->closer;
     uid_t batch[256];
+    if (!k)
+        return;
     for (;;) {
         pthread_mutex_lock(&k->mu);
         size_t n = k->ndone < 256 ? k->ndone : 256;
@@ -298,26 +347,24 @@ static void closer_done_cb(uv_async_t *a)
 /* Hands a received fd of `uid` to the closer threads. */
 static void closer_push(hd_server *s, int fd, uid_t uid)
 {
-    hd_closer *k = &s->closer;
+    hd_closer *k = s->closer;
+    if (!k) {
+        close(fd); /* no thread could start: better than a leak */
+        return;
+    }
     pthread_mutex_lock(&k->mu);
-    if (k->n == k->cap || !k->nth) {
+    if (k->n == k->cap) {
         size_t cap = k->cap ? k->cap * 2 : 256;
-        closer_item *q = k->nth ? malloc(cap * sizeof *q) : NULL;
+        closer_item *q = realloc(k->q, cap * sizeof *q);
         if (!q) {
-            /* No thread or no memory: close here rather than leak. */
             pthread_mutex_unlock(&k->mu);
             close(fd);
             return;
         }
-        for (size_t i = 0; i < k->n; i++)
-            q[i] = k->q[(k->head + i) % k->cap];
-        free(k->q);
         k->q = q;
-        k->head = 0;
         k->cap = cap;
     }
-    k->q[(k->head + k->n) % k->cap] = (closer_item){fd, uid};
-    k->n++;
+    k->q[k->n++] = (closer_item){fd, uid};
     pthread_cond_signal(&k->cv);
     pthread_mutex_unlock(&k->mu);
     hd_uid *u = uid == 0 ? NULL : uid_get(s, uid);
@@ -334,38 +381,60 @@ static void conn_close_fd(int fd, void *arg)
 
 static int closer_start(hd_server *s)
 {
-    hd_closer *k = &s->closer;
+    if (uv_async_init(s->loop, &s->closer_async, closer_done_cb))
+        return -1;
+    s->closer_async.data = s;
+    uv_unref((uv_handle_t *)&s->closer_async);
+    s->async_open = true;
+    s->handles_open++;
+    hd_closer *k = calloc(1, sizeof *k);
+    if (!k)
+        return -1;
     pthread_mutex_init(&k->mu, NULL);
     pthread_cond_init(&k->cv, NULL);
-    if (uv_async_init(s->loop, &k->async, closer_done_cb))
-        return -1;
-    k->async.data = s;
-    uv_unref((uv_handle_t *)&k->async);
-    k->async_open = true;
-    s->handles_open++;
+    k->async = &s->closer_async;
     for (int i = 0; i < HD_CLOSER_THREADS; i++)
-        if (pthread_create(&k->th[k->nth], NULL, closer_main, k) == 0)
-            k->nth++;
-    return k->nth ? 0 : -1;
+        k->busy[i] = -1;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_mutex_lock(&k->mu);
+    for (int i = 0; i < HD_CLOSER_THREADS; i++) {
+        closer_arg *ca = malloc(sizeof *ca);
+        pthread_t th;
+        if (!ca)
+            break;
+        ca->k = k;
+        ca->slot = i;
+        if (pthread_create(&th, &at, closer_main, ca) == 0)
+            k->alive++;
+        else
+            free(ca);
+    }
+    pthread_attr_destroy(&at);
+    int alive = k->alive;
+    pthread_mutex_unlock(&k->mu);
+    if (!alive) {
+        closer_free(k);
+        return -1;
+    }
+    s->closer = k;
+    return 0;
 }
 
-/* Stops the threads (each finishes the close it is in); fds still queued
- * stay open: the process exits next, and exit closes without lingering. */
-static void closer_stop(hd_closer *k)
+/* Tells the threads to leave (a thread in a lingering close leaves when it
+ * returns; the last one frees the closer). fds still queued stay open: the
+ * process exits next, and exit closes them without lingering. */
+static void closer_stop(hd_server *s)
 {
+    hd_closer *k = s->closer;
+    if (!k)
+        return;
+    s->closer = NULL;
     pthread_mutex_lock(&k->mu);
     k->stop = true;
     pthread_cond_broadcast(&k->cv);
     pthread_mutex_unlock(&k->mu);
-    for (int i = 0; i < k->nth; i++)
-        pthread_join(k->th[i], NULL);
-    k->nth = 0;
-    free(k->q);
-    free(k->done);
-    k->q = NULL;
-    k->done = NULL;
-    pthread_mutex_destroy(&k->mu);
-    pthread_cond_destroy(&k->cv);
 }
 
 /* ---- connections ------------------------------------------------------------ */
@@ -1005,7 +1074,7 @@ void hd_server_destroy(hd_server *s)
     if (!s || s->destroyed)
         return;
     s->destroyed = true;
-    closer_stop(&s->closer);
+    closer_stop(s);
     for (int i = 0; i < HD_UID_BUCKETS; i++)
         while (s->uids[i]) {
             hd_uid *u = s->uids[i];
@@ -1015,6 +1084,6 @@ void hd_server_destroy(hd_server *s)
     uv_close((uv_handle_t *)&s->idle, handle_closed_cb);
     uv_close((uv_handle_t *)&s->sweep, handle_closed_cb);
     uv_close((uv_handle_t *)&s->resume, handle_closed_cb);
-    if (s->closer.async_open)
-        uv_close((uv_handle_t *)&s->closer.async, handle_closed_cb);
+    if (s->async_open)
+        uv_close((uv_handle_t *)&s->closer_async, handle_closed_cb);
 }

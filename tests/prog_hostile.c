@@ -6,12 +6,17 @@
  *   prog_hostile --socket PATH MODE [ARGS]
  *
  * Modes (each prints "ok   ..." or "FAIL ..." lines; exit 0 when all ok):
- *   linger SEC        passes a loopback TCP socket with SO_LINGER SEC (over
+ *   linger SEC [GOFILE]
+ *                     passes a loopback TCP socket with SO_LINGER SEC (over
  *                     BOUND_MS) and unsent data inside an unfinished frame (no
  *                     Hello), closes its own copy and the connection; a second
  *                     connection's Hello must then be answered within
  *                     BOUND_MS, while that socket still lingers; then reads
  *                     the socket's data so that its close ends
+ *                     (LINGER_SOCKS sockets, more than heapd's closer threads;
+ *                     with GOFILE it prints "lingering" and waits for GOFILE
+ *                     before that)
+ *   fdprobe           an fd sent on a Stats: heapd must close it (pipe probe)
  *   pipeline N        N Stats frames in one write: N replies
  *   conns N           opens up to N connections (Hello on each) and prints
  *                     how many were taken and the refusal's Error
@@ -235,70 +240,113 @@ static int hello_roundtrip(int *out_fd)
 
 /* ---- linger (item 1) ------------------------------------------------------- */
 
-static int mode_linger(int sec)
+#define LINGER_SOCKS 6 /* more than heapd's closer threads */
+
+static int mode_linger(int sec, const char *gofile)
 {
-    /* A loopback TCP connection nobody reads: its send queue stays full. */
+    /* Loopback TCP connections nobody reads: their send queues stay full. */
     int ls = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t al = sizeof a;
     int rcv = 4096;
     setsockopt(ls, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
-    if (bind(ls, (struct sockaddr *)&a, sizeof a) || listen(ls, 4) || getsockname(ls, (struct sockaddr *)&a, &al)) {
+    if (bind(ls, (struct sockaddr *)&a, sizeof a) || listen(ls, LINGER_SOCKS) ||
+        getsockname(ls, (struct sockaddr *)&a, &al)) {
         bad("linger: loopback listener: %s", strerror(errno));
         return 1;
     }
-    int ts = socket(AF_INET, SOCK_STREAM, 0);
-    if (connect(ts, (struct sockaddr *)&a, sizeof a)) {
-        bad("linger: connect: %s", strerror(errno));
-        return 1;
-    }
-    fcntl(ts, F_SETFL, O_NONBLOCK);
     static char junk[65536];
     size_t queued = 0;
-    for (;;) {
-        ssize_t n = send(ts, junk, sizeof junk, MSG_NOSIGNAL);
-        if (n <= 0)
-            break;
-        queued += (size_t)n;
+    for (int k = 0; k < LINGER_SOCKS; k++) {
+        int ts = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(ts, (struct sockaddr *)&a, sizeof a)) {
+            bad("linger: connect: %s", strerror(errno));
+            return 1;
+        }
+        fcntl(ts, F_SETFL, O_NONBLOCK);
+        for (;;) {
+            ssize_t n = send(ts, junk, sizeof junk, MSG_NOSIGNAL);
+            if (n <= 0)
+                break;
+            queued += (size_t)n;
+        }
+        struct linger lg = {1, sec};
+        setsockopt(ts, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+        /* An unfinished frame (header: 100 bytes, 1 fd; 10 bytes sent) with
+         * the socket attached, then our copy and the connection closed:
+         * heapd holds the last reference and closes it when the frame
+         * breaks. */
+        int c = conn_open();
+        if (c < 0)
+            return 1;
+        unsigned char fr[18] = {0};
+        put32(fr, 100);
+        put32(fr + 4, 1);
+        if (send_fds(c, fr, sizeof fr, &ts, 1) < 0) {
+            bad("linger: sending the socket: %s", strerror(errno));
+            return 1;
+        }
+        close(ts);
+        close(c);
     }
-    struct linger lg = {1, sec};
-    setsockopt(ts, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
 
-    /* An unfinished frame (header: 100 bytes, 1 fd; 10 bytes sent) with the
-     * socket attached, then our copy and the connection closed: heapd holds
-     * the last reference and closes it when the frame breaks. */
-    int c = conn_open();
-    if (c < 0)
-        return 1;
-    unsigned char fr[18] = {0};
-    put32(fr, 100);
-    put32(fr + 4, 1);
-    if (send_fds(c, fr, sizeof fr, &ts, 1) < 0) {
-        bad("linger: sending the socket: %s", strerror(errno));
-        return 1;
-    }
-    close(ts);
-    close(c);
-
-    /* heapd must answer another client while that socket still lingers
+    /* heapd must answer another client while those sockets still linger
      * (sec > BOUND_MS: a loop blocked in close() answers only after it). */
     int rc = hello_roundtrip(NULL);
     if (rc)
-        bad("linger: no HelloReply to a second client within %d ms after a socket with a %d s linger was passed "
+        bad("linger: no HelloReply to a second client within %d ms after sockets with a %d s linger were passed "
             "(the loop is blocked in close())", BOUND_MS, sec);
     else
-        ok("linger: heapd answered another client while the passed socket (%d s linger, %zu bytes unsent) was "
-           "still closing", sec, queued);
-    /* Let that close finish: read what the socket queued, to its end. */
-    int as = accept(ls, NULL, NULL);
-    while (as >= 0) {
-        struct pollfd pf = {as, POLLIN, 0};
-        if (poll(&pf, 1, BOUND_MS) <= 0 || read(as, junk, sizeof junk) <= 0)
-            break;
+        ok("linger: heapd answered another client while %d passed sockets (%d s linger, %zu bytes unsent) were "
+           "still closing", LINGER_SOCKS, sec, queued);
+    if (gofile) {
+        /* The script checks other uids meanwhile; it creates gofile when done. */
+        printf("lingering\n");
+        fflush(stdout);
+        for (int i = 0; i < BOUND_MS * 2 / 50 && access(gofile, F_OK); i++)
+            usleep(50000);
     }
-    if (as >= 0)
-        close(as);
+    /* Let those closes finish: read what the sockets queued, to their end. */
+    for (int k = 0; k < LINGER_SOCKS; k++) {
+        int as = accept(ls, NULL, NULL);
+        while (as >= 0) {
+            struct pollfd pf = {as, POLLIN, 0};
+            if (poll(&pf, 1, BOUND_MS) <= 0 || read(as, junk, sizeof junk) <= 0)
+                break;
+        }
+        if (as >= 0)
+            close(as);
+    }
     close(ls);
+    return failures ? 1 : 0;
+}
+
+/* An fd sent on a request (heapd answers ERR_PROTOCOL and closes it): the
+ * pipe probe must read EOF within BOUND_MS. */
+static int mode_fdprobe(void)
+{
+    int fd;
+    if (hello_roundtrip(&fd)) {
+        bad("fdprobe: Hello not answered");
+        return 1;
+    }
+    int pp[2];
+    if (pipe(pp))
+        return 1;
+    uint8_t buf[64];
+    size_t n = pack_stats(buf, 5);
+    put32(buf + 4, 1);
+    send_fds(fd, buf, n, &pp[1], 1);
+    close(pp[1]);
+    struct pollfd pf = {pp[0], POLLIN, 0};
+    char ch;
+    if (poll(&pf, 1, BOUND_MS) > 0 && read(pp[0], &ch, 1) == 0)
+        ok("fdprobe: heapd closed the fd this uid sent");
+    else
+        bad("fdprobe: heapd did not close the fd this uid sent within %d ms (its closer threads are all blocked?)",
+            BOUND_MS);
+    close(pp[0]);
+    close(fd);
     return failures ? 1 : 0;
 }
 
@@ -629,7 +677,9 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     alarm(900); /* never outlives a test that forgot it */
     if (!strcmp(m, "linger"))
-        return mode_linger(a1 ? a1 : 60);
+        return mode_linger(a1 ? a1 : 60, argc > 5 ? argv[5] : NULL);
+    if (!strcmp(m, "fdprobe"))
+        return mode_fdprobe();
     if (!strcmp(m, "pipeline"))
         return mode_pipeline(a1 ? a1 : 200);
     if (!strcmp(m, "conns"))
