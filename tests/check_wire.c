@@ -689,6 +689,89 @@ START_TEST(test_fds_outside_frame)
 }
 END_TEST
 
+/* Issue 15: a reader's own limits. A header over max_len fails at once; fds
+ * over max_fds fail as they arrive, before the header is complete; the fds
+ * the reader closes go to its closer, never to close() directly. */
+static int closed_by_closer[2048];
+static size_t nclosed_by_closer;
+static void test_closer(int fd, void *arg)
+{
+    ck_assert_ptr_eq(arg, (void *)&nclosed_by_closer);
+    if (nclosed_by_closer < 2048)
+        closed_by_closer[nclosed_by_closer++] = fd;
+    close(fd);
+}
+
+START_TEST(test_reader_limits)
+{
+    int sv[2], before, *fds;
+    hw_reader r;
+    hw_frame f;
+    char err[ERRLEN] = "";
+    unsigned char hdr[8];
+
+    /* max_len: a 4097-byte frame on a 4096-byte reader. */
+    sockpair(sv);
+    hw_reader_init(&r);
+    hw_reader_set_limits(&r, 4096, 0);
+    put_hdr(hdr, 4097, 0);
+    raw_send(sv[0], hdr, 8, NULL, 0);
+    ck_assert_int_eq(recv5(sv[1], &r, &f, err), HW_ETOOBIG);
+    ck_assert_err_has(err, "4096-byte limit");
+    hw_reader_free(&r);
+    close_pair(sv);
+
+    /* max_fds: 3 header bytes with 2 fds each on a reader that holds 5;
+     * the closer gets every fd. */
+    sockpair(sv);
+    hw_reader_init(&r);
+    hw_reader_set_limits(&r, 0, 5);
+    nclosed_by_closer = 0;
+    hw_reader_set_closer(&r, test_closer, &nclosed_by_closer);
+    before = count_fds();
+    fds = mk_memfds(2, 0);
+    put_hdr(hdr, 0, 6);
+    raw_send(sv[0], hdr, 1, fds, 2);
+    raw_send(sv[0], hdr + 1, 1, fds, 2);
+    ck_assert_int_eq(hw_read(sv[1], &r, &f, err, ERRLEN), HW_AGAIN);
+    ck_assert_uint_eq(hw_reader_fds_held(&r), 4);
+    raw_send(sv[0], hdr + 2, 1, fds, 2);
+    ck_assert_int_eq(recv5(sv[1], &r, &f, err), HW_ETOOMANYFDS);
+    ck_assert_err_has(err, "limit of 5");
+    ck_assert_uint_eq(hw_reader_fds_held(&r), 0);
+    ck_assert_uint_eq(nclosed_by_closer, 6);
+    close_all(fds, 2);
+    free(fds);
+    ck_assert_int_eq(count_fds(), before);
+    hw_reader_free(&r);
+    close_pair(sv);
+
+    /* shrink: no buffer while nothing is buffered; frames still parse. */
+    sockpair(sv);
+    hw_reader_init(&r);
+    {
+        unsigned char two[8 + 3 + 8 + 2];
+        put_hdr(two, 3, 0);
+        memcpy(two + 8, "abc", 3);
+        put_hdr(two + 11, 2, 0);
+        memcpy(two + 19, "de", 2);
+        raw_send(sv[0], two, sizeof two, NULL, 0);
+    }
+    ck_assert_int_eq(recv5(sv[1], &r, &f, err), HW_FRAME);
+    hw_frame_free(&f);
+    ck_assert_int_eq(hw_reader_buffered(&r), 1);
+    hw_reader_shrink(&r); /* bytes left: kept */
+    ck_assert_int_eq(recv5(sv[1], &r, &f, err), HW_FRAME);
+    ck_assert_uint_eq(f.len, 2);
+    hw_frame_free(&f);
+    ck_assert_int_eq(hw_reader_buffered(&r), 0);
+    hw_reader_shrink(&r);
+    ck_assert_ptr_null(r.buf);
+    hw_reader_free(&r);
+    close_pair(sv);
+}
+END_TEST
+
 /* MSG_CTRUNC: the receiver cannot install all fds (RLIMIT_NOFILE); the ones
  * that were installed are closed and the read fails. */
 START_TEST(test_ctrunc)
@@ -1279,6 +1362,7 @@ static Suite *wire_suite(void)
     tcase_add_test(tc, test_fd_count_mismatch);
     tcase_add_test(tc, test_fds_outside_frame);
     tcase_add_test(tc, test_ctrunc);
+    tcase_add_test(tc, test_reader_limits);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("stream");
