@@ -232,6 +232,13 @@ int main(int argc, char **argv)
     }
     if (getuid() != 0) {
         printf("skipped: " NAME " needs root (a hostile uid and a victim uid)\n");
+        if (json) {
+            FILE *j = fopen(json, "w");
+            if (j) {
+                fprintf(j, "{\"skipped\": \"needs root\"}\n");
+                fclose(j);
+            }
+        }
         return 0;
     }
     char self[PATH_MAX], heapd[PATH_MAX + 32], hostile[PATH_MAX + 32];
