@@ -129,8 +129,8 @@ static void conn_start(hd_store *s, conn *c)
     c->connected = c->nsubs = c->script_sent = 0;
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
-    if (c == &s->sub &&
-        redisAsyncCommand(ac, hd_store_on_sub, NULL, "SUBSCRIBE %s %s", s->node_chan, FORCE_CHANNEL) != REDIS_OK) {
+    if (c == &s->sub && redisAsyncCommand(ac, hd_store_on_sub, NULL, "SUBSCRIBE %s %s", s->node_chan,
+                                          HD_STORE_FORCE_CHANNEL) != REDIS_OK) {
         c->ac = NULL;
         redisAsyncFree(ac);
         fail_queued(s, "cannot queue SUBSCRIBE");
@@ -428,7 +428,7 @@ int hd_store_open(uv_loop_t *loop, const char *url, const char *node, hd_store *
     }
     s->loop = loop;
     memcpy(s->node, node, nl + 1);
-    snprintf(s->node_chan, sizeof s->node_chan, NODE_CHANNEL "%s", node);
+    snprintf(s->node_chan, sizeof s->node_chan, HD_STORE_NODE_CHANNEL "%s", node);
     sha1_hex(COLLECT_LUA, sizeof COLLECT_LUA - 1, s->sha);
     uv_timer_init(loop, &s->defer);
     s->defer.data = s;

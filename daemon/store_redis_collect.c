@@ -456,7 +456,7 @@ int hd_store_collect_abort_code(hd_store *s, const char *heap, const char *incar
     t = pending_collect(s, heap, incarnation);
     if (t && (t->cnum != cnum || t->state == ST_DONE))
         t = NULL;
-    q = hd_store_req_new(s, RQ_ABORT, ABORT_REQ_TIMEOUT_MS);
+    q = hd_store_req_new(s, RQ_ABORT, HD_STORE_ABORT_REQ_TIMEOUT_MS);
     if (!q) {
         if (t)
             hd_store_req_failc(t, code, "%s", msg);

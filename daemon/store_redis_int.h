@@ -13,8 +13,10 @@
  *                          other nodes, forced-collect requests) and forced
  *                          collect publishing.
  *
- * Every symbol these files share is hd_store_*, like the API; what only one
- * file uses is static there. */
+ * Every function these files share is hd_store_*, and every macro here
+ * HD_STORE_*, like the API's; what only one file uses is static there. The
+ * types and enums below (req, conn, force_note, RQ_*, ST_*) are seen by
+ * these four files only. */
 #ifndef HEAPD_STORE_REDIS_INT_H
 #define HEAPD_STORE_REDIS_INT_H
 
@@ -28,10 +30,10 @@
 
 #include "store.h"
 
-#define FORCE_CHANNEL "heapd:force"
-#define NODE_CHANNEL "heapd:node:"
-#define ABORT_REQ_TIMEOUT_MS 10000
-#define FORCE_DEFAULT_TIMEOUT_MS 10000
+#define HD_STORE_FORCE_CHANNEL "heapd:force"
+#define HD_STORE_NODE_CHANNEL "heapd:node:"
+#define HD_STORE_ABORT_REQ_TIMEOUT_MS 10000
+#define HD_STORE_FORCE_DEFAULT_TIMEOUT_MS 10000
 
 /* ---- state ------------------------------------------------------------- */
 
@@ -92,7 +94,7 @@ typedef struct req {
 /* One hiredis connection.
  * Invariants (while the store is not closing):
  *   ac == NULL => connected == nsubs == script_sent == 0;
- *   nsubs <= 2 (s->node_chan and FORCE_CHANNEL), and nsubs == 0 on cmd;
+ *   nsubs <= 2 (s->node_chan and HD_STORE_FORCE_CHANNEL), and nsubs == 0 on cmd;
  *   script_sent == 1 <=> EVAL carried the script on this ac (EVALSHA next). */
 typedef struct conn {
     redisAsyncContext *ac;
@@ -129,7 +131,7 @@ struct hd_store {
     char hostport[300];   /* for messages: HOST:PORT */
     int port;
     char node[HD_STORE_NODE_MAX + 1];
-    char node_chan[sizeof NODE_CHANNEL + HD_STORE_NODE_MAX];
+    char node_chan[sizeof HD_STORE_NODE_CHANNEL + HD_STORE_NODE_MAX];
     char addr[256];         /* numeric address connected to */
     int have_addr, host_is_ip;
     uv_getaddrinfo_t gai;

@@ -22,7 +22,7 @@ int hd_store_send_publish(hd_store *s, req *q)
         return -1;
     }
     rc = redisAsyncCommand(s->cmd.ac, on_publish_reply, (void *)(uintptr_t)q->id, "PUBLISH %s %s",
-                           FORCE_CHANNEL, payload);
+                           HD_STORE_FORCE_CHANNEL, payload);
     free(payload);
     if (rc != REDIS_OK)
         return -1;
@@ -150,7 +150,7 @@ void hd_store_on_sub(redisAsyncContext *ac, void *reply, void *priv)
     if (kind->len != 7 || strncasecmp(kind->str, "message", 7) || !(body = hd_store_reply_str(r, 2)))
         return;
     s->messages++;
-    if (chan->len == strlen(FORCE_CHANNEL) && !memcmp(chan->str, FORCE_CHANNEL, chan->len))
+    if (chan->len == strlen(HD_STORE_FORCE_CHANNEL) && !memcmp(chan->str, HD_STORE_FORCE_CHANNEL, chan->len))
         got_force(s, body->str, body->len);
     else if (chan->len == strlen(s->node_chan) && !memcmp(chan->str, s->node_chan, chan->len))
         got_node_message(s, body->str, body->len);
@@ -178,7 +178,7 @@ int hd_store_publish_force_cb(hd_store *s, const char *heap, const char *incarna
     }
     if (!hd_store_name_ok("heap", heap, err, errlen) || !hd_store_name_ok("incarnation", incarnation, err, errlen))
         return -1;
-    q = hd_store_req_new(s, RQ_FORCE, timeout_ms ? timeout_ms : FORCE_DEFAULT_TIMEOUT_MS);
+    q = hd_store_req_new(s, RQ_FORCE, timeout_ms ? timeout_ms : HD_STORE_FORCE_DEFAULT_TIMEOUT_MS);
     if (!q) {
         hd_store_seterr(err, errlen, "forced collect of heap \"%s\": out of memory", heap);
         return -1;
@@ -198,5 +198,5 @@ int hd_store_publish_force_cb(hd_store *s, const char *heap, const char *incarna
 
 int hd_store_publish_force(hd_store *s, const char *heap, const char *incarnation, char *err, size_t errlen)
 {
-    return hd_store_publish_force_cb(s, heap, incarnation, FORCE_DEFAULT_TIMEOUT_MS, NULL, NULL, err, errlen);
+    return hd_store_publish_force_cb(s, heap, incarnation, HD_STORE_FORCE_DEFAULT_TIMEOUT_MS, NULL, NULL, err, errlen);
 }
