@@ -184,8 +184,8 @@ $(LIBHEAPC_SO): $(CLIENT_OBJ) $(COMMON_OBJ)
 $(LIBHEAPC_NCCL_A): $(CLIENT_NCCL_OBJ)
 	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
 
-# Its own hidden copies of hs_parse_size and the libcuda loader (libheapc
-# exports no hs_* nor cd_*).
+# Its own hidden copies of hsz_parse_size and the libcuda loader (libheapc
+# exports no hsz_* nor cd_*).
 NCCL_SO_COMMON := $(BUILD)/obj/common/size.o $(BUILD)/obj/common/cuda_dl.o
 $(LIBHEAPC_NCCL_SO): $(CLIENT_NCCL_OBJ) $(NCCL_SO_COMMON) $(LIBHEAPC_SO)
 	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libheapc_nccl.so.0 $(REAL_LDFLAGS) -o $@ $(CLIENT_NCCL_OBJ) \

@@ -541,7 +541,7 @@ int hnccl_apply_env(hnccl_ctx *x)
                        names, pv, sv);
     }
     uint64_t thr = atomic_load_explicit(&x->threshold, memory_order_relaxed);
-    if (fv && *fv && hs_parse_size(fv, &thr) != 0)
+    if (fv && *fv && hsz_parse_size(fv, &thr) != 0)
         return set_err(x, HNCCL_EINVAL,
                        "HEAPC_NCCL_FREE_MIN=\"%.100s\" is not a size (bytes, or a number with K, M, G, T: "
                        "\"3G\")",

@@ -110,7 +110,7 @@ void hd_registry_set_store(hd_registry *r, hd_store *store)
 }
 uint32_t hd_registry_heaps(const hd_registry *r) { return r->nheaps; }
 
-const char *human(uint64_t b, char *buf, size_t len) { return hs_format_size(b, buf, len); }
+const char *human(uint64_t b, char *buf, size_t len) { return hsz_format_size(b, buf, len); }
 
 /* ---- heap lifetime ------------------------------------------------------- */
 
