@@ -137,28 +137,17 @@ static int map_daemon_code(int code)
     return HEAPC_EPROTOCOL;
 }
 
-/*
- * Sends req (its id is set here) and waits for the reply with the same id.
- * On success *rep is the decoded reply with body `want` and *raw holds the
- * frame's fds (the caller frees both: heapd__frame__free_unpacked,
- * hw_frame_free). An Error reply keeps heapd's code and message.
- */
-int hci_rpc(heapc *c, Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__Frame **rep,
-               hw_frame *raw)
+/* rpc, step 1: encodes req (its id set here) and sends it. */
+static int rpc_send(heapc *c, Heapd__Frame *req)
 {
     char werr[256];
-    *rep = NULL;
-    memset(raw, 0, sizeof *raw);
-    if (c->fd < 0)
-        return hci_set_err(c, HEAPC_ECONN, "%s", c->dead_msg);
-
     req->id = ++c->next_id;
     size_t len = heapd__frame__get_packed_size(req);
     unsigned char stackbuf[512];
     unsigned char *buf = len <= sizeof stackbuf ? stackbuf : malloc(len);
     if (!buf)
         return hci_set_err(c, HEAPC_EOOM, "out of memory encoding a %zu-byte %s request",
-                       len, body_name(req->body_case));
+                           len, body_name(req->body_case));
     heapd__frame__pack(req, buf);
     int rc = hw_send_frame(c->fd, buf, len, NULL, 0, werr, sizeof werr);
     if (buf != stackbuf)
@@ -168,72 +157,110 @@ int hci_rpc(heapc *c, Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__Fra
             return conn_closed_by_heapd(c, "while sending", body_name(req->body_case));
         if (rc == HW_ETOOBIG)
             return hci_set_err(c, HEAPC_EINVAL, "the %s request is too large to send: %s",
-                           body_name(req->body_case), werr);
+                               body_name(req->body_case), werr);
         return conn_dead(c, HEAPC_ECONN, "sending %s to heapd failed: %s; connect again",
                          body_name(req->body_case), werr);
     }
+    return HEAPC_OK;
+}
 
-    for (;;) {
-        hw_frame f;
-        rc = hw_recv_frame(c->fd, &c->rd, &f, c->timeout_ms, werr, sizeof werr);
-        if (rc == HW_EOF || rc == HW_EPARTIAL ||
-            (rc == HW_ESYS && (errno == ECONNRESET || errno == EPIPE)))
-            return conn_closed_by_heapd(c, "before answering", body_name(req->body_case));
-        if (rc == HW_ETIMEDOUT)
-            return conn_dead(c, HEAPC_ENOREPLY,
-                             "no reply from heapd to %s within %d ms; the connection was closed "
-                             "because its state is unknown: connect and attach again",
-                             body_name(req->body_case), c->timeout_ms);
-        if (rc < 0)
-            return conn_dead(c, HEAPC_ECONN,
-                             "reading heapd's reply to %s failed: %s; the connection was closed: "
-                             "connect again",
-                             body_name(req->body_case), werr);
-        Heapd__Frame *m = heapd__frame__unpack(NULL, f.len, f.data);
-        if (!m) {
-            hw_frame_free(&f);
-            return conn_dead(c, HEAPC_EPROTOCOL,
-                             "heapd's reply to %s is not a valid heapd.Frame; libheapc and heapd "
-                             "do not speak the same protocol: check their versions",
-                             body_name(req->body_case));
-        }
-        if (m->id == 0 && m->body_case == HEAPD__FRAME__BODY_ERROR && m->error) {
-            /* Unsolicited: heapd says why it is closing the connection. */
-            char why[512];
-            snprintf(why, sizeof why, "%s", m->error->message ? m->error->message : "heapd closed the connection");
-            int code = map_daemon_code((int)m->error->code);
-            heapd__frame__free_unpacked(m, NULL);
-            hw_frame_free(&f);
-            return conn_dead(c, code, "%s (while waiting for the reply to %s)", why, body_name(req->body_case));
-        }
-        if (m->id != req->id) { /* a stale reply: not ours */
-            heapd__frame__free_unpacked(m, NULL);
-            hw_frame_free(&f);
-            continue;
-        }
-        if (m->body_case == HEAPD__FRAME__BODY_ERROR && m->error) {
-            int code = map_daemon_code((int)m->error->code);
-            const char *msg = m->error->message ? m->error->message : "";
-            if (!*msg)
-                hci_set_err(c, code, "heapd refused %s: %s", body_name(req->body_case),
+/* rpc, step 2: the next frame from heapd, decoded into *m (its fds in *f). */
+static int rpc_recv(heapc *c, const Heapd__Frame *req, Heapd__Frame **m, hw_frame *f)
+{
+    char werr[256];
+    int rc = hw_recv_frame(c->fd, &c->rd, f, c->timeout_ms, werr, sizeof werr);
+    if (rc == HW_EOF || rc == HW_EPARTIAL ||
+        (rc == HW_ESYS && (errno == ECONNRESET || errno == EPIPE)))
+        return conn_closed_by_heapd(c, "before answering", body_name(req->body_case));
+    if (rc == HW_ETIMEDOUT)
+        return conn_dead(c, HEAPC_ENOREPLY,
+                         "no reply from heapd to %s within %d ms; the connection was closed "
+                         "because its state is unknown: connect and attach again",
+                         body_name(req->body_case), c->timeout_ms);
+    if (rc < 0)
+        return conn_dead(c, HEAPC_ECONN,
+                         "reading heapd's reply to %s failed: %s; the connection was closed: "
+                         "connect again",
+                         body_name(req->body_case), werr);
+    *m = heapd__frame__unpack(NULL, f->len, f->data);
+    if (!*m) {
+        hw_frame_free(f);
+        return conn_dead(c, HEAPC_EPROTOCOL,
+                         "heapd's reply to %s is not a valid heapd.Frame; libheapc and heapd "
+                         "do not speak the same protocol: check their versions",
+                         body_name(req->body_case));
+    }
+    return HEAPC_OK;
+}
+
+#define RPC_STALE 1 /* rpc_check: a reply to an earlier request, not ours */
+
+/* rpc, step 3: is m the reply to req, with body `want`? HEAPC_OK: yes (the
+ * caller keeps m and f); RPC_STALE or an error: m and f are freed. */
+static int rpc_check(heapc *c, const Heapd__Frame *req, Heapd__Frame__BodyCase want,
+                     Heapd__Frame *m, hw_frame *f)
+{
+    int rc = HEAPC_OK;
+    if (m->id == 0 && m->body_case == HEAPD__FRAME__BODY_ERROR && m->error) {
+        /* Unsolicited: heapd says why it is closing the connection. */
+        char why[512];
+        snprintf(why, sizeof why, "%s", m->error->message ? m->error->message : "heapd closed the connection");
+        int code = map_daemon_code((int)m->error->code);
+        rc = conn_dead(c, code, "%s (while waiting for the reply to %s)", why, body_name(req->body_case));
+    } else if (m->id != req->id) {
+        rc = RPC_STALE;
+    } else if (m->body_case == HEAPD__FRAME__BODY_ERROR && m->error) {
+        int code = map_daemon_code((int)m->error->code);
+        const char *msg = m->error->message ? m->error->message : "";
+        if (!*msg)
+            hci_set_err(c, code, "heapd refused %s: %s", body_name(req->body_case),
                         heapc_errname(code));
-            else
-                hci_set_err(c, code, "%s", msg);
-            heapd__frame__free_unpacked(m, NULL);
-            hw_frame_free(&f);
-            if (code == HEAPC_EVERSION)
-                conn_dead(c, code, "%s", c->errstr);
-            return code;
-        }
-        if (m->body_case != want) {
-            Heapd__Frame__BodyCase got = m->body_case;
-            heapd__frame__free_unpacked(m, NULL);
-            hw_frame_free(&f);
-            return hci_set_err(c, HEAPC_EPROTOCOL,
-                           "heapd answered %s with %s instead of %s; libheapc and heapd do not "
-                           "agree on the protocol: check their versions",
-                           body_name(req->body_case), body_name(got), body_name(want));
-        }
+        else
+            hci_set_err(c, code, "%s", msg);
+        if (code == HEAPC_EVERSION)
+            conn_dead(c, code, "%s", c->errstr);
+        rc = code;
+    } else if (m->body_case != want) {
+        rc = hci_set_err(c, HEAPC_EPROTOCOL,
+                         "heapd answered %s with %s instead of %s; libheapc and heapd do not "
+                         "agree on the protocol: check their versions",
+                         body_name(req->body_case), body_name(m->body_case), body_name(want));
+    }
+    if (rc != HEAPC_OK) {
+        heapd__frame__free_unpacked(m, NULL);
+        hw_frame_free(f);
+    }
+    return rc;
+}
+
+/*
+ * Sends req (its id is set here) and waits for the reply with the same id.
+ * On success *rep is the decoded reply with body `want` and *raw holds the
+ * frame's fds (the caller frees both: heapd__frame__free_unpacked,
+ * hw_frame_free). An Error reply keeps heapd's code and message. The one
+ * path between libheapc and heapd: every request goes through here.
+ */
+int hci_rpc(heapc *c, Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__Frame **rep,
+            hw_frame *raw)
+{
+    *rep = NULL;
+    memset(raw, 0, sizeof *raw);
+    if (c->fd < 0)
+        return hci_set_err(c, HEAPC_ECONN, "%s", c->dead_msg);
+    int rc = rpc_send(c, req);
+    if (rc != HEAPC_OK)
+        return rc;
+    for (;;) {
+        Heapd__Frame *m;
+        hw_frame f;
+        rc = rpc_recv(c, req, &m, &f);
+        if (rc != HEAPC_OK)
+            return rc;
+        rc = rpc_check(c, req, want, m, &f);
+        if (rc == RPC_STALE)
+            continue;
+        if (rc != HEAPC_OK)
+            return rc;
         *rep = m;
         *raw = f;
         return HEAPC_OK;

@@ -105,9 +105,9 @@ static int device_sync(heapc *c)
     int rc = c->sync_fn(c->sync_arg);
     if (rc != 0)
         return hci_set_err(c, HEAPC_ESYNC,
-                       "the device-sync hook returned %d before a collect on heap %s; the collect "
-                       "was not started: fix the device error, then call heapc_collect again",
-                       rc, c->heap ? c->heap : "?");
+                           "the device-sync hook returned %d before a collect on heap %s; the collect "
+                           "was not started: fix the device error, then call heapc_collect again",
+                           rc, c->heap ? c->heap : "?");
     return HEAPC_OK;
 }
 
@@ -145,7 +145,7 @@ int hci_flush_locked(heapc *c)
                 char msg[ERRSTR_LEN];
                 snprintf(msg, sizeof msg, "%s", c->errstr);
                 hci_set_err(c, rc, "%s (heapd refused a batch of %zu frees; they were dropped)", msg,
-                        n);
+                            n);
             }
             return rc;
         }
@@ -259,10 +259,10 @@ static int free_locked(heapc *c, uint64_t offset, void *stream, int on_stream)
     int known = ls_remove(&c->live, offset);
     if (!known && c->live_complete)
         return hci_set_err(c, HEAPC_ENOTHELD,
-                       "heapc_free: offset %" PRIu64 " (0x%" PRIx64 ") is not a block rank %" PRIu32
-                       " holds in heap %s: it was already freed or never allocated here; free "
-                       "each offset heapc_alloc returned exactly once",
-                       offset, offset, atomic_load(&c->view)->rank, c->heap);
+                           "heapc_free: offset %" PRIu64 " (0x%" PRIx64 ") is not a block rank %" PRIu32
+                           " holds in heap %s: it was already freed or never allocated here; free "
+                           "each offset heapc_alloc returned exactly once",
+                           offset, offset, atomic_load(&c->view)->rank, c->heap);
     if (!known) {
         /* Not allocated through this attach (the rank re-attached): only heapd
          * knows whether the rank holds it. Send it alone, now, so that heapd's
@@ -301,7 +301,7 @@ static int free_locked(heapc *c, uint64_t offset, void *stream, int on_stream)
         if (fq_push(c, &offset, 1) != HEAPC_OK) {
             ls_insert(&c->live, offset);
             return hci_set_err(c, HEAPC_EOOM, "heapc_free: out of memory queueing offset %" PRIu64,
-                           offset);
+                               offset);
         }
         c->ctr.frees++;
     }
@@ -341,8 +341,8 @@ int heapc_free_ptr(heapc *c, void *ptr)
         uintptr_t base = (uintptr_t)v->bases[v->rank], p = (uintptr_t)ptr;
         if (p < base || p - base >= m)
             rc = hci_set_err(c, HEAPC_EINVAL,
-                         "heapc_free_ptr: %p is not in this rank's copy of heap %s "
-                         "[%p, +%" PRIu64 "); pass a pointer heapc_alloc returned",
+                             "heapc_free_ptr: %p is not in this rank's copy of heap %s "
+                             "[%p, +%" PRIu64 "); pass a pointer heapc_alloc returned",
                          ptr, c->heap, (void *)base, m);
         else
             rc = free_locked(c, (uint64_t)(p - base), NULL, 1);
@@ -357,7 +357,7 @@ int heapc_set_free_batch(heapc *c, size_t n)
     int rc;
     if (n == 0 || n > FREE_BATCH_MAX) {
         rc = hci_set_err(c, HEAPC_EINVAL, "heapc_set_free_batch: %zu is not in 1..%u", n,
-                     FREE_BATCH_MAX);
+                         FREE_BATCH_MAX);
     } else {
         c->fq_batch = n;
         if (c->fence_on)
@@ -457,9 +457,9 @@ static int alloc_locked(heapc *c, size_t size, void **ptr, uint64_t *offset)
     for (int round = 0;; round++) {
         if (round >= ALLOC_MAX_ROUNDS)
             return hci_set_err(c, HEAPC_EPROTOCOL,
-                           "heapd answered collect_needed %d times in a row to allocation %" PRIu64
-                           " of heap %s; report this heapd bug",
-                           round, c->next_seq, c->heap);
+                               "heapd answered collect_needed %d times in a row to allocation %" PRIu64
+                               " of heap %s; report this heapd bug",
+                               round, c->next_seq, c->heap);
         Heapd__Alloc al = HEAPD__ALLOC__INIT;
         al.seq = c->next_seq;
         al.size = size;
@@ -499,27 +499,27 @@ static int alloc_locked(heapc *c, size_t size, void **ptr, uint64_t *offset)
         uint64_t m = atomic_load_explicit(&c->mapped, memory_order_relaxed);
         if (rc == HEAPC_OK && (off >= m || size > m - off))
             rc = hci_set_err(c, HEAPC_EPROTOCOL,
-                         "heapd placed allocation %" PRIu64 " (%zu bytes) at offset %" PRIu64
-                         ", beyond the %" PRIu64 " bytes it sent chunks for; report this heapd bug",
-                         c->next_seq - 1, size, off, m);
+                             "heapd placed allocation %" PRIu64 " (%zu bytes) at offset %" PRIu64
+                             ", beyond the %" PRIu64 " bytes it sent chunks for; report this heapd bug",
+                             c->next_seq - 1, size, off, m);
         if (rc != HEAPC_OK) {
             int keep = c->err;
             char msg[ERRSTR_LEN];
             snprintf(msg, sizeof msg, "%s", c->errstr);
             hci_set_err(c, keep == HEAPC_EOOM ? HEAPC_EOOM : HEAPC_EMAP,
-                    "allocation %" PRIu64 " of heap %s was made at offset %" PRIu64
-                    " but is not usable here: %s (free it; detach and attach again to remap)",
-                    c->next_seq - 1, c->heap, off, msg);
+                        "allocation %" PRIu64 " of heap %s was made at offset %" PRIu64
+                        " but is not usable here: %s (free it; detach and attach again to remap)",
+                        c->next_seq - 1, c->heap, off, msg);
             hci_rpc_done(rep, &raw);
             return c->err;
         }
         hci_rpc_done(rep, &raw);
         if (ins == 0)
             return hci_set_err(c, HEAPC_EPROTOCOL,
-                           "heapd handed out offset %" PRIu64 " for allocation %" PRIu64
-                           " of heap %s while rank %" PRIu32 " still holds it; report this heapd "
-                           "bug",
-                           off, c->next_seq - 1, c->heap, v->rank);
+                               "heapd handed out offset %" PRIu64 " for allocation %" PRIu64
+                               " of heap %s while rank %" PRIu32 " still holds it; report this heapd "
+                               "bug",
+                               off, c->next_seq - 1, c->heap, v->rank);
         if (ins < 0)
             c->live_complete = 0; /* cannot track it: let heapd check frees */
         if (ptr)

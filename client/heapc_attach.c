@@ -55,22 +55,22 @@ int hci_map_chunks(heapc *c, const view *v, Heapd__ChunkRef **refs, size_t n,
         const Heapd__ChunkRef *r = refs[i];
         if (r->rank >= v->world || c->local_index[r->rank] < 0)
             return hci_set_err(c, HEAPC_EPROTOCOL,
-                           "heapd sent a chunk of rank %" PRIu32 ", which is not a local rank "
-                           "of this heap (world size %" PRIu32 ")",
-                           r->rank, v->world);
+                               "heapd sent a chunk of rank %" PRIu32 ", which is not a local rank "
+                               "of this heap (world size %" PRIu32 ")",
+                               r->rank, v->world);
         if (r->fd_index >= raw->nfds)
             return hci_set_err(c, HEAPC_EPROTOCOL,
-                           "heapd sent chunk %" PRIu32 " of rank %" PRIu32 " with fd index %" PRIu32
-                           " but only %zu fds",
-                           r->index, r->rank, r->fd_index, raw->nfds);
+                               "heapd sent chunk %" PRIu32 " of rank %" PRIu32 " with fd index %" PRIu32
+                               " but only %zu fds",
+                               r->index, r->rank, r->fd_index, raw->nfds);
         hm_space *s = &c->spaces[c->local_index[r->rank]];
         if (hm_is_mapped(s, r->index))
             continue;
         int rc = hm_map_chunk(s, r->index, raw->fds[r->fd_index], merr, sizeof merr);
         if (rc != HM_OK)
             return hci_set_err(c, rc == HM_ENOMEM ? HEAPC_EOOM : HEAPC_EMAP,
-                           "mapping chunk %" PRIu32 " of rank %" PRIu32 " of heap %s failed: %s",
-                           r->index, r->rank, c->heap, merr);
+                               "mapping chunk %" PRIu32 " of rank %" PRIu32 " of heap %s failed: %s",
+                               r->index, r->rank, c->heap, merr);
         c->ctr.chunks_mapped++;
     }
     return HEAPC_OK;
@@ -88,9 +88,9 @@ int hci_publish_extent(heapc *c, const view *v, uint64_t mapped, int strict)
         const hm_space *s = &c->spaces[i];
         if (want > s->nchunks)
             return hci_set_err(c, HEAPC_EPROTOCOL,
-                           "heapd reports heap %s mapped to %" PRIu64 " bytes, beyond its va_size "
-                           "%" PRIu64 "; report this heapd bug",
-                           c->heap, mapped, c->params.va_size);
+                               "heapd reports heap %s mapped to %" PRIu64 " bytes, beyond its va_size "
+                               "%" PRIu64 "; report this heapd bug",
+                               c->heap, mapped, c->params.va_size);
     }
     uint64_t n = have;
     while (n < want) {
@@ -100,9 +100,9 @@ int hci_publish_extent(heapc *c, const view *v, uint64_t mapped, int strict)
         if (i < v->nlocal) {
             if (strict)
                 return hci_set_err(c, HEAPC_EPROTOCOL,
-                               "heapd reports heap %s mapped to %" PRIu64 " bytes but never sent "
-                               "chunk %" PRIu64 " of rank %" PRIu32 "; report this heapd bug",
-                               c->heap, mapped, n, v->local[i]);
+                                   "heapd reports heap %s mapped to %" PRIu64 " bytes but never sent "
+                                   "chunk %" PRIu64 " of rank %" PRIu32 "; report this heapd bug",
+                                   c->heap, mapped, n, v->local[i]);
             break;
         }
         n++;
@@ -121,44 +121,54 @@ static int cmp_u32(const void *a, const void *b)
 
 /* ---- attach / detach ---------------------------------------------------- */
 
-int hci_attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world,
-                         const heapc_params *p)
+/* attach, step 1: the context and the arguments allow an attach. */
+static int attach_check(heapc *c, const char *heap, uint32_t rank, uint32_t world)
 {
     if (c->attached)
         return hci_set_err(c, HEAPC_ESTATE,
-                       "this context is already attached to heap %s as rank %" PRIu32
-                       "; detach first or use another context",
-                       c->heap, atomic_load(&c->view)->rank);
+                           "this context is already attached to heap %s as rank %" PRIu32
+                           "; detach first or use another context",
+                           c->heap, atomic_load(&c->view)->rank);
     if (!heap || !*heap)
         return hci_set_err(c, HEAPC_EINVAL, "heapc_attach: the heap name is empty; name the heap");
     if (world == 0 || rank >= world)
         return hci_set_err(c, HEAPC_EINVAL,
-                       "heapc_attach: rank %" PRIu32 " is not below world size %" PRIu32, rank,
-                       world);
+                           "heapc_attach: rank %" PRIu32 " is not below world size %" PRIu32, rank,
+                           world);
     if (c->fd < 0)
         return hci_set_err(c, HEAPC_ECONN, "%s", c->dead_msg);
+    return HEAPC_OK;
+}
 
+/* attach, step 2: the device. cuda needs this rank's GPU by UUID (into
+ * uuid[64]) and its ordinal; host: uuid stays empty. */
+static int attach_device(heapc *c, const heapc_params *p, char *uuid, int *ordinal)
+{
     char merr[320];
-    /* The device: cuda needs this rank's GPU by UUID. */
-    char uuid[64] = "";
-    int ordinal = 0;
-    int cuda = strcmp(c->backend, "cuda") == 0;
-    if (cuda) {
-        if (p && p->device_uuid && *p->device_uuid) {
-            snprintf(uuid, sizeof uuid, "%s", p->device_uuid);
-            if (hm_cuda_device_by_uuid(uuid, &ordinal, merr, sizeof merr) != HM_OK)
-                return hci_set_err(c, HEAPC_EMAP, "heapc_attach: %s", merr);
-        } else {
-            if (hm_cuda_current_device(&ordinal, merr, sizeof merr) != HM_OK)
-                ordinal = 0;
-            if (hm_cuda_device_uuid(ordinal, uuid, sizeof uuid, merr, sizeof merr) != HM_OK)
-                return hci_set_err(c, HEAPC_EMAP,
+    *ordinal = 0;
+    if (strcmp(c->backend, "cuda") != 0)
+        return HEAPC_OK;
+    if (p && p->device_uuid && *p->device_uuid) {
+        snprintf(uuid, 64, "%s", p->device_uuid);
+        if (hm_cuda_device_by_uuid(uuid, ordinal, merr, sizeof merr) != HM_OK)
+            return hci_set_err(c, HEAPC_EMAP, "heapc_attach: %s", merr);
+    } else {
+        if (hm_cuda_current_device(ordinal, merr, sizeof merr) != HM_OK)
+            *ordinal = 0;
+        if (hm_cuda_device_uuid(*ordinal, uuid, 64, merr, sizeof merr) != HM_OK)
+            return hci_set_err(c, HEAPC_EMAP,
                                "heapc_attach: cannot name this rank's GPU (device %d) to heapd: "
                                "%s",
-                               ordinal, merr);
-        }
+                               *ordinal, merr);
     }
+    return HEAPC_OK;
+}
 
+/* attach, step 3: the Attach request and heapd's AttachReply. */
+static int attach_request(heapc *c, const char *heap, uint32_t rank, uint32_t world,
+                          const heapc_params *p, const char *uuid, Heapd__Frame **rep,
+                          hw_frame *raw)
+{
     Heapd__HeapParams hp = HEAPD__HEAP_PARAMS__INIT;
     if (p) {
         hp.chunk_size = p->chunk_size;
@@ -173,7 +183,7 @@ int hci_attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world,
     at.rank = rank;
     at.world_size = world;
     at.params = &hp;
-    at.device_uuid = uuid;
+    at.device_uuid = (char *)uuid;
     if (p) {
         at.local_size = p->local_size;
         at.job = (char *)(p->job ? p->job : "");
@@ -181,64 +191,60 @@ int hci_attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world,
     Heapd__Frame req = HEAPD__FRAME__INIT;
     req.body_case = HEAPD__FRAME__BODY_ATTACH;
     req.attach = &at;
-    Heapd__Frame *rep;
-    hw_frame raw;
-    int rc = hci_rpc(c, &req, HEAPD__FRAME__BODY_ATTACH_REPLY, &rep, &raw);
-    if (rc != HEAPC_OK)
-        return rc;
-    Heapd__AttachReply *ar = rep->attach_reply;
-    view *v = NULL;
+    return hci_rpc(c, &req, HEAPD__FRAME__BODY_ATTACH_REPLY, rep, raw);
+}
 
-    /* Validate what heapd sent before touching the address space. */
-    if (!ar || !ar->params || ar->params->chunk_size == 0 || ar->params->va_size == 0) {
-        rc = hci_set_err(c, HEAPC_EPROTOCOL,
-                     "heapd's AttachReply for heap %s has no chunk_size or va_size", heap);
-        goto fail;
-    }
-    if (ar->world_size != world) {
-        rc = hci_set_err(c, HEAPC_EPROTOCOL,
-                     "heapd's AttachReply for heap %s says world size %" PRIu32 ", asked %" PRIu32,
-                     heap, ar->world_size, world);
-        goto fail;
-    }
+/* attach, step 4: validates what heapd sent before touching the address
+ * space; sets c->kind from the reply's backend. */
+static int attach_reply_check(heapc *c, const Heapd__AttachReply *ar, const char *heap,
+                              uint32_t world)
+{
+    if (!ar || !ar->params || ar->params->chunk_size == 0 || ar->params->va_size == 0)
+        return hci_set_err(c, HEAPC_EPROTOCOL,
+                           "heapd's AttachReply for heap %s has no chunk_size or va_size", heap);
+    if (ar->world_size != world)
+        return hci_set_err(c, HEAPC_EPROTOCOL,
+                           "heapd's AttachReply for heap %s says world size %" PRIu32 ", asked %" PRIu32,
+                           heap, ar->world_size, world);
     const char *backend = ar->backend && *ar->backend ? ar->backend : c->backend;
     if (strcmp(backend, "host") == 0) {
         c->kind = HM_HOST;
     } else if (strcmp(backend, "cuda") == 0) {
         c->kind = HM_CUDA;
     } else {
-        rc = hci_set_err(c, HEAPC_EPROTOCOL,
-                     "heapd serves heap %s from backend \"%s\", which libheapc cannot map "
-                     "(it knows host and cuda); upgrade libheapc",
-                     heap, backend);
-        goto fail;
+        return hci_set_err(c, HEAPC_EPROTOCOL,
+                           "heapd serves heap %s from backend \"%s\", which libheapc cannot map "
+                           "(it knows host and cuda); upgrade libheapc",
+                           heap, backend);
     }
+    return HEAPC_OK;
+}
 
+/* attach, step 5: the view (*vp, not yet published) and c->local_index.
+ * Local ranks: heapd's list, self included, sorted, no duplicates. */
+static int attach_view(heapc *c, const Heapd__AttachReply *ar, const char *heap, uint32_t rank,
+                       uint32_t world, view **vp)
+{
     c->heap = strdup(heap);
-    v = calloc(1, sizeof *v);
+    view *v = *vp = calloc(1, sizeof *v);
     c->local_index = malloc((size_t)world * sizeof *c->local_index);
     if (v) {
         v->bases = calloc(world, sizeof *v->bases);
         v->local = malloc((ar->n_local_ranks + 1) * sizeof *v->local);
     }
-    if (!c->heap || !v || !v->bases || !v->local || !c->local_index) {
-        rc = hci_set_err(c, HEAPC_EOOM, "out of memory attaching heap %s", heap);
-        goto fail;
-    }
+    if (!c->heap || !v || !v->bases || !v->local || !c->local_index)
+        return hci_set_err(c, HEAPC_EOOM, "out of memory attaching heap %s", heap);
     v->rank = rank;
     v->world = world;
     for (uint32_t q = 0; q < world; q++)
         c->local_index[q] = -1;
-    /* Local ranks: heapd's list, self included, sorted, no duplicates. */
     int self_seen = 0;
     for (size_t i = 0; i < ar->n_local_ranks; i++) {
         uint32_t q = ar->local_ranks[i];
-        if (q >= world) {
-            rc = hci_set_err(c, HEAPC_EPROTOCOL,
-                         "heapd lists local rank %" PRIu32 " of heap %s, beyond world size %" PRIu32,
-                         q, heap, world);
-            goto fail;
-        }
+        if (q >= world)
+            return hci_set_err(c, HEAPC_EPROTOCOL,
+                               "heapd lists local rank %" PRIu32 " of heap %s, beyond world size %" PRIu32,
+                               q, heap, world);
         if (c->local_index[q] >= 0)
             continue;
         c->local_index[q] = 0;
@@ -252,66 +258,65 @@ int hci_attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world,
     qsort(v->local, v->nlocal, sizeof *v->local, cmp_u32);
     for (uint32_t i = 0; i < v->nlocal; i++)
         c->local_index[v->local[i]] = (int32_t)i;
+    return HEAPC_OK;
+}
 
-    c->params.chunk_size = ar->params->chunk_size;
-    c->params.initial_size = ar->params->initial_size;
-    c->params.va_size = ar->params->va_size;
-    c->params.min_block = ar->params->min_block;
-    c->params.policy = (heapc_policy)ar->params->policy;
-    c->params.collect_timeout_ms = ar->params->collect_timeout_ms;
+/* attach, step 6: the heap's effective parameters, from heapd. */
+static void attach_params(heapc *c, const Heapd__HeapParams *hp, const char *uuid)
+{
+    c->params.chunk_size = hp->chunk_size;
+    c->params.initial_size = hp->initial_size;
+    c->params.va_size = hp->va_size;
+    c->params.min_block = hp->min_block;
+    c->params.policy = (heapc_policy)hp->policy;
+    c->params.collect_timeout_ms = hp->collect_timeout_ms;
     snprintf(c->uuid, sizeof c->uuid, "%s", uuid);
     c->params.device_uuid = c->uuid;
+}
 
+/* attach, step 7: va_size of address space per local rank (c->spaces). */
+static int attach_spaces(heapc *c, view *v, const char *heap, int ordinal)
+{
+    char merr[320];
     c->spaces = calloc(v->nlocal, sizeof *c->spaces);
-    if (!c->spaces) {
-        rc = hci_set_err(c, HEAPC_EOOM, "out of memory attaching heap %s", heap);
-        goto fail;
-    }
+    if (!c->spaces)
+        return hci_set_err(c, HEAPC_EOOM, "out of memory attaching heap %s", heap);
     for (uint32_t i = 0; i < v->nlocal; i++) {
         int mr = hm_reserve(c->kind, c->params.va_size, c->params.chunk_size, &c->spaces[i], merr,
                             sizeof merr);
         if (mr == HM_OK && c->kind == HM_CUDA)
             mr = hm_set_cuda_device(&c->spaces[i], ordinal, merr, sizeof merr);
-        if (mr != HM_OK) {
-            rc = hci_set_err(c, mr == HM_ENOMEM ? HEAPC_EOOM : HEAPC_EMAP,
-                         "reserving %" PRIu64 " bytes of address space for rank %" PRIu32
-                         " of heap %s failed: %s",
-                         c->params.va_size, v->local[i], heap, merr);
-            goto fail;
-        }
+        if (mr != HM_OK)
+            return hci_set_err(c, mr == HM_ENOMEM ? HEAPC_EOOM : HEAPC_EMAP,
+                               "reserving %" PRIu64 " bytes of address space for rank %" PRIu32
+                               " of heap %s failed: %s",
+                               c->params.va_size, v->local[i], heap, merr);
         v->bases[v->local[i]] = hm_base(&c->spaces[i]);
     }
-    memset(&c->ctr, 0, sizeof c->ctr);
-    rc = hci_map_chunks(c, v, ar->chunks, ar->n_chunks, &raw);
-    if (rc != HEAPC_OK)
-        goto fail;
-    /* The status page stays open for libheapc_nccl; every other fd is closed
-     * by rpc_done (heapc_map.h: hm_map_chunk never takes the fd). */
-    if (ar->status_fd_index >= 0 && (size_t)ar->status_fd_index < raw.nfds) {
-        c->status_fd = raw.fds[ar->status_fd_index];
-        raw.fds[ar->status_fd_index] = -1;
-        void *pg = mmap(NULL, HS_PAGE_SIZE, PROT_READ, MAP_SHARED, c->status_fd, 0);
-        if (pg != MAP_FAILED && ((const hs_page *)pg)->magic == HS_MAGIC &&
-            ((const hs_page *)pg)->version == HS_VERSION)
-            atomic_store_explicit(&c->status_page, (const hs_page *)pg, memory_order_release);
-        else if (pg != MAP_FAILED)
-            munmap(pg, HS_PAGE_SIZE);
-    }
-    /* Publish: the view first, then the extent (it checks the chunks). */
-    c->next_seq = ar->next_seq;
-    c->live_complete = ar->next_seq == 0;
-    c->attached = 1;
-    atomic_store_explicit(&c->view, v, memory_order_release);
-    rc = hci_publish_extent(c, v, ar->mapped, 1);
-    if (rc != HEAPC_OK) {
-        v = NULL; /* owned by c->view now: teardown frees it */
-        goto fail;
-    }
-    hci_rpc_done(rep, &raw);
-    return hci_ok(c);
+    return HEAPC_OK;
+}
 
-fail:
-    hci_rpc_done(rep, &raw);
+/* attach, step 8: the status page stays open for libheapc_nccl; every other
+ * fd is closed by hci_rpc_done (heapc_map.h: hm_map_chunk never takes the fd). */
+static void attach_status_page(heapc *c, const Heapd__AttachReply *ar, hw_frame *raw)
+{
+    if (ar->status_fd_index < 0 || (size_t)ar->status_fd_index >= raw->nfds)
+        return;
+    c->status_fd = raw->fds[ar->status_fd_index];
+    raw->fds[ar->status_fd_index] = -1;
+    void *pg = mmap(NULL, HS_PAGE_SIZE, PROT_READ, MAP_SHARED, c->status_fd, 0);
+    if (pg != MAP_FAILED && ((const hs_page *)pg)->magic == HS_MAGIC &&
+        ((const hs_page *)pg)->version == HS_VERSION)
+        atomic_store_explicit(&c->status_page, (const hs_page *)pg, memory_order_release);
+    else if (pg != MAP_FAILED)
+        munmap(pg, HS_PAGE_SIZE);
+}
+
+/* A failed attach: frees v when it was not published, forgets the attach
+ * state and leaves the heap (heapd attached us; we cannot use the heap: the
+ * rank must be free again). Keeps the error; returns its code. */
+static int attach_undo(heapc *c, view *v)
+{
     if (v && atomic_load(&c->view) != v) {
         /* Not published: teardown would not find it. */
         if (c->spaces) {
@@ -328,7 +333,6 @@ fail:
     char msg[ERRSTR_LEN];
     memcpy(msg, c->errstr, sizeof msg);
     hci_teardown(c);
-    /* heapd attached us; we cannot use the heap: leave it so the rank is free. */
     if (c->fd >= 0) {
         Heapd__Detach d = HEAPD__DETACH__INIT;
         Heapd__Frame dreq = HEAPD__FRAME__INIT;
@@ -342,6 +346,51 @@ fail:
     c->err = keep;
     memcpy(c->errstr, msg, sizeof msg);
     return keep;
+}
+
+int hci_attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world,
+                      const heapc_params *p)
+{
+    char uuid[64] = "";
+    int ordinal;
+    int rc = attach_check(c, heap, rank, world);
+    if (rc == HEAPC_OK)
+        rc = attach_device(c, p, uuid, &ordinal);
+    if (rc != HEAPC_OK)
+        return rc;
+    Heapd__Frame *rep;
+    hw_frame raw;
+    rc = attach_request(c, heap, rank, world, p, uuid, &rep, &raw);
+    if (rc != HEAPC_OK)
+        return rc;
+    Heapd__AttachReply *ar = rep->attach_reply;
+    view *v = NULL;
+    if ((rc = attach_reply_check(c, ar, heap, world)) != HEAPC_OK ||
+        (rc = attach_view(c, ar, heap, rank, world, &v)) != HEAPC_OK)
+        goto fail;
+    attach_params(c, ar->params, uuid);
+    if ((rc = attach_spaces(c, v, heap, ordinal)) != HEAPC_OK)
+        goto fail;
+    memset(&c->ctr, 0, sizeof c->ctr);
+    if ((rc = hci_map_chunks(c, v, ar->chunks, ar->n_chunks, &raw)) != HEAPC_OK)
+        goto fail;
+    attach_status_page(c, ar, &raw);
+    /* Publish: the view first, then the extent (it checks the chunks). */
+    c->next_seq = ar->next_seq;
+    c->live_complete = ar->next_seq == 0;
+    c->attached = 1;
+    atomic_store_explicit(&c->view, v, memory_order_release);
+    rc = hci_publish_extent(c, v, ar->mapped, 1);
+    if (rc != HEAPC_OK) {
+        v = NULL; /* owned by c->view now: teardown frees it */
+        goto fail;
+    }
+    hci_rpc_done(rep, &raw);
+    return hci_ok(c);
+
+fail:
+    hci_rpc_done(rep, &raw);
+    return attach_undo(c, v);
 }
 
 int heapc_attach(heapc *c, const char *heap, uint32_t rank, uint32_t world_size,

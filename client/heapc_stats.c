@@ -164,6 +164,58 @@ static char *dupstr(const char *s)
     return strdup(s ? s : "");
 }
 
+/* One heap of heapd's StatsReply into *o; -1 when out of memory. */
+static int copy_heap_stats(heapc_heap_stats *o, const Heapd__HeapStats *h)
+{
+    o->name = dupstr(h->name);
+    if (!o->name)
+        return -1;
+    o->world_size = h->world_size;
+    if (h->params) {
+        o->params.chunk_size = h->params->chunk_size;
+        o->params.initial_size = h->params->initial_size;
+        o->params.va_size = h->params->va_size;
+        o->params.min_block = h->params->min_block;
+        o->params.policy = (heapc_policy)h->params->policy;
+        o->params.collect_timeout_ms = h->params->collect_timeout_ms;
+    }
+    o->mapped = h->mapped;
+    o->live_bytes = h->live_bytes;
+    o->released_bytes = h->released_bytes;
+    o->free_bytes = h->free_bytes;
+    o->collects = h->collects;
+    o->collects_skipped = h->collects_skipped;
+    o->growths = h->growths;
+    o->clients = h->clients;
+    o->next_seq = h->next_seq;
+    o->epoch = h->epoch;
+    o->pending_collect_seq = h->pending_collect_seq;
+    o->collect_pending = h->collect_pending;
+    o->owner_uid = h->owner_uid;
+    copy_hist(&o->collect_wait, h->collect_wait);
+    copy_hist(&o->growth, h->growth);
+    o->device_free = h->device_free;
+    o->device_total = h->device_total;
+    if (h->n_ranks) {
+        o->ranks = calloc(h->n_ranks, sizeof *o->ranks);
+        if (!o->ranks)
+            return -1;
+    }
+    o->nranks = h->n_ranks;
+    for (size_t r = 0; r < h->n_ranks; r++) {
+        const Heapd__RankStats *rs = h->ranks[r];
+        o->ranks[r].rank = rs->rank;
+        o->ranks[r].attached = rs->attached ? 1 : 0;
+        o->ranks[r].live_bytes = rs->live_bytes;
+        o->ranks[r].released_bytes = rs->released_bytes;
+        o->ranks[r].next_seq = rs->next_seq;
+        o->ranks[r].pid = rs->pid;
+        o->ranks[r].stream_waiting = rs->stream_waiting;
+        o->ranks[r].device_waits_avoided = rs->device_waits_avoided;
+    }
+    return 0;
+}
+
 static int stats_locked(heapc *c, const char *heap, heapc_daemon_stats **out)
 {
     *out = NULL;
@@ -198,55 +250,9 @@ static int stats_locked(heapc *c, const char *heap, heapc_daemon_stats **out)
             goto oom;
     }
     for (size_t i = 0; i < nh; i++) {
-        const Heapd__HeapStats *h = sr->heaps[i];
-        heapc_heap_stats *o = &s->heaps[i];
         s->nheaps++;
-        o->name = dupstr(h->name);
-        if (!o->name)
+        if (copy_heap_stats(&s->heaps[i], sr->heaps[i]) != 0)
             goto oom;
-        o->world_size = h->world_size;
-        if (h->params) {
-            o->params.chunk_size = h->params->chunk_size;
-            o->params.initial_size = h->params->initial_size;
-            o->params.va_size = h->params->va_size;
-            o->params.min_block = h->params->min_block;
-            o->params.policy = (heapc_policy)h->params->policy;
-            o->params.collect_timeout_ms = h->params->collect_timeout_ms;
-        }
-        o->mapped = h->mapped;
-        o->live_bytes = h->live_bytes;
-        o->released_bytes = h->released_bytes;
-        o->free_bytes = h->free_bytes;
-        o->collects = h->collects;
-        o->collects_skipped = h->collects_skipped;
-        o->growths = h->growths;
-        o->clients = h->clients;
-        o->next_seq = h->next_seq;
-        o->epoch = h->epoch;
-        o->pending_collect_seq = h->pending_collect_seq;
-        o->collect_pending = h->collect_pending;
-        o->owner_uid = h->owner_uid;
-        copy_hist(&o->collect_wait, h->collect_wait);
-        copy_hist(&o->growth, h->growth);
-        o->device_free = h->device_free;
-        o->device_total = h->device_total;
-        if (h->n_ranks) {
-            o->ranks = calloc(h->n_ranks, sizeof *o->ranks);
-            if (!o->ranks)
-                goto oom;
-        }
-        o->nranks = h->n_ranks;
-        for (size_t r = 0; r < h->n_ranks; r++) {
-            const Heapd__RankStats *rs = h->ranks[r];
-            o->ranks[r].rank = rs->rank;
-            o->ranks[r].attached = rs->attached ? 1 : 0;
-            o->ranks[r].live_bytes = rs->live_bytes;
-            o->ranks[r].released_bytes = rs->released_bytes;
-            o->ranks[r].next_seq = rs->next_seq;
-            o->ranks[r].pid = rs->pid;
-            o->ranks[r].stream_waiting = rs->stream_waiting;
-            o->ranks[r].device_waits_avoided = rs->device_waits_avoided;
-        }
     }
     hci_rpc_done(rep, &raw);
     *out = s;
