@@ -292,14 +292,117 @@ static int in_frame(const hw_reader *r)
     return r->have_hdr || r->hdr_got > 0 || r->npfd > 0;
 }
 
-int hw_read(int fd, hw_reader *r, hw_frame *out, char *err, size_t errlen)
+/* hw_read, step 1: where the next read goes (*iov). The rest of a large
+ * payload goes straight into the frame (*direct); else into the read buffer,
+ * made on first use. 0, or an error code. */
+static int read_target(hw_reader *r, struct iovec *iov, int *direct, char *err, size_t errlen)
+{
+    *direct = r->have_hdr && r->len - r->got >= HW_READ_BUF;
+    if (*direct) {
+        iov->iov_base = r->data + r->got;
+        iov->iov_len = r->len - r->got;
+        return 0;
+    }
+    if (r->buf == NULL) {
+        r->buf = malloc(HW_READ_BUF);
+        if (r->buf == NULL) {
+            seterr(err, errlen, "out of memory for the read buffer");
+            return reader_fail(r, HW_ENOMEM);
+        }
+    }
+    r->start = r->end = 0;
+    iov->iov_base = r->buf;
+    iov->iov_len = HW_READ_BUF;
+    return 0;
+}
+
+/* The fds a read carries (rfds[HW_SCM_MAX_FD * 2]: its SCM_RIGHTS messages'). */
+#define READ_FDS_MAX (HW_SCM_MAX_FD * 2)
+
+#define READ_DONE 1 /* read_once read something (or the peer's close) */
+
+/* hw_read, step 2: one recvmsg into iov; its byte count in *n and its fds in
+ * rfds (*nr of them). READ_DONE, HW_AGAIN (nothing to read) or an error code. */
+static int read_once(int fd, hw_reader *r, struct iovec *iov, ssize_t *n, int *rfds,
+                     size_t *nr, char *err, size_t errlen)
 {
     union {
         struct cmsghdr align;
         char buf[CMSG_SPACE(HW_SCM_MAX_FD * sizeof(int)) +
                  CMSG_SPACE(sizeof(struct ucred))];
     } cbuf;
-    int rfds[HW_SCM_MAX_FD * 2];
+    struct msghdr msg;
+    struct cmsghdr *c;
+
+    *nr = 0;
+    memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.buf;
+    msg.msg_controllen = sizeof(cbuf.buf);
+    do
+        *n = recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    while (*n < 0 && errno == EINTR);
+    if (*n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return HW_AGAIN;
+        seterr(err, errlen, "recvmsg failed: %s", strerror(errno));
+        return reader_fail(r, HW_ESYS);
+    }
+
+    for (c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+        size_t k;
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        if (*nr + k > READ_FDS_MAX)
+            k = READ_FDS_MAX - *nr; /* cannot happen */
+        memcpy(rfds + *nr, CMSG_DATA(c), k * sizeof(int));
+        *nr += k;
+    }
+    if (msg.msg_flags & MSG_CTRUNC) {
+        close_fds(rfds, *nr);
+        seterr(err, errlen,
+               "ancillary data was truncated (MSG_CTRUNC): file "
+               "descriptors were lost (too many open files?)");
+        return reader_fail(r, HW_ECTRUNC);
+    }
+    return READ_DONE;
+}
+
+/* hw_read, step 3: the peer closed (a read of 0 bytes, with nr fds). HW_EOF
+ * between frames, else an error code. */
+static int read_closed(hw_reader *r, const int *rfds, size_t nr, char *err, size_t errlen)
+{
+    if (nr > 0) {
+        close_fds(rfds, nr);
+        seterr(err, errlen,
+               "%zu file descriptors arrived without any frame "
+               "bytes; closed them", nr);
+        return reader_fail(r, HW_EFDS);
+    }
+    if (!in_frame(r))
+        return HW_EOF;
+    if (r->have_hdr)
+        seterr(err, errlen,
+               "connection closed in the middle of a frame "
+               "(%zu of %u payload bytes received)", r->got,
+               (unsigned)r->len);
+    else if (r->hdr_got > 0)
+        seterr(err, errlen,
+               "connection closed in the middle of a frame "
+               "header (%zu of %u bytes received)", r->hdr_got,
+               HW_HDR_SIZE);
+    else
+        seterr(err, errlen,
+               "connection closed with %zu file descriptors "
+               "outside any frame", r->npfd);
+    return reader_fail(r, HW_EPARTIAL);
+}
+
+int hw_read(int fd, hw_reader *r, hw_frame *out, char *err, size_t errlen)
+{
+    int rfds[READ_FDS_MAX];
     int rc;
 
     memset(out, 0, sizeof(*out));
@@ -310,10 +413,8 @@ int hw_read(int fd, hw_reader *r, hw_frame *out, char *err, size_t errlen)
         return HW_EBROKEN;
     }
     for (;;) {
-        struct msghdr msg;
         struct iovec iov;
-        struct cmsghdr *c;
-        size_t nr = 0;
+        size_t nr;
         ssize_t n;
         int direct;
 
@@ -321,83 +422,15 @@ int hw_read(int fd, hw_reader *r, hw_frame *out, char *err, size_t errlen)
         if (rc != HW_AGAIN)
             return rc;
 
-        /* Buffer used up: read more. The rest of a large payload goes
-         * straight into the frame. */
-        direct = r->have_hdr && r->len - r->got >= HW_READ_BUF;
-        if (direct) {
-            iov.iov_base = r->data + r->got;
-            iov.iov_len = r->len - r->got;
-        } else {
-            if (r->buf == NULL) {
-                r->buf = malloc(HW_READ_BUF);
-                if (r->buf == NULL) {
-                    seterr(err, errlen, "out of memory for the read buffer");
-                    return reader_fail(r, HW_ENOMEM);
-                }
-            }
-            r->start = r->end = 0;
-            iov.iov_base = r->buf;
-            iov.iov_len = HW_READ_BUF;
-        }
-        memset(&msg, 0, sizeof(msg));
-        msg.msg_iov = &iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.buf;
-        msg.msg_controllen = sizeof(cbuf.buf);
-        do
-            n = recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-        while (n < 0 && errno == EINTR);
-        if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return HW_AGAIN;
-            seterr(err, errlen, "recvmsg failed: %s", strerror(errno));
-            return reader_fail(r, HW_ESYS);
-        }
-
-        for (c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
-            size_t k;
-            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-                continue;
-            k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            if (nr + k > sizeof(rfds) / sizeof(rfds[0]))
-                k = sizeof(rfds) / sizeof(rfds[0]) - nr; /* cannot happen */
-            memcpy(rfds + nr, CMSG_DATA(c), k * sizeof(int));
-            nr += k;
-        }
-        if (msg.msg_flags & MSG_CTRUNC) {
-            close_fds(rfds, nr);
-            seterr(err, errlen,
-                   "ancillary data was truncated (MSG_CTRUNC): file "
-                   "descriptors were lost (too many open files?)");
-            return reader_fail(r, HW_ECTRUNC);
-        }
-        if (n == 0) {
-            if (nr > 0) {
-                close_fds(rfds, nr);
-                seterr(err, errlen,
-                       "%zu file descriptors arrived without any frame "
-                       "bytes; closed them", nr);
-                return reader_fail(r, HW_EFDS);
-            }
-            if (in_frame(r)) {
-                if (r->have_hdr)
-                    seterr(err, errlen,
-                           "connection closed in the middle of a frame "
-                           "(%zu of %u payload bytes received)", r->got,
-                           (unsigned)r->len);
-                else if (r->hdr_got > 0)
-                    seterr(err, errlen,
-                           "connection closed in the middle of a frame "
-                           "header (%zu of %u bytes received)", r->hdr_got,
-                           HW_HDR_SIZE);
-                else
-                    seterr(err, errlen,
-                           "connection closed with %zu file descriptors "
-                           "outside any frame", r->npfd);
-                return reader_fail(r, HW_EPARTIAL);
-            }
-            return HW_EOF;
-        }
+        /* Buffer used up: read more. */
+        rc = read_target(r, &iov, &direct, err, errlen);
+        if (rc != 0)
+            return rc;
+        rc = read_once(fd, r, &iov, &n, rfds, &nr, err, errlen);
+        if (rc != READ_DONE)
+            return rc;
+        if (n == 0)
+            return read_closed(r, rfds, nr, err, errlen);
         /* The fds belong to the frame holding the last byte of this read. */
         if (nr > 0 && pfd_push(r, rfds, nr, r->pos + (uint64_t)n - 1) < 0) {
             close_fds(rfds, nr);
