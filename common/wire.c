@@ -7,6 +7,7 @@
 #include "wire_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -688,6 +689,18 @@ int hw_writer_flush(int fd, hw_writer *w, char *err, size_t errlen)
             return rc;
     }
     return 1;
+}
+
+/* ---- nonblocking mode ------------------------------------------------- */
+
+/* Here, not in wire_sock.c: what the framing needs of a socket (the fuzz
+ * target, tests/fuzz/run.sh, links wire.c alone). */
+int hw_set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        return HW_ESYS;
+    return 0;
 }
 
 /* ---- blocking helpers ------------------------------------------------- */

@@ -7,7 +7,6 @@
 #include "wire_int.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
 #include <stdio.h>
@@ -19,14 +18,6 @@
 #include <unistd.h>
 
 /* ---- sockets ---------------------------------------------------------- */
-
-int hw_set_nonblock(int fd)
-{
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
-        return HW_ESYS;
-    return 0;
-}
 
 int hw_socket_path_ok(const char *path, char *err, size_t errlen)
 {
