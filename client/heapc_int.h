@@ -59,7 +59,9 @@ typedef struct view {
  *   each public function that touches them takes it (the *_locked helpers and
  *   every hci_* function expect it held). The lock-free lookups (heapc_ptr,
  *   heapc_peer_ptr, heapc_mapped, heapc_status...) read only those three
- *   atomics: `view` is published with a release store once complete and is
+ *   atomics, and heapc_heap_name reads `attached` and `heap`, which change
+ *   only at attach and detach (heapc.h: those calls must not race with
+ *   them). `view` is published with a release store once complete and is
  *   immutable until hci_teardown swaps it out; `mapped` only grows while
  *   attached, and every chunk below it is mapped for every local rank.
  * - fd < 0 <=> the connection is gone; dead_msg says why, and every request
