@@ -8,7 +8,8 @@
 #      max_clients_per_uid), unread reply bytes (max_queue_per_uid, logged);
 #      per connection: a frame before Hello (max_frame_before_hello), the
 #      Hello timeout, fds held for a partial header (max_fds_per_conn);
-#      EMFILE pauses accepting (no busy loop) and accepting resumes
+#      EMFILE pauses accepting (no busy loop) and accepting resumes; a uid
+#      over max_fds_per_uid (set by SIGHUP) is not read until its fds close
 #   6  200 pipelined frames in one write get 200 replies
 #   7  admin_group through a supplementary group, from the socket's peer
 #      groups: the connecting process is gone when heapd accepts
@@ -109,6 +110,20 @@ check "item 5: a connection is closed over max_queue_per_uid, with the reason lo
     wait_for has "$T/heapd.log" "over max_queue_per_uid = 5242880"
 check "heapd serves other uids while one floods" serving
 kill -TERM $hold; wait $hold 2>/dev/null; hold=
+
+# ---- 5: received fds per uid (the limit changed by SIGHUP) -----------------------------------------
+sed -i 's/^hello_timeout_ms = 2000$/hello_timeout_ms = 2000\nmax_fds_per_uid = 600/' "$T/heapd.conf"
+kill -HUP "$hpid"
+check "SIGHUP reloads the limits" wait_for has "$T/heapd.log" "SIGHUP: configuration reloaded"
+bg_nobody "$H" --socket "$S" hold 0 3 0 >"$T/fdh.out" 2>&1
+hold=$!
+wait_for grep -q '^holding' "$T/fdh.out"
+check "item 5: a uid over max_fds_per_uid (3 x 253 fds in partial headers) is not read any more (logged)" \
+    wait_for has "$T/heapd.log" "the max_fds_per_uid limit of 600"
+check "heapd serves other uids meanwhile" serving
+kill -TERM $hold; wait $hold 2>/dev/null; hold=
+check "item 5: once those connections closed, the uid is served again" \
+    wait_for as_nobody "$T/heapctl" --socket "$S" heaps
 
 # ---- 7: admin_group from the socket's peer groups -------------------------------------------------
 if [ $made_group = 1 ]; then
