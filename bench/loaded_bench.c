@@ -1,7 +1,7 @@
 /* loaded_bench - a tenant's latency while another uid attacks heapd's
  * transport (issue 15, "Done when", bullet 2).
  *
- *   loaded_bench [--rounds N] [--idle N] [--fdconns N] [--unread N] [--json FILE]
+ *   loaded_bench [--rounds N] [--cycles N] [--idle N] [--fdconns N] [--unread N] [--json FILE]
  *
  * Starts its own heapd (dirname(argv[0])/../heapd, host backend, a temporary
  * socket; limits raised so that the attacker really holds what it opens:
@@ -9,10 +9,12 @@
  * per-uid fd and queue limits keep their defaults). The victim, uid 65533,
  * runs N rounds (default 200) of: connect and attach a 1-rank heap, 16
  * allocations of 4 KiB, free them, collect, detach; each step is timed. It
- * runs twice in the same run: unloaded, then while the attacker, uid 65534
+ * runs in the same run unloaded, then while the attacker, uid 65534
  * (tests/prog_hostile hold), holds IDLE idle connections (default 1000),
  * FDCONNS connections with 253 fds in a partial header each (default 64), and
- * UNREAD connections that flood Stats without reading (default 64). Prints
+ * UNREAD connections that flood Stats without reading (default 64); in
+ * CYCLES cycles (default 4: unloaded, attacker set up, loaded, attacker
+ * killed) so that both sides see the machine's load alike. Prints
  * p50/p99 per step for both and the ratio of the p99s (target: at most 5),
  * heapd's fds and RSS under the load. Figures, not assertions: exit 0 unless
  * something failed to run. Needs root (to run two uids); prints
@@ -106,6 +108,33 @@ typedef struct result {
     size_t n[S_N];
 } result;
 
+/* Samples (us) per step, of every cycle. */
+typedef struct samples {
+    double *v[S_N];
+    size_t n[S_N];
+} samples;
+
+static void read_all(int fd, void *buf, size_t len)
+{
+    char *p = buf;
+    while (len) {
+        ssize_t k = read(fd, p, len);
+        if (k <= 0)
+            die("the victim's figures were cut short");
+        p += k;
+        len -= (size_t)k;
+    }
+}
+
+static void summarize(samples *sm, result *r)
+{
+    for (int s = 0; s < S_N; s++) {
+        r->n[s] = sm->n[s];
+        r->p50[s] = pct(sm->v[s], sm->n[s], 0.5);
+        r->p99[s] = pct(sm->v[s], sm->n[s], 0.99);
+    }
+}
+
 /* The victim, in a child of uid 65533: its figures come back through a pipe. */
 static void victim(int rounds, int wfd)
 {
@@ -149,19 +178,15 @@ static void victim(int rounds, int wfd)
         heapc_free_ctx(c);
         v[S_DETACH][n[S_DETACH]++] = now_us() - t;
     }
-    result res;
-    memset(&res, 0, sizeof res);
-    for (int s = 0; s < S_N; s++) {
-        res.n[s] = n[s];
-        res.p50[s] = pct(v[s], n[s], 0.5);
-        res.p99[s] = pct(v[s], n[s], 0.99);
-    }
-    if (write(wfd, &res, sizeof res) != (ssize_t)sizeof res)
-        _exit(5);
+    for (int s = 0; s < S_N; s++)
+        if (write(wfd, &n[s], sizeof n[s]) != (ssize_t)sizeof n[s] ||
+            write(wfd, v[s], n[s] * sizeof(double)) != (ssize_t)(n[s] * sizeof(double)))
+            _exit(5);
     _exit(0);
 }
 
-static void run_victim(int rounds, result *out)
+/* One victim run of `rounds` rounds; its samples are added to *out. */
+static void run_victim(int rounds, samples *out)
 {
     int pp[2];
     if (pipe(pp))
@@ -172,11 +197,20 @@ static void run_victim(int rounds, result *out)
         victim(rounds, pp[1]);
     }
     close(pp[1]);
-    ssize_t got = read(pp[0], out, sizeof *out);
+    for (int s = 0; s < S_N; s++) {
+        size_t n;
+        read_all(pp[0], &n, sizeof n);
+        double *v = realloc(out->v[s], (out->n[s] + n) * sizeof(double));
+        if (!v)
+            die("out of memory");
+        read_all(pp[0], v + out->n[s], n * sizeof(double));
+        out->v[s] = v;
+        out->n[s] += n;
+    }
     close(pp[0]);
     int st;
     waitpid(p, &st, 0);
-    if (got != (ssize_t)sizeof *out || !WIFEXITED(st) || WEXITSTATUS(st))
+    if (!WIFEXITED(st) || WEXITSTATUS(st))
         die("the victim failed (status %d)", st);
 }
 
@@ -208,42 +242,46 @@ static int count_fds(pid_t pid)
     return n;
 }
 
-int main(int argc, char **argv)
+typedef struct opts {
+    int rounds, idle, fdconns, unread, cycles;
+    const char *json;
+} opts;
+
+/* 0, or 2 after a usage message. */
+static int parse(int argc, char **argv, opts *o)
 {
-    int rounds = 200, idle = 1000, fdconns = 64, unread = 64;
-    const char *json = NULL;
+    *o = (opts){200, 1000, 64, 64, 4, NULL};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
-            rounds = 50;
+            o->rounds = 50;
         else if (i + 1 < argc && !strcmp(argv[i], "--rounds"))
-            rounds = atoi(argv[++i]);
+            o->rounds = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--idle"))
-            idle = atoi(argv[++i]);
+            o->idle = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--fdconns"))
-            fdconns = atoi(argv[++i]);
+            o->fdconns = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--unread"))
-            unread = atoi(argv[++i]);
+            o->unread = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--cycles"))
+            o->cycles = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--json"))
-            json = argv[++i];
+            o->json = argv[++i];
         else {
-            fprintf(stderr, "usage: " NAME " [--rounds N] [--idle N] [--fdconns N] [--unread N] [--json FILE]\n");
+            fprintf(stderr, "usage: " NAME " [--rounds N] [--cycles N] [--idle N] [--fdconns N] [--unread N] [--json FILE]\n");
             return 2;
         }
     }
-    if (getuid() != 0) {
-        printf("skipped: " NAME " needs root (a hostile uid and a victim uid)\n");
-        if (json) {
-            FILE *j = fopen(json, "w");
-            if (j) {
-                fprintf(j, "{\"skipped\": \"needs root\"}\n");
-                fclose(j);
-            }
-        }
-        return 0;
-    }
+    return 0;
+}
+
+static char hcopy[128], hout[128];
+
+/* The temporary folder, heapd's configuration, heapd started and listening. */
+static void start_heapd(const char *argv0)
+{
     char self[PATH_MAX], heapd[PATH_MAX + 32], hostile[PATH_MAX + 32];
-    if (!realpath(argv[0], self))
-        die("cannot resolve %s", argv[0]);
+    if (!realpath(argv0, self))
+        die("cannot resolve %s", argv0);
     char *bdir = dirname(self);
     snprintf(heapd, sizeof heapd, "%s/../heapd", bdir);
     snprintf(hostile, sizeof hostile, "%s/../tests/prog_hostile", bdir);
@@ -253,13 +291,7 @@ int main(int argc, char **argv)
     if (!mkdtemp(dir))
         die("mkdtemp: %s", strerror(errno));
     chmod(dir, 0755);
-    signal(SIGPIPE, SIG_IGN);
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
-    char conf[128], log[128], hcopy[128], hout[128];
+    char conf[128], log[128];
     snprintf(sock, sizeof sock, "%s/heapd.sock", dir);
     snprintf(conf, sizeof conf, "%s/heapd.conf", dir);
     snprintf(log, sizeof log, "%s/heapd.log", dir);
@@ -276,7 +308,6 @@ int main(int argc, char **argv)
     snprintf(cmd, sizeof cmd, "cp '%s' '%s'", hostile, hcopy);
     if (system(cmd))
         die("cannot copy %s", hostile);
-
     heapd_pid = fork();
     if (heapd_pid == 0) {
         int lf = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -289,10 +320,13 @@ int main(int argc, char **argv)
         usleep(50000);
     if (stat(sock, &st))
         die("heapd did not start (see its log)");
+}
 
-    result base, loaded;
-    run_victim(rounds, &base);
-
+/* The attacker, uid 65534, set up; its "holding" line into line. Then waits
+ * until heapd took in what it sent (its fd count holds still: 3 samples
+ * 100 ms apart, 30 s at most). */
+static void start_hostile(const opts *o, char *line, size_t len)
+{
     hostile_pid = fork();
     if (hostile_pid == 0) {
         int of = open(hout, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -300,28 +334,25 @@ int main(int argc, char **argv)
         if (setgroups(0, NULL) || setgid(65534) || setuid(65534))
             _exit(3);
         char a[3][16];
-        snprintf(a[0], 16, "%d", idle);
-        snprintf(a[1], 16, "%d", fdconns);
-        snprintf(a[2], 16, "%d", unread);
+        snprintf(a[0], 16, "%d", o->idle);
+        snprintf(a[1], 16, "%d", o->fdconns);
+        snprintf(a[2], 16, "%d", o->unread);
         execl(hcopy, hcopy, "--socket", sock, "hold", a[0], a[1], a[2], (char *)NULL);
         _exit(127);
     }
-    char line[512] = "";
-    for (int i = 0; i < 1200; i++) {
+    line[0] = 0;
+    for (int i = 0; i < 1200 && strncmp(line, "holding", 7); i++) {
         FILE *h = fopen(hout, "r");
         if (h) {
-            if (!fgets(line, sizeof line, h))
+            if (!fgets(line, (int)len, h))
                 line[0] = 0;
             fclose(h);
         }
-        if (!strncmp(line, "holding", 7))
-            break;
-        usleep(50000);
+        if (strncmp(line, "holding", 7))
+            usleep(50000);
     }
     if (strncmp(line, "holding", 7))
         die("the attacker did not set up within 60 s");
-    /* heapd takes in what the attacker sent: wait until its fd count holds
-     * still (3 samples 100 ms apart), 30 s at most. */
     int fds = count_fds(heapd_pid), same = 0;
     for (int i = 0; i < 300 && same < 3; i++) {
         usleep(100000);
@@ -329,40 +360,85 @@ int main(int argc, char **argv)
         same = n == fds ? same + 1 : 0;
         fds = n;
     }
-    long rss = proc_value(heapd_pid, "VmRSS:");
-    run_victim(rounds, &loaded);
-    int fds2 = count_fds(heapd_pid);
-    long rss2 = proc_value(heapd_pid, "VmRSS:");
+}
 
-    printf("attacker (uid 65534): %s", line);
-    printf("heapd under attack: %d fds, VmRSS %ld kB (after the loaded run: %d fds, %ld kB)\n", fds, rss, fds2, rss2);
-    printf("victim (uid 65533), %d rounds each, same run:\n", rounds);
+static void report(const opts *o, const result *base, const result *loaded)
+{
+    printf("victim (uid 65533), %zu rounds each, same run:\n", base->n[S_ATTACH]);
     printf("%-16s %12s %12s %12s %12s %8s\n", "step", "p50 unloaded", "p99 unloaded", "p50 loaded", "p99 loaded",
            "p99 x");
     double worst = 0;
     for (int s = 0; s < S_N; s++) {
-        double r = base.p99[s] > 0 ? loaded.p99[s] / base.p99[s] : 0;
+        double r = base->p99[s] > 0 ? loaded->p99[s] / base->p99[s] : 0;
         if (r > worst)
             worst = r;
-        printf("%-16s %10.1fus %10.1fus %10.1fus %10.1fus %7.2fx\n", step_name[s], base.p50[s], base.p99[s],
-               loaded.p50[s], loaded.p99[s], r);
-        printf("bench " NAME ": %s p99 unloaded %.1f us, loaded %.1f us, ratio %.2f\n", step_name[s], base.p99[s],
-               loaded.p99[s], r);
+        printf("%-16s %10.1fus %10.1fus %10.1fus %10.1fus %7.2fx\n", step_name[s], base->p50[s], base->p99[s],
+               loaded->p50[s], loaded->p99[s], r);
+        printf("bench " NAME ": %s p99 unloaded %.1f us, loaded %.1f us, ratio %.2f\n", step_name[s],
+               base->p99[s], loaded->p99[s], r);
     }
     printf("worst p99 ratio loaded/unloaded: %.2fx (target: at most 5x)\n", worst);
-    if (json) {
-        FILE *j = fopen(json, "w");
+    FILE *j = o->json ? fopen(o->json, "w") : NULL;
+    if (!j)
+        return;
+    fprintf(j, "{\"rounds\": %d, \"idle\": %d, \"fdconns\": %d, \"unread\": %d, \"steps\": [", o->rounds,
+            o->idle, o->fdconns, o->unread);
+    for (int s = 0; s < S_N; s++)
+        fprintf(j, "%s{\"step\": \"%s\", \"p50_unloaded_us\": %.1f, \"p99_unloaded_us\": %.1f, "
+                   "\"p50_loaded_us\": %.1f, \"p99_loaded_us\": %.1f}",
+                s ? ", " : "", step_name[s], base->p50[s], base->p99[s], loaded->p50[s], loaded->p99[s]);
+    fprintf(j, "], \"worst_p99_ratio\": %.2f}\n", worst);
+    fclose(j);
+}
+
+int main(int argc, char **argv)
+{
+    opts o;
+    if (parse(argc, argv, &o))
+        return 2;
+    if (getuid() != 0) {
+        printf("skipped: " NAME " needs root (a hostile uid and a victim uid)\n");
+        FILE *j = o.json ? fopen(o.json, "w") : NULL;
         if (j) {
-            fprintf(j, "{\"rounds\": %d, \"idle\": %d, \"fdconns\": %d, \"unread\": %d, \"steps\": [", rounds, idle,
-                    fdconns, unread);
-            for (int s = 0; s < S_N; s++)
-                fprintf(j, "%s{\"step\": \"%s\", \"p50_unloaded_us\": %.1f, \"p99_unloaded_us\": %.1f, "
-                           "\"p50_loaded_us\": %.1f, \"p99_loaded_us\": %.1f}",
-                        s ? ", " : "", step_name[s], base.p50[s], base.p99[s], loaded.p50[s], loaded.p99[s]);
-            fprintf(j, "], \"worst_p99_ratio\": %.2f}\n", worst);
+            fprintf(j, "{\"skipped\": \"needs root\"}\n");
             fclose(j);
         }
+        return 0;
     }
+    signal(SIGPIPE, SIG_IGN);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    start_heapd(argv[0]);
+    /* Cycles of unloaded rounds, then loaded ones (the attacker set up, then
+     * killed and its connections gone): both see the same machine load. */
+    samples sb = {0}, sl = {0};
+    char line[512] = "";
+    int fds = 0, base_fds = count_fds(heapd_pid);
+    long rss = 0;
+    if (o.cycles < 1)
+        o.cycles = 1;
+    for (int cy = 0; cy < o.cycles; cy++) {
+        run_victim(o.rounds / o.cycles, &sb);
+        start_hostile(&o, line, sizeof line);
+        fds = count_fds(heapd_pid);
+        rss = proc_value(heapd_pid, "VmRSS:");
+        run_victim(o.rounds / o.cycles, &sl);
+        kill(hostile_pid, SIGKILL);
+        waitpid(hostile_pid, NULL, 0);
+        hostile_pid = 0;
+        for (int i = 0; i < 300 && count_fds(heapd_pid) > base_fds; i++)
+            usleep(100000);
+    }
+    result base, loaded;
+    summarize(&sb, &base);
+    summarize(&sl, &loaded);
+    printf("attacker (uid 65534): %s", line);
+    printf("heapd under attack: %d fds, VmRSS %ld kB; %d cycles of %d unloaded then %d loaded rounds\n", fds, rss,
+           o.cycles, o.rounds / o.cycles, o.rounds / o.cycles);
+    report(&o, &base, &loaded);
     cleanup();
     return 0;
 }

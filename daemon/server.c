@@ -188,7 +188,9 @@ static void conn_update_events(hd_conn *c)
     if (c->dead || c->refused)
         return;
     int may = conn_may_read(c);
-    int want = (may ? UV_READABLE : 0) | (hw_writer_pending(&c->wr) ? UV_WRITABLE : 0);
+    /* Not reading: still hear a hang-up (a paused uid's idle connections
+     * would never be closed otherwise). */
+    int want = (may ? UV_READABLE : UV_DISCONNECT) | (hw_writer_pending(&c->wr) ? UV_WRITABLE : 0);
     if (want != c->events) {
         c->events = want;
         uv_poll_start(&c->poll, want, hd_server_conn_poll_cb);
@@ -391,6 +393,11 @@ void hd_server_conn_poll_cb(uv_poll_t *p, int status, int events)
         return;
     if (status < 0) {
         hd_debug("client pid %ld: poll error %s", (long)c->pid, uv_strerror(status));
+        conn_kill(c);
+        return;
+    }
+    if ((events & UV_DISCONNECT) && !(c->events & UV_READABLE)) {
+        /* Hung up while its requests are not read: nobody waits for them. */
         conn_kill(c);
         return;
     }

@@ -227,7 +227,7 @@ void hd_server_accept_cb(uv_poll_t *p, int status, int events)
         if (u)
             u->conns++;
         c->poll.data = c;
-        c->events = u && u->paused ? 0 : UV_READABLE;
+        c->events = u && u->paused ? UV_DISCONNECT : UV_READABLE;
         uv_poll_start(&c->poll, c->events, hd_server_conn_poll_cb);
         c->next = s->conns;
         if (s->conns)

@@ -37,7 +37,8 @@ typedef struct hd_uid {
 
 /* Invariants: on the server's list <=> not yet closed; dead => on the close
  * list, no more frames are read or sent; poll events == READABLE iff it may
- * read (conn_may_read), plus WRITABLE iff the writer has pending frames;
+ * read (conn_may_read), else DISCONNECT, plus WRITABLE iff the writer has
+ * pending frames;
  * on_busy <=> on the server's busy list (frames may wait in its reader);
  * u == NULL iff uid 0 or refused. */
 struct hd_conn {
