@@ -38,8 +38,7 @@
  *                     which BYTES were sent; prints "holding" and waits for
  *                     SIGTERM
  *
- * Bounds (never figures): replies and closes are waited for up to BOUND_MS.
- */
+ * Bounds (never figures): replies and closes are waited for up to BOUND_MS. */
 #include "heapd.pb-c.h"
 #include "wire.h"
 
