@@ -170,8 +170,7 @@ has "$W/shipped.out" "^$HEAPD_SRC/heapd.conf: ok" && pass || fail "--check-confi
 # Every key config.c accepts: printed by --check-config, shown with its
 # default in the shipped heapd.conf, documented in heapd.conf(5) and in
 # docs/operations.md.
-KEYS=$(sed -n -e 's/.*strcmp(name, "\([a-z_]*\)").*/\1/p' -e 's/.*SIZE_KEY("\([a-z_]*\)".*/\1/p' \
-    "$HEAPD_SRC/daemon/config.c" | sort -u)
+KEYS=$(sed -n -e 's/^ *{"\([a-z_]*\)", parse_.*/\1/p' "$HEAPD_SRC/daemon/config.c" | sort -u)
 nkeys=$(echo "$KEYS" | wc -w)
 if [ "$nkeys" -ge 12 ]; then pass; else fail "found only $nkeys keys in daemon/config.c: $KEYS"; fi
 for k in $KEYS; do
