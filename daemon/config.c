@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -54,6 +55,7 @@ typedef struct parse_state {
     int err_line;      /* the first error's line (0: none yet) */
     int stop;          /* an error was found: the reader ends the file */
     int key_line[L_N];
+    int nkeys;         /* keys set by the file */
     hd_config cfg;
     char msg[512];
 } parse_state;
@@ -325,8 +327,10 @@ static int handler(void *user, const char *section, const char *name, const char
         st->msg[0] = 0;
         fail_at(st, "%s%s", m, strchr(value, '#') ? " (a # starts a comment only after a space: "
                                                      "`key = value # comment`)" : "");
-    } else if (k->line_slot >= 0) {
-        st->key_line[k->line_slot] = st->line;
+    } else {
+        st->nkeys++;
+        if (k->line_slot >= 0)
+            st->key_line[k->line_slot] = st->line;
     }
     return rc;
 }
@@ -385,23 +389,44 @@ static int cross_check(const parse_state *st, const char *path, char *err, size_
     return 0;
 }
 
-int hd_config_load(const char *path, hd_config *c, char *err, size_t errlen)
+/* Opens PATH for parsing: never blocks (a FIFO is refused, not waited on),
+ * never reads a directory. Returns the stream, or NULL with the sentence. */
+static FILE *open_config(const char *path, bool reload, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        close(fd);
+        snprintf(err, errlen, "%s: is a directory, not a configuration file; give the path of heapd.conf "
+                 "(e.g. %s/heapd.conf)", path, path);
+        return NULL;
+    }
+    /* A FIFO or socket would block the loop; at start /dev/null is fine. */
+    if (!S_ISREG(sb.st_mode) && (reload || !S_ISCHR(sb.st_mode))) {
+        close(fd);
+        snprintf(err, errlen, "%s: is not a regular file; give the path of heapd.conf", path);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+    }
+    return f;
+}
+
+static int load(const char *path, bool reload, hd_config *c, char *err, size_t errlen)
 {
     parse_state st;
     memset(&st, 0, sizeof st);
     st.cfg = *c;
-    st.f = fopen(path, "re");
-    if (!st.f) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    st.f = open_config(path, reload, err, errlen);
+    if (!st.f)
         return -1;
-    }
-    struct stat sb;
-    if (fstat(fileno(st.f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        fclose(st.f);
-        snprintf(err, errlen, "%s: is a directory, not a configuration file; give the path of heapd.conf "
-                 "(e.g. %s/heapd.conf)", path, path);
-        return -1;
-    }
     int rc = ini_parse_stream(reader, &st, handler, &st);
     int rerr = ferror(st.f) ? errno : 0;
     fclose(st.f);
@@ -421,6 +446,12 @@ int hd_config_load(const char *path, hd_config *c, char *err, size_t errlen)
         snprintf(err, errlen, "%s: cannot read the file", path);
         return -1;
     }
+    if (reload && !st.nkeys) {
+        snprintf(err, errlen, "%s: has no keys (empty, or only comments); a reload would set every key, "
+                 "quota_uid and admin_group too, to its built-in default. Write the configuration, then "
+                 "send SIGHUP again", path);
+        return -1;
+    }
     /* Cross-key checks: the defaults must make a valid heap. */
     hd_config *n = &st.cfg;
     if (cross_check(&st, path, err, errlen))
@@ -435,4 +466,14 @@ int hd_config_load(const char *path, hd_config *c, char *err, size_t errlen)
     }
     *c = *n;
     return 0;
+}
+
+int hd_config_load(const char *path, hd_config *c, char *err, size_t errlen)
+{
+    return load(path, false, c, err, errlen);
+}
+
+int hd_config_reload(const char *path, hd_config *c, char *err, size_t errlen)
+{
+    return load(path, true, c, err, errlen);
 }

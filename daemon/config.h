@@ -52,4 +52,9 @@ void hd_config_defaults(hd_config *c);
  * "FILE:LINE: message" (or "FILE: message") into err; *c is unchanged. */
 int hd_config_load(const char *path, hd_config *c, char *err, size_t errlen);
 
+/* The same for SIGHUP, stricter: PATH must be a regular file that sets at
+ * least one key (an empty file, a directory, a FIFO or an unreadable path is
+ * an error, so that the running configuration stays). */
+int hd_config_reload(const char *path, hd_config *c, char *err, size_t errlen);
+
 #endif

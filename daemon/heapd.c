@@ -116,8 +116,8 @@ static void on_hup(uv_signal_t *s, int signum)
     hd_config n;
     hd_config_defaults(&n);
     char err[512];
-    if (hd_config_load(d->config_path, &n, err, sizeof err)) {
-        hd_error("SIGHUP: configuration not reloaded: %s", err);
+    if (hd_config_reload(d->config_path, &n, err, sizeof err)) {
+        hd_error("SIGHUP: configuration not reloaded: %s (the running configuration stays)", err);
         hd_notify("READY=1");
         return;
     }

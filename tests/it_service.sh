@@ -280,6 +280,33 @@ n1=$(count "$W/heapd.log" "debug: client connected")
 wait_for 3 more_than "$W/heapd.log" "debug: client connected" "$n1" && pass ||
     fail "a bad file on SIGHUP changed the log level"
 
+# An empty file, a directory and a missing file (issue 15 item 10): the
+# running configuration stays (quota_uid, admin_group, log level) and the log
+# says why; heapd never reloads the built-in defaults.
+: > "$CONF"
+kill -HUP "$HD"
+wait_for 5 has "$W/heapd.log" "SIGHUP: configuration not reloaded: $CONF: has no keys" && pass ||
+    { fail "SIGHUP with an empty file: no 'has no keys' in the log:"; show "$W/heapd.log"; }
+rm -f "$CONF"; mkdir "$CONF"
+kill -HUP "$HD"
+wait_for 5 has "$W/heapd.log" "SIGHUP: configuration not reloaded: $CONF: is a directory" && pass ||
+    { fail "SIGHUP with a directory: no 'is a directory' in the log:"; show "$W/heapd.log"; }
+rmdir "$CONF"; mkfifo "$CONF"
+kill -HUP "$HD"
+wait_for 5 has "$W/heapd.log" "SIGHUP: configuration not reloaded: $CONF: is not a regular file" && pass ||
+    { fail "SIGHUP with a FIFO: no 'is not a regular file' in the log (or heapd blocked on it):"; show "$W/heapd.log"; }
+rm -f "$CONF"
+kill -HUP "$HD"
+wait_for 5 has "$W/heapd.log" "SIGHUP: configuration not reloaded: $CONF: cannot open: No such file" && pass ||
+    { fail "SIGHUP with a missing file: no 'cannot open' in the log:"; show "$W/heapd.log"; }
+has "$W/heapd.log" "configuration reloaded from $CONF.*" && [ "$(count "$W/heapd.log" "configuration reloaded from")" -eq 2 ] &&
+    pass || fail "a SIGHUP with an empty, directory, FIFO or missing file was logged as reloaded"
+n1=$(count "$W/heapd.log" "debug: client connected")
+"$HEAPCTL" --socket "$SOCK" heaps > /dev/null 2>&1
+wait_for 3 more_than "$W/heapd.log" "debug: client connected" "$n1" && pass ||
+    fail "a SIGHUP with an empty file changed the log level (the built-in default is info)"
+write_conf debug
+
 # SIGTERM with clients attached: two ranks of one heap.
 "$RANK" --socket "$SOCK" --heap svc --rank 0 --world 2 alloc 1M sleep 3000 alloc 1M > "$W/rank0.out" 2> "$W/rank0.err" &
 R0=$!
