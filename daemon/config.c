@@ -32,6 +32,8 @@ void hd_config_defaults(hd_config *c)
     c->policy = HA_POLICY_COALESCE;
     c->collect_timeout_ms = 30000;
     c->max_clients = 1024;
+    c->max_chunks = 65536;
+    c->max_blocks = UINT32_C(1) << 28;
     c->admin_gid = -1;
     char host[256] = "node";
     gethostname(host, sizeof host - 1);
@@ -296,6 +298,8 @@ static const key_desc keys[] = {
     {"min_block", parse_size_key, OFF(min_block), 1, 0, NULL, L_MIN_BLOCK},
     {"collect_timeout_ms", parse_u32_key, OFF(collect_timeout_ms), 1, 86400000, "a number of milliseconds", -1},
     {"max_clients", parse_u32_key, OFF(max_clients), 1, 1000000, "a number", -1},
+    {"max_chunks", parse_u32_key, OFF(max_chunks), 1, INT32_MAX, "a number of chunks", -1},
+    {"max_blocks", parse_u32_key, OFF(max_blocks), 1, UINT32_MAX, "a number of min_blocks", -1},
     {"meminfo_interval_ms", parse_u32_key, OFF(meminfo_interval_ms), 10, 3600000, "a number of milliseconds", -1},
 };
 #undef OFF
@@ -462,6 +466,15 @@ static int load(const char *path, bool reload, hd_config *c, char *err, size_t e
     char why[200];
     if (ha_params_check(&p, why, sizeof why)) {
         snprintf(err, errlen, "%s: the heap defaults are inconsistent: %s", path, why);
+        return -1;
+    }
+    if (n->va_size / n->chunk_size > n->max_chunks || n->va_size / n->min_block > n->max_blocks) {
+        bool chunks = n->va_size / n->chunk_size > n->max_chunks;
+        snprintf(err, errlen, "%s: the heap defaults are over heapd's limits: va_size / %s = %llu, over %s = %u; "
+                 "lower va_size, raise %s or %s", path, chunks ? "chunk_size" : "min_block",
+                 (unsigned long long)(n->va_size / (chunks ? n->chunk_size : n->min_block)),
+                 chunks ? "max_chunks" : "max_blocks", chunks ? n->max_chunks : n->max_blocks,
+                 chunks ? "chunk_size" : "min_block", chunks ? "max_chunks" : "max_blocks");
         return -1;
     }
     *c = *n;

@@ -32,11 +32,16 @@ typedef struct hd_config {
     uint32_t collect_timeout_ms;
     /* Limits. */
     uint32_t max_clients;
+    /* Per heap and rank: va_size / chunk_size (chunks: fds, records) and
+     * va_size / min_block (the allocator's bitmaps: ~4 bits each). */
+    uint32_t max_chunks;
+    uint32_t max_blocks;
     /* Access: members of admin_group (and root) may attach to any heap and
      * force collects on any heap; others only on heaps their uid created. */
     char admin_group[64];           /* "" : none */
     long admin_gid;                 /* resolved at load, -1: none */
-    /* Quotas in bytes of chunk memory (every rank's chunks); 0: none. */
+    /* Quotas in bytes of chunk memory (every rank's chunks); 0: none.
+     * quota_uid also counts the allocator's bookkeeping of the uid's heaps. */
     uint64_t quota_heap;
     uint64_t quota_uid;
     /* Several nodes: the store that reconciles collects ("" : single node)

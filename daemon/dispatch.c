@@ -7,6 +7,7 @@
 
 #include "heapd.pb-c.h"
 #include "log.h"
+#include "pbstr.h"
 #include "reply.h"
 
 struct hd_dispatch {
@@ -169,6 +170,13 @@ static void on_frame(void *arg, hd_conn *c, const uint8_t *data, size_t len, siz
     if (nfds) {
         hd_reply_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL,
                        "clients send no file descriptors: %zu received with this message were closed", nfds);
+        goto out;
+    }
+    const char *field;
+    if (hd_pbstr_nul(&heapd__frame__descriptor, data, len, &field)) {
+        hd_reply_error(c, id, HEAPD__ERR_CODE__ERR_INVALID,
+                       "string field %s contains a NUL byte; heap names, jobs and other strings are UTF-8 text "
+                       "without NUL", field);
         goto out;
     }
     if (hd_server_stopping(d->srv)) {

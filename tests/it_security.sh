@@ -102,6 +102,18 @@ check "per-heap quota: growth past 8 MiB of chunks is refused with ERR_QUOTA" \
 check "per-uid quota: a second heap that would take uid 0 past 12 MiB is refused" \
     sh -c "test $rc != 0 && grep -q 'per-uid quota of 12 MiB' $T/q2.out"
 
+# Bookkeeping counts against quota_uid (issue 15 item 4): 8 MiB of chunks
+# fit in 12 MiB with min_block 512 (~8 KiB of bitmaps), not with min_block 1
+# (~4.1 MiB of bitmaps).
+"$R" --socket "$S" --heap qb --rank 0 --world 1 --chunk 2M --initial 8M --va 8M --min-block 512 -- alloc 1M \
+    >"$T/qb1.out" 2>&1
+check "per-uid quota: 8 MiB of chunks with min_block 512 fit in 12 MiB" test $? = 0
+"$R" --socket "$S" --heap qb --rank 0 --world 1 --chunk 2M --initial 8M --va 8M --min-block 1 -- alloc 1M \
+    >"$T/qb2.out" 2>&1
+rc=$?
+check "per-uid quota: the same heap with min_block 1 is refused, its bookkeeping named" \
+    sh -c "test $rc != 0 && grep -q 'chunk memory and heapd bookkeeping.*per-uid quota of 12 MiB' $T/qb2.out"
+
 # ---- zeroing between heaps ---------------------------------------------------------------
 "$R" --socket "$S" --heap dirty --rank 0 --world 1 --chunk 1M -- alloc 1M write 0 0 0xab check 0 0xab >/dev/null 2>&1
 "$R" --socket "$S" --heap clean --rank 0 --world 1 --chunk 1M -- alloc 1M check 0 0 >"$T/clean.out" 2>&1

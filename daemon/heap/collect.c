@@ -201,13 +201,7 @@ static void heap_timeout(uv_timer_t *t)
                  "start every rank, or raise collect_timeout_ms",
                  h->name, h->timeout_ms, missing, waiting);
         hd_warn("%s", msg);
-        for (uint32_t q = 0; q < h->world_size; q++) {
-            hd_rank *k = &h->ranks[q];
-            if (k->attach_wait && k->conn) {
-                k->attach_wait = false;
-                hd_peer_error(k->conn, k->attach_id, HEAPD__ERR_CODE__ERR_TIMEOUT, "%s", msg);
-            }
-        }
+        attach_timed_out(h, msg); /* may destroy h */
         return;
     }
     if (!h->coll_active)

@@ -16,6 +16,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #define HD_NAME_MAX 255
+#define HD_JOB_MAX 127  /* bytes of a job string (h->job holds it with its NUL) */
 #define HD_LOG_TRIM 4096 /* decisions kept before trying to trim the log */
 
 /* One decision of the allocation sequence.
@@ -60,7 +61,7 @@ struct hd_heap {
     char name[HD_NAME_MAX + 1];
     uint32_t world_size;
     uint32_t local_size;      /* ranks served by this node (== world_size: single node) */
-    char job[128];            /* job incarnation, namespaces store keys */
+    char job[HD_JOB_MAX + 1]; /* job incarnation, namespaces store keys */
     ha_params ap;
     uint32_t timeout_ms;
     uint64_t epoch;
@@ -131,6 +132,20 @@ typedef struct chunk_msg {
     size_t n;
 } chunk_msg;
 
+/* Chunks per rank of an extent of `mapped` bytes (<= va_size). Fits in 32
+ * bits: heap_limits refuses va_size / chunk_size > max_chunks <= INT32_MAX. */
+static inline uint32_t heap_chunks(const hd_heap *h, uint64_t mapped)
+{
+    return (uint32_t)(mapped / h->ap.chunk_size);
+}
+
+/* attach.c */
+/* The attach timeout: every waiting rank gets ERR_TIMEOUT with msg and is
+ * detached (its claim forgotten), so that a retry, on the same connection
+ * or a new one, attaches again as that rank. The heap is destroyed when no
+ * rank stays attached (every attached rank of an unformed heap waits). */
+void attach_timed_out(hd_heap *h, const char *msg);
+
 /* registry.c */
 uint64_t now_ns(void);
 void heap_publish(hd_heap *h);
@@ -138,7 +153,8 @@ const char *human(uint64_t b, char *buf, size_t len);
 void heap_destroy(hd_heap *h);
 hd_heap *heap_find(hd_registry *r, const char *name);
 void rank_list(const hd_heap *h, int which, char *buf, size_t len);
-int quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t have, uint64_t add, char *why,
+int quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t have, uint64_t add, uint64_t meta_add,
+                char *why,
                 size_t len);
 heap_ref *heap_ref_new(hd_heap *h);
 hd_heap *heap_ref_get(heap_ref *x);
