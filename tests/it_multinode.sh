@@ -184,9 +184,10 @@ done
 # ---- 2. the store's keys: namespaced per heap and job, each with a TTL --------------
 rcli --scan --pattern 'heapd:*' >"$T/keys" 2>/dev/null
 nk=$(wc -l <"$T/keys")
-# The incarnation is the job plus a fingerprint of the heap parameters.
-nrnd=$(grep -c '^heapd:rnd\(default\|seed\):j1~[0-9a-f]\{8\}:c[0-9]*:s$' "$T/keys")
-check "store keys: $nk keys, those of the two workloads named heapd:HEAP:JOB~PARAMS:cN:s ($nrnd)" \
+# The incarnation is the job, a fingerprint of the heap parameters, the
+# owner's uid and the job secret's hash ("-": none; issue 15).
+nrnd=$(grep -c "^heapd:rnd\\(default\\|seed\\):j1~[0-9a-f]\\{8\\}~u$(id -u)~-:c[0-9]*:s\$" "$T/keys")
+check "store keys: $nk keys, those of the two workloads named heapd:HEAP:JOB~PARAMS~uUID~SECRET:cN:s ($nrnd)" \
     test "$nrnd" -gt 0 -a "$nrnd" = "$nk"
 check "store keys: no rank bitmap (:r) left once every collect completed" sh -c "! grep -q ':r\$' $T/keys"
 nottl=0; maxttl=0

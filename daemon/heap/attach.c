@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "sha1.h"
 #include "utf8.h"
 
 /* ---- chunks ------------------------------------------------------------------ */
@@ -223,11 +224,27 @@ static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint6
     return 0;
 }
 
+/* The job secret as kept: the first 16 hex digits of its SHA-1, "-" when
+ * none was given. */
+static void secret_hash(const ProtobufCBinaryData *s, char out[17])
+{
+    if (!s->len) {
+        snprintf(out, 17, "-");
+        return;
+    }
+    char hex[41];
+    sha1_hex(s->data, s->len, hex);
+    snprintf(out, 17, "%.16s", hex);
+}
+
 /* Nodes with different heap parameters must never meet in the store: the
  * fingerprint puts them in different keys (they time out naming each
  * other's ranks instead of diverging silently). */
 static void heap_fingerprint(hd_heap *h, const ha_params *pa)
 {
+    /* Ownership too (issue 15): another uid, or the same uid with another
+     * job secret, lands in other keys, so it can neither complete nor
+     * force the collects of a heap it does not own on another node. */
     ha_params ap = *pa;
     uint64_t fp = UINT64_C(1469598103934665603);
     uint64_t v[7] = {ap.chunk_size, ap.initial_size, ap.va_size, ap.min_block, (uint64_t)ap.policy,
@@ -235,7 +252,8 @@ static void heap_fingerprint(hd_heap *h, const ha_params *pa)
     for (int i = 0; i < 6; i++)
         for (int b = 0; b < 8; b++)
             fp = (fp ^ ((v[i] >> (8 * b)) & 0xff)) * UINT64_C(1099511628211);
-    snprintf(h->inc, sizeof h->inc, "%s~%08llx", h->job, (unsigned long long)(fp & 0xffffffffu));
+    snprintf(h->inc, sizeof h->inc, "%s~%08llx~u%ld~%s", h->job, (unsigned long long)(fp & 0xffffffffu),
+             (long)h->owner, h->secret);
 }
 
 static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint64_t id)
@@ -263,11 +281,12 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_peer *c, 
     h->world_size = m->world_size;
     h->local_size = local_size;
     snprintf(h->job, sizeof h->job, "%s", m->job && m->job[0] ? m->job : "0");
+    h->owner = hd_peer_uid(c);
+    secret_hash(&m->job_secret, h->secret);
     heap_fingerprint(h, &ap);
     h->ap = ap;
     h->timeout_ms = pick(rp ? rp->collect_timeout_ms : 0, cfg->collect_timeout_ms);
     h->epoch = r->next_epoch++;
-    h->owner = hd_peer_uid(c);
     h->collect_at = UINT64_MAX;
     uv_timer_init(r->loop, &h->timer);
     h->timer.data = h;
@@ -297,6 +316,13 @@ static bool params_differ(const hd_heap *h, const Heapd__Attach *m, char *why, s
     const char *job = m->job && m->job[0] ? m->job : "0";
     if (strcmp(job, h->job)) {
         snprintf(why, len, "job \"%s\" differs from the heap's \"%s\"", job, h->job);
+        return true;
+    }
+    char sh[17];
+    secret_hash(&m->job_secret, sh);
+    if (strcmp(sh, h->secret)) {
+        snprintf(why, len, "the job secret (HEAPC_JOB_SECRET) differs from the one the heap was created with%s; "
+                 "give every rank of the job the same secret", h->secret[0] == '-' ? " (none)" : "");
         return true;
     }
     const Heapd__HeapParams *p = m->params;

@@ -79,7 +79,9 @@ struct hd_heap {
      * (agreed by every node), ascending; force_at[0] is the next one. */
     uint64_t force_at[16];
     uint32_t nforce;
-    char inc[200];            /* store incarnation: job + parameter fingerprint */
+    char secret[17];          /* first 16 hex digits of SHA-1 of the job secret ("-": none) */
+    char inc[200];            /* store incarnation: job, parameter fingerprint, owner uid and
+                               * secret hash (tenants never share store keys) */
     bool coll_active;
     uint64_t coll_seq;
     uint32_t coll_waiting;
