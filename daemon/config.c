@@ -32,7 +32,7 @@ void hd_config_defaults(hd_config *c)
     c->policy = HA_POLICY_COALESCE;
     c->collect_timeout_ms = 30000;
     c->max_clients = 1024;
-    c->max_chunks = 65536;
+    c->max_chunks = UINT32_C(1) << 24;
     c->max_blocks = UINT32_C(1) << 28;
     c->admin_gid = -1;
     char host[256] = "node";

@@ -208,6 +208,21 @@ check "heapctl with no heapd: exit 1 naming the socket" sh -c "test $rc = 1 && g
 touch "$T/ctl.go"
 waitrank 0; waitrank 1
 
+# ---- 6b. attach retried after ERR_TIMEOUT (issue 15 item 8) ---------------------------
+# Rank 0 attaches alone and times out; libheapc retries on the same context
+# once rank 1 is there: heapd forgot the timed-out claim.
+"$R" --socket "$S" --heap retry --rank 0 --world 2 --timeout-ms 300 --no-attach -- \
+    try attach touch "$T/retry.t0" waitfile "$T/retry.go" attach alloc 4K >"$T/retry0.out" 2>&1 &
+pid_0=$!
+i=0; while [ ! -e "$T/retry.t0" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+"$R" --socket "$S" --heap retry --rank 1 --world 2 --timeout-ms 300 --no-attach -- \
+    waitfile "$T/retry.go" attach alloc 4K >"$T/retry1.out" 2>&1 &
+pid_1=$!
+touch "$T/retry.go"
+waitrank 0; r0=$rc; waitrank 1; r1=$rc
+check "an attach retried after ERR_TIMEOUT succeeds (rank 0: timeout, then attached; exits $r0 $r1)" \
+    sh -c "test $r0 = 0 -a $r1 = 0 && grep -q '^e ERR_TIMEOUT' '$T/retry0.out' && grep -q '^attached 0 2' '$T/retry0.out'"
+
 # ---- 7. shutdown -------------------------------------------------------------------------
 kill -TERM "$hpid"; wait "$hpid"; rc=$?
 hpid=

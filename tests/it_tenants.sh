@@ -160,6 +160,19 @@ check "rank 1 claimed by n1 and n2: n2's collect fails naming both nodes" \
 wait_until 30 exited $wb
 check "... and so does n1's, the same error" grep -q "^e .*rank 1 .*n1.*n2" "$T/wb.out"
 
+# On one node, a rank with another secret than the heap's: ERR_MISMATCH.
+HEAPC_JOB_SECRET=$SECRET "$R" --socket "$T/n0.sock" --heap s --rank 0 --world 2 --timeout-ms 20000 \
+    -- touch "$T/s0.started" >"$T/s0.out" 2>&1 &
+s0=$!; pids="$pids $s0"
+heap_s() { "$CTL" --socket "$T/n0.sock" heaps | grep -q '^s '; }
+wait_until 20 heap_s
+HEAPC_JOB_SECRET=other "$R" --socket "$T/n0.sock" --heap s --rank 1 --world 2 --timeout-ms 20000 \
+    >"$T/s1.out" 2>&1
+rc=$?
+check "a rank with another job secret on the same node: ERR_MISMATCH (exit $rc)" \
+    sh -c "test $rc = 9 && grep -q 'job secret (HEAPC_JOB_SECRET) differs' '$T/s1.out'"
+kill $s0 2>/dev/null; wait $s0 2>/dev/null
+
 for n in $NODES; do
     eval "p=\$hp_$n"
     kill -TERM "$p"; wait "$p"; rc=$?
