@@ -35,13 +35,19 @@ void hac_add(ha_heap *h, uint64_t start, uint64_t len)
     hab_set(&h->fend, (start + len - 1) >> h->kmin);
     uint64_t i = start >> k;
     hab_set(&h->freebits[k], i);
+    hac_fx f = {start, len};
     if (h->nbin[k] == 0) {
         h->bin_lo[k] = h->bin_hi[k] = i;
+        h->bin_lo_fx[k] = h->bin_hi_fx[k] = f;
     } else {
-        if (h->bin_lo[k] != HA_EMPTY && i < h->bin_lo[k])
+        if (h->bin_lo[k] != HA_EMPTY && i < h->bin_lo[k]) {
             h->bin_lo[k] = i;
-        if (h->bin_hi[k] != HA_EMPTY && i > h->bin_hi[k])
+            h->bin_lo_fx[k] = f;
+        }
+        if (h->bin_hi[k] != HA_EMPTY && i > h->bin_hi[k]) {
             h->bin_hi[k] = i;
+            h->bin_hi_fx[k] = f;
+        }
     }
     h->nbin[k]++;
     h->binmask |= UINT64_C(1) << k;
@@ -55,10 +61,14 @@ void hac_del(ha_heap *h, hac_fx f)
     hab_clear(&h->fend, (f.off + f.size - 1) >> h->kmin);
     uint64_t i = f.off >> k;
     hab_clear(&h->freebits[k], i);
-    if (i == h->bin_lo[k])
+    if (i == h->bin_lo[k]) {
         h->bin_lo[k] = HA_EMPTY;
-    if (i == h->bin_hi[k])
+        h->bin_lo_fx[k].size = 0;
+    }
+    if (i == h->bin_hi[k]) {
         h->bin_hi[k] = HA_EMPTY;
+        h->bin_hi_fx[k].size = 0;
+    }
     if (--h->nbin[k] == 0)
         h->binmask &= ~(UINT64_C(1) << k);
     h->nfree--;
@@ -136,6 +146,16 @@ static inline uint64_t co_bin_end(ha_heap *h, uint32_t k, bool down)
     return *c;
 }
 
+/* The free extent in window co_bin_end(h, k, down) of bin k, through the
+ * cache (fx_at's answer: the window holds exactly one extent of bin k). */
+static inline hac_fx co_end_fx(ha_heap *h, uint32_t k, bool down)
+{
+    hac_fx *c = down ? &h->bin_hi_fx[k] : &h->bin_lo_fx[k];
+    if (!c->size)
+        *c = fx_at(h, k, co_bin_end(h, k, down));
+    return *c;
+}
+
 hac_fx hac_find(ha_heap *h, uint64_t s, bool down)
 {
     uint32_t ks = log2u(s);
@@ -163,7 +183,7 @@ hac_fx hac_find(ha_heap *h, uint64_t s, bool down)
         uint32_t j = cand[(c + pick) % nc]; /* the best bound first */
         if (best.size && (down ? hi[j] <= best.off + best.size : lo[j] >= best.off))
             continue;
-        hac_fx b = fx_at(h, j, down ? (lo[j] >> j) - 1 : lo[j] >> j);
+        hac_fx b = co_end_fx(h, j, down);
         if (b.size && co_better(b, best, down))
             best = b;
     }
@@ -174,7 +194,7 @@ hac_fx hac_find(ha_heap *h, uint64_t s, bool down)
             if (best.size && (down ? ((i + 1) << ks) + (UINT64_C(2) << ks) <= best.off + best.size
                                    : i << ks >= best.off))
                 break;
-            hac_fx b = fx_at(h, ks, i);
+            hac_fx b = n == 0 ? co_end_fx(h, ks, down) : fx_at(h, ks, i);
             if (!b.size || (best.size && !co_better(b, best, down)))
                 break;
             if (b.size >= s) {

@@ -59,12 +59,6 @@ typedef struct hab_bits {
 void hab_free(hab_bits *b);
 /* Resizes to nbits (only grows), keeping level 0, rebuilding the rest. */
 int hab_resize(hab_bits *b, uint64_t nbits);
-/* Lowest / highest set position, or HA_EMPTY. */
-uint64_t hab_first(const hab_bits *b);
-uint64_t hab_last(const hab_bits *b);
-/* Lowest set position >= i / highest set position <= i, or HA_EMPTY. */
-uint64_t hab_next(const hab_bits *b, uint64_t i);
-uint64_t hab_prev(const hab_bits *b, uint64_t i);
 
 static inline bool hab_test(const hab_bits *b, uint64_t i)
 {
@@ -92,6 +86,86 @@ static inline void hab_clear(hab_bits *b, uint64_t i)
             break;
         i /= 64;
     }
+}
+
+/* Lowest / highest set position, or HA_EMPTY. */
+static inline uint64_t hab_first(const hab_bits *b)
+{
+    if (!b->nlevels)
+        return HA_EMPTY;
+    uint64_t idx = 0;
+    for (int l = (int)b->nlevels - 1; l >= 0; l--) {
+        uint64_t w = b->w[l][idx];
+        if (!w)
+            return HA_EMPTY;
+        idx = idx * 64 + (uint64_t)__builtin_ctzll(w);
+    }
+    return idx;
+}
+
+static inline uint64_t hab_last(const hab_bits *b)
+{
+    if (!b->nlevels)
+        return HA_EMPTY;
+    uint64_t idx = 0;
+    for (int l = (int)b->nlevels - 1; l >= 0; l--) {
+        uint64_t w = b->w[l][idx];
+        if (!w)
+            return HA_EMPTY;
+        idx = idx * 64 + 63u - (uint64_t)__builtin_clzll(w);
+    }
+    return idx;
+}
+
+/* Lowest set position >= i / highest set position <= i, or HA_EMPTY. Climb
+ * while the rest of the word is empty, then descend: O(levels). */
+static inline uint64_t hab_next(const hab_bits *b, uint64_t i)
+{
+    uint32_t l = 0;
+    for (;;) {
+        if (l == b->nlevels || i >= (uint64_t)b->nw[l] * 64)
+            return HA_EMPTY;
+        uint64_t w = b->w[l][i / 64] & (UINT64_MAX << (i % 64));
+        if (w) {
+            i = (i & ~UINT64_C(63)) + (uint64_t)__builtin_ctzll(w);
+            break;
+        }
+        i = i / 64 + 1;
+        l++;
+    }
+    while (l > 0) {
+        l--;
+        i = i * 64 + (uint64_t)__builtin_ctzll(b->w[l][i]);
+    }
+    return i;
+}
+
+static inline uint64_t hab_prev(const hab_bits *b, uint64_t i)
+{
+    uint32_t l = 0;
+    if (!b->nlevels)
+        return HA_EMPTY;
+    if (i >= (uint64_t)b->nw[0] * 64)
+        i = (uint64_t)b->nw[0] * 64 - 1;
+    for (;;) {
+        if (l == b->nlevels)
+            return HA_EMPTY;
+        uint32_t bit = (uint32_t)(i % 64);
+        uint64_t w = b->w[l][i / 64] & (bit == 63 ? UINT64_MAX : (UINT64_C(2) << bit) - 1);
+        if (w) {
+            i = (i & ~UINT64_C(63)) + 63u - (uint64_t)__builtin_clzll(w);
+            break;
+        }
+        if (i / 64 == 0)
+            return HA_EMPTY;
+        i = i / 64 - 1;
+        l++;
+    }
+    while (l > 0) {
+        l--;
+        i = i * 64 + 63u - (uint64_t)__builtin_clzll(b->w[l][i]);
+    }
+    return i;
 }
 
 /* ---- block table (alloc_table.c) --------------------------------------
@@ -133,9 +207,11 @@ int hat_init(ha_table *t, size_t cap, size_t words, uint32_t kmin);
 void hat_free(ha_table *t);
 int hat_grow(ha_table *t);
 /* Makes room for `extra` more records (so that hat_insert cannot fail). */
-int hat_reserve(ha_table *t, size_t extra);
-/* Inserts a record held by all `ranks`; the caller made room. */
-ha_blk *hat_insert(ha_table *t, uint64_t off, uint64_t size, uint32_t ranks);
+int hat_reserve_grow(ha_table *t, size_t extra);
+static inline int hat_reserve(ha_table *t, size_t extra)
+{
+    return (t->count + extra) * 4 > t->cap * 3 ? hat_reserve_grow(t, extra) : 0;
+}
 void hat_erase(ha_table *t, ha_blk *b);
 
 static inline size_t hat_hash(const ha_table *t, uint64_t off)
@@ -163,6 +239,30 @@ static inline uint64_t *hat_held(const ha_table *t, const ha_blk *b)
     return &t->xheld[(size_t)(b - t->slot) * t->words];
 }
 
+/* Inserts a record held by all `ranks`; the caller made room. */
+static inline ha_blk *hat_insert(ha_table *t, uint64_t off, uint64_t size, uint32_t ranks)
+{
+    size_t mask = t->cap - 1, i = hat_hash(t, off);
+    while (t->slot[i].off != HA_EMPTY)
+        i = (i + 1) & mask;
+    ha_blk *b = &t->slot[i];
+    b->off = off;
+    b->size = size;
+    b->held = 0;
+    b->nrel = 0;
+    b->klog = (uint8_t)log2u(size);
+    b->pending = 0;
+    b->mark = 0;
+    b->pad = 0;
+    uint64_t *h = hat_held(t, b);
+    for (size_t w = 0; w < t->words; w++) {
+        uint32_t left = ranks > w * 64 ? ranks - (uint32_t)(w * 64) : 0;
+        h[w] = left >= 64 ? UINT64_MAX : (left ? (UINT64_C(1) << left) - 1 : 0);
+    }
+    t->count++;
+    return b;
+}
+
 /* ---- offset vectors (alloc_table.c) ------------------------------------ */
 
 typedef struct ha_vec {
@@ -173,6 +273,11 @@ typedef struct ha_vec {
 int hat_vec_reserve(ha_vec *v, size_t extra);
 /* Sorts n offsets, each a multiple of 2^kmin below 2^bits (radix sort). */
 void hat_sort_offsets(uint64_t *v, size_t n, uint32_t kmin, uint32_t bits);
+
+/* A free extent (coalesce); size 0: none. */
+typedef struct hac_fx {
+    uint64_t off, size; /* size 0: none */
+} hac_fx;
 
 /* ---- the heap -----------------------------------------------------------
  *
@@ -191,6 +296,10 @@ void hat_sort_offsets(uint64_t *v, size_t n, uint32_t kmin, uint32_t bits);
  *             floor(log2(size(f))) == k starts in [i*2^k, (i+1)*2^k)
  *             (at most one can: such extents are >= 2^k long and disjoint);
  *             nbin[k] = |{f in F : floor(log2(size(f))) == k}|, nfree = |F|.
+             bin_lo[k] != EMPTY => bin_lo[k] = lowest bit of freebits[k]
+             (bin_hi[k]: highest); bin_lo_fx[k].size != 0 => bin_lo[k] != EMPTY
+             and bin_lo_fx[k] = the f in F of bin k with
+             floor(f.off / 2^k) == bin_lo[k] (bin_hi_fx alike).
  *   seed:     bump % min_block == 0, bump <= E, every block and every LIFO
  *             entry lies below bump, lifo[k] holds free blocks of class k.
  *   collect_asked    == ha_alloc answered HA_NEED_COLLECT and no collect ran since;
@@ -220,6 +329,9 @@ struct ha_heap {
     uint64_t binmask;          /* bit k <=> nbin[k] > 0 */
     uint64_t bin_lo[64], bin_hi[64]; /* nbin[k] > 0: lowest / highest bit of
                                       * freebits[k], or HA_EMPTY (not known) */
+    hac_fx bin_lo_fx[64], bin_hi_fx[64]; /* size != 0: the free extent of bin k
+                                      * that starts in window bin_lo[k] / bin_hi[k]
+                                      * (resolved once; size 0: not yet) */
     uint64_t cls_alloc[64];    /* allocations of size bin k (decayed) */
     uint64_t cls_reclaim[64];  /* reclaims of size bin k (decayed alike) */
     uint64_t cls_seen[64];     /* cls_alloc[k] at the last collect (decayed alike) */
@@ -239,10 +351,6 @@ struct ha_heap {
 /* ---- the coalesce policy (alloc_coalesce.c) --------------------------------
  *
  * Free extents live in bitmaps only (see alloc_coalesce.c). */
-
-typedef struct hac_fx {
-    uint64_t off, size; /* size 0: none */
-} hac_fx;
 
 /* Compaction collects (see ha_alloc): a bottom-up block that would end more
  * than mapped / CO_HIGH_DIV above what the last collect left in use, or a

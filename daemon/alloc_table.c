@@ -60,36 +60,12 @@ int hat_grow(ha_table *t)
 }
 
 /* Makes room for `extra` more records (so that hat_insert cannot fail). */
-int hat_reserve(ha_table *t, size_t extra)
+int hat_reserve_grow(ha_table *t, size_t extra)
 {
     while ((t->count + extra) * 4 > t->cap * 3)
         if (hat_grow(t))
             return HA_ENOMEM;
     return 0;
-}
-
-/* Inserts a record held by all `ranks`; the caller made room. */
-ha_blk *hat_insert(ha_table *t, uint64_t off, uint64_t size, uint32_t ranks)
-{
-    size_t mask = t->cap - 1, i = hat_hash(t, off);
-    while (t->slot[i].off != HA_EMPTY)
-        i = (i + 1) & mask;
-    ha_blk *b = &t->slot[i];
-    b->off = off;
-    b->size = size;
-    b->held = 0;
-    b->nrel = 0;
-    b->klog = (uint8_t)log2u(size);
-    b->pending = 0;
-    b->mark = 0;
-    b->pad = 0;
-    uint64_t *h = hat_held(t, b);
-    for (size_t w = 0; w < t->words; w++) {
-        uint32_t left = ranks > w * 64 ? ranks - (uint32_t)(w * 64) : 0;
-        h[w] = left >= 64 ? UINT64_MAX : (left ? (UINT64_C(1) << left) - 1 : 0);
-    }
-    t->count++;
-    return b;
 }
 
 void hat_erase(ha_table *t, ha_blk *b)

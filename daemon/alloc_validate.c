@@ -164,6 +164,19 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
             if (nbin[k] && ((h->bin_lo[k] != HA_EMPTY && h->bin_lo[k] != hab_first(&h->freebits[k])) ||
                             (h->bin_hi[k] != HA_EMPTY && h->bin_hi[k] != hab_last(&h->freebits[k]))))
                 VFAIL("bin 2^%u: the cached lowest or highest extent is stale", k);
+            for (int d = 0; d < 2; d++) {
+                const hac_fx *c = d ? &h->bin_hi_fx[k] : &h->bin_lo_fx[k];
+                uint64_t w = d ? h->bin_hi[k] : h->bin_lo[k];
+                if (!c->size)
+                    continue;
+                uint64_t u = c->off >> h->kmin, e = hab_next(&h->fend, u);
+                if (!nbin[k] || w == HA_EMPTY || c->off >> k != w || c->off % h->p.min_block ||
+                    !hab_test(&h->fstart, u) || e == HA_EMPTY || ((e - u + 1) << h->kmin) != c->size ||
+                    log2u(c->size) != k)
+                    VFAIL("bin 2^%u: the cached %s extent (%llu, +%llu) is not the free extent of "
+                          "window %llu", k, d ? "highest" : "lowest", (unsigned long long)c->off,
+                          (unsigned long long)c->size, (unsigned long long)w);
+            }
             if (nbin[k] != h->nbin[k])
                 VFAIL("bin 2^%u holds %llu free extents but its count says %llu", k,
                       (unsigned long long)nbin[k], (unsigned long long)h->nbin[k]);
