@@ -351,6 +351,21 @@ int ha_rank_holds(const ha_heap *h, uint32_t rank, uint64_t offset)
 /* Reclaims sorted offsets (each a pending record, already removed from the
  * pending vector). Seed: top-of-heap rollback, then LIFO lists in ascending
  * order. Coalesce: merge into free blocks. */
+/* Collects walk their offsets in order: each step asks for the lines the
+ * step HA_PREFETCH ahead will touch (its record's home slot; coalesce: the
+ * free bitmaps' words around it), so that their misses overlap. */
+#define HA_PREFETCH 8
+
+static inline void prefetch_block(const ha_heap *h, uint64_t off)
+{
+    __builtin_prefetch(&h->tab.slot[hat_hash(&h->tab, off)], 1);
+    if (h->p.policy == HA_POLICY_COALESCE) {
+        uint64_t u = off >> h->kmin;
+        __builtin_prefetch(&h->fstart.w[0][u / 64], 1);
+        __builtin_prefetch(&h->fend.w[0][u ? (u - 1) / 64 : 0], 1);
+    }
+}
+
 static void reclaim_sorted(ha_heap *h, const uint64_t *offs, size_t n, uint64_t *bytes)
 {
     uint64_t total = 0;
@@ -365,6 +380,8 @@ static void reclaim_sorted(ha_heap *h, const uint64_t *offs, size_t n, uint64_t 
         }
     }
     for (size_t i = 0; i < n; i++) {
+        if (i + HA_PREFETCH < n)
+            prefetch_block(h, offs[i + HA_PREFETCH]);
         ha_blk *b = hat_find(&h->tab, offs[i]);
         uint32_t k = b->klog;
         uint64_t sz = b->size;
@@ -405,8 +422,11 @@ static int reserve_lifo(ha_heap *h, const uint64_t *offs, size_t n)
     if (h->p.policy != HA_POLICY_SEED)
         return 0;
     size_t need[64] = {0};
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        if (i + HA_PREFETCH < n)
+            prefetch_block(h, offs[i + HA_PREFETCH]);
         need[hat_find(&h->tab, offs[i])->klog]++;
+    }
     for (int k = 0; k < 64; k++)
         if (need[k] && hat_vec_reserve(&h->lifo[k], need[k]))
             return HA_ENOMEM;

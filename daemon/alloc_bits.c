@@ -30,7 +30,7 @@ int hab_resize(hab_bits *b, uint64_t nbits)
     }
     uint64_t *nwp[HAB_MAXLV] = {0};
     for (uint32_t l = 0; l < nl; l++) {
-        nwp[l] = calloc(nw[l], sizeof(uint64_t));
+        nwp[l] = hat_big_calloc(nw[l], sizeof(uint64_t));
         if (!nwp[l]) {
             for (uint32_t m = 0; m < l; m++)
                 free(nwp[m]);

@@ -160,29 +160,20 @@ hac_fx hac_find(ha_heap *h, uint64_t s, bool down)
 {
     uint32_t ks = log2u(s);
     hac_fx best = {0, 0};
-    /* Bins above ks: the window of each bin's lowest (highest) extent
-     * bounds its start (end); only windows that can beat the best so far
-     * are resolved to their record, best-bound first. */
-    uint64_t lo[64], hi[64];
-    uint32_t cand[64], nc = 0;
+    /* Bins above ks: every extent fits, so each bin offers its lowest
+     * (highest) one, cached once resolved; the answer is the best of them
+     * (unique: extents are disjoint). A bin not resolved yet is resolved
+     * only if its window's bound can beat the best so far. */
     for (uint64_t m = ks < 63 ? h->binmask & (UINT64_MAX << (ks + 1)) : 0; m; m &= m - 1) {
         uint32_t j = (uint32_t)__builtin_ctzll(m);
-        uint64_t i = co_bin_end(h, j, down);
-        /* bottom-up: start in [lo, hi); top-down: end in [lo, hi) */
-        lo[j] = down ? (i + 1) << j : i << j;
-        hi[j] = down ? ((i + 1) << j) + (UINT64_C(2) << j) : (i + 1) << j;
-        cand[nc++] = j;
-    }
-    uint32_t pick = 0;
-    for (uint32_t c = 1; c < nc; c++) {
-        uint32_t j = cand[c], q = cand[pick];
-        if (down ? hi[j] > hi[q] : lo[j] < lo[q])
-            pick = c;
-    }
-    for (uint32_t c = 0; c < nc; c++) {
-        uint32_t j = cand[(c + pick) % nc]; /* the best bound first */
-        if (best.size && (down ? hi[j] <= best.off + best.size : lo[j] >= best.off))
-            continue;
+        const hac_fx *c = down ? &h->bin_hi_fx[j] : &h->bin_lo_fx[j];
+        if (!c->size && best.size) {
+            uint64_t i = co_bin_end(h, j, down);
+            /* bottom-up: start in [i << j, (i + 1) << j); top-down: end in
+             * [(i + 1) << j, (i + 3) << j) */
+            if (down ? ((i + 1) << j) + (UINT64_C(2) << j) <= best.off + best.size : i << j >= best.off)
+                continue;
+        }
         hac_fx b = co_end_fx(h, j, down);
         if (b.size && co_better(b, best, down))
             best = b;

@@ -182,7 +182,7 @@ static inline uint64_t hab_prev(const hab_bits *b, uint64_t i)
  *   held(b) = the ranks whose bit is set in b's holder row;
  *   |held(b)| = R - b.nrel
  *   b.pending == 1  <=>  b.nrel == R  <=>  b.off is in h->pending
- *   count == number of records, count <= cap * 3/4, cap a power of two
+ *   count == number of records, count <= cap / 2, cap a power of two
  */
 typedef struct ha_blk {
     uint64_t off;      /* HA_EMPTY: slot unused */
@@ -203,6 +203,10 @@ typedef struct ha_table {
     uint32_t kmin;
 } ha_table;
 
+/* calloc(n, size); blocks of 2 MiB or more 2 MiB aligned and advised
+ * MADV_HUGEPAGE (a random access at 10^6 blocks then misses no TLB); free()
+ * releases it. */
+void *hat_big_calloc(size_t n, size_t size);
 int hat_init(ha_table *t, size_t cap, size_t words, uint32_t kmin);
 void hat_free(ha_table *t);
 int hat_grow(ha_table *t);
@@ -210,7 +214,7 @@ int hat_grow(ha_table *t);
 int hat_reserve_grow(ha_table *t, size_t extra);
 static inline int hat_reserve(ha_table *t, size_t extra)
 {
-    return (t->count + extra) * 4 > t->cap * 3 ? hat_reserve_grow(t, extra) : 0;
+    return (t->count + extra) * 2 > t->cap ? hat_reserve_grow(t, extra) : 0;
 }
 void hat_erase(ha_table *t, ha_blk *b);
 

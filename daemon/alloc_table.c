@@ -5,11 +5,32 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+
+#define HAT_HUGE (UINT64_C(2) << 20)
+
+void *hat_big_calloc(size_t n, size_t size)
+{
+    if (size && n > SIZE_MAX / size)
+        return NULL;
+    size_t bytes = n * size;
+    if (bytes < HAT_HUGE)
+        return calloc(n ? n : 1, size ? size : 1);
+    bytes = (bytes + HAT_HUGE - 1) & ~(size_t)(HAT_HUGE - 1);
+    void *p = aligned_alloc(HAT_HUGE, bytes);
+    if (!p)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, bytes, MADV_HUGEPAGE); /* advice only: no error to handle */
+#endif
+    memset(p, 0, bytes);
+    return p;
+}
 
 int hat_init(ha_table *t, size_t cap, size_t words, uint32_t kmin)
 {
-    t->slot = malloc(cap * sizeof *t->slot);
-    t->xheld = words > 1 ? calloc(cap * words, sizeof(uint64_t)) : NULL;
+    t->slot = hat_big_calloc(cap, sizeof *t->slot);
+    t->xheld = words > 1 ? hat_big_calloc(cap * words, sizeof(uint64_t)) : NULL;
     if (!t->slot || (words > 1 && !t->xheld)) {
         free(t->slot);
         free(t->xheld);
@@ -62,7 +83,7 @@ int hat_grow(ha_table *t)
 /* Makes room for `extra` more records (so that hat_insert cannot fail). */
 int hat_reserve_grow(ha_table *t, size_t extra)
 {
-    while ((t->count + extra) * 4 > t->cap * 3)
+    while ((t->count + extra) * 2 > t->cap)
         if (hat_grow(t))
             return HA_ENOMEM;
     return 0;

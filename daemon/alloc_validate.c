@@ -102,6 +102,9 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
     }
     if (count != h->tab.count)
         VFAIL("table counts %zu records but holds %zu", h->tab.count, count);
+    if (count * 2 > h->tab.cap || (h->tab.cap & (h->tab.cap - 1)))
+        VFAIL("table holds %zu records in %zu slots: over half full or not a power of two", count,
+              h->tab.cap);
     if (npend != h->pending.n)
         VFAIL("%zu pending records but the pending list has %zu", npend, h->pending.n);
     for (size_t i = 0; i < h->pending.n; i++) {
