@@ -173,6 +173,8 @@ static int alloc_seed(ha_heap *h, uint64_t c, uint32_t k, ha_alloc_result *res, 
     ha_vec *l = &h->lifo[k];
     if (l->n) {
         *off = l->v[--l->n];
+        if (l->n) /* the class's next block: its record's slot, ahead of time */
+            __builtin_prefetch(&h->tab.slot[hat_hash(&h->tab, l->v[l->n - 1])], 1);
         return HA_OK;
     }
     if (h->bump + c <= h->mapped) {
@@ -233,6 +235,8 @@ static int alloc_coalesce(ha_heap *h, uint64_t c, uint32_t k, ha_alloc_result *r
     if (!fit.size)
         return alloc_coalesce_nofit(h, c, res);
     *off = hac_carve(h, fit, c, down);
+    if (!down && fit.size > c) /* where the next block from this extent goes */
+        __builtin_prefetch(&h->tab.slot[hat_hash(&h->tab, *off + c)], 1);
     if (++h->cls_alloc[k] >= HA_DECAY_AT) {
         h->cls_alloc[k] /= 2;
         h->cls_reclaim[k] /= 2;
