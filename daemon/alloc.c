@@ -174,7 +174,7 @@ static int alloc_seed(ha_heap *h, uint64_t c, uint32_t k, ha_alloc_result *res, 
     if (l->n) {
         *off = l->v[--l->n];
         if (l->n) /* the class's next block: its record's slot, ahead of time */
-            __builtin_prefetch(&h->tab.slot[hat_hash(&h->tab, l->v[l->n - 1])], 1);
+            hat_prefetch(&h->tab, l->v[l->n - 1]);
         return HA_OK;
     }
     if (h->bump + c <= h->mapped) {
@@ -236,7 +236,7 @@ static int alloc_coalesce(ha_heap *h, uint64_t c, uint32_t k, ha_alloc_result *r
         return alloc_coalesce_nofit(h, c, res);
     *off = hac_carve(h, fit, c, down);
     if (!down && fit.size > c) /* where the next block from this extent goes */
-        __builtin_prefetch(&h->tab.slot[hat_hash(&h->tab, *off + c)], 1);
+        hat_prefetch(&h->tab, *off + c);
     if (++h->cls_alloc[k] >= HA_DECAY_AT) {
         h->cls_alloc[k] /= 2;
         h->cls_reclaim[k] /= 2;
@@ -362,7 +362,7 @@ int ha_rank_holds(const ha_heap *h, uint32_t rank, uint64_t offset)
 
 static inline void prefetch_block(const ha_heap *h, uint64_t off)
 {
-    __builtin_prefetch(&h->tab.slot[hat_hash(&h->tab, off)], 1);
+    hat_prefetch(&h->tab, off);
     if (h->p.policy == HA_POLICY_COALESCE) {
         uint64_t u = off >> h->kmin;
         __builtin_prefetch(&h->fstart.w[0][u / 64], 1);
