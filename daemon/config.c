@@ -154,7 +154,7 @@ static int key_msg(parse_state *st, const char *fmt, ...)
 static int parse_size_key(parse_state *st, const key_desc *k, const char *value)
 {
     uint64_t sz;
-    if (hs_parse_size(value, &sz) || !size_at_least(sz, k->lo))
+    if (hsz_parse_size(value, &sz) || !size_at_least(sz, k->lo))
         return key_msg(st, "%s: \"%s\" is not a size (bytes with optional K, M, G, T suffix, >= %llu)",
                        k->name, value, (unsigned long long)k->lo);
     *FIELD(st, k, uint64_t) = sz;
@@ -347,7 +347,7 @@ static int cross_check(const parse_state *st, const char *path, char *err, size_
     const hd_config *n = &st->cfg;
     const int *L = st->key_line;
     char a[40], b[40], cc[40];
-#define SZ(v, buf) (hs_format_size((v), (buf), sizeof (buf)) ? (buf) : "?")
+#define SZ(v, buf) (hsz_format_size((v), (buf), sizeof (buf)) ? (buf) : "?")
 #define WHERE(i) (L[i] ? "" : " (the default)")
     if (n->min_block & (n->min_block - 1)) {
         snprintf(err, errlen, "%s:%d: min_block = %s is not a power of two (512, 4K, 64K...)", path,
