@@ -99,7 +99,7 @@ stop_heapd
 check "log_format = json: every line one JSON object (valid UTF-8), fields included" \
     env JSNAME="$jsname" /usr/bin/python3 -c "
 import json, os, sys
-ls = [l for l in open('$T/stderr3', 'rb').read().decode('utf-8').split('\n') if l]  # not splitlines(): U+2028
+ls = [l for l in open('$T/stderr3', 'rb').read().decode('utf-8').splitlines() if l]  # U+2028 comes escaped
 es = [json.loads(l) for l in ls]
 name = os.environb[b'JSNAME'].decode('utf-8')
 ok = es and all({'time', 'level', 'message', 'heapd_pid'} <= set(e) for e in es)
