@@ -94,15 +94,16 @@ static void on_closed(void *arg, hd_conn *c)
 static void on_stop(void *arg, hd_conn *c)
 {
     (void)arg;
+    hd_session *s = hd_conn_data(c);
     /* An unsolicited Error (id 0) tells the client why the connection
      * ends. */
-    hd_reply_error(c, 0, HEAPD__ERR_CODE__ERR_SHUTDOWN, "heapd is stopping (SIGTERM); the heap is gone");
+    hd_peer_error(&s->peer, 0, HEAPD__ERR_CODE__ERR_SHUTDOWN, "heapd is stopping (SIGTERM); the heap is gone");
 }
 
 static void handle_hello(hd_dispatch *d, hd_session *s, hd_conn *c, uint64_t id, const Heapd__Hello *m)
 {
     if (m->version != HEAPD__CONST__PROTOCOL_VERSION) {
-        hd_reply_error(c, id, HEAPD__ERR_CODE__ERR_VERSION,
+        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_VERSION,
                        "protocol version %u is not supported: this heapd speaks version %d; use a libheapc "
                        "built from the same heapd release",
                        m->version, HEAPD__CONST__PROTOCOL_VERSION);
@@ -121,7 +122,7 @@ static void handle_request(hd_dispatch *d, hd_session *s, hd_conn *c, const Heap
     switch (f->body_case) {
     case HEAPD__FRAME__BODY_HELLO:
         if (s->hello)
-            hd_reply_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "Hello was already sent on this connection");
+            hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "Hello was already sent on this connection");
         else
             handle_hello(d, s, c, id, f->hello);
         break;
@@ -147,7 +148,7 @@ static void handle_request(hd_dispatch *d, hd_session *s, hd_conn *c, const Heap
         hd_heap_detach(d->reg, p, id);
         break;
     default:
-        hd_reply_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "message type %d is not a request heapd accepts",
+        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "message type %d is not a request heapd accepts",
                        (int)f->body_case);
         break;
     }
@@ -160,23 +161,23 @@ static void on_frame(void *arg, hd_conn *c, const uint8_t *data, size_t len, siz
     Heapd__Frame *f = heapd__frame__unpack(NULL, len, data);
     log_ctx(s, f);
     if (!f) {
-        hd_reply_error(c, 0, HEAPD__ERR_CODE__ERR_PROTOCOL, "a %zu-byte frame is not a valid heapd.Frame message",
+        hd_peer_error(&s->peer, 0, HEAPD__ERR_CODE__ERR_PROTOCOL, "a %zu-byte frame is not a valid heapd.Frame message",
                        len);
         hd_log_ctx_set(NULL);
         return;
     }
     uint64_t id = f->id;
     if (nfds) {
-        hd_reply_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL,
+        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_PROTOCOL,
                        "clients send no file descriptors: %zu received with this message were closed", nfds);
         goto out;
     }
     if (hd_server_stopping(d->srv)) {
-        hd_reply_error(c, id, HEAPD__ERR_CODE__ERR_SHUTDOWN, "heapd is stopping; retry once it is back");
+        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_SHUTDOWN, "heapd is stopping; retry once it is back");
         goto out;
     }
     if (!s->hello && f->body_case != HEAPD__FRAME__BODY_HELLO) {
-        hd_reply_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "the first message must be Hello");
+        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "the first message must be Hello");
         goto out;
     }
     handle_request(d, s, c, f);
