@@ -16,6 +16,7 @@
  *   4 a request as in 0 that came with 1..3 fds (the transport closed them)
  *   5 round: every client bound to a heap sends Alloc of one size at its
  *     next number, and Collect when told to
+ *   6 heapd stopping: the unsolicited ERR_SHUTDOWN (hd_dispatch_stop)
  * hd_heap_validate after every step; fuzz_wing.h's checks; a HelloReply
  * names the backend; a client told to close gets nothing more. */
 #include "dispatch.h"
@@ -131,18 +132,18 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static const char *what[] = {"a request", "raw bytes", "disconnect", "tick", "a request with fds", "round"};
+    static const char *what[] = {"a request", "raw bytes", "disconnect", "tick", "a request with fds", "round", "stop notice"};
     static uint8_t raw[1024];
     fw_input in = {data, size, 0};
     int fds0 = fw_count_fds();
-    fw_begin(&in);
+    fw_begin(&in, fds0);
     CHECK(hd_dispatch_create(fw_reg, "host", &disp) == 0, "hd_dispatch_create");
     for (int i = 0; i < NPEER; i++)
         open_session(i, 0);
     while (!in_done(&in)) {
         uint8_t op = in8(&in);
         int i = (op >> 4) % NPEER;
-        int k = (op & 15) % 6;
+        int k = (op & 15) % 7;
         switch (k) {
         case 0:
             send_req(&in, i, 0);
@@ -164,8 +165,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 4:
             send_req(&in, i, 1 + in8(&in) % 3);
             break;
-        default:
+        case 5:
             round_all(&in);
+            break;
+        default:
+            hd_dispatch_stop(sess[i]);
             break;
         }
         fw_validate(what[k]);

@@ -11,6 +11,8 @@
  *   10 round: every client bound to a heap asks for the same size at its
  *      next allocation number, collecting when told to (how real ranks
  *      move a heap forward; a random sequence rarely does)
+ *   11 burst: 1..8192 rounds of one size, every client freeing its blocks
+ *      every 2^k rounds (the decision log's trim at 4096 decisions)
  * hd_heap_validate after every step, and fuzz_wing.h's checks. */
 #include "fuzz_wing.h"
 
@@ -50,10 +52,8 @@ static void deliver(int i, const fw_req *r)
     }
 }
 
-static void round_all(fw_input *in)
+static void round_size(uint64_t size, int start)
 {
-    uint64_t size = fw_size(in);
-    int start = in8(in) % NPEER;
     for (int k = 0; k < NPEER; k++) {
         int i = (start + k) % NPEER;
         fw_sync(i);
@@ -76,6 +76,34 @@ static void round_all(fw_input *in)
     }
 }
 
+static void round_all(fw_input *in)
+{
+    uint64_t size = fw_size(in);
+    round_size(size, in8(in) % NPEER);
+}
+
+static void burst(fw_input *in)
+{
+    uint64_t size = fw_size(in);
+    unsigned n = 1 + in16(in) % 8192, every = 1u << (in8(in) % 14);
+    for (unsigned k = 0; k < n; k++) {
+        round_size(size, (int)(k % NPEER));
+        if ((k + 1) % every)
+            continue;
+        for (int i = 0; i < NPEER; i++) {
+            fw_sync(i);
+            if (!peers[i].bind.heap || !fw_cl[i].noffs)
+                continue;
+            Heapd__Free m = HEAPD__FREE__INIT;
+            m.n_offsets = (size_t)fw_cl[i].noffs;
+            m.offsets = fw_cl[i].offs;
+            hd_heap_free(fw_reg, &peers[i], 3, &m);
+            fw_cl[i].noffs = fw_cl[i].nputoff = 0;
+            fw_validate("a burst's free");
+        }
+    }
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -87,18 +115,18 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static const char *what[] = {"attach", "alloc",      "free",    "collect", "force collect", "detach",
-                                 "stats",  "disconnect", "new uid", "tick",    "round"};
+    static const char *what[] = {"attach",     "alloc",   "free", "collect", "force collect", "detach", "stats",
+                                 "disconnect", "new uid", "tick", "round",   "burst"};
     fw_input in = {data, size, 0};
     int fds0 = fw_count_fds();
-    fw_begin(&in);
+    fw_begin(&in, fds0);
     for (int i = 0; i < NPEER; i++)
         fw_peer_init(&peers[i], i, 0);
     static fw_req r;
     while (!in_done(&in)) {
         uint8_t op = in8(&in);
         int i = (op >> 4) % NPEER;
-        int k = (op & 15) % 11;
+        int k = (op & 15) % 12;
         switch (k) {
         case 7:
             hd_heap_conn_closed(fw_reg, &peers[i]);
@@ -113,6 +141,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         case 10:
             round_all(&in);
+            break;
+        case 11:
+            burst(&in);
             break;
         default:
             fw_request(&in, i, k, &r);

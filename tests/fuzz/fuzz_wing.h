@@ -3,7 +3,10 @@
  * socket), a checking reply sink, the decoding of fuzz bytes into requests,
  * and the checks after every step. Header only: each fuzzer is one program.
  *
- * Input: one config byte (quotas, the heap defaults), then steps. Each step
+ * Input: one config byte (quotas, the heap defaults, and with its top bit
+ * an fd budget: RLIMIT_NOFILE lowered to the fds open now plus 4..67 for the
+ * input, so that chunk, status page and dup failures happen for real), then
+ * steps. Each step
  * is an opcode byte and its arguments, read with in8/in16/in64 (past the end:
  * zeros). Requests come from NPEER clients (hostile ones: any order, any
  * seq, any size, names of 0..355 bytes of any content, ranks and world sizes
@@ -32,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -73,10 +77,10 @@ typedef struct fw_dec {
 
 typedef struct fw_client {
     const hd_heap *heap; /* the binding the records below belong to */
-    fw_dec dec[NDEC];
-    int ndec;
-    uint64_t offs[NOFF]; /* offsets it was given (for frees) */
-    int noffs;
+    fw_dec dec[NDEC];    /* the last NDEC (ndec of them; nputdec put) */
+    int ndec, nputdec;
+    uint64_t offs[NOFF]; /* the last NOFF offsets it was given (for frees) */
+    int noffs, nputoff;
     uint64_t next_seq;
 } fw_client;
 
@@ -85,6 +89,7 @@ static hb_backend *fw_be;
 static hd_registry *fw_reg;
 static fw_client fw_cl[NPEER];
 static int fw_ticks;
+static struct rlimit fw_nofile; /* the limit to restore after an input */
 static int fw_trace;
 
 #define TRACE(...)                                                             \
@@ -193,9 +198,9 @@ static void s_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
                       (unsigned long long)fw_cl[j].dec[k].size);
     }
     fw_client *c = &fw_cl[i];
-    c->dec[c->ndec % NDEC] = (fw_dec){a->seq, a->offset, a->block_size};
+    c->dec[c->nputdec++ % NDEC] = (fw_dec){a->seq, a->offset, a->block_size};
     c->ndec = c->ndec < NDEC ? c->ndec + 1 : NDEC;
-    c->offs[c->noffs % NOFF] = a->offset;
+    c->offs[c->nputoff++ % NOFF] = a->offset;
     c->noffs = c->noffs < NOFF ? c->noffs + 1 : NOFF;
     c->next_seq = a->seq + 1;
 }
@@ -272,10 +277,18 @@ static void fw_init(void)
     CHECK(hb_open("host", &fw_be, err, sizeof err) == 0, "hb_open: %s", err);
 }
 
-/* A registry for one input; its config from one byte. */
-static void fw_begin(fw_input *in)
+/* A registry for one input; its config from one byte (fds: the process's
+ * fds now). */
+static void fw_begin(fw_input *in, int fds)
 {
     uint8_t b = in8(in);
+    CHECK(getrlimit(RLIMIT_NOFILE, &fw_nofile) == 0, "getrlimit");
+    if (b & 0x80) {
+        struct rlimit l = fw_nofile;
+        l.rlim_cur = (rlim_t)fds + 4 + (in8(in) & 63);
+        if (l.rlim_cur < fw_nofile.rlim_cur)
+            CHECK(setrlimit(RLIMIT_NOFILE, &l) == 0, "setrlimit");
+    }
     hd_config cfg;
     hd_config_defaults(&cfg);
     cfg.chunk_size = (uint64_t)64 << 10 << (b & 3);   /* 64K..512K */
@@ -301,6 +314,7 @@ static void fw_end(int fds_before)
 {
     hd_registry_destroy(fw_reg);
     fw_reg = NULL;
+    CHECK(setrlimit(RLIMIT_NOFILE, &fw_nofile) == 0, "setrlimit");
     for (int k = 0; k < 4; k++)
         uv_run(&fw_loop, UV_RUN_NOWAIT);
     int nh = 0;
