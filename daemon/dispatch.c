@@ -23,7 +23,7 @@ struct hd_session {
     bool hello;
 };
 
-hd_session *hd_session_new(const hd_peer *p, const hd_client_ops *ops)
+hd_session *hd_dispatch_session_new(const hd_peer *p, const hd_client_ops *ops)
 {
     hd_session *s = calloc(1, sizeof *s);
     if (!s)
@@ -34,7 +34,7 @@ hd_session *hd_session_new(const hd_peer *p, const hd_client_ops *ops)
     return s;
 }
 
-hd_peer *hd_session_peer(hd_session *s) { return &s->peer; }
+hd_peer *hd_dispatch_session_peer(hd_session *s) { return &s->peer; }
 
 int hd_dispatch_create(hd_registry *reg, const char *backend_name, hd_dispatch **out)
 {
@@ -109,7 +109,7 @@ static int on_open(void *arg, hd_conn *c)
     p.privileged = peer_privileged;
     p.out = &hd_reply_conn_ops;
     p.data = c;
-    hd_session *s = hd_session_new(&p, &conn_ops);
+    hd_session *s = hd_dispatch_session_new(&p, &conn_ops);
     if (!s)
         return -1;
     hd_conn_set_data(c, s);

@@ -4,7 +4,7 @@
  * the heap wing's peer and how the client's transport sends a HelloReply and
  * closes. The server's connections come through hd_dispatch_handlers; a
  * client that is no connection (tests/fuzz/fuzz_dispatch.c) through
- * hd_session_new and hd_dispatch_frame, with its own sink. */
+ * hd_dispatch_session_new and hd_dispatch_frame, with its own sink. */
 #ifndef HEAPD_DISPATCH_H
 #define HEAPD_DISPATCH_H
 
@@ -30,8 +30,8 @@ void hd_dispatch_destroy(hd_dispatch *d);
 
 /* A session for the client `p` (copied, its bind zeroed; p->out and
  * p->data are its sink's). NULL when out of memory. */
-hd_session *hd_session_new(const hd_peer *p, const hd_client_ops *ops);
-hd_peer *hd_session_peer(hd_session *s);
+hd_session *hd_dispatch_session_new(const hd_peer *p, const hd_client_ops *ops);
+hd_peer *hd_dispatch_session_peer(hd_session *s);
 /* One frame of `len` bytes from s's client that came with nfds fds (already
  * closed by the transport). Without a server (none set) heapd is never
  * stopping and Stats counts 0 clients. */

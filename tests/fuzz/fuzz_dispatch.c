@@ -29,7 +29,7 @@ static bool closing[NPEER];
 static hd_peer *fw_peer(int i)
 {
     static hd_peer none; /* a client between two sessions: bound to nothing */
-    return sess[i] ? hd_session_peer(sess[i]) : &none;
+    return sess[i] ? hd_dispatch_session_peer(sess[i]) : &none;
 }
 
 static void c_hello(hd_peer *p, uint64_t id, const char *backend)
@@ -49,8 +49,8 @@ static void open_session(int i, uint8_t b)
 {
     hd_peer p;
     fw_peer_init(&p, i, b);
-    sess[i] = hd_session_new(&p, &cops);
-    CHECK(sess[i], "hd_session_new");
+    sess[i] = hd_dispatch_session_new(&p, &cops);
+    CHECK(sess[i], "hd_dispatch_session_new");
     closing[i] = false;
 }
 
