@@ -11,8 +11,9 @@
  *   10 round: every client bound to a heap asks for the same size at its
  *      next allocation number, collecting when told to (how real ranks
  *      move a heap forward; a random sequence rarely does)
- *   11 burst: 1..8192 rounds of one size, every client freeing its blocks
- *      every 2^k rounds (the decision log's trim at 4096 decisions)
+ *   11 burst: 1..64 rounds of one size, or (rarely: a count byte above
+ *      239) 1..8192 (the decision log's trim at 4096 decisions), every
+ *      client freeing its blocks every 2^k rounds
  * hd_heap_validate after every step, and fuzz_wing.h's checks. */
 #include "fuzz_wing.h"
 
@@ -85,7 +86,9 @@ static void round_all(fw_input *in)
 static void burst(fw_input *in)
 {
     uint64_t size = fw_size(in);
-    unsigned n = 1 + in16(in) % 8192, every = 1u << (in8(in) % 14);
+    uint8_t nb = in8(in);
+    unsigned n = nb < 240 ? 1u + nb % 64u : 1u + in16(in) % 8192u;
+    unsigned every = 1u << (in8(in) % 14);
     for (unsigned k = 0; k < n; k++) {
         round_size(size, (int)(k % NPEER));
         if ((k + 1) % every)

@@ -197,7 +197,7 @@ def heap_seeds():
     # two ranks, then a burst (op 11) of 4200 rounds of 256 bytes, frees every 64
     two = heap_steps(2, 0)
     attach_only = two[: two.index(bytes([0x06]))]  # up to the stats step
-    write("heap", "burst", bytes([0]) + attach_only + bytes([11, 0x40 | 8, 1]) + struct.pack("<H", 4200) + bytes([6]))
+    write("heap", "burst", bytes([0]) + attach_only + bytes([11, 0x40 | 8, 1, 0xF0]) + struct.pack("<H", 4200) + bytes([6]))
     # an fd budget of 4 + 2: chunk and status page creation fail
     write("heap", "fd-budget", bytes([0x80, 2]) + heap_steps(3, 4))
 
