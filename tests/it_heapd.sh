@@ -12,24 +12,12 @@ BUILD=${BUILD:-build}
 SRC=${HEAPD_SRC:-$(pwd)}
 R=$BUILD/tests/prog_rank
 CTL=$BUILD/heapctl
-T=$(mktemp -d /tmp/heapd-it.XXXXXX)
+. "$SRC/tests/lib.sh"
+lib_tmpdir it
 S=$T/heapd.sock
 fails=0
 hpid=
-
-cleanup() {
-    [ -n "$hpid" ] && kill -9 "$hpid" 2>/dev/null
-    pkill -9 -f "prog_rank --socket $S" 2>/dev/null
-    rm -rf "$T"
-}
-trap cleanup EXIT INT TERM
-
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fails=$((fails + 1)); }
-check() { # check NAME CMD...: passes if CMD succeeds
-    name=$1; shift
-    if "$@"; then ok "$name"; else bad "$name"; fi
-}
+lib_on_exit 'lib_kill hpid; pkill -9 -f "prog_rank --socket $S" 2>/dev/null'
 
 cat >"$T/heapd.conf" <<EOF
 socket = $S
@@ -39,11 +27,7 @@ chunk_size = 1M
 va_size = 256M
 collect_timeout_ms = 2000
 EOF
-"$BUILD/heapd" --config "$T/heapd.conf" 2>"$T/heapd.log" &
-hpid=$!
-i=0
-while [ ! -S "$S" ] && [ $i -lt 600 ] && kill -0 "$hpid" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done   # 30 s at most
-check "heapd starts and listens" test -S "$S"
+check "heapd starts and listens" start_heapd "$T/heapd.conf" "$T/heapd.log"
 
 rank() { # rank HEAP R W [opts] -- CMDS: runs one rank in the background
     heap=$1 r=$2 w=$3; shift 3

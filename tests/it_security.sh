@@ -6,29 +6,22 @@
 # "skipped: ..." and passes otherwise.
 set -u
 BUILD=${BUILD:-build}
+SRC=${HEAPD_SRC:-$(pwd)}
+. "$SRC/tests/lib.sh"
 R=$(cd "$(dirname "$BUILD/x")" && pwd)/tests/prog_rank
 CTL=$(cd "$(dirname "$BUILD/x")" && pwd)/heapctl
 if [ "$(id -u)" != 0 ] || ! command -v setpriv >/dev/null 2>&1; then
     echo "skipped: needs root and setpriv to run clients as a second uid"
     exit 0
 fi
-T=$(mktemp -d /tmp/heapd-sec.XXXXXX)
+lib_tmpdir sec
 chmod 755 "$T"
 S=$T/heapd.sock
 GROUP=heapdtest$$
 fails=0
 hpid=
 made_group=0
-cleanup() {
-    [ -n "$hpid" ] && kill -9 "$hpid" 2>/dev/null
-    pkill -9 -f "prog_rank --socket $S" 2>/dev/null
-    [ $made_group = 1 ] && groupdel "$GROUP" 2>/dev/null
-    [ -n "${KEEP:-}" ] || rm -rf "$T"
-}
-trap cleanup EXIT INT TERM
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fails=$((fails + 1)); }
-check() { name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
+lib_on_exit 'lib_kill hpid; pkill -9 -f "prog_rank --socket $S" 2>/dev/null; [ $made_group = 1 ] && groupdel "$GROUP" 2>/dev/null'
 
 # Binaries must be reachable by nobody: copy them into the test directory.
 cp "$R" "$CTL" "$T/"
@@ -46,11 +39,7 @@ quota_heap = 8M
 quota_uid = 12M
 $( [ $made_group = 1 ] && echo "admin_group = $GROUP" )
 EOF
-"$BUILD/heapd" --config "$T/heapd.conf" 2>"$T/heapd.log" &
-hpid=$!
-i=0
-while [ ! -S "$S" ] && [ $i -lt 600 ] && kill -0 "$hpid" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done   # 30 s at most
-check "heapd starts" test -S "$S"
+check "heapd starts" start_heapd "$T/heapd.conf" "$T/heapd.log"
 
 as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
 as_admin() { setpriv --reuid=65534 --regid=65534 --groups="$GID" "$@"; }

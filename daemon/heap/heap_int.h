@@ -161,8 +161,6 @@ int hh_quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t h
 heap_ref *hh_heap_ref_new(hd_heap *h);
 hd_heap *hh_heap_ref_get(heap_ref *x);
 size_t hh_local_ranks(const hd_heap *h, uint32_t *out);
-void hd_peer_error(hd_peer *c, uint64_t id, Heapd__ErrCode code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
 static inline hd_binding *hd_peer_binding(hd_peer *c) { return &c->bind; }
 static inline uid_t hd_peer_uid(const hd_peer *c) { return c->uid; }
 static inline pid_t hd_peer_pid(const hd_peer *c) { return c->pid; }
