@@ -1,5 +1,5 @@
 /*
- * check_heapc.c - unit tests for libheapc (client/heapc.c) against a scripted
+ * check_heapc.c - unit tests for libheapc (client/heapc*.c) against a scripted
  * fake heapd in a thread: the handshake, attach with memfd chunks of two
  * local ranks, alloc with collect_needed and growth, deferred and batched
  * frees, local double-free detection, error pass-through, a daemon that

@@ -1,5 +1,5 @@
 /*
- * check_store.c - unit tests for daemon/store_redis.c (the cross-node store).
+ * check_store.c - unit tests for daemon/store_redis*.c (the cross-node store).
  *
  * Starts a real redis-server on a free loopback port (fork/exec, a temporary
  * --dir, killed in teardown; PR_SET_PDEATHSIG kills it too if a test process

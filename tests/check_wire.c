@@ -1,5 +1,5 @@
 /*
- * check_wire.c - unit tests for common/wire.c (framing, fd passing, sockets).
+ * check_wire.c - unit tests for common/wire.c (framing, fd passing) and wire_sock.c (sockets).
  * Real socketpairs and real memfds; fd leaks are measured by counting
  * /proc/self/fd before and after.
  */

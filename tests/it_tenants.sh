@@ -28,39 +28,21 @@ if ! redis_available; then
     echo "skipped: redis-server not installed (needs redis-server and redis-cli)"
     exit 0
 fi
-T=$(mktemp -d /tmp/heapd-ten.XXXXXX)
+. "$SRC/tests/lib.sh"
+lib_tmpdir ten
 chmod 755 "$T"
 mkdir "$T/x" && chmod 1777 "$T/x" # files nobody's ranks touch
 cp "$BUILD/tests/prog_rank" "$BUILD/heapctl" "$T/"
 R=$T/prog_rank
 CTL=$T/heapctl
 NODES="0 1 2"
-fails=0
 pids=""
-cleanup() {
-    for p in $pids; do kill -9 "$p" 2>/dev/null; done
-    for n in $NODES; do
-        eval "p=\${hp_$n:-}"
-        [ -n "$p" ] && kill -9 "$p" 2>/dev/null
-    done
-    redis_stop
-    wait 2>/dev/null
-    [ -n "${KEEP:-}" ] || rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fails=$((fails + 1)); }
-check() { name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
+hp_0=; hp_1=; hp_2=
+lib_on_exit 'lib_kill pids hp_0 hp_1 hp_2; redis_stop'
 rcli() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"; }
 as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
-# wait_until SECONDS CMD...: polls CMD (a state, never a time) up to SECONDS.
-wait_until() {
-    lim=$(($1 * 20)); shift; i=0
-    while ! "$@" 2>/dev/null; do
-        i=$((i + 1)); [ $i -ge $lim ] && return 1; sleep 0.05
-    done
-}
+
+
 exited() { ! kill -0 "$1" 2>/dev/null; }
 
 redis_start || { echo "FAIL could not start redis-server"; exit 1; }
@@ -79,7 +61,7 @@ EOF
     eval "hp_$n=\$!"
 done
 subscribed() { [ "$(rcli PUBSUB NUMSUB heapd:force | sed -n 2p)" = 3 ]; }
-check "3 heapd nodes listen and subscribe to the store" wait_until 20 subscribed
+check "3 heapd nodes listen and subscribe to the store" within 20 subscribed
 
 SECRET=victim-secret-4f1c9a
 # vrank R NODE CMDS...: rank R of the victim heap on node NODE (root, secret).
@@ -95,40 +77,40 @@ v0=$!
 vrank 1 1 alloc 64K touch "$T/v1.ready" waitfile "$T/go1" collect alloc 64K touch "$T/v1.done" waitfile "$T/end"
 v1=$!
 check "victim ranks 0 (n0) and 1 (n1) attach and allocate" \
-    wait_until 20 test -e "$T/v0.ready" -a -e "$T/v1.ready"
+    within 20 test -e "$T/v0.ready" -a -e "$T/v1.ready"
 touch "$T/go0" # rank 0 collects and waits for rank 1
 
 # A second uid on a third node, no secret: same heap, job, parameters, rank 1.
 as_nobody "$R" --socket "$T/n2.sock" --heap v --rank 1 --world 2 --local-size 1 --job j --timeout-ms 1500 \
     -- alloc 64K try collect >"$T/a1.out" 2>"$T/a1.err" &
 a1=$!; pids="$pids $a1"
-wait_until 30 exited $a1
+within 30 exited $a1
 check "another uid's rank 1 on n2 does not join the victim's collect (its collect times out alone)" \
     sh -c "grep -q '^e .*TIMEOUT' '$T/a1.out' && ! grep -q '^c ' '$T/a1.out'"
 # The same uid with another secret.
 HEAPC_JOB_SECRET=guess "$R" --socket "$T/n2.sock" --heap v --rank 1 --world 2 --local-size 1 --job j \
     --timeout-ms 1500 -- alloc 64K try collect >"$T/a2.out" 2>"$T/a2.err" &
 a2=$!; pids="$pids $a2"
-wait_until 30 exited $a2
+within 30 exited $a2
 check "a different job secret on n2 does not join the victim's collect (it times out alone)" \
     sh -c "grep -q '^e .*TIMEOUT' '$T/a2.out' && ! grep -q '^c ' '$T/a2.out'"
 # nobody's forced collect of its own "v" on n2 must not reach n0 or n1.
 as_nobody "$R" --socket "$T/n2.sock" --heap v --rank 1 --world 2 --local-size 1 --job j --timeout-ms 1500 \
     -- alloc 64K touch "$T/x/a3.ready" waitfile "$T/x/a3.end" >"$T/a3.out" 2>"$T/a3.err" &
 a3=$!; pids="$pids $a3"
-wait_until 20 test -e "$T/x/a3.ready"
+within 20 test -e "$T/x/a3.ready"
 as_nobody "$CTL" --socket "$T/n2.sock" --timeout 10 collect v >"$T/force.out" 2>&1
 check "nobody's forced collect of its own \"v\" is requested on n2" \
-    wait_until 10 grep -q 'heap "v": forced collect requested' "$T/n2.log"
+    within 10 grep -q 'heap "v": forced collect requested' "$T/n2.log"
 touch "$T/x/a3.end"
-wait_until 20 exited $a3
+within 20 exited $a3
 check "nobody's forced collect on n2 reaches neither n0 nor n1" \
     sh -c "! grep -q 'heap \"v\": forced collect' '$T/n0.log' && ! grep -q 'heap \"v\": forced collect' '$T/n1.log'"
 
 # The victim's real rank 1: the collect completes, offsets stay symmetric.
 touch "$T/go1"
 check "the victim's collect completes on both of its nodes" \
-    wait_until 30 test -e "$T/v0.done" -a -e "$T/v1.done"
+    within 30 test -e "$T/v0.done" -a -e "$T/v1.done"
 o0=$(sed -n 's/^a 1 //p' "$T/v0.out"); o1=$(sed -n 's/^a 1 //p' "$T/v1.out")
 check "the victim's next allocation has one offset on both ranks ($o0, $o1)" test -n "$o0" -a "$o0" = "$o1"
 rcli --scan --pattern '*' >"$T/keys.txt"
@@ -151,13 +133,13 @@ wrank 1 1 b alloc 64K try collect
 wb=$!
 # n1's contribution is in Redis before n2's.
 n1_in() { for k in $(rcli --scan --pattern 'heapd:w:*:s'); do rcli HGET "$k" nodes | grep -q n1 && return 0; done; return 1; }
-wait_until 20 n1_in
+within 20 n1_in
 wrank 1 2 c alloc 64K try collect
 wc_=$!
-wait_until 30 exited $wc_
+within 30 exited $wc_
 check "rank 1 claimed by n1 and n2: n2's collect fails naming both nodes" \
     grep -q "^e .*rank 1 .*n1.*n2" "$T/wc.out"
-wait_until 30 exited $wb
+within 30 exited $wb
 check "... and so does n1's, the same error" grep -q "^e .*rank 1 .*n1.*n2" "$T/wb.out"
 
 # On one node, a rank with another secret than the heap's: ERR_MISMATCH.
@@ -165,7 +147,7 @@ HEAPC_JOB_SECRET=$SECRET "$R" --socket "$T/n0.sock" --heap s --rank 0 --world 2 
     -- touch "$T/s0.started" >"$T/s0.out" 2>&1 &
 s0=$!; pids="$pids $s0"
 heap_s() { "$CTL" --socket "$T/n0.sock" heaps | grep -q '^s '; }
-wait_until 20 heap_s
+within 20 heap_s
 HEAPC_JOB_SECRET=other "$R" --socket "$T/n0.sock" --heap s --rank 1 --world 2 --timeout-ms 20000 \
     >"$T/s1.out" 2>&1
 rc=$?
