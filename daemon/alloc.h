@@ -127,6 +127,10 @@ typedef struct ha_heap ha_heap;
 /* Checks p; on error returns HA_EINVAL and writes which parameter is wrong
  * and why into err. */
 int ha_params_check(const ha_params *p, char *err, size_t errlen);
+/* Bytes of bookkeeping (the coalesce policy's free-extent bitmaps) a heap
+ * with parameters p keeps for an extent of `mapped` bytes: about 4 bits per
+ * min_block; 0 under the seed policy. Block records are not included. */
+uint64_t ha_meta_bytes(const ha_params *p, uint64_t mapped);
 const char *ha_policy_name(ha_policy p);
 /* "seed" or "coalesce" (also "default") -> *out; HA_EINVAL otherwise. */
 int ha_policy_parse(const char *s, ha_policy *out);
@@ -187,7 +191,7 @@ void ha_rank_stats(const ha_heap *h, uint32_t rank, uint64_t *held_bytes,
 /* Bytes of bookkeeping memory the heap uses (for benchmarks). */
 size_t ha_memory_usage(const ha_heap *h);
 
-/* Checks every invariant written above the structs in alloc.c: blocks and
+/* Checks every invariant written above the structs in alloc_int.h: blocks and
  * free space tile [0, mapped) with no overlap, free structures consistent,
  * counters equal to what they count. O(blocks + free blocks). Returns HA_OK
  * or HA_EINVAL with the first violation in err. Debug builds (HEAPD_DEBUG)

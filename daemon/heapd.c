@@ -117,8 +117,8 @@ static void on_hup(uv_signal_t *s, int signum)
     hd_config n;
     hd_config_defaults(&n);
     char err[512];
-    if (hd_config_load(d->config_path, &n, err, sizeof err)) {
-        hd_error("SIGHUP: configuration not reloaded: %s", err);
+    if (hd_config_reload(d->config_path, &n, err, sizeof err)) {
+        hd_error("SIGHUP: configuration not reloaded: %s (the running configuration stays)", err);
         hd_notify("READY=1");
         return;
     }
@@ -162,6 +162,7 @@ static void print_config(const char *path, const hd_config *c)
     printf("hello_timeout_ms = %u\nmax_frame_before_hello = %u\nmax_fds_per_conn = %u\nmax_queue_per_conn = %llu\n",
            c->hello_timeout_ms, c->max_frame_before_hello, c->max_fds_per_conn,
            (unsigned long long)c->max_queue_per_conn);
+    printf("max_chunks = %u\nmax_blocks = %u\n", c->max_chunks, c->max_blocks);
     printf("admin_group = %s\nquota_heap = %llu\nquota_uid = %llu\n", c->admin_group,
            (unsigned long long)c->quota_heap, (unsigned long long)c->quota_uid);
     printf("store = %s\nnode = %s\n", c->store, c->node);

@@ -1,7 +1,6 @@
 /* reply.c - every message heapd sends (see reply.h). */
 #include "reply.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +16,19 @@ static void pack_frame(const void *msg, uint8_t *out) { heapd__frame__pack(msg, 
 static void send_frame(hd_conn *c, const Heapd__Frame *f, int *fds, size_t nfds)
 {
     hd_conn_send(c, f, heapd__frame__get_packed_size(f), pack_frame, fds, nfds);
+}
+
+/* Queues a frame whose body is `msg`, the message of oneof case `bc`,
+ * answering request `id` (0: unsolicited). Every body is a message pointer
+ * in the frame's oneof: the field descriptor gives where it goes. */
+static void send_body(hd_conn *c, uint64_t id, Heapd__Frame__BodyCase bc, const void *msg, int *fds, size_t nfds)
+{
+    const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field(&heapd__frame__descriptor, (unsigned)bc);
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.id = id;
+    f.body_case = bc;
+    memcpy((char *)&f + fd->offset, &msg, sizeof msg);
+    send_frame(c, &f, fds, nfds);
 }
 
 static void close_fds(int *fds, size_t n)
@@ -35,21 +47,7 @@ static void send_error(hd_conn *c, uint64_t id, Heapd__ErrCode code, const char 
     Heapd__Error e = HEAPD__ERROR__INIT;
     e.code = code;
     e.message = (char *)msg;
-    Heapd__Frame f = HEAPD__FRAME__INIT;
-    f.id = id;
-    f.body_case = HEAPD__FRAME__BODY_ERROR;
-    f.error = &e;
-    send_frame(c, &f, NULL, 0);
-}
-
-void hd_reply_error(hd_conn *c, uint64_t id, Heapd__ErrCode code, const char *fmt, ...)
-{
-    char msg[1500];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    send_error(c, id, code, msg);
+    send_body(c, id, HEAPD__FRAME__BODY_ERROR, &e, NULL, 0);
 }
 
 void hd_reply_hello(hd_conn *c, uint64_t id, const char *backend)
@@ -58,11 +56,7 @@ void hd_reply_hello(hd_conn *c, uint64_t id, const char *backend)
     r.version = HEAPD__CONST__PROTOCOL_VERSION;
     r.server = (char *)"heapd " HEAPD_VERSION;
     r.backend = (char *)backend;
-    Heapd__Frame f = HEAPD__FRAME__INIT;
-    f.id = id;
-    f.body_case = HEAPD__FRAME__BODY_HELLO_REPLY;
-    f.hello_reply = &r;
-    send_frame(c, &f, NULL, 0);
+    send_body(c, id, HEAPD__FRAME__BODY_HELLO_REPLY, &r, NULL, 0);
 }
 
 /* ---- the heap wing's sink ------------------------------------------------ */
@@ -130,11 +124,7 @@ static void out_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
     ar.next_seq = a->next_seq;
     ar.backend = (char *)a->backend;
     ar.epoch = a->epoch;
-    Heapd__Frame f = HEAPD__FRAME__INIT;
-    f.id = id;
-    f.body_case = HEAPD__FRAME__BODY_ATTACH_REPLY;
-    f.attach_reply = &ar;
-    send_frame(p->data, &f, a->fds, a->nfds);
+    send_body(p->data, id, HEAPD__FRAME__BODY_ATTACH_REPLY, &ar, a->fds, a->nfds);
     free(ptrs);
     free(store);
 }
@@ -156,11 +146,7 @@ static void out_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
     ar.mapped = a->mapped;
     ar.n_new_chunks = a->nchunks;
     ar.new_chunks = ptrs;
-    Heapd__Frame f = HEAPD__FRAME__INIT;
-    f.id = id;
-    f.body_case = HEAPD__FRAME__BODY_ALLOC_REPLY;
-    f.alloc_reply = &ar;
-    send_frame(p->data, &f, a->fds, a->nchunks);
+    send_body(p->data, id, HEAPD__FRAME__BODY_ALLOC_REPLY, &ar, a->fds, a->nchunks);
     free(ptrs);
     free(store);
 }
@@ -169,11 +155,7 @@ static void out_free(hd_peer *p, uint64_t id, uint32_t accepted)
 {
     Heapd__FreeReply fr = HEAPD__FREE_REPLY__INIT;
     fr.accepted = accepted;
-    Heapd__Frame f = HEAPD__FRAME__INIT;
-    f.id = id;
-    f.body_case = HEAPD__FRAME__BODY_FREE_REPLY;
-    f.free_reply = &fr;
-    send_frame(p->data, &f, NULL, 0);
+    send_body(p->data, id, HEAPD__FRAME__BODY_FREE_REPLY, &fr, NULL, 0);
 }
 
 static void out_collect(hd_peer *p, uint64_t id, uint64_t blocks, uint64_t bytes, uint64_t collects)
@@ -182,32 +164,20 @@ static void out_collect(hd_peer *p, uint64_t id, uint64_t blocks, uint64_t bytes
     cr.reclaimed_blocks = blocks;
     cr.reclaimed_bytes = bytes;
     cr.collects = collects;
-    Heapd__Frame f = HEAPD__FRAME__INIT;
-    f.id = id;
-    f.body_case = HEAPD__FRAME__BODY_COLLECT_REPLY;
-    f.collect_reply = &cr;
-    send_frame(p->data, &f, NULL, 0);
+    send_body(p->data, id, HEAPD__FRAME__BODY_COLLECT_REPLY, &cr, NULL, 0);
 }
 
 static void out_detach(hd_peer *p, uint64_t id)
 {
     Heapd__DetachReply dr = HEAPD__DETACH_REPLY__INIT;
-    Heapd__Frame f = HEAPD__FRAME__INIT;
-    f.id = id;
-    f.body_case = HEAPD__FRAME__BODY_DETACH_REPLY;
-    f.detach_reply = &dr;
-    send_frame(p->data, &f, NULL, 0);
+    send_body(p->data, id, HEAPD__FRAME__BODY_DETACH_REPLY, &dr, NULL, 0);
 }
 
 static void out_force(hd_peer *p, uint64_t id, uint64_t at_seq)
 {
     Heapd__ForceCollectReply fr = HEAPD__FORCE_COLLECT_REPLY__INIT;
     fr.at_seq = at_seq;
-    Heapd__Frame f = HEAPD__FRAME__INIT;
-    f.id = id;
-    f.body_case = HEAPD__FRAME__BODY_FORCE_COLLECT_REPLY;
-    f.force_collect_reply = &fr;
-    send_frame(p->data, &f, NULL, 0);
+    send_body(p->data, id, HEAPD__FRAME__BODY_FORCE_COLLECT_REPLY, &fr, NULL, 0);
 }
 
 /* A Histogram of h; its counts live in `counts`. */
