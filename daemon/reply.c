@@ -1,6 +1,7 @@
 /* reply.c - every message heapd sends (see reply.h). */
 #include "reply.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +97,35 @@ static Heapd__ChunkRef **chunk_refs(const hd_chunk_ref *refs, size_t n, Heapd__C
     return p;
 }
 
+/* A reply whose chunks need more fds than one frame carries (HW_FDS_MAX):
+ * ChunkBatch frames of HW_FDS_MAX chunks each go first, with the request's
+ * id, until the chunks left and `extra` more fds (the status page's) fit the
+ * reply's frame (docs/protocol.md). Returns how many chunks went out; out of
+ * memory: every fd not sent (fds[sent..n + extra)) is closed and SIZE_MAX
+ * returned. */
+static size_t send_chunk_batches(hd_conn *c, uint64_t id, const hd_chunk_ref *refs, size_t n, int *fds,
+                                 size_t extra)
+{
+    size_t sent = 0;
+    while (n - sent + extra > HW_FDS_MAX) {
+        size_t k = n - sent < HW_FDS_MAX ? n - sent : HW_FDS_MAX;
+        Heapd__ChunkRef *store;
+        Heapd__ChunkRef **ptrs = chunk_refs(refs + sent, k, &store);
+        if (!ptrs) {
+            close_fds(fds + sent, n - sent + extra);
+            return SIZE_MAX;
+        }
+        Heapd__ChunkBatch b = HEAPD__CHUNK_BATCH__INIT;
+        b.n_chunks = k;
+        b.chunks = ptrs;
+        send_body(c, id, HEAPD__FRAME__BODY_CHUNK_BATCH, &b, fds + sent, k);
+        free(ptrs);
+        free(store);
+        sent += k;
+    }
+    return sent;
+}
+
 static void out_error(hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *msg)
 {
     send_error(p->data, id, code, msg);
@@ -103,10 +133,16 @@ static void out_error(hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *
 
 static void out_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
 {
+    /* Chunks first, the status page fd last (status_index == nchunks). */
+    size_t sent = send_chunk_batches(p->data, id, a->chunks, a->nchunks, a->fds, a->nfds - a->nchunks);
+    if (sent == SIZE_MAX) {
+        send_error(p->data, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        return;
+    }
     Heapd__ChunkRef *store;
-    Heapd__ChunkRef **ptrs = chunk_refs(a->chunks, a->nchunks, &store);
-    if (a->nchunks && !ptrs) {
-        close_fds(a->fds, a->nfds);
+    Heapd__ChunkRef **ptrs = chunk_refs(a->chunks + sent, a->nchunks - sent, &store);
+    if (a->nchunks > sent && !ptrs) {
+        close_fds(a->fds + sent, a->nfds - sent);
         send_error(p->data, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
         return;
     }
@@ -118,23 +154,28 @@ static void out_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
     ar.n_local_ranks = a->nlocal;
     ar.local_ranks = (uint32_t *)a->local_ranks;
     ar.mapped = a->mapped;
-    ar.n_chunks = a->nchunks;
+    ar.n_chunks = a->nchunks - sent;
     ar.chunks = ptrs;
-    ar.status_fd_index = a->status_index;
+    ar.status_fd_index = a->status_index >= 0 ? a->status_index - (int32_t)sent : -1;
     ar.next_seq = a->next_seq;
     ar.backend = (char *)a->backend;
     ar.epoch = a->epoch;
-    send_body(p->data, id, HEAPD__FRAME__BODY_ATTACH_REPLY, &ar, a->fds, a->nfds);
+    send_body(p->data, id, HEAPD__FRAME__BODY_ATTACH_REPLY, &ar, a->fds + sent, a->nfds - sent);
     free(ptrs);
     free(store);
 }
 
 static void out_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
 {
+    size_t sent = send_chunk_batches(p->data, id, a->new_chunks, a->nchunks, a->fds, 0);
+    if (sent == SIZE_MAX) {
+        send_error(p->data, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        return;
+    }
     Heapd__ChunkRef *store;
-    Heapd__ChunkRef **ptrs = chunk_refs(a->new_chunks, a->nchunks, &store);
-    if (a->nchunks && !ptrs) {
-        close_fds(a->fds, a->nchunks);
+    Heapd__ChunkRef **ptrs = chunk_refs(a->new_chunks + sent, a->nchunks - sent, &store);
+    if (a->nchunks > sent && !ptrs) {
+        close_fds(a->fds + sent, a->nchunks - sent);
         send_error(p->data, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
         return;
     }
@@ -144,9 +185,9 @@ static void out_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
     ar.offset = a->offset;
     ar.block_size = a->block_size;
     ar.mapped = a->mapped;
-    ar.n_new_chunks = a->nchunks;
+    ar.n_new_chunks = a->nchunks - sent;
     ar.new_chunks = ptrs;
-    send_body(p->data, id, HEAPD__FRAME__BODY_ALLOC_REPLY, &ar, a->fds, a->nchunks);
+    send_body(p->data, id, HEAPD__FRAME__BODY_ALLOC_REPLY, &ar, a->fds + sent, a->nchunks - sent);
     free(ptrs);
     free(store);
 }
