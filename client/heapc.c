@@ -123,8 +123,26 @@ static int conn_dead(heapc *c, int code, const char *fmt, ...)
     return hci_set_err(c, code, "%s", c->dead_msg);
 }
 
+static int map_daemon_code(int code);
+
+/* heapd closed the connection. If it said why first (an unsolicited Error:
+ * a refused connection names the limit and its key), that is the error. */
 static int conn_closed_by_heapd(heapc *c, const char *when, const char *req)
 {
+    hw_frame f;
+    char werr[128];
+    if (c->fd >= 0 && hw_recv_frame(c->fd, &c->rd, &f, 0, werr, sizeof werr) == HW_FRAME) {
+        Heapd__Frame *m = heapd__frame__unpack(NULL, f.len, f.data);
+        hw_frame_free(&f);
+        if (m && m->id == 0 && m->body_case == HEAPD__FRAME__BODY_ERROR && m->error && m->error->message) {
+            int rc = conn_dead(c, map_daemon_code((int)m->error->code), "%s (heapd closed the connection %s %s)",
+                               m->error->message, when, req);
+            heapd__frame__free_unpacked(m, NULL);
+            return rc;
+        }
+        if (m)
+            heapd__frame__free_unpacked(m, NULL);
+    }
     return conn_dead(c, HEAPC_ECONN,
                      "heapd closed the connection (socket %s) %s %s; check that heapd is running "
                      "(systemctl status heapd) and listens on %s, then connect again",

@@ -169,6 +169,19 @@ echo "heapd VmRSS: $rss0 kB before, $rss1 kB with 40 partial 4 MiB frames (2 MiB
 check "item 14: the flood raised heapd's RSS (by $((rss1 - rss0)) kB, at least 60 MiB)" test $((rss1 - rss0)) -ge 61440
 check "item 14: heapd's RSS returned to within 4 MiB of its level before the flood ($rss2 kB; glibc alone keeps ~8 MiB)" back
 
+# ---- 5: a refused libheapc client reads why ----------------------------------------------------------
+sed -i 's/^max_clients_per_uid = 40$/max_clients_per_uid = 1/' "$T/heapd.conf"
+kill -HUP "$hpid"
+wait_for sh -c "[ \$(grep -c 'SIGHUP: configuration reloaded' '$T/heapd.log') -ge 2 ]"
+bg_nobody "$H" --socket "$S" hold 0 0 1 >"$T/one.out" 2>&1
+hold=$!
+wait_for grep -q '^holding' "$T/one.out"
+as_nobody "$T/heapctl" --socket "$S" heaps >"$T/refused.out" 2>&1
+cat "$T/refused.out"
+check "item 5: heapctl (libheapc) over max_clients_per_uid says which limit and key" \
+    grep -q 'max_clients_per_uid = 1' "$T/refused.out"
+kill -TERM $hold; wait $hold 2>/dev/null; hold=
+
 check "heapd stops cleanly (exit 0)" stop_heapd
 
 # ---- 5: EMFILE: accepting pauses, then resumes ---------------------------------------------------------
