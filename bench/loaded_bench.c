@@ -13,7 +13,7 @@
  * (tests/prog_hostile hold), holds IDLE idle connections (default 1000),
  * FDCONNS connections with 253 fds in a partial header each (default 64), and
  * UNREAD connections that flood Stats without reading (default 64); in
- * CYCLES cycles (default 4: unloaded, attacker set up, loaded, attacker
+ * CYCLES cycles (default 10: unloaded, attacker set up, loaded, attacker
  * killed) so that both sides see the machine's load alike. Prints
  * p50/p99 per step for both and the ratio of the p99s (target: at most 5),
  * heapd's fds and RSS under the load. Figures, not assertions: exit 0 unless
@@ -250,7 +250,7 @@ typedef struct opts {
 /* 0, or 2 after a usage message. */
 static int parse(int argc, char **argv, opts *o)
 {
-    *o = (opts){200, 1000, 64, 64, 4, NULL};
+    *o = (opts){200, 1000, 64, 64, 10, NULL};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             o->rounds = 50;
