@@ -211,19 +211,19 @@ start_notify() {
     "$NLISTEN" "$W/$1.nsock" "$W/$1.notify" 300 2> "$W/$1.nlisten.err" &
     NPID=$!
     PIDS="$PIDS $NPID"
-    within 5 test -e "$W/$1.notify" || fail "prog_notify_listen did not start: $(cat "$W/$1.nlisten.err")"
+    within 30 test -e "$W/$1.notify" || fail "prog_notify_listen did not start: $(cat "$W/$1.nlisten.err")"
 }
 
 start_notify own
 NOTIFY_SOCKET=$W/own.nsock "$HEAPD" --config "$CONF" 2> "$W/heapd.log" &
 HD=$!
 PIDS="$PIDS $HD"
-if within 10 has_re "$W/own.notify" "^READY=1$"; then
+if within 30 has_re "$W/own.notify" "^READY=1$"; then
     # READY=1 promises a listening socket.
     [ -S "$SOCK" ] && pass || fail "READY=1 sent but $SOCK is not a socket"
     ok "readiness: READY=1 received on NOTIFY_SOCKET"
 else
-    fail "no READY=1 on NOTIFY_SOCKET within 10 s; notifications: $(cat "$W/own.notify"); log:"; show "$W/heapd.log"
+    fail "no READY=1 on NOTIFY_SOCKET within 30 s; notifications: $(cat "$W/own.notify"); log:"; show "$W/heapd.log"
 fi
 has_re "$W/own.notify" "^STATUS=.*heaps.*clients.*backend host" && pass || fail "no STATUS= line: $(cat "$W/own.notify")"
 has_re "$W/own.notify" "^MAINPID=$HD$" && pass || fail "MAINPID is not heapd's pid $HD: $(cat "$W/own.notify")"
@@ -235,26 +235,26 @@ has_re "$W/out" "backend host" && pass || fail "heapctl stats output: $(cat "$W/
 # SIGHUP: log_level info -> debug.
 write_conf debug
 kill -HUP "$HD"
-if within 5 has_re "$W/heapd.log" "SIGHUP: configuration reloaded from $CONF"; then
+if within 30 has_re "$W/heapd.log" "SIGHUP: configuration reloaded from $CONF"; then
     ok "SIGHUP reload logged"
 else
     fail "SIGHUP: no 'configuration reloaded' in the log:"; show "$W/heapd.log"
 fi
-within 5 more_than "$W/own.notify" '^READY=1$' 1 && has_re "$W/own.notify" "^RELOADING=1$" && pass ||
+within 30 more_than "$W/own.notify" '^READY=1$' 1 && has_re "$W/own.notify" "^RELOADING=1$" && pass ||
     fail "SIGHUP: want RELOADING=1 then READY=1: $(cat "$W/own.notify")"
 "$HEAPCTL" --socket "$SOCK" heaps > "$W/out" 2> "$W/err"; expect_rc "heapctl heaps after SIGHUP" $? 0
 # The new level is in force: debug logs every connection.
-within 5 has_re "$W/heapd.log" "debug: client connected" && pass ||
+within 30 has_re "$W/heapd.log" "debug: client connected" && pass ||
     fail "log_level = debug not applied after SIGHUP:"
 # A setting that needs a restart is named and kept.
 write_conf debug "max_clients = 7"
 kill -HUP "$HD"
-within 5 has_re "$W/heapd.log" "max_clients changed; restart heapd to apply" && pass ||
+within 30 has_re "$W/heapd.log" "max_clients changed; restart heapd to apply" && pass ||
     fail "SIGHUP: a max_clients change is not reported as needing a restart"
 # A bad file: reported with FILE:LINE, nothing applied, heapd keeps running.
 write_conf info "bogus_key = 1"
 kill -HUP "$HD"
-if within 5 has_re "$W/heapd.log" "SIGHUP: configuration not reloaded: $CONF:6: unknown key \"bogus_key\""; then
+if within 30 has_re "$W/heapd.log" "SIGHUP: configuration not reloaded: $CONF:6: unknown key \"bogus_key\""; then
     ok "SIGHUP with a bad file reported with FILE:LINE"
 else
     fail "SIGHUP with a bad file: no 'configuration not reloaded: $CONF:6:' in the log:"; show "$W/heapd.log"
@@ -265,7 +265,7 @@ alive "$HD" && pass || fail "heapd died after a SIGHUP with a bad file"
 # ... and the level stayed debug (the bad file said info).
 n1=$(count "$W/heapd.log" "debug: client connected")
 "$HEAPCTL" --socket "$SOCK" heaps > /dev/null 2>&1
-within 3 more_than "$W/heapd.log" "debug: client connected" "$n1" && pass ||
+within 30 more_than "$W/heapd.log" "debug: client connected" "$n1" && pass ||
     fail "a bad file on SIGHUP changed the log level"
 
 # An empty file, a directory and a missing file (issue 15 item 10): the
@@ -273,25 +273,25 @@ within 3 more_than "$W/heapd.log" "debug: client connected" "$n1" && pass ||
 # says why; heapd never reloads the built-in defaults.
 : > "$CONF"
 kill -HUP "$HD"
-wait_for 5 has "$W/heapd.log" "SIGHUP: configuration not reloaded: $CONF: has no keys" && pass ||
+within 30 has "$W/heapd.log" "SIGHUP: configuration not reloaded: $CONF: has no keys" && pass ||
     { fail "SIGHUP with an empty file: no 'has no keys' in the log:"; show "$W/heapd.log"; }
 rm -f "$CONF"; mkdir "$CONF"
 kill -HUP "$HD"
-wait_for 5 has "$W/heapd.log" "SIGHUP: configuration not reloaded: $CONF: is a directory" && pass ||
+within 30 has "$W/heapd.log" "SIGHUP: configuration not reloaded: $CONF: is a directory" && pass ||
     { fail "SIGHUP with a directory: no 'is a directory' in the log:"; show "$W/heapd.log"; }
 rmdir "$CONF"; mkfifo "$CONF"
 kill -HUP "$HD"
-wait_for 5 has "$W/heapd.log" "SIGHUP: configuration not reloaded: $CONF: is not a regular file" && pass ||
+within 30 has "$W/heapd.log" "SIGHUP: configuration not reloaded: $CONF: is not a regular file" && pass ||
     { fail "SIGHUP with a FIFO: no 'is not a regular file' in the log (or heapd blocked on it):"; show "$W/heapd.log"; }
 rm -f "$CONF"
 kill -HUP "$HD"
-wait_for 5 has "$W/heapd.log" "SIGHUP: configuration not reloaded: $CONF: cannot open: No such file" && pass ||
+within 30 has "$W/heapd.log" "SIGHUP: configuration not reloaded: $CONF: cannot open: No such file" && pass ||
     { fail "SIGHUP with a missing file: no 'cannot open' in the log:"; show "$W/heapd.log"; }
-has "$W/heapd.log" "configuration reloaded from $CONF.*" && [ "$(count "$W/heapd.log" "configuration reloaded from")" -eq 2 ] &&
+has "$W/heapd.log" "configuration reloaded from $CONF" && [ "$(count "$W/heapd.log" "configuration reloaded from")" -eq 2 ] &&
     pass || fail "a SIGHUP with an empty, directory, FIFO or missing file was logged as reloaded"
 n1=$(count "$W/heapd.log" "debug: client connected")
 "$HEAPCTL" --socket "$SOCK" heaps > /dev/null 2>&1
-wait_for 3 more_than "$W/heapd.log" "debug: client connected" "$n1" && pass ||
+within 30 more_than "$W/heapd.log" "debug: client connected" "$n1" && pass ||
     fail "a SIGHUP with an empty file changed the log level (the built-in default is info)"
 write_conf debug
 
@@ -301,7 +301,7 @@ R0=$!
 "$RANK" --socket "$SOCK" --heap svc --rank 1 --world 2 alloc 1M sleep 3000 alloc 1M > "$W/rank1.out" 2> "$W/rank1.err" &
 R1=$!
 PIDS="$PIDS $R0 $R1"
-if within 10 has_re "$W/rank0.out" "^a 0 " && within 5 has_re "$W/rank1.out" "^a 0 "; then pass; else
+if within 30 has_re "$W/rank0.out" "^a 0 " && within 30 has_re "$W/rank1.out" "^a 0 "; then pass; else
     fail "ranks did not attach and allocate: $(cat "$W/rank0.out" "$W/rank0.err" "$W/rank1.out" "$W/rank1.err")"
 fi
 "$HEAPCTL" --socket "$SOCK" heaps > "$W/out" 2> "$W/err"
@@ -340,7 +340,7 @@ start_notify act
 NOTIFY_SOCKET=$W/act.nsock "$ACTIVATE" "$ASOCK" "$HEAPD" --config "$W/act.conf" 2> "$W/act.log" &
 HA=$!
 PIDS="$PIDS $HA"
-within 10 has_re "$W/act.notify" "^READY=1$" && pass ||
+within 30 has_re "$W/act.notify" "^READY=1$" && pass ||
     { fail "socket-activated heapd: no READY=1: $(cat "$W/act.notify")"; show "$W/act.log"; }
 has_re "$W/act.log" "using the socket passed by systemd" && pass || { fail "heapd did not take the passed socket:"; show "$W/act.log"; }
 [ -e "$W/unused.sock" ] && fail "socket-activated heapd also bound its configured socket" || pass
@@ -361,7 +361,7 @@ kill -TERM "$NPID" 2>/dev/null; wait_exit 3 "$NPID"
 LISTEN_PID=1 LISTEN_FDS=1 "$HEAPD" --config "$W/act.conf" 2> "$W/notmine.log" 3<&- &
 HN=$!
 PIDS="$PIDS $HN"
-if within 10 test -S "$W/unused.sock"; then
+if within 30 test -S "$W/unused.sock"; then
     "$HEAPCTL" --socket "$W/unused.sock" heaps > "$W/out" 2> "$W/err"
     expect_rc "heapctl with LISTEN_PID of another process" $? 0
 else
@@ -511,7 +511,7 @@ ISOCK=$W/inst.sock
 "$D/usr/sbin/heapd" -c "$D/etc/heapd/heapd.conf" --socket "$ISOCK" --backend host 2> "$W/inst.log" &
 HI=$!
 PIDS="$PIDS $HI"
-if within 10 test -S "$ISOCK"; then
+if within 30 test -S "$ISOCK"; then
     LD_LIBRARY_PATH=$D/usr/lib "$W/attach" "$ISOCK" > "$W/out" 2> "$W/err"
     expect_rc "program built against the installed heapc.pc" $? 0
     has_re "$W/out" "^ok heapd .* backend host offset 0" && ok "a program built with pkg-config heapc attached and allocated" ||
