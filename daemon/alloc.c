@@ -222,7 +222,7 @@ static int alloc_coalesce_nofit(ha_heap *h, uint64_t c, ha_alloc_result *res)
 /* The coalesce policy's step: HA_OK with *off, or the answer to return. */
 static int alloc_coalesce(ha_heap *h, uint64_t c, uint32_t k, ha_alloc_result *res, uint64_t *off)
 {
-    bool down = hac_top_down(h, k);
+    bool down = hac_top_down(h, k, c);
     hac_fx fit = hac_find(h, c, down);
     if (!h->collect_answered && fit.size) {
         uint64_t handed = h->handed_since_collect;
@@ -240,7 +240,6 @@ static int alloc_coalesce(ha_heap *h, uint64_t c, uint32_t k, ha_alloc_result *r
     if (++h->cls_alloc[k] >= HA_DECAY_AT) {
         h->cls_alloc[k] /= 2;
         h->cls_reclaim[k] /= 2;
-        h->cls_seen[k] /= 2;
     }
     return HA_OK;
 }
@@ -476,10 +475,8 @@ static void reclaim_sorted(ha_heap *h, const uint64_t *offs, size_t n, uint64_t 
         h->collect_answered = h->asked_answered = true;
     }
     h->skip_pending = false;
-    if (h->p.policy == HA_POLICY_COALESCE) {
+    if (h->p.policy == HA_POLICY_COALESCE)
         h->collect_answered = true; /* every collect answers (docs/design.md) */
-        memcpy(h->cls_seen, h->cls_alloc, sizeof h->cls_seen);
-    }
     if (bytes)
         *bytes = total;
 }
