@@ -1,6 +1,6 @@
 /* alloc_bench - the allocator core (daemon/alloc.h) on the CPU.
  *
- *   alloc_bench [--json FILE] [--quick] [--ranks R] [--live N] [--cost-only]
+ *   alloc_bench [--json FILE] [--quick] [--ranks R] [--live N] [--cost-only] [--batch N]
  *
  * 1. Cost: ns per alloc + free-on-every-rank pair with 10^3, 10^5 and 10^6
  *    live blocks of mixed small sizes, both policies. The live set is built
@@ -11,7 +11,10 @@
  *    clocks: wall (ns/pair) and the thread's CPU time (cpu ns/pair: the
  *    time other work on a loaded machine takes from this thread left out;
  *    its cache misses stay in). Per policy, the 10^6 / 10^3 ratio and the
- *    10^6 figure against the goals (1.5x, 100 ns).
+ *    10^6 figure against the goals (1.5x, 100 ns). Each row twice: frees
+ *    one call of ha_free per rank and block ('call', the old figure), and
+ *    frees in batches of --batch blocks (default 256), one ha_free_batch
+ *    per rank, as the heap wing serves a client's Free batch ('bN').
  * 2. Footprint: both policies on the seed review's two models and on random
  *    multi-rank traces (mapped, growths, collects), one table at the end:
  *    figure | seed | coalesce | ratio (coalesce / seed).
@@ -133,6 +136,7 @@ typedef struct cost_row {
     ha_policy pol;
     uint64_t live;
     uint64_t iters;
+    uint32_t batch;    /* 0: a call of ha_free per rank and block; else frees in batches */
     double ns_per_pair;
     double cpu_ns_per_pair; /* the thread's CPU time */
     uint64_t collects; /* during the timed part */
@@ -141,7 +145,28 @@ typedef struct cost_row {
     size_t mem;        /* bookkeeping bytes at the end */
 } cost_row;
 
-static cost_row bench_cost(ha_policy pol, uint32_t ranks, uint64_t live, uint64_t iters)
+/* Frees n blocks on every rank the way the heap wing does with a Free
+ * batch: one ha_free_batch per rank (a core without it, built with
+ * -DALLOC_BENCH_NO_BATCH to measure an older core: n calls of ha_free). */
+static void free_batch_all_ranks(ha_heap *h, uint32_t ranks, const uint64_t *offs, size_t n)
+{
+    for (uint32_t r = 0; r < ranks; r++) {
+#ifdef ALLOC_BENCH_NO_BATCH
+        for (size_t i = 0; i < n; i++) {
+            int rc = ha_free(h, r, offs[i]);
+            if (rc != HA_OK)
+                die("ha_free", rc);
+        }
+#else
+        int rc = ha_free_batch(h, r, offs, n, NULL);
+        if (rc != HA_OK)
+            die("ha_free_batch", rc);
+#endif
+    }
+}
+
+static cost_row bench_cost(ha_policy pol, uint32_t ranks, uint64_t live, uint64_t iters,
+                           uint32_t batch)
 {
     /* Room for the live set several times over: 10^6 blocks of <= 16 KiB. */
     uint64_t chunk = 64 * MiB;
@@ -149,7 +174,8 @@ static cost_row bench_cost(ha_policy pol, uint32_t ranks, uint64_t live, uint64_
     uint64_t initial = (need + chunk - 1) / chunk * chunk;
     ha_heap *h = mk(pol, ranks, chunk, initial, 256 * GiB, 512);
     uint64_t *offs = malloc(live * sizeof *offs);
-    if (offs == NULL) {
+    uint64_t *kk = malloc((batch ? batch : 1) * sizeof *kk);
+    if (offs == NULL || kk == NULL) {
         fprintf(stderr, "alloc_bench: out of memory for %" PRIu64 " offsets\n", live);
         exit(1);
     }
@@ -160,23 +186,50 @@ static cost_row bench_cost(ha_policy pol, uint32_t ranks, uint64_t live, uint64_
     ha_stats s0, s1;
     ha_get_stats(h, &s0);
     double t0 = now_ns(), c0 = cpu_ns();
-    /* The next block is drawn one cycle ahead and its slot in offs[]
-     * prefetched: the bench's own miss on offs[] is not the core's cost. */
-    uint64_t knext = rng_below(&rs, live);
-    for (uint64_t i = 0; i < iters; i++) {
-        uint64_t k = knext;
-        knext = rng_below(&rs, live);
-        __builtin_prefetch(&offs[knext]);
-        free_all_ranks(h, ranks, offs[k]);
-        offs[k] = alloc_loop(h, small_size(&rs));
-        if (i % COLLECT_EVERY == COLLECT_EVERY - 1)
-            ha_collect(h, NULL, NULL);
+    if (batch == 0) {
+        /* The next block is drawn one cycle ahead and its slot in offs[]
+         * prefetched: the bench's own miss on offs[] is not the core's cost. */
+        uint64_t knext = rng_below(&rs, live);
+        for (uint64_t i = 0; i < iters; i++) {
+            uint64_t k = knext;
+            knext = rng_below(&rs, live);
+            __builtin_prefetch(&offs[knext]);
+            free_all_ranks(h, ranks, offs[k]);
+            offs[k] = alloc_loop(h, small_size(&rs));
+            if (i % COLLECT_EVERY == COLLECT_EVERY - 1)
+                ha_collect(h, NULL, NULL);
+        }
+    } else {
+        /* Batches of `batch` distinct random live blocks (a partial shuffle
+         * moves them to the end of offs[]), freed on every rank, then as
+         * many allocations; a collect after every COLLECT_EVERY cycles. */
+        for (uint64_t i = 0; i < iters; i += batch) {
+            uint64_t *b = &offs[live - batch];
+            /* the bench's own misses on offs[] overlap: drawn and asked
+             * for first */
+            for (uint32_t j = 0; j < batch; j++) {
+                kk[j] = rng_below(&rs, live - j);
+                __builtin_prefetch(&offs[kk[j]]);
+            }
+            for (uint32_t j = 0; j < batch; j++) {
+                uint64_t k = kk[j], t = offs[k];
+                offs[k] = offs[live - 1 - j];
+                offs[live - 1 - j] = t;
+            }
+            free_batch_all_ranks(h, ranks, b, batch);
+            for (uint32_t j = 0; j < batch; j++)
+                b[j] = alloc_loop(h, small_size(&rs));
+            if ((i + batch) / COLLECT_EVERY != i / COLLECT_EVERY)
+                ha_collect(h, NULL, NULL);
+        }
+        iters = (iters + batch - 1) / batch * batch;
     }
     double t1 = now_ns(), c1 = cpu_ns();
     ha_get_stats(h, &s1);
     cost_row row = {.pol = pol,
                     .live = live,
                     .iters = iters,
+                    .batch = batch,
                     .ns_per_pair = (t1 - t0) / (double)iters,
                     .cpu_ns_per_pair = (c1 - c0) / (double)iters,
                     .collects = s1.collects - s0.collects,
@@ -184,6 +237,7 @@ static cost_row bench_cost(ha_policy pol, uint32_t ranks, uint64_t live, uint64_
                     .mapped = s1.mapped,
                     .mem = ha_memory_usage(h)};
     free(offs);
+    free(kk);
     ha_destroy(h);
     return row;
 }
@@ -334,11 +388,14 @@ static void ratio_str(uint64_t seed, uint64_t co, char *buf, size_t len)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: alloc_bench [--json FILE] [--quick] [--ranks R] [--live N] [--cost-only]\n"
+               "                   [--batch N]\n"
                "  --json FILE  also write the results as JSON to FILE\n"
                "  --quick      fewer iterations and no 10^6 live-block run (smoke test)\n"
                "  --ranks R    ranks in the cost benchmark (default 4)\n"
                "  --live N     the cost benchmark at N live blocks only (profiling)\n"
-               "  --cost-only  the cost table only (no footprint table, no JSON)\n");
+               "  --cost-only  the cost table only (no footprint table, no JSON)\n"
+               "  --batch N    also the cost with frees in batches of N blocks (default 256,\n"
+               "               at most a quarter of the live blocks; 0: per-call rows only)\n");
 }
 
 int main(int argc, char **argv)
@@ -348,6 +405,7 @@ int main(int argc, char **argv)
     uint32_t ranks = 4;
     uint64_t only_live = 0;
     int cost_only = 0;
+    uint64_t batch = 256;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
             json = argv[++i];
@@ -366,6 +424,13 @@ int main(int argc, char **argv)
             only_live = strtoull(argv[++i], &end, 10);
             if (*end || only_live < 1 || only_live > 100000000) {
                 fprintf(stderr, "alloc_bench: --live takes 1..10^8 blocks, not '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
+            char *end;
+            batch = strtoull(argv[++i], &end, 10);
+            if (*end || batch > 65536) {
+                fprintf(stderr, "alloc_bench: --batch takes 0..65536 blocks, not '%s'\n", argv[i]);
                 return 2;
             }
         } else if (strcmp(argv[i], "--cost-only") == 0) {
@@ -397,23 +462,31 @@ int main(int argc, char **argv)
     nlives = 1;
     iters = 2000;
 #endif
-    cost_row cost[6];
+    cost_row cost[12];
     int ncost = 0;
     printf("alloc_bench: ns per alloc + free on all %u ranks (sizes 1 B..16 KiB, collect every "
-           "%d cycles)\n",
+           "%d cycles); frees: 'call' = one ha_free per rank and block, 'bN' = batches of N "
+           "blocks, one ha_free_batch per rank (the heap wing's Free batches)\n",
            ranks, COLLECT_EVERY);
-    printf("%-9s %9s %10s %12s %12s %9s %8s %12s %12s\n", "policy", "live", "cycles", "ns/pair",
-           "cpu ns/pair", "collects", "growths", "mapped", "bookkeeping");
+    printf("%-9s %5s %9s %10s %12s %12s %9s %8s %12s %12s\n", "policy", "frees", "live", "cycles",
+           "ns/pair", "cpu ns/pair", "collects", "growths", "mapped", "bookkeeping");
     for (int li = 0; li < nlives; li++) {
-        for (int pi = 0; pi < 2; pi++) {
-            cost_row c = bench_cost(policies[pi], ranks, lives[li], iters);
+        for (int pi = 0; pi < 2; pi++)
+            for (int bi = 0; bi < (batch ? 2 : 1); bi++) {
+            uint32_t bt = bi ? (uint32_t)(batch < lives[li] / 4 ? batch : lives[li] / 4) : 0;
+            cost_row c = bench_cost(policies[pi], ranks, lives[li], iters, bt);
             cost[ncost++] = c;
+            char fr[16];
+            if (bt)
+                snprintf(fr, sizeof fr, "b%u", bt);
+            else
+                snprintf(fr, sizeof fr, "call");
             char m[HSZ_SIZE_BUFLEN], mem[HSZ_SIZE_BUFLEN];
             hsz_format_size(c.mapped, m, sizeof m);
             snprintf(mem, sizeof mem, "%.1f MiB", (double)c.mem / (double)MiB);
-            printf("%-9s %9" PRIu64 " %10" PRIu64 " %12.1f %12.1f %9" PRIu64 " %8" PRIu64
+            printf("%-9s %5s %9" PRIu64 " %10" PRIu64 " %12.1f %12.1f %9" PRIu64 " %8" PRIu64
                    " %12s %12s\n",
-                   ha_policy_name(c.pol), c.live, c.iters, c.ns_per_pair, c.cpu_ns_per_pair,
+                   ha_policy_name(c.pol), fr, c.live, c.iters, c.ns_per_pair, c.cpu_ns_per_pair,
                    c.collects, c.growths, m, mem);
             fflush(stdout);
         }
@@ -421,12 +494,13 @@ int main(int argc, char **argv)
 
     double anchor = miss_anchor();
     printf("anchor: a dependent random read in 64 MiB: %.1f ns cpu\n", anchor);
-    if (ncost == 6)
-        for (int pi = 0; pi < 2; pi++) {
-            const cost_row *lo = &cost[pi], *hi = &cost[4 + pi];
-            printf("%-9s 10^6 / 10^3: %.2fx wall, %.2fx cpu (goal <= 1.5x); at 10^6: %.1f ns "
+    int per = batch ? 4 : 2; /* rows per live level */
+    if (ncost == 3 * per)
+        for (int pi = 0; pi < per; pi++) {
+            const cost_row *lo = &cost[pi], *hi = &cost[2 * per + pi];
+            printf("%-9s %-5s 10^6 / 10^3: %.2fx wall, %.2fx cpu (goal <= 1.5x); at 10^6: %.1f ns "
                    "wall, %.1f ns cpu (goal <= 100 ns)\n",
-                   ha_policy_name(lo->pol), hi->ns_per_pair / lo->ns_per_pair,
+                   ha_policy_name(lo->pol), lo->batch ? "batch" : "call", hi->ns_per_pair / lo->ns_per_pair,
                    hi->cpu_ns_per_pair / lo->cpu_ns_per_pair, hi->ns_per_pair,
                    hi->cpu_ns_per_pair);
         }
@@ -487,11 +561,11 @@ int main(int argc, char **argv)
         fprintf(f, "  \"cost\": [\n");
         for (int i = 0; i < ncost; i++)
             fprintf(f,
-                    "    {\"policy\": \"%s\", \"live\": %" PRIu64 ", \"cycles\": %" PRIu64
+                    "    {\"policy\": \"%s\", \"batch\": %u, \"live\": %" PRIu64 ", \"cycles\": %" PRIu64
                     ", \"ns_per_pair\": %.1f, \"cpu_ns_per_pair\": %.1f, \"collects\": %" PRIu64
                     ", \"growths\": %" PRIu64
                     ", \"mapped\": %" PRIu64 ", \"bookkeeping_bytes\": %zu}%s\n",
-                    ha_policy_name(cost[i].pol), cost[i].live, cost[i].iters,
+                    ha_policy_name(cost[i].pol), cost[i].batch, cost[i].live, cost[i].iters,
                     cost[i].ns_per_pair, cost[i].cpu_ns_per_pair, cost[i].collects, cost[i].growths, cost[i].mapped,
                     cost[i].mem, i + 1 < ncost ? "," : "");
         fprintf(f, "  ],\n  \"figures\": [\n");

@@ -233,7 +233,7 @@ static int alloc_coalesce_nofit(ha_heap *h, uint64_t c, ha_alloc_result *res)
 /* The coalesce policy's step: HA_OK with *off, or the answer to return. */
 static int alloc_coalesce(ha_heap *h, uint64_t c, uint32_t k, ha_alloc_result *res, uint64_t *off)
 {
-    bool down = hac_top_down(h, k);
+    bool down = hac_top_down(h, k, c);
     hac_fx fit = hac_find(h, c, down);
     if (!h->collect_answered && fit.size) {
         uint64_t handed = h->handed_since_collect;
@@ -251,7 +251,6 @@ static int alloc_coalesce(ha_heap *h, uint64_t c, uint32_t k, ha_alloc_result *r
     if (++h->cls_alloc[k] >= HA_DECAY_AT) {
         h->cls_alloc[k] /= 2;
         h->cls_reclaim[k] /= 2;
-        h->cls_seen[k] /= 2;
     }
     return HA_OK;
 }
@@ -345,6 +344,70 @@ int ha_free(ha_heap *h, uint32_t rank, uint64_t offset)
     return HA_OK;
 }
 
+/* Frees on a batch walk their offsets in order: each step asks for the home
+ * slot of the record HA_FREE_AHEAD offsets ahead, so that the misses of a
+ * batch (one per record at 10^6 blocks) overlap instead of adding up. */
+#define HA_FREE_AHEAD 8
+
+/* Takes back one release of rank's bit on b (the undo of a step of
+ * ha_free_batch, in reverse order: a block it made pending is the last
+ * entry of the pending vector). */
+static void unfree(ha_heap *h, uint32_t rank, ha_blk *b)
+{
+    uint64_t sz = b->size;
+    if (b->pending) {
+        b->pending = 0;
+        h->pending.n--;
+        h->live_bytes += sz;
+        h->pending_bytes -= sz;
+    }
+    hat_held(&h->tab, b)[rank / 64] |= UINT64_C(1) << (rank % 64);
+    b->nrel--;
+    h->held_bytes[rank] += sz;
+    h->rel_bytes[rank] -= sz;
+}
+
+int ha_free_batch(ha_heap *h, uint32_t rank, const uint64_t *offsets, size_t n, size_t *bad)
+{
+    if (!h || rank >= h->p.ranks || (n && !offsets))
+        return HA_EINVAL;
+    if (hat_vec_reserve(&h->pending, n))
+        return HA_ENOMEM;
+    uint64_t bit = UINT64_C(1) << (rank % 64);
+    size_t ahead = n < HA_FREE_AHEAD ? n : HA_FREE_AHEAD;
+    for (size_t i = 0; i < ahead; i++)
+        hat_prefetch(&h->tab, offsets[i]);
+    for (size_t i = 0; i < n; i++) {
+        if (i + HA_FREE_AHEAD < n)
+            hat_prefetch(&h->tab, offsets[i + HA_FREE_AHEAD]);
+        ha_blk *b = hat_find(&h->tab, offsets[i]);
+        uint64_t *held = b ? hat_held(&h->tab, b) : NULL;
+        if (!b || !(held[rank / 64] & bit)) {
+            /* all or nothing: the ones before i are in the caches */
+            for (size_t j = i; j-- > 0;)
+                unfree(h, rank, hat_find(&h->tab, offsets[j]));
+            if (bad)
+                *bad = i;
+            HA_DEBUG_CHECK(h, "ha_free_batch");
+            return HA_ENOTHELD;
+        }
+        uint64_t sz = b->size;
+        held[rank / 64] &= ~bit;
+        b->nrel++;
+        h->held_bytes[rank] -= sz;
+        h->rel_bytes[rank] += sz;
+        if (b->nrel == h->p.ranks) {
+            b->pending = 1;
+            h->pending.v[h->pending.n++] = offsets[i];
+            h->live_bytes -= sz;
+            h->pending_bytes += sz;
+        }
+    }
+    h->frees += n;
+    HA_DEBUG_CHECK(h, "ha_free_batch");
+    return HA_OK;
+}
+
 uint64_t ha_block_size(const ha_heap *h, uint64_t offset)
 {
     const ha_blk *b = h ? hat_find(&h->tab, offset) : NULL;
@@ -423,10 +486,8 @@ static void reclaim_sorted(ha_heap *h, const uint64_t *offs, size_t n, uint64_t 
         h->collect_answered = h->asked_answered = true;
     }
     h->skip_pending = false;
-    if (h->p.policy == HA_POLICY_COALESCE) {
+    if (h->p.policy == HA_POLICY_COALESCE)
         h->collect_answered = true; /* every collect answers (docs/design.md) */
-        memcpy(h->cls_seen, h->cls_alloc, sizeof h->cls_seen);
-    }
     if (bytes)
         *bytes = total;
 }

@@ -162,6 +162,14 @@ int ha_grow(ha_heap *h, uint32_t chunks);
  * HA_ENOTHELD if no block starts there or the rank already released it. */
 int ha_free(ha_heap *h, uint32_t rank, uint64_t offset);
 
+/* Rank `rank` releases the blocks at offsets[0..n), all or nothing: if one
+ * is not held by the rank (no block starts there, the rank released it, or
+ * it appears earlier in the batch), none is released, *bad (may be NULL) is
+ * its index and the answer HA_ENOTHELD. The same as n calls of ha_free, but
+ * each record's line is asked for a few offsets ahead, so that the cache
+ * misses of a batch overlap (the heap wing's Free batches use it). */
+int ha_free_batch(ha_heap *h, uint32_t rank, const uint64_t *offsets, size_t n, size_t *bad);
+
 /* Size of the block starting at offset (held or pending), 0 if none. */
 uint64_t ha_block_size(const ha_heap *h, uint64_t offset);
 /* 1 if `rank` holds the block at offset, 0 otherwise. */

@@ -109,18 +109,20 @@ void hac_insert_merge(ha_heap *h, uint64_t start, uint64_t len)
     hac_add(h, start, len);
 }
 
-/* Size bins whose blocks mostly (CO_HOT_PCT percent) die before a collect
- * go top-down; the others bottom-up. Also top-down: a bin every block of
- * which, allocated before the last collect, was reclaimed (cls_seen), so
- * that a pure scratch bin keeps sweeping from the top between two collects
- * instead of turning bottom-up as its new, not yet collectable, blocks
- * dilute the ratio (fewer compaction collects: the review's models). */
-#define CO_HOT_PCT 95
+/* Top-down (from the top of the heap down): a block of at least
+ * mapped / CO_TOP_DIV, and the size bins whose blocks nearly all
+ * (CO_HOT_PERMILLE per mille) die before a collect; the others bottom-up.
+ * Large blocks at the top, long-lived small ones at the bottom: before
+ * (issue 19), a scratch bin at 95% went top-down, and the few long-lived
+ * blocks among its many pinned the top of the heap at each growth, where
+ * the next large block needed room (g683: 1.50 of the seed). */
+#define CO_HOT_PERMILLE 980
+#define CO_TOP_DIV 16
 
-bool hac_top_down(const ha_heap *h, uint32_t k)
+bool hac_top_down(const ha_heap *h, uint32_t k, uint64_t c)
 {
-    return (h->cls_alloc[k] > 0 && 100 * h->cls_reclaim[k] > CO_HOT_PCT * h->cls_alloc[k]) ||
-           (h->cls_seen[k] > 0 && h->cls_reclaim[k] >= h->cls_seen[k]);
+    return c >= h->mapped / CO_TOP_DIV ||
+           (h->cls_alloc[k] > 0 && 1000 * h->cls_reclaim[k] > CO_HOT_PERMILLE * h->cls_alloc[k]);
 }
 
 /* Is a better than b for the direction? (b may be NULL.) */

@@ -345,7 +345,6 @@ struct ha_heap {
                                       * (resolved once; size 0: not yet) */
     uint64_t cls_alloc[64];    /* allocations of size bin k (decayed) */
     uint64_t cls_reclaim[64];  /* reclaims of size bin k (decayed alike) */
-    uint64_t cls_seen[64];     /* cls_alloc[k] at the last collect (decayed alike) */
     uint64_t used_at_collect;  /* mapped - free_bytes after the last collect */
     /* seed */
     ha_vec lifo[64];
@@ -376,8 +375,8 @@ void hac_add(ha_heap *h, uint64_t start, uint64_t len);
 void hac_del(ha_heap *h, hac_fx f);
 /* Frees [start, start + len), merging with free neighbours. */
 void hac_insert_merge(ha_heap *h, uint64_t start, uint64_t len);
-/* Is size bin k placed from the top of the heap down? */
-bool hac_top_down(const ha_heap *h, uint32_t k);
+/* Is a block of c bytes (size bin k) placed from the top of the heap down? */
+bool hac_top_down(const ha_heap *h, uint32_t k, uint64_t c);
 /* Room for s bytes (first fit, see alloc_coalesce.c); size 0 if none. */
 hac_fx hac_find(ha_heap *h, uint64_t s, bool down);
 /* Takes s bytes from the free extent best (hac_find's answer). */

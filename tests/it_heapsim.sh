@@ -64,18 +64,19 @@ expect_eq "coalesce model1 mapped" "$(field mapped "$last")" 268435456
 expect_eq "coalesce model1 growths" "$(field growths "$last")" 0
 expect_eq "coalesce model1 policy" "$(field policy "$last")" coalesce
 expect_eq "coalesce model1 overlaps" "$(field overlaps "$last")" 0
-# issue 18: fewer collects than before it (7), the seed's stay at 31
+# far fewer collects than the seed (31); issue 18 had 5, issue 19's placement
+# (every trace of seeds 1-1000 within 1.05 of the seed) 8
 c=$(field collects "$last")
-if [ -n "$c" ] && [ "$c" -le 5 ]; then pass; else
-    fail "coalesce model1 collects: got '$c', want at most 5 (7 before issue 18)"
+if [ -n "$c" ] && [ "$c" -le 8 ]; then pass; else
+    fail "coalesce model1 collects: got '$c', want at most 8 (the seed: 31)"
 fi
 
 run_model coalesce "$W/model2.trace"
 expect_eq "coalesce model2 mapped" "$(field mapped "$last")" 268435456
 expect_eq "coalesce model2 growths" "$(field growths "$last")" 0
 c=$(field collects "$last")
-if [ -n "$c" ] && [ "$c" -le 100 ]; then pass; else
-    fail "coalesce model2 collects: got '$c', want at most 100 (104 before issue 18)"
+if [ -n "$c" ] && [ "$c" -le 110 ]; then pass; else
+    fail "coalesce model2 collects: got '$c', want at most 110 (issue 19's bound; the seed: 625)"
 fi
 expect_eq "coalesce model2 overlaps" "$(field overlaps "$last")" 0
 expect_eq "coalesce model2 live" "$(field live "$last")" $((200 * 524288 + 67108864))
@@ -185,9 +186,11 @@ for pol in seed coalesce; do
     expect_eq "partial.trace ($pol) line kinds" "$seq" "acaca"
     # v needs the new chunk: seed bumps from the rolled-back top (512 KiB,
     # where w was); coalesce places it in the free extent that ends at the
-    # extent, merged with the new chunk: also at 512 KiB.
+    # extent, merged with the new chunk ([512 KiB, 2 MiB)), and a block of
+    # at least mapped / 16 goes top-down: at 1 MiB.
     v=$(printf '%s\n' "$out" | sed -n 's/^a v //p')
-    expect_eq "partial.trace ($pol) v after growth" "$v" 524288
+    if [ $pol = seed ]; then want=524288; else want=1048576; fi
+    expect_eq "partial.trace ($pol) v after growth" "$v" $want
     last=$(printf '%s\n' "$out" | tail -n 1)
     expect_eq "partial.trace ($pol) growths" "$(field growths "$last")" 1
     expect_eq "partial.trace ($pol) triggered" "$(field triggered "$last")" 1

@@ -263,12 +263,6 @@ void hd_heap_alloc(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Alloc *
 
 /* ---- free -------------------------------------------------------------------- */
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
 void hd_heap_free(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Free *m)
 {
     (void)r;
@@ -278,34 +272,27 @@ void hd_heap_free(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Free *m)
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "free before attach: attach to a heap first");
         return;
     }
-    for (size_t i = 0; i < m->n_offsets; i++)
-        if (!ha_rank_holds(h->core, h->ranks[b->rank].lidx, m->offsets[i])) {
+    size_t bad = 0;
+    int rc = ha_free_batch(h->core, h->ranks[b->rank].lidx, m->offsets, m->n_offsets, &bad);
+    if (rc == HA_ENOTHELD) {
+        size_t j = 0; /* all or nothing: a repeat, or not held */
+        while (j < bad && m->offsets[j] != m->offsets[bad])
+            j++;
+        if (j < bad)
+            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NOT_HELD,
+                          "free of offset %llu: given twice in one batch (double free); none of the batch was freed",
+                          (unsigned long long)m->offsets[bad]);
+        else
             hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NOT_HELD,
                           "free of offset %llu: rank %u holds no block there (never allocated, or already freed); "
                           "none of the %zu offsets in this batch were freed",
-                          (unsigned long long)m->offsets[i], b->rank, m->n_offsets);
-            return;
-        }
-    if (m->n_offsets > 1) {
-        uint64_t *s = malloc(m->n_offsets * sizeof *s);
-        if (!s) {
-            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
-            return;
-        }
-        memcpy(s, m->offsets, m->n_offsets * sizeof *s);
-        qsort(s, m->n_offsets, sizeof *s, cmp_u64);
-        for (size_t i = 1; i < m->n_offsets; i++)
-            if (s[i] == s[i - 1]) {
-                hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NOT_HELD,
-                              "free of offset %llu: given twice in one batch (double free); none of the batch was freed",
-                              (unsigned long long)s[i]);
-                free(s);
-                return;
-            }
-        free(s);
+                          (unsigned long long)m->offsets[bad], b->rank, m->n_offsets);
+        return;
     }
-    for (size_t i = 0; i < m->n_offsets; i++)
-        ha_free(h->core, h->ranks[b->rank].lidx, m->offsets[i]);
+    if (rc != HA_OK) { /* HA_ENOMEM: the pending list could not grow */
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        return;
+    }
     hh_heap_publish(h);
     c->out->free(c, id, (uint32_t)m->n_offsets);
 }
