@@ -4,6 +4,8 @@
 #include "heapc_map.h"
 #include "heapc_cuda.h"
 #include "heapc_fence.h"
+#include "heapc_ring.h"
+#include "ring.h"
 #include "wire.h"
 #include "status.h"
 #include "heapd.pb-c.h"
@@ -173,6 +175,11 @@ struct heapc {
     heapc_sync_fn sync_fn;
     void *sync_arg;
     heapc_counters ctr;
+
+    /* Issue 16: Alloc, Free and Collect go through ring when set
+     * (heapc_ring.h); ring_want: HEAPC_TRANSPORT allows one. */
+    hcr_ring *ring;
+    int ring_want;
 };
 
 static int set_err(heapc *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -291,6 +298,8 @@ static int conn_dead(heapc *c, int code, const char *fmt, ...)
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
+    hcr_close(c->ring);
+    c->ring = NULL;
     hw_reader_free(&c->rd);
     hw_reader_init(&c->rd);
     return set_err(c, code, "%s", c->dead_msg);
@@ -334,7 +343,26 @@ static int rpc(heapc *c, Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__
         return set_err(c, HEAPC_EOOM, "out of memory encoding a %zu-byte %s request",
                        len, body_name(req->body_case));
     heapd__frame__pack(req, buf);
-    int rc = hw_send_frame(c->fd, buf, len, NULL, 0, werr, sizeof werr);
+    hw_frame ringf = {0};
+    int from_ring = 0, rc;
+    if (c->ring && len <= hcr_payload_max(c->ring) &&
+        (req->body_case == HEAPD__FRAME__BODY_ALLOC || req->body_case == HEAPD__FRAME__BODY_FREE ||
+         req->body_case == HEAPD__FRAME__BODY_COLLECT)) {
+        /* Issue 16: through the ring; an answer with fds comes on the socket. */
+        rc = hcr_call(c->ring, c->fd, req->id, buf, len, c->timeout_ms, &ringf, werr, sizeof werr);
+        if (buf != stackbuf)
+            free(buf);
+        if (rc == HCR_TIMEOUT)
+            return conn_dead(c, HEAPC_ENOREPLY,
+                             "no reply from heapd to %s within %d ms on the request ring; the connection "
+                             "was closed because its state is unknown: connect and attach again",
+                             body_name(req->body_case), c->timeout_ms);
+        if (rc == HCR_EPROTO)
+            return conn_dead(c, HEAPC_EPROTOCOL, "%s; the connection was closed: connect again", werr);
+        from_ring = rc == HCR_REPLY;
+        goto receive;
+    }
+    rc = hw_send_frame(c->fd, buf, len, NULL, 0, werr, sizeof werr);
     if (buf != stackbuf)
         free(buf);
     if (rc < 0) {
@@ -347,9 +375,15 @@ static int rpc(heapc *c, Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__
                          body_name(req->body_case), werr);
     }
 
+receive:
     for (;;) {
         hw_frame f;
-        rc = hw_recv_frame(c->fd, &c->rd, &f, c->timeout_ms, werr, sizeof werr);
+        if (from_ring) {
+            f = ringf;
+            from_ring = 0;
+            rc = 0;
+        } else
+            rc = hw_recv_frame(c->fd, &c->rd, &f, c->timeout_ms, werr, sizeof werr);
         if (rc == HW_EOF || rc == HW_EPARTIAL ||
             (rc == HW_ESYS && (errno == ECONNRESET || errno == EPIPE)))
             return conn_closed_by_heapd(c, "before answering", body_name(req->body_case));
@@ -489,6 +523,13 @@ heapc *heapc_connect_timeout(const char *socket_path, int timeout_ms)
         return c;
     }
     snprintf(c->server, sizeof c->server, "%s", hr->server ? hr->server : "");
+    char twhy[128];
+    c->ring_want = hcr_wanted(twhy, sizeof twhy);
+    if (c->ring_want < 0) {
+        rpc_done(rep, &raw);
+        conn_dead(c, HEAPC_EINVAL, "%s", twhy);
+        return c;
+    }
     snprintf(c->backend, sizeof c->backend, "%s", hr->backend ? hr->backend : "");
     rpc_done(rep, &raw);
     ok(c);
@@ -650,6 +691,35 @@ int heapc_set_device_sync(heapc *c, heapc_sync_fn fn, void *arg)
 }
 
 /* ---- attach / detach ---------------------------------------------------- */
+
+/* Issue 16: a request ring for this connection, unless HEAPC_TRANSPORT=socket
+ * or heapd offers none (ring = off, an older heapd): then the socket carries
+ * everything, as before. */
+static void ring_setup(heapc *c, uint32_t nlocal)
+{
+    if (c->ring || !c->ring_want || c->fd < 0)
+        return;
+    Heapd__RingSetup rs = HEAPD__RING_SETUP__INIT;
+    rs.version = HR_VERSION;
+    Heapd__Frame req = HEAPD__FRAME__INIT;
+    req.body_case = HEAPD__FRAME__BODY_RING_SETUP;
+    req.ring_setup = &rs;
+    Heapd__Frame *rep;
+    hw_frame raw;
+    if (rpc(c, &req, HEAPD__FRAME__BODY_RING_SETUP_REPLY, &rep, &raw) != HEAPC_OK) {
+        c->ring_want = 0;
+        return;
+    }
+    Heapd__RingSetupReply *r = rep->ring_setup_reply;
+    char why[256];
+    if (r && r->version == HR_VERSION && raw.nfds == 2) {
+        c->ring = hcr_open(raw.fds[0], raw.fds[1], r->nslots, r->slot_size, nlocal, why, sizeof why);
+        raw.fds[0] = raw.fds[1] = -1;
+    }
+    if (!c->ring)
+        c->ring_want = 0;
+    rpc_done(rep, &raw);
+}
 
 static int attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world,
                          const heapc_params *p)
@@ -838,6 +908,7 @@ static int attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t wor
         goto fail;
     }
     rpc_done(rep, &raw);
+    ring_setup(c, v->nlocal);
     return ok(c);
 
 fail:
@@ -1497,6 +1568,8 @@ void heapc_free_ctx(heapc *c)
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
+    hcr_close(c->ring);
+    c->ring = NULL;
     hw_reader_free(&c->rd);
     free(c->socket_path);
     pthread_mutex_unlock(&c->mu);

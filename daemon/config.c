@@ -42,6 +42,9 @@ void hd_config_defaults(hd_config *c)
     if (!j)
         snprintf(c->node, sizeof c->node, "node");
     c->meminfo_interval_ms = 1000;
+    c->ring = 1;
+    c->ring_spin_us = -1;
+    c->ring_backoff_us = -1;
 }
 
 /* Lines of the keys the cross-key checks blame (0: not in the file). */
@@ -122,6 +125,38 @@ static int size_at_least(uint64_t v, uint64_t min) { return v >= min; }
 
 static int handle_key(parse_state *st, const char *name, const char *value);
 
+/* The request rings' keys (issue 16): ring, ring_spin_us, ring_backoff_us.
+ * 1: taken, 0: bad value (st->msg), -1: not a ring key. */
+static int ring_key(parse_state *st, const char *name, const char *value)
+{
+    hd_config *c = &st->cfg;
+    uint32_t u;
+    if (!strcmp(name, "ring")) {
+        if (strcmp(value, "on") && strcmp(value, "off")) {
+            snprintf(st->msg, sizeof st->msg, "ring: \"%s\" is not on or off", value);
+            return 0;
+        }
+        c->ring = !strcmp(value, "on");
+        return 1;
+    }
+    int spin = !strcmp(name, "ring_spin_us");
+    if (spin || !strcmp(name, "ring_backoff_us")) {
+        long *field = spin ? &c->ring_spin_us : &c->ring_backoff_us;
+        if (!strcmp(value, "auto")) {
+            *field = -1;
+            return 1;
+        }
+        if (parse_u32(value, 0, 1000000, &u)) {
+            snprintf(st->msg, sizeof st->msg, "%s: \"%s\" is not auto or a number of microseconds (0..1000000)",
+                     name, value);
+            return 0;
+        }
+        *field = (long)u;
+        return 1;
+    }
+    return -1;
+}
+
 static int handler(void *user, const char *section, const char *name, const char *value)
 {
     parse_state *st = user;
@@ -153,6 +188,9 @@ static int handle_key(parse_state *st, const char *name, const char *value)
     hd_config *c = &st->cfg;
     uint64_t sz;
     uint32_t u;
+    int rk = ring_key(st, name, value);
+    if (rk >= 0)
+        return rk;
 #define SIZE_KEY(key, field, min)                                                                  \
     if (!strcmp(name, key)) {                                                                      \
         if (hs_parse_size(value, &sz) || !size_at_least(sz, (min))) {                                             \

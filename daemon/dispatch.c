@@ -8,11 +8,13 @@
 #include "heapd.pb-c.h"
 #include "log.h"
 #include "reply.h"
+#include "ring.h"
 
 struct hd_dispatch {
     hd_registry *reg;
     hd_server *srv;
     char backend[16];
+    hd_rings *rings;          /* NULL: rings are off (heapd.conf ring = off) */
 };
 
 /* Per connection. Invariant: peer.data is the connection; peer.bind.heap
@@ -20,6 +22,7 @@ struct hd_dispatch {
 typedef struct hd_session {
     hd_peer peer;
     bool hello;
+    hd_ring *ring;            /* issue 16: its request ring, or NULL */
 } hd_session;
 
 int hd_dispatch_create(hd_registry *reg, const char *backend_name, hd_dispatch **out)
@@ -34,7 +37,12 @@ int hd_dispatch_create(hd_registry *reg, const char *backend_name, hd_dispatch *
 }
 
 void hd_dispatch_set_server(hd_dispatch *d, hd_server *s) { d->srv = s; }
-void hd_dispatch_destroy(hd_dispatch *d) { free(d); }
+void hd_dispatch_destroy(hd_dispatch *d)
+{
+    if (d)
+        hd_rings_destroy(d->rings);
+    free(d);
+}
 
 /* The log fields of what s does now: its pid, heap and rank, and of f
  * (NULL: none) the request's name, seq, heap and rank (issue 20). */
@@ -86,6 +94,7 @@ static void on_closed(void *arg, hd_conn *c)
     hd_session *s = hd_conn_data(c);
     log_ctx(s, NULL);
     hd_heap_conn_closed(d->reg, &s->peer);
+    hd_ring_close(s->ring);
     hd_log_ctx_set(NULL);
     free(s);
     hd_conn_set_data(c, NULL);
@@ -111,6 +120,93 @@ static void handle_hello(hd_dispatch *d, hd_session *s, hd_conn *c, uint64_t id,
     }
     s->hello = true;
     hd_reply_hello(c, id, d->backend);
+}
+
+/* ---- request rings (issue 16) ------------------------------------------- */
+
+static void ring_setup(hd_dispatch *d, hd_session *s, hd_conn *c, uint64_t id)
+{
+    char err[256];
+    hd_ring_setup su;
+    if (!d->rings)
+        hd_reply_error(c, id, HEAPD__ERR_CODE__ERR_STATE,
+                       "request rings are off in heapd.conf (ring = off): send every request on the socket "
+                       "(HEAPC_TRANSPORT=socket), or set ring = on and reload heapd");
+    else if (s->ring)
+        hd_reply_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "this connection already has a request ring");
+    else if (hd_ring_open(d->rings, s, &s->ring, &su, err, sizeof err))
+        hd_reply_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "no request ring: %s; use the socket", err);
+    else {
+        hd_debug("pid %ld: request ring of %u slots of %u bytes", (long)s->peer.pid, su.nslots, su.slot_size);
+        hd_reply_ring_setup(c, id, &su);
+    }
+}
+
+hd_ring *hd_dispatch_conn_ring(const hd_conn *c)
+{
+    const hd_session *s = hd_conn_data(c);
+    return s ? s->ring : NULL;
+}
+
+static void handle_request(hd_dispatch *d, hd_session *s, hd_conn *c, const Heapd__Frame *f);
+
+/* A request from s's ring: the same checks and heap-wing calls as a frame
+ * from the socket; only Alloc, Free and Collect travel on a ring. */
+static void ring_request(void *arg, hd_ring *r, void *data, uint64_t id, const uint8_t *p, size_t len)
+{
+    hd_dispatch *d = arg;
+    hd_session *s = data;
+    hd_conn *c = s->peer.data;
+    Heapd__Frame *f = heapd__frame__unpack(NULL, len, p);
+    log_ctx(s, f);
+    if (!f || f->id != id) {
+        hd_ring_stop(r);
+        hd_reply_error(c, 0, HEAPD__ERR_CODE__ERR_PROTOCOL,
+                       "request %llu on this client's ring is %s: heapd disconnected the client (a stray "
+                       "write into the ring's memory, or a libheapc of another release)",
+                       (unsigned long long)id, f ? "a frame with another id than its slot's" : "not a heapd.Frame");
+        hd_conn_close_after_flush(c);
+        goto out;
+    }
+    if (hd_server_stopping(d->srv))
+        hd_reply_error(c, id, HEAPD__ERR_CODE__ERR_SHUTDOWN, "heapd is stopping; retry once it is back");
+    else if (f->body_case != HEAPD__FRAME__BODY_ALLOC && f->body_case != HEAPD__FRAME__BODY_FREE &&
+             f->body_case != HEAPD__FRAME__BODY_COLLECT)
+        hd_reply_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL,
+                       "message type %d does not travel on a request ring (Alloc, Free and Collect do): send it "
+                       "on the socket", (int)f->body_case);
+    else
+        handle_request(d, s, c, f);
+#ifdef HEAPD_DEBUG
+    hd_heap_check(d->reg);
+#endif
+out:
+    hd_log_ctx_set(NULL);
+    if (f)
+        heapd__frame__free_unpacked(f, NULL);
+}
+
+static void ring_corrupt(void *arg, hd_ring *r, void *data, const char *why)
+{
+    hd_session *s = data;
+    hd_conn *c = s->peer.data;
+    log_ctx(s, NULL);
+    hd_warn("pid %ld: its request ring is corrupt (%s): disconnecting it", (long)s->peer.pid, why);
+    hd_reply_error(c, 0, HEAPD__ERR_CODE__ERR_PROTOCOL,
+                   "heapd disconnected this client: its request ring is corrupt (%s); a stray write into the "
+                   "ring's memory, or a libheapc of another release",
+                   why);
+    hd_conn_close_after_flush(c);
+    hd_log_ctx_set(NULL);
+}
+
+static const hd_ring_handlers ring_handlers = {.on_request = ring_request, .on_corrupt = ring_corrupt};
+
+int hd_dispatch_rings(hd_dispatch *d, uv_loop_t *loop, const hd_config *cfg)
+{
+    if (!cfg->ring)
+        return 0;
+    return hd_rings_create(loop, cfg, &ring_handlers, d, &d->rings);
 }
 
 /* The request in f, to the heap wing. */
@@ -145,6 +241,9 @@ static void handle_request(hd_dispatch *d, hd_session *s, hd_conn *c, const Heap
         break;
     case HEAPD__FRAME__BODY_DETACH:
         hd_heap_detach(d->reg, p, id);
+        break;
+    case HEAPD__FRAME__BODY_RING_SETUP:
+        ring_setup(d, s, c, id);
         break;
     default:
         hd_reply_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "message type %d is not a request heapd accepts",

@@ -255,7 +255,7 @@ int main(int argc, char **argv)
         hd_info("heaps may span nodes: collects are reconciled through %s as node \"%s\"",
                 hd_store_url(d.store), d.cfg.node);
     }
-    if (hd_dispatch_create(d.reg, hb_name(d.be), &d.disp)) {
+    if (hd_dispatch_create(d.reg, hb_name(d.be), &d.disp) || hd_dispatch_rings(d.disp, d.loop, &d.cfg)) {
         hd_error("out of memory");
         return 1;
     }

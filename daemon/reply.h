@@ -19,5 +19,8 @@ void hd_reply_error(hd_conn *c, uint64_t id, Heapd__ErrCode code, const char *fm
     __attribute__((format(printf, 4, 5)));
 /* Queues the HelloReply. */
 void hd_reply_hello(hd_conn *c, uint64_t id, const char *backend);
+/* Queues the RingSetupReply with the ring's fds (issue 16). */
+struct hd_ring_setup;
+void hd_reply_ring_setup(hd_conn *c, uint64_t id, const struct hd_ring_setup *su);
 
 #endif
