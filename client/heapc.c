@@ -692,6 +692,8 @@ int heapc_set_device_sync(heapc *c, heapc_sync_fn fn, void *arg)
 
 /* ---- attach / detach ---------------------------------------------------- */
 
+hcr_ring *hcr_of(heapc *c) { return c->ring; }
+
 /* Issue 16: a request ring for this connection, unless HEAPC_TRANSPORT=socket
  * or heapd offers none (ring = off, an older heapd): then the socket carries
  * everything, as before. */

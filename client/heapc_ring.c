@@ -113,10 +113,11 @@ void hcr_close(hcr_ring *r)
 
 size_t hcr_payload_max(const hcr_ring *r) { return hr_payload_max(r->geom); }
 
-void *hcr_mem(hcr_ring *r, size_t *size)
+void *hcr_test_slot(hcr_ring *r, uint64_t *s, int *doorbell)
 {
-    *size = r->size;
-    return r->mem;
+    *s = r->s++;
+    *doorbell = r->doorbell;
+    return hr_req_slot(r->mem, r->geom, *s);
 }
 
 /* Response s: HR_OK (out filled, or *sock set for HR_KIND_SOCKET), HR_EMPTY,

@@ -43,7 +43,12 @@ size_t hcr_payload_max(const hcr_ring *r);
  * answer (timeout_ms < 0: no limit), watching socket `sock`. */
 int hcr_call(hcr_ring *r, int sock, uint64_t id, const void *req, size_t len, int timeout_ms, hw_frame *out,
              char *why, size_t whylen);
-/* Tests only: the ring's mapping and size (tests/prog_ring.c scribbles). */
-void *hcr_mem(hcr_ring *r, size_t *size);
+/* Tests only (tests/prog_ring.c scribbles): the request slot the next call
+ * would use, with its number in *s; that number is then skipped, so the
+ * next call posts behind whatever the test writes there. */
+void *hcr_test_slot(hcr_ring *r, uint64_t *s, int *doorbell);
+/* Tests only: c's ring, or NULL (heapc.c). */
+struct heapc;
+hcr_ring *hcr_of(struct heapc *c);
 
 #endif

@@ -149,6 +149,7 @@ hd_ring *hd_dispatch_conn_ring(const hd_conn *c)
 }
 
 static void handle_request(hd_dispatch *d, hd_session *s, hd_conn *c, const Heapd__Frame *f);
+static void ring_corrupt(void *arg, hd_ring *r, void *data, const char *why);
 
 /* A request from s's ring: the same checks and heap-wing calls as a frame
  * from the socket; only Alloc, Free and Collect travel on a ring. */
@@ -160,12 +161,11 @@ static void ring_request(void *arg, hd_ring *r, void *data, uint64_t id, const u
     Heapd__Frame *f = heapd__frame__unpack(NULL, len, p);
     log_ctx(s, f);
     if (!f || f->id != id) {
+        char why[160];
+        snprintf(why, sizeof why, "request id %llu: %s", (unsigned long long)id,
+                 f ? "the frame in the slot has another id" : "the slot holds no heapd.Frame");
         hd_ring_stop(r);
-        hd_reply_error(c, 0, HEAPD__ERR_CODE__ERR_PROTOCOL,
-                       "request %llu on this client's ring is %s: heapd disconnected the client (a stray "
-                       "write into the ring's memory, or a libheapc of another release)",
-                       (unsigned long long)id, f ? "a frame with another id than its slot's" : "not a heapd.Frame");
-        hd_conn_close_after_flush(c);
+        ring_corrupt(d, r, s, why);
         goto out;
     }
     if (hd_server_stopping(d->srv))
@@ -193,8 +193,9 @@ static void ring_corrupt(void *arg, hd_ring *r, void *data, const char *why)
     log_ctx(s, NULL);
     hd_warn("pid %ld: its request ring is corrupt (%s): disconnecting it", (long)s->peer.pid, why);
     hd_reply_error(c, 0, HEAPD__ERR_CODE__ERR_PROTOCOL,
-                   "heapd disconnected this client: its request ring is corrupt (%s); a stray write into the "
-                   "ring's memory, or a libheapc of another release",
+                   "heapd disconnected this client: its request ring is corrupt (%s); something in the client "
+                   "wrote into the ring's memory, or libheapc and heapd are of different releases: check both, "
+                   "then connect and attach again (HEAPC_TRANSPORT=socket avoids the ring)",
                    why);
     hd_conn_close_after_flush(c);
     hd_log_ctx_set(NULL);
