@@ -359,7 +359,7 @@ clean distclean:
 # `make check` runs them for 10 s each (tests/it_fuzz.sh).
 FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
-FUZZ_TARGETS ?= wire alloc
+FUZZ_TARGETS ?= wire alloc ring
 .PHONY: fuzz
 fuzz: $(PROTO_C)
 	@BUILD=$(BUILD) HEAPD_SRC=$(CURDIR) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_CC=$(FUZZ_CC) \

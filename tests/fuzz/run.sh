@@ -10,6 +10,8 @@
 #   alloc  allocator call sequences (daemon/alloc.c) on small
 #          heaps of both policies: ha_validate after every call, a model of
 #          the blocks, determinism against a twin heap
+#   ring   the request ring's decoder (common/ring.c) and protobuf decoding
+#          of its slots, as heapd's ring server reads a hostile client's ring
 # Each is built with $FUZZ_CC -fsanitize=fuzzer,address,undefined straight
 # from the sources into $BUILD/fuzz/, then run for FUZZ_SECONDS from the seed
 # corpus tests/fuzz/corpus/NAME (read only) plus $BUILD/fuzz/corpus/NAME,
@@ -18,7 +20,7 @@
 #
 # Environment: BUILD, HEAPD_SRC (source tree; default: the current
 # directory), FUZZ_SECONDS (default 60), FUZZ_CC (default clang),
-# FUZZ_TARGETS (default "wire alloc"), FUZZ_FLAGS (extra libFuzzer flags).
+# FUZZ_TARGETS (default "wire alloc ring"), FUZZ_FLAGS (extra libFuzzer flags).
 # Prints one ok/FAIL line per target; exits 0 when none crashed, 1 when one
 # did, 77 when clang cannot build fuzzers (the message says what is missing).
 set -u
@@ -26,7 +28,7 @@ BUILD=${BUILD:-build}
 SRC=${HEAPD_SRC:-$(pwd)}
 SECS=${FUZZ_SECONDS:-60}
 FCC=${FUZZ_CC:-clang}
-TARGETS=${FUZZ_TARGETS:-wire alloc}
+TARGETS=${FUZZ_TARGETS:-wire alloc ring}
 PKG_CONFIG=${PKG_CONFIG:-pkg-config}
 OUT=$BUILD/fuzz
 PROTO=$BUILD/proto/heapd.pb-c.c
@@ -54,6 +56,7 @@ build() { # build NAME: $OUT/fuzz_NAME
     case $1 in
     wire) srcs="$SRC/tests/fuzz/fuzz_wire.c $SRC/common/wire.c $PROTO"; extra="$PBC_CFLAGS"; libs="$PBC_LIBS" ;;
     alloc) srcs="$SRC/tests/fuzz/fuzz_alloc.c $SRC/daemon/alloc.c"; extra=""; libs="" ;;
+    ring) srcs="$SRC/tests/fuzz/fuzz_ring.c $SRC/common/ring.c $PROTO"; extra="$PBC_CFLAGS"; libs="$PBC_LIBS" ;;
     *) echo "FAIL unknown fuzz target '$1'"; return 1 ;;
     esac
     # shellcheck disable=SC2086
@@ -63,7 +66,7 @@ build() { # build NAME: $OUT/fuzz_NAME
     fi
 }
 
-maxlen() { case $1 in wire) echo 8192 ;; alloc) echo 1024 ;; *) echo 4096 ;; esac; }
+maxlen() { case $1 in wire) echo 8192 ;; alloc) echo 1024 ;; ring) echo 2200 ;; *) echo 4096 ;; esac; }
 
 fails=0
 for t in $TARGETS; do
