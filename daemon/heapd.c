@@ -158,6 +158,15 @@ static void print_config(const char *path, const hd_config *c)
     printf("admin_group = %s\nquota_heap = %llu\nquota_uid = %llu\n", c->admin_group,
            (unsigned long long)c->quota_heap, (unsigned long long)c->quota_uid);
     printf("store = %s\nnode = %s\n", c->store, c->node);
+    printf("ring = %s\n", c->ring ? "on" : "off");
+    if (c->ring_spin_us < 0)
+        printf("ring_spin_us = auto\n");
+    else
+        printf("ring_spin_us = %ld\n", c->ring_spin_us);
+    if (c->ring_backoff_us < 0)
+        printf("ring_backoff_us = auto\n");
+    else
+        printf("ring_backoff_us = %ld\n", c->ring_backoff_us);
 }
 
 int main(int argc, char **argv)
