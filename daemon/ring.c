@@ -188,25 +188,41 @@ static void try_sleep(hd_ring *r)
     set_awake(r, 0);
 }
 
+/* One turn of the loop while rings are awake: passes over them for up to
+ * HD_RING_SLICE_NS while one of them is in its spin budget (a loop turn
+ * costs an epoll_wait: polling only once per turn would add it to every
+ * request), then back to the loop for the sockets and timers. */
+#define HD_RING_SLICE_NS 10000u
+
 static void idle_cb(uv_idle_t *h)
 {
     hd_rings *rs = h->data;
-    uint64_t t = now_ns();
-    int busy = 0, spinning = 0;
-    for (hd_ring *r = rs->awake, *nx; r; r = nx) {
-        nx = r->next;
-        if (serve(r) > 0) {
-            r->last_ns = t;
-            busy = 1;
+    uint64_t start = now_ns();
+    for (uint64_t t = start;; t = now_ns()) {
+        int busy = 0, spinning = 0;
+        for (hd_ring *r = rs->awake, *nx; r; r = nx) {
+            nx = r->next;
+            if (serve(r) > 0) {
+                r->last_ns = t;
+                busy = 1;
+            }
+            uint64_t quiet = t - r->last_ns;
+            if (r->stopped || quiet >= rs->spin_ns + rs->backoff_ns)
+                try_sleep(r);
+            else if (quiet < rs->spin_ns)
+                spinning = 1;
         }
-        uint64_t quiet = t - r->last_ns;
-        if (r->stopped || quiet >= rs->spin_ns + rs->backoff_ns)
-            try_sleep(r);
-        else if (quiet < rs->spin_ns)
-            spinning = 1;
+        if (!busy && !spinning) {
+            if (rs->awake)
+                sched_yield(); /* back-off: polling, but the core goes to whoever wants it */
+            return;
+        }
+        if (t - start >= HD_RING_SLICE_NS)
+            return;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
     }
-    if (!busy && !spinning && rs->awake)
-        sched_yield(); /* back-off: polling, but the core goes to whoever wants it */
 }
 
 static void on_doorbell(uv_poll_t *p, int status, int events)
