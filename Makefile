@@ -103,10 +103,11 @@ COMMON_SRC := $(wildcard common/*.c)
 DAEMON_MAINS := daemon/heapd.c daemon/heapsim.c
 DAEMON_SRC := $(filter-out $(DAEMON_MAINS),$(wildcard daemon/*.c daemon/heap/*.c))
 CLIENT_MAINS := client/heapctl.c
+HEAPCTL_SRC := client/heapctl_prom.c   # heapctl's other files (not libheapc)
 CLIENT_PRELOAD_SRC := client/heapc_nccl_preload.c
 CLIENT_TORCH_SRC := client/heapc_torch.c
 CLIENT_NCCL_SRC := $(filter-out $(CLIENT_PRELOAD_SRC),$(wildcard client/heapc_nccl*.c))
-CLIENT_SRC := $(filter-out $(CLIENT_MAINS) $(CLIENT_NCCL_SRC) $(CLIENT_PRELOAD_SRC) $(CLIENT_TORCH_SRC),$(wildcard client/*.c))
+CLIENT_SRC := $(filter-out $(CLIENT_MAINS) $(HEAPCTL_SRC) $(CLIENT_NCCL_SRC) $(CLIENT_PRELOAD_SRC) $(CLIENT_TORCH_SRC),$(wildcard client/*.c))
 TEST_SRC  := $(wildcard tests/check_*.c)
 TPROG_SRC := $(wildcard tests/prog_*.c)
 BENCH_SRC := $(wildcard bench/*.c)
@@ -184,8 +185,8 @@ $(LIBHEAPC_SO): $(CLIENT_OBJ) $(COMMON_OBJ)
 $(LIBHEAPC_NCCL_A): $(CLIENT_NCCL_OBJ)
 	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
 
-# Its own hidden copies of hs_parse_size and the libcuda loader (libheapc
-# exports no hs_* nor cd_*).
+# Its own hidden copies of hsz_parse_size and the libcuda loader (libheapc
+# exports no hsz_* nor cd_*).
 NCCL_SO_COMMON := $(BUILD)/obj/common/size.o $(BUILD)/obj/common/cuda_dl.o
 $(LIBHEAPC_NCCL_SO): $(CLIENT_NCCL_OBJ) $(NCCL_SO_COMMON) $(LIBHEAPC_SO)
 	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libheapc_nccl.so.0 $(REAL_LDFLAGS) -o $@ $(CLIENT_NCCL_OBJ) \
@@ -213,7 +214,7 @@ $(BUILD)/tests/nccl_stub/libnccl_user.so: $(BUILD)/obj/tests/nccl_stub/nccl_user
 $(BUILD)/heapd $(BUILD)/heapsim: $(BUILD)/%: $(BUILD)/obj/daemon/%.o $(LIBHEAPD)
 	$(call say,LD,$@)$(CC) $(REAL_LDFLAGS) -o $@ $^ $(REAL_LDLIBS)
 
-$(BUILD)/heapctl: $(BUILD)/obj/client/heapctl.o $(LIBHEAPC_A)
+$(BUILD)/heapctl: $(BUILD)/obj/client/heapctl.o $(call obj,$(HEAPCTL_SRC)) $(LIBHEAPC_A)
 	$(call say,LD,$@)$(CC) $(REAL_LDFLAGS) -o $@ $^ $(REAL_LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIBHEAPD) $(LIBHEAPC_A)

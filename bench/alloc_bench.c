@@ -347,8 +347,8 @@ int main(int argc, char **argv)
         for (int pi = 0; pi < 2; pi++) {
             cost_row c = bench_cost(policies[pi], ranks, lives[li], iters);
             cost[ncost++] = c;
-            char m[HS_SIZE_BUFLEN], mem[HS_SIZE_BUFLEN];
-            hs_format_size(c.mapped, m, sizeof m);
+            char m[HSZ_SIZE_BUFLEN], mem[HSZ_SIZE_BUFLEN];
+            hsz_format_size(c.mapped, m, sizeof m);
             snprintf(mem, sizeof mem, "%.1f MiB", (double)c.mem / (double)MiB);
             printf("%-9s %9" PRIu64 " %10" PRIu64 " %12.1f %9" PRIu64 " %8" PRIu64 " %12s %12s\n",
                    ha_policy_name(c.pol), c.live, c.iters, c.ns_per_pair, c.collects, c.growths,

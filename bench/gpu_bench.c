@@ -568,8 +568,8 @@ static void print_table(void)
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < g.nsizes; i++) {
         row *r = &g.rows[i];
-        char sz[HS_SIZE_BUFLEN], c[12][32];
-        hs_format_size(r->size, sz, sizeof sz);
+        char sz[HSZ_SIZE_BUFLEN], c[12][32];
+        hsz_format_size(r->size, sz, sizeof sz);
         cell(c[0], 32, r->cuda_malloc);
         cell(c[1], 32, r->cuda_free);
         cell(c[2], 32, r->vmm_create_map);
@@ -672,7 +672,7 @@ int main(int argc, char **argv)
     char list[256];
     snprintf(list, sizeof list, "%s", sizes);
     for (char *s = strtok(list, ","); s; s = strtok(NULL, ",")) {
-        if (g.nsizes == MAXSIZES || hs_parse_size(s, &g.sizes[g.nsizes]) || !g.sizes[g.nsizes]) {
+        if (g.nsizes == MAXSIZES || hsz_parse_size(s, &g.sizes[g.nsizes]) || !g.sizes[g.nsizes]) {
             fprintf(stderr, "gpu_bench: bad --sizes entry %s\n", s);
             return 2;
         }
@@ -740,8 +740,8 @@ int main(int argc, char **argv)
             ng = ng / 4 > 3 ? ng / 4 : 3;
             ngrow = ngrow / 3 > 2 ? ngrow / 3 : 2;
         }
-        char sz[HS_SIZE_BUFLEN];
-        hs_format_size(r->size, sz, sizeof sz);
+        char sz[HSZ_SIZE_BUFLEN];
+        hsz_format_size(r->size, sz, sizeof sz);
         printf("gpu_bench: %s ...", sz);
         fflush(stdout);
         if (g.cuda) {

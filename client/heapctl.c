@@ -1,6 +1,7 @@
 /* heapctl - operator's command line for heapd: list heaps, show statistics,
  * force a collect. Talks to heapd through libheapc (heapc.h). */
 #include "heapc.h"
+#include "heapctl.h"
 #include "utf8.h"
 
 #include <errno.h>
@@ -353,175 +354,6 @@ static void json_stats(const heapc_daemon_stats *s, int full)
     fputs("]}\n", stdout);
 }
 
-/* ---- Prometheus text exposition format ------------------------------------- */
-
-/* A label value: \ " and newline escaped, invalid UTF-8 as U+FFFD. */
-static void prom_label(FILE *f, const char *s)
-{
-    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p;) {
-        int n = utf8_len(p);
-        if (!n) {
-            fputs("\xef\xbf\xbd", f);
-            p++;
-            continue;
-        }
-        if (*p == '\\' || *p == '"')
-            fprintf(f, "\\%c", *p);
-        else if (*p == '\n')
-            fputs("\\n", f);
-        else
-            fwrite(p, 1, (size_t)n, f);
-        p += n;
-    }
-}
-
-typedef struct prom {
-    FILE *f;
-    const char *last; /* the family whose HELP/TYPE were written last */
-} prom;
-
-static void prom_family(prom *m, const char *name, const char *type, const char *help)
-{
-    if (m->last && !strcmp(m->last, name))
-        return;
-    fprintf(m->f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-    m->last = name;
-}
-
-/* One sample of a per-heap family: NAME{heap="..",owner_uid=".."[,EXTRA]} V */
-static void prom_heap(prom *m, const char *name, const heapc_heap_stats *h, const char *extra, double v)
-{
-    fprintf(m->f, "%s{heap=\"", name);
-    prom_label(m->f, h->name);
-    fprintf(m->f, "\",owner_uid=\"%" PRIu32 "\"%s%s} %.17g\n", h->owner_uid, extra ? "," : "",
-            extra ? extra : "", v);
-}
-
-static void prom_hist(prom *m, const char *name, const heapc_heap_stats *h, const heapc_hist *g)
-{
-    char bn[128], le[64];
-    uint64_t cum = 0;
-    snprintf(bn, sizeof bn, "%s_bucket", name);
-    for (size_t i = 0; i <= g->nbounds; i++) {
-        cum += g->counts[i];
-        if (i < g->nbounds)
-            snprintf(le, sizeof le, "le=\"%.17g\"", g->bounds[i]);
-        else
-            snprintf(le, sizeof le, "le=\"+Inf\"");
-        prom_heap(m, bn, h, le, (double)cum);
-    }
-    snprintf(bn, sizeof bn, "%s_sum", name);
-    prom_heap(m, bn, h, NULL, g->sum_seconds);
-    snprintf(bn, sizeof bn, "%s_count", name);
-    prom_heap(m, bn, h, NULL, (double)g->count);
-}
-
-/* Every family of `heapctl metrics` (docs/man/heapctl.1 lists them). s NULL:
- * heapd could not be reached: heapd_up 0 only. */
-static void prom_write(FILE *f, const heapc_daemon_stats *s)
-{
-    prom m = {f, NULL};
-    prom_family(&m, "heapd_up", "gauge", "1 when heapctl reached heapd and it answered, else 0.");
-    fprintf(f, "heapd_up %d\n", s ? 1 : 0);
-    if (!s)
-        return;
-    prom_family(&m, "heapd_build_info", "gauge", "heapd's version and backend (always 1).");
-    fputs("heapd_build_info{version=\"", f);
-    prom_label(f, s->version);
-    fputs("\",backend=\"", f);
-    prom_label(f, s->backend);
-    fputs("\"} 1\n", f);
-    prom_family(&m, "heapd_uptime_seconds", "gauge", "Seconds since heapd started.");
-    fprintf(f, "heapd_uptime_seconds %.3f\n", (double)s->uptime_ms / 1000.0);
-    prom_family(&m, "heapd_clients", "gauge", "Client connections heapd serves.");
-    fprintf(f, "heapd_clients %" PRIu32 "\n", s->clients);
-    prom_family(&m, "heapd_heaps", "gauge", "Heaps heapd serves (that this user may see).");
-    fprintf(f, "heapd_heaps %zu\n", s->nheaps);
-    prom_family(&m, "heapd_store_configured", "gauge", "1 when heaps may span nodes through a store.");
-    fprintf(f, "heapd_store_configured %d\n", s->store[0] ? 1 : 0);
-    prom_family(&m, "heapd_store_connected", "gauge",
-                "1 when the store is connected and subscribed, 0 when unreachable or not configured.");
-    fprintf(f, "heapd_store_connected %d\n", s->store_connected ? 1 : 0);
-    prom_family(&m, "heapd_quota_heap_bytes", "gauge", "heapd.conf quota_heap: most chunk memory of one heap (0: no limit).");
-    fprintf(f, "heapd_quota_heap_bytes %" PRIu64 "\n", s->quota_heap);
-    prom_family(&m, "heapd_quota_uid_bytes", "gauge", "heapd.conf quota_uid: most chunk memory of one uid's heaps (0: no limit).");
-    fprintf(f, "heapd_quota_uid_bytes %" PRIu64 "\n", s->quota_uid);
-    /* Quota use per uid: the chunk memory of its heaps on this node. */
-    prom_family(&m, "heapd_uid_chunk_bytes", "gauge",
-                "Chunk memory of all heaps of a uid on this node (what quota_uid bounds).");
-    for (size_t i = 0; i < s->nheaps; i++) {
-        int first = 1;
-        for (size_t j = 0; j < i && first; j++)
-            first = s->heaps[j].owner_uid != s->heaps[i].owner_uid;
-        if (!first)
-            continue;
-        uint64_t sum = 0;
-        for (size_t j = i; j < s->nheaps; j++)
-            if (s->heaps[j].owner_uid == s->heaps[i].owner_uid)
-                sum += s->heaps[j].mapped * (s->heaps[j].nranks ? s->heaps[j].nranks : 1);
-        fprintf(f, "heapd_uid_chunk_bytes{owner_uid=\"%" PRIu32 "\"} %" PRIu64 "\n", s->heaps[i].owner_uid, sum);
-    }
-    static const struct {
-        const char *name, *type, *help;
-    } fam[] = {
-        {"heapd_heap_world_size", "gauge", "Ranks of the heap."},
-        {"heapd_heap_clients", "gauge", "Ranks attached to the heap on this node."},
-        {"heapd_heap_mapped_bytes", "gauge", "Heap bytes mapped per rank."},
-        {"heapd_heap_chunk_bytes", "gauge", "Chunk memory of the heap on this node, all its ranks here (what quota_heap bounds)."},
-        {"heapd_heap_live_bytes", "gauge", "Bytes of blocks some rank still holds."},
-        {"heapd_heap_released_bytes", "gauge", "Bytes every rank released, awaiting a collect."},
-        {"heapd_heap_free_bytes", "gauge", "Mapped bytes available to allocations."},
-        {"heapd_heap_collects_total", "counter", "Collects completed."},
-        {"heapd_heap_growths_total", "counter", "Growths (chunks added to every rank)."},
-        {"heapd_heap_allocations_total", "counter", "Allocations decided."},
-        {"heapd_heap_collect_pending", "gauge", "1 when a collect is owed (forced or the allocator's)."},
-        {"heapd_heap_device_free_bytes", "gauge", "Free memory of the heap's device (host backend: MemAvailable)."},
-        {"heapd_heap_device_total_bytes", "gauge", "Total memory of the heap's device (host backend: MemTotal)."},
-    };
-    for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
-        if (!s->nheaps)
-            break;
-        prom_family(&m, fam[k].name, fam[k].type, fam[k].help);
-        for (size_t i = 0; i < s->nheaps; i++) {
-            const heapc_heap_stats *h = &s->heaps[i];
-            const double v[] = {h->world_size, h->clients, (double)h->mapped,
-                                (double)h->mapped * (double)(h->nranks ? h->nranks : 1), (double)h->live_bytes,
-                                (double)h->released_bytes, (double)h->free_bytes, (double)h->collects,
-                                (double)h->growths, (double)h->next_seq, h->collect_pending ? 1 : 0,
-                                (double)h->device_free, (double)h->device_total};
-            prom_heap(&m, fam[k].name, h, NULL, v[k]);
-        }
-    }
-    if (!s->nheaps)
-        return;
-    prom_family(&m, "heapd_heap_collect_wait_seconds", "histogram",
-                "Seconds from the first rank's collect to the replies (completed collects).");
-    for (size_t i = 0; i < s->nheaps; i++)
-        prom_hist(&m, "heapd_heap_collect_wait_seconds", &s->heaps[i], &s->heaps[i].collect_wait);
-    prom_family(&m, "heapd_heap_growth_seconds", "histogram",
-                "Seconds heapd took to create and hand out a growth's chunks.");
-    for (size_t i = 0; i < s->nheaps; i++)
-        prom_hist(&m, "heapd_heap_growth_seconds", &s->heaps[i], &s->heaps[i].growth);
-    static const char *rf[][2] = {
-        {"heapd_rank_attached", "1 when a client is attached as this rank."},
-        {"heapd_rank_live_bytes", "Bytes this rank holds."},
-        {"heapd_rank_released_bytes", "Bytes this rank released, not yet reclaimed."},
-        {"heapd_rank_next_allocation", "This rank's next allocation number (a rank that trails is the one collectives wait for)."},
-    };
-    for (size_t k = 0; k < 4; k++) {
-        prom_family(&m, rf[k][0], "gauge", rf[k][1]);
-        for (size_t i = 0; i < s->nheaps; i++)
-            for (size_t r = 0; r < s->heaps[i].nranks; r++) {
-                const heapc_rank_stats *q = &s->heaps[i].ranks[r];
-                char ex[48];
-                snprintf(ex, sizeof ex, "rank=\"%" PRIu32 "\"", q->rank);
-                const double v[] = {q->attached ? 1 : 0, (double)q->live_bytes, (double)q->released_bytes,
-                                    (double)q->next_seq};
-                prom_heap(&m, rf[k][0], &s->heaps[i], ex, v[k]);
-            }
-    }
-}
-
 /* ---- commands ------------------------------------------------------------- */
 
 /* `metrics [FILE]`: stdout, or FILE replaced atomically (FILE.tmp, rename),
@@ -560,7 +392,7 @@ static int cmd_metrics(const char *sock, int timeout_ms, const char *file)
             return EXIT_OPFAIL;
         }
     }
-    prom_write(f, s);
+    heapctl_prom_write(f, s);
     heapc_stats_free(s);
     heapc_free_ctx(c);
     if (file) {
@@ -603,22 +435,74 @@ static int cmd_heaps(heapc *c, int json)
     return fflush(stdout) == 0 ? 0 : EXIT_OPFAIL;
 }
 
-static int cmd_stats(heapc *c, const char *heap, int json)
+/* `stats`: the heap table's and the parameter table's rows of heap h; -1 when
+ * out of memory. */
+static int stats_heap_rows(table *th, table *tp, const heapc_heap_stats *h)
 {
-    heapc_daemon_stats *s;
-    if (heapc_stats(c, heap, &s) != HEAPC_OK)
-        return op_error(c);
-    if (json) {
-        json_stats(s, 1);
-        heapc_stats_free(s);
-        return fflush(stdout) == 0 ? 0 : EXIT_OPFAIL;
+    char(*row)[CELL] = tbl_row(th);
+    char(*prow)[CELL] = tbl_row(tp);
+    if (!row || !prow)
+        return -1;
+    cellname(row[0], h->name);
+    cellf(row[1], "%" PRIu32, h->world_size);
+    cellf(row[2], "%" PRIu32, h->clients);
+    human(h->mapped, row[3], CELL);
+    human(h->live_bytes, row[4], CELL);
+    human(h->released_bytes, row[5], CELL);
+    human(h->free_bytes, row[6], CELL);
+    cellf(row[7], "%" PRIu64, h->collects);
+    cellf(row[8], "%" PRIu64, h->growths);
+    cellf(row[9], "%" PRIu64, h->next_seq);
+    if (h->collect_pending)
+        cellf(row[10], "%" PRIu64, h->pending_collect_seq);
+    else
+        cellf(row[10], "-");
+    cellname(prow[0], h->name);
+    cellf(prow[1], "%s", heapc_policy_name(h->params.policy));
+    human(h->params.chunk_size, prow[2], CELL);
+    human(h->params.initial_size, prow[3], CELL);
+    human(h->params.va_size, prow[4], CELL);
+    human(h->params.min_block, prow[5], CELL);
+    cellf(prow[6], "%" PRIu32 " ms", h->params.collect_timeout_ms);
+    cellf(prow[7], "%" PRIu64, h->epoch);
+    if (h->device_total) {
+        human(h->device_free, prow[8], CELL);
+        human(h->device_total, prow[9], CELL);
+    } else {
+        cellf(prow[8], "-");
+        cellf(prow[9], "-");
     }
-    printf("heapd %s, backend %s, %" PRIu32 " client%s, %zu heap%s\n", s->version, s->backend,
-           s->clients, s->clients == 1 ? "" : "s", s->nheaps, s->nheaps == 1 ? "" : "s");
-    if (s->nheaps == 0) {
-        heapc_stats_free(s);
-        return fflush(stdout) == 0 ? 0 : EXIT_OPFAIL;
+    cellf(prow[10], "%" PRIu64, h->collects_skipped);
+    return 0;
+}
+
+/* `stats`: the rank table's rows of heap h; -1 when out of memory. */
+static int stats_rank_rows(table *tr, const heapc_heap_stats *h)
+{
+    for (size_t r = 0; r < h->nranks; r++) {
+        const heapc_rank_stats *k = &h->ranks[r];
+        char(*rrow)[CELL] = tbl_row(tr);
+        if (!rrow)
+            return -1;
+        cellname(rrow[0], h->name);
+        cellf(rrow[1], "%" PRIu32, k->rank);
+        cellf(rrow[2], "%s", k->attached ? "yes" : "no");
+        if (k->pid)
+            cellf(rrow[3], "%" PRIu32, k->pid);
+        else
+            cellf(rrow[3], "-");
+        human(k->live_bytes, rrow[4], CELL);
+        human(k->released_bytes, rrow[5], CELL);
+        cellf(rrow[6], "%" PRIu64, k->next_seq);
+        cellf(rrow[7], "%" PRIu64, k->stream_waiting);
+        cellf(rrow[8], "%" PRIu64, k->device_waits_avoided);
     }
+    return 0;
+}
+
+/* `stats` as text: the heap, parameter and rank tables. */
+static int stats_tables(const heapc_daemon_stats *s)
+{
     static const char *hh[] = {"HEAP", "WORLD", "CLIENTS", "MAPPED", "LIVE", "RELEASED", "FREE",
                                "COLLECTS", "GROWTHS", "ALLOCS", "COLLECT_AT"};
     static const int hr[] = {0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
@@ -634,63 +518,9 @@ static int cmd_stats(heapc *c, const char *heap, int json)
     tbl_init(&tr, 9, rh, rr);
     int rc = 0;
     for (size_t i = 0; i < s->nheaps && rc == 0; i++) {
-        const heapc_heap_stats *h = &s->heaps[i];
-        char(*row)[CELL] = tbl_row(&th);
-        char(*prow)[CELL] = tbl_row(&tp);
-        if (!row || !prow) {
+        if (stats_heap_rows(&th, &tp, &s->heaps[i]) != 0 ||
+            stats_rank_rows(&tr, &s->heaps[i]) != 0)
             rc = EXIT_OPFAIL;
-            break;
-        }
-        cellname(row[0], h->name);
-        cellf(row[1], "%" PRIu32, h->world_size);
-        cellf(row[2], "%" PRIu32, h->clients);
-        human(h->mapped, row[3], CELL);
-        human(h->live_bytes, row[4], CELL);
-        human(h->released_bytes, row[5], CELL);
-        human(h->free_bytes, row[6], CELL);
-        cellf(row[7], "%" PRIu64, h->collects);
-        cellf(row[8], "%" PRIu64, h->growths);
-        cellf(row[9], "%" PRIu64, h->next_seq);
-        if (h->collect_pending)
-            cellf(row[10], "%" PRIu64, h->pending_collect_seq);
-        else
-            cellf(row[10], "-");
-        cellname(prow[0], h->name);
-        cellf(prow[1], "%s", heapc_policy_name(h->params.policy));
-        human(h->params.chunk_size, prow[2], CELL);
-        human(h->params.initial_size, prow[3], CELL);
-        human(h->params.va_size, prow[4], CELL);
-        human(h->params.min_block, prow[5], CELL);
-        cellf(prow[6], "%" PRIu32 " ms", h->params.collect_timeout_ms);
-        cellf(prow[7], "%" PRIu64, h->epoch);
-        if (h->device_total) {
-            human(h->device_free, prow[8], CELL);
-            human(h->device_total, prow[9], CELL);
-        } else {
-            cellf(prow[8], "-");
-            cellf(prow[9], "-");
-        }
-        cellf(prow[10], "%" PRIu64, h->collects_skipped);
-        for (size_t r = 0; r < h->nranks; r++) {
-            const heapc_rank_stats *k = &h->ranks[r];
-            char(*rrow)[CELL] = tbl_row(&tr);
-            if (!rrow) {
-                rc = EXIT_OPFAIL;
-                break;
-            }
-            cellname(rrow[0], h->name);
-            cellf(rrow[1], "%" PRIu32, k->rank);
-            cellf(rrow[2], "%s", k->attached ? "yes" : "no");
-            if (k->pid)
-                cellf(rrow[3], "%" PRIu32, k->pid);
-            else
-                cellf(rrow[3], "-");
-            human(k->live_bytes, rrow[4], CELL);
-            human(k->released_bytes, rrow[5], CELL);
-            cellf(rrow[6], "%" PRIu64, k->next_seq);
-            cellf(rrow[7], "%" PRIu64, k->stream_waiting);
-            cellf(rrow[8], "%" PRIu64, k->device_waits_avoided);
-        }
     }
     if (rc == 0) {
         putchar('\n');
@@ -707,6 +537,22 @@ static int cmd_stats(heapc *c, const char *heap, int json)
     tbl_free(&th);
     tbl_free(&tp);
     tbl_free(&tr);
+    return rc;
+}
+
+static int cmd_stats(heapc *c, const char *heap, int json)
+{
+    heapc_daemon_stats *s;
+    if (heapc_stats(c, heap, &s) != HEAPC_OK)
+        return op_error(c);
+    if (json) {
+        json_stats(s, 1);
+        heapc_stats_free(s);
+        return fflush(stdout) == 0 ? 0 : EXIT_OPFAIL;
+    }
+    printf("heapd %s, backend %s, %" PRIu32 " client%s, %zu heap%s\n", s->version, s->backend,
+           s->clients, s->clients == 1 ? "" : "s", s->nheaps, s->nheaps == 1 ? "" : "s");
+    int rc = s->nheaps ? stats_tables(s) : 0;
     heapc_stats_free(s);
     if (fflush(stdout) != 0)
         rc = EXIT_OPFAIL;
@@ -726,6 +572,47 @@ static int cmd_collect(heapc *c, const char *heap, int json)
         printf("collect on heap %s takes effect at allocation %" PRIu64 "\n", heap, at);
     }
     return fflush(stdout) == 0 ? 0 : EXIT_OPFAIL;
+}
+
+/* heaps 0, stats 1, collect 2, metrics 3; else as command(). */
+static int command_number(const char *cmd)
+{
+    if (!strcmp(cmd, "heaps"))
+        return 0;
+    if (!strcmp(cmd, "stats"))
+        return 1;
+    if (!strcmp(cmd, "collect"))
+        return 2;
+    if (!strcmp(cmd, "metrics"))
+        return 3;
+    if (!strcmp(cmd, "help")) {
+        usage(stdout);
+        return -1;
+    }
+    return -1 - usage_error("unknown command '%s' (heaps, stats, collect, metrics)", cmd);
+}
+
+/* The command's number (heaps 0, stats 1, collect 2, metrics 3) when it and
+ * its arguments are valid; else -1 - the exit status (help: printed, 0; a
+ * usage error: reported, EXIT_USAGE). */
+static int command(const char *cmd, int nargs, char **args, int json)
+{
+    int want = command_number(cmd);
+    if (want < 0)
+        return want;
+    if (want == 0 && nargs > 0)
+        return -1 - usage_error("heaps takes no argument");
+    if (want == 1 && nargs > 1)
+        return -1 - usage_error("stats takes at most one heap name");
+    if (want == 2 && nargs != 1)
+        return -1 - usage_error("collect takes exactly one heap name");
+    if (want == 2 && !*args[0])
+        return -1 - usage_error("collect: the heap name is empty");
+    if (want == 3 && nargs > 1)
+        return -1 - usage_error("metrics takes at most one file name");
+    if (want == 3 && json)
+        return -1 - usage_error("metrics prints the Prometheus text format; --json does not apply");
+    return want;
 }
 
 int main(int argc, char **argv)
@@ -764,32 +651,9 @@ int main(int argc, char **argv)
     if (sock && !*sock)
         return usage_error("--socket needs a path");
 
-    int want;
-    if (!strcmp(cmd, "heaps"))
-        want = 0;
-    else if (!strcmp(cmd, "stats"))
-        want = 1;
-    else if (!strcmp(cmd, "collect"))
-        want = 2;
-    else if (!strcmp(cmd, "metrics"))
-        want = 3;
-    else if (!strcmp(cmd, "help")) {
-        usage(stdout);
-        return 0;
-    } else
-        return usage_error("unknown command '%s' (heaps, stats, collect, metrics)", cmd);
-    if (want == 0 && nargs > 0)
-        return usage_error("heaps takes no argument");
-    if (want == 1 && nargs > 1)
-        return usage_error("stats takes at most one heap name");
-    if (want == 2 && nargs != 1)
-        return usage_error("collect takes exactly one heap name");
-    if (want == 2 && !*args[0])
-        return usage_error("collect: the heap name is empty");
-    if (want == 3 && nargs > 1)
-        return usage_error("metrics takes at most one file name");
-    if (want == 3 && json)
-        return usage_error("metrics prints the Prometheus text format; --json does not apply");
+    int want = command(cmd, nargs, args, json);
+    if (want < 0)
+        return -want - 1; /* help: 0; a usage error: EXIT_USAGE */
     if (want == 3)
         return cmd_metrics(sock, timeout_ms, nargs ? args[0] : NULL);
 

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Unit suffixes accepted by hs_parse_size, with their power of 1024. */
+/* Unit suffixes accepted by hsz_parse_size, with their power of 1024. */
 static const struct {
     const char *name;
     unsigned shift;
@@ -17,7 +17,7 @@ static const struct {
     {"T", 40},   {"t", 40},   {"TiB", 40},
 };
 
-int hs_parse_size(const char *s, uint64_t *out)
+int hsz_parse_size(const char *s, uint64_t *out)
 {
     if (s == NULL || out == NULL || *s < '0' || *s > '9')
         return -1;
@@ -47,7 +47,7 @@ int hs_parse_size(const char *s, uint64_t *out)
     return -1;
 }
 
-const char *hs_format_size(uint64_t bytes, char *buf, size_t len)
+const char *hsz_format_size(uint64_t bytes, char *buf, size_t len)
 {
     static const char *const names[] = {"TiB", "GiB", "MiB", "KiB"};
     static const unsigned shifts[] = {40, 30, 20, 10};

@@ -1,21 +1,19 @@
 /*
  * wire.c - framing for the heapd Unix-socket protocol. See wire.h for the
  * contract. Modelled on tmux's compat/imsg.c: lengths are checked before
- * allocation, fds are attached to messages, stray fds are closed.
+ * allocation, fds are attached to messages, stray fds are closed. The Unix
+ * sockets themselves (listen, connect) are in wire_sock.c.
  */
-#include "wire.h"
+#include "wire_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,8 +28,7 @@ _Static_assert(HW_FRAME_MAX <= UINT32_MAX - 1, "frame length must fit a u32");
 
 /* ---- helpers ----------------------------------------------------------- */
 
-__attribute__((format(printf, 3, 4)))
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
+void hw_seterr(char *err, size_t errlen, const char *fmt, ...)
 {
     int saved = errno;
     if (err != NULL && errlen > 0) {
@@ -95,14 +92,14 @@ static int check_limits(const char *who, uint64_t len, uint64_t nfds,
                         char *err, size_t errlen)
 {
     if (len > HW_FRAME_MAX) {
-        seterr(err, errlen, "%s of %llu bytes exceeds the %u-byte limit", who,
-               (unsigned long long)len, HW_FRAME_MAX);
+        hw_seterr(err, errlen, "%s of %llu bytes exceeds the %u-byte limit", who,
+                  (unsigned long long)len, HW_FRAME_MAX);
         return HW_ETOOBIG;
     }
     if (nfds > HW_FDS_MAX) {
-        seterr(err, errlen,
-               "%s with %llu file descriptors exceeds the limit of %u", who,
-               (unsigned long long)nfds, HW_FDS_MAX);
+        hw_seterr(err, errlen,
+                  "%s with %llu file descriptors exceeds the limit of %u", who,
+                  (unsigned long long)nfds, HW_FDS_MAX);
         return HW_ETOOMANYFDS;
     }
     return 0;
@@ -175,9 +172,9 @@ static int check_extra_fds(hw_reader *r, char *err, size_t errlen)
         return 0;
     n = fds_in_frame(r);
     if (n > r->nfds) {
-        seterr(err, errlen,
-               "frame carried at least %zu file descriptors but its header "
-               "announced %u; closed them", n, (unsigned)r->nfds);
+        hw_seterr(err, errlen,
+                  "frame carried at least %zu file descriptors but its header "
+                  "announced %u; closed them", n, (unsigned)r->nfds);
         return reader_fail(r, HW_EFDS);
     }
     return 0;
@@ -189,16 +186,16 @@ static int finish_frame(hw_reader *r, hw_frame *out, char *err, size_t errlen)
     int *fds = NULL;
 
     if (n != r->nfds) {
-        seterr(err, errlen,
-               "frame of %u bytes carried %zu file descriptors but its header "
-               "announced %u; closed them", (unsigned)r->len, n,
-               (unsigned)r->nfds);
+        hw_seterr(err, errlen,
+                  "frame of %u bytes carried %zu file descriptors but its header "
+                  "announced %u; closed them", (unsigned)r->len, n,
+                  (unsigned)r->nfds);
         return reader_fail(r, HW_EFDS);
     }
     if (n > 0) {
         fds = malloc(n * sizeof(*fds));
         if (fds == NULL) {
-            seterr(err, errlen, "out of memory for %zu received fds", n);
+            hw_seterr(err, errlen, "out of memory for %zu received fds", n);
             return reader_fail(r, HW_ENOMEM);
         }
         for (size_t i = 0; i < n; i++)
@@ -245,8 +242,8 @@ static int parse(hw_reader *r, hw_frame *out, char *err, size_t errlen)
             return reader_fail(r, rc);
         r->data = malloc((size_t)r->len + 1);
         if (r->data == NULL) {
-            seterr(err, errlen, "out of memory for a frame of %u bytes",
-                   (unsigned)r->len);
+            hw_seterr(err, errlen, "out of memory for a frame of %u bytes",
+                      (unsigned)r->len);
             return reader_fail(r, HW_ENOMEM);
         }
         r->got = 0;
@@ -292,28 +289,129 @@ static int in_frame(const hw_reader *r)
     return r->have_hdr || r->hdr_got > 0 || r->npfd > 0;
 }
 
-int hw_read(int fd, hw_reader *r, hw_frame *out, char *err, size_t errlen)
+/* hw_read, step 1: where the next read goes (*iov). The rest of a large
+ * payload goes straight into the frame (*direct); else into the read buffer,
+ * made on first use. 0, or an error code. */
+static int read_target(hw_reader *r, struct iovec *iov, int *direct, char *err, size_t errlen)
+{
+    *direct = r->have_hdr && r->len - r->got >= HW_READ_BUF;
+    if (*direct) {
+        iov->iov_base = r->data + r->got;
+        iov->iov_len = r->len - r->got;
+        return 0;
+    }
+    if (r->buf == NULL) {
+        r->buf = malloc(HW_READ_BUF);
+        if (r->buf == NULL) {
+            hw_seterr(err, errlen, "out of memory for the read buffer");
+            return reader_fail(r, HW_ENOMEM);
+        }
+    }
+    r->start = r->end = 0;
+    iov->iov_base = r->buf;
+    iov->iov_len = HW_READ_BUF;
+    return 0;
+}
+
+/* The fds a read carries (rfds[HW_SCM_MAX_FD * 2]: its SCM_RIGHTS messages'). */
+#define READ_FDS_MAX (HW_SCM_MAX_FD * 2)
+
+#define READ_DONE 1 /* read_once read something (or the peer's close) */
+
+/* hw_read, step 2: one recvmsg into iov; its byte count in *n and its fds in
+ * rfds (*nr of them). READ_DONE, HW_AGAIN (nothing to read) or an error code. */
+static int read_once(int fd, hw_reader *r, struct iovec *iov, ssize_t *n, int *rfds,
+                     size_t *nr, char *err, size_t errlen)
 {
     union {
         struct cmsghdr align;
         char buf[CMSG_SPACE(HW_SCM_MAX_FD * sizeof(int)) +
                  CMSG_SPACE(sizeof(struct ucred))];
     } cbuf;
-    int rfds[HW_SCM_MAX_FD * 2];
+    struct msghdr msg;
+    struct cmsghdr *c;
+
+    *nr = 0;
+    memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.buf;
+    msg.msg_controllen = sizeof(cbuf.buf);
+    do
+        *n = recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    while (*n < 0 && errno == EINTR);
+    if (*n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return HW_AGAIN;
+        hw_seterr(err, errlen, "recvmsg failed: %s", strerror(errno));
+        return reader_fail(r, HW_ESYS);
+    }
+
+    for (c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+        size_t k;
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        if (*nr + k > READ_FDS_MAX)
+            k = READ_FDS_MAX - *nr; /* cannot happen */
+        memcpy(rfds + *nr, CMSG_DATA(c), k * sizeof(int));
+        *nr += k;
+    }
+    if (msg.msg_flags & MSG_CTRUNC) {
+        close_fds(rfds, *nr);
+        hw_seterr(err, errlen,
+                  "ancillary data was truncated (MSG_CTRUNC): file "
+                  "descriptors were lost (too many open files?)");
+        return reader_fail(r, HW_ECTRUNC);
+    }
+    return READ_DONE;
+}
+
+/* hw_read, step 3: the peer closed (a read of 0 bytes, with nr fds). HW_EOF
+ * between frames, else an error code. */
+static int read_closed(hw_reader *r, const int *rfds, size_t nr, char *err, size_t errlen)
+{
+    if (nr > 0) {
+        close_fds(rfds, nr);
+        hw_seterr(err, errlen,
+                  "%zu file descriptors arrived without any frame "
+                  "bytes; closed them", nr);
+        return reader_fail(r, HW_EFDS);
+    }
+    if (!in_frame(r))
+        return HW_EOF;
+    if (r->have_hdr)
+        hw_seterr(err, errlen,
+                  "connection closed in the middle of a frame "
+                  "(%zu of %u payload bytes received)", r->got,
+                  (unsigned)r->len);
+    else if (r->hdr_got > 0)
+        hw_seterr(err, errlen,
+                  "connection closed in the middle of a frame "
+                  "header (%zu of %u bytes received)", r->hdr_got,
+                  HW_HDR_SIZE);
+    else
+        hw_seterr(err, errlen,
+                  "connection closed with %zu file descriptors "
+                  "outside any frame", r->npfd);
+    return reader_fail(r, HW_EPARTIAL);
+}
+
+int hw_read(int fd, hw_reader *r, hw_frame *out, char *err, size_t errlen)
+{
+    int rfds[READ_FDS_MAX];
     int rc;
 
     memset(out, 0, sizeof(*out));
     if (r->failed) {
-        seterr(err, errlen,
-               "connection framing is already broken (%s); close it",
-               hw_strerror(r->failed));
+        hw_seterr(err, errlen,
+                  "connection framing is already broken (%s); close it",
+                  hw_strerror(r->failed));
         return HW_EBROKEN;
     }
     for (;;) {
-        struct msghdr msg;
         struct iovec iov;
-        struct cmsghdr *c;
-        size_t nr = 0;
+        size_t nr;
         ssize_t n;
         int direct;
 
@@ -321,87 +419,19 @@ int hw_read(int fd, hw_reader *r, hw_frame *out, char *err, size_t errlen)
         if (rc != HW_AGAIN)
             return rc;
 
-        /* Buffer used up: read more. The rest of a large payload goes
-         * straight into the frame. */
-        direct = r->have_hdr && r->len - r->got >= HW_READ_BUF;
-        if (direct) {
-            iov.iov_base = r->data + r->got;
-            iov.iov_len = r->len - r->got;
-        } else {
-            if (r->buf == NULL) {
-                r->buf = malloc(HW_READ_BUF);
-                if (r->buf == NULL) {
-                    seterr(err, errlen, "out of memory for the read buffer");
-                    return reader_fail(r, HW_ENOMEM);
-                }
-            }
-            r->start = r->end = 0;
-            iov.iov_base = r->buf;
-            iov.iov_len = HW_READ_BUF;
-        }
-        memset(&msg, 0, sizeof(msg));
-        msg.msg_iov = &iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.buf;
-        msg.msg_controllen = sizeof(cbuf.buf);
-        do
-            n = recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-        while (n < 0 && errno == EINTR);
-        if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return HW_AGAIN;
-            seterr(err, errlen, "recvmsg failed: %s", strerror(errno));
-            return reader_fail(r, HW_ESYS);
-        }
-
-        for (c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
-            size_t k;
-            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-                continue;
-            k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            if (nr + k > sizeof(rfds) / sizeof(rfds[0]))
-                k = sizeof(rfds) / sizeof(rfds[0]) - nr; /* cannot happen */
-            memcpy(rfds + nr, CMSG_DATA(c), k * sizeof(int));
-            nr += k;
-        }
-        if (msg.msg_flags & MSG_CTRUNC) {
-            close_fds(rfds, nr);
-            seterr(err, errlen,
-                   "ancillary data was truncated (MSG_CTRUNC): file "
-                   "descriptors were lost (too many open files?)");
-            return reader_fail(r, HW_ECTRUNC);
-        }
-        if (n == 0) {
-            if (nr > 0) {
-                close_fds(rfds, nr);
-                seterr(err, errlen,
-                       "%zu file descriptors arrived without any frame "
-                       "bytes; closed them", nr);
-                return reader_fail(r, HW_EFDS);
-            }
-            if (in_frame(r)) {
-                if (r->have_hdr)
-                    seterr(err, errlen,
-                           "connection closed in the middle of a frame "
-                           "(%zu of %u payload bytes received)", r->got,
-                           (unsigned)r->len);
-                else if (r->hdr_got > 0)
-                    seterr(err, errlen,
-                           "connection closed in the middle of a frame "
-                           "header (%zu of %u bytes received)", r->hdr_got,
-                           HW_HDR_SIZE);
-                else
-                    seterr(err, errlen,
-                           "connection closed with %zu file descriptors "
-                           "outside any frame", r->npfd);
-                return reader_fail(r, HW_EPARTIAL);
-            }
-            return HW_EOF;
-        }
+        /* Buffer used up: read more. */
+        rc = read_target(r, &iov, &direct, err, errlen);
+        if (rc != 0)
+            return rc;
+        rc = read_once(fd, r, &iov, &n, rfds, &nr, err, errlen);
+        if (rc != READ_DONE)
+            return rc;
+        if (n == 0)
+            return read_closed(r, rfds, nr, err, errlen);
         /* The fds belong to the frame holding the last byte of this read. */
         if (nr > 0 && pfd_push(r, rfds, nr, r->pos + (uint64_t)n - 1) < 0) {
             close_fds(rfds, nr);
-            seterr(err, errlen, "out of memory for received fds");
+            hw_seterr(err, errlen, "out of memory for received fds");
             return reader_fail(r, HW_ENOMEM);
         }
         if (direct) {
@@ -491,18 +521,18 @@ static int check_out(const void *data, size_t len, const int *fds,
     if (rc < 0)
         return rc;
     if (len > 0 && data == NULL) {
-        seterr(err, errlen, "outgoing frame of %zu bytes has no data", len);
+        hw_seterr(err, errlen, "outgoing frame of %zu bytes has no data", len);
         return HW_EINVAL;
     }
     if (nfds > 0 && fds == NULL) {
-        seterr(err, errlen, "outgoing frame announces %zu fds but has none",
-               nfds);
+        hw_seterr(err, errlen, "outgoing frame announces %zu fds but has none",
+                  nfds);
         return HW_EINVAL;
     }
     for (size_t i = 0; i < nfds; i++) {
         if (fds[i] < 0) {
-            seterr(err, errlen, "outgoing frame: fd %zu of %zu is %d", i,
-                   nfds, fds[i]);
+            hw_seterr(err, errlen, "outgoing frame: fd %zu of %zu is %d", i,
+                      nfds, fds[i]);
             return HW_EINVAL;
         }
     }
@@ -547,7 +577,7 @@ int hw_writer_push(hw_writer *w, const void *data, size_t len,
     /* One block: frame, fd array, payload. */
     f = malloc(sizeof(*f) + nfds * sizeof(int) + len);
     if (f == NULL) {
-        seterr(err, errlen, "out of memory queueing a frame of %zu bytes", len);
+        hw_seterr(err, errlen, "out of memory queueing a frame of %zu bytes", len);
         return HW_ENOMEM;
     }
     p = (unsigned char *)(f + 1);
@@ -616,15 +646,15 @@ static int writer_step(int fd, hw_writer *w, char *err, size_t errlen)
         if (errno == EAGAIN || errno == EWOULDBLOCK)
             return 0;
         if (errno == EPIPE || errno == ECONNRESET)
-            seterr(err, errlen, "sendmsg failed: %s (peer closed the "
-                   "connection)", strerror(errno));
+            hw_seterr(err, errlen, "sendmsg failed: %s (peer closed the "
+                      "connection)", strerror(errno));
         else
-            seterr(err, errlen, "sendmsg failed: %s", strerror(errno));
+            hw_seterr(err, errlen, "sendmsg failed: %s", strerror(errno));
         return HW_ESYS;
     }
     if (n == 0) {               /* cannot happen: every sendmsg has bytes */
         errno = EIO;
-        seterr(err, errlen, "sendmsg sent nothing");
+        hw_seterr(err, errlen, "sendmsg sent nothing");
         return HW_ESYS;
     }
     if (nb > 0) {
@@ -661,6 +691,18 @@ int hw_writer_flush(int fd, hw_writer *w, char *err, size_t errlen)
     return 1;
 }
 
+/* ---- nonblocking mode ------------------------------------------------- */
+
+/* Here, not in wire_sock.c: what the framing needs of a socket (the fuzz
+ * target, tests/fuzz/run.sh, links wire.c alone). */
+int hw_set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        return HW_ESYS;
+    return 0;
+}
+
 /* ---- blocking helpers ------------------------------------------------- */
 
 static int64_t now_ms(void)
@@ -681,12 +723,12 @@ static int wait_fd(int fd, short events, int timeout_ms, char *err,
     if (n < 0) {
         if (errno == EINTR)
             return 1;               /* caller retries and re-waits */
-        seterr(err, errlen, "poll failed: %s", strerror(errno));
+        hw_seterr(err, errlen, "poll failed: %s", strerror(errno));
         return HW_ESYS;
     }
     if (n > 0 && (p.revents & POLLNVAL)) {
         errno = EBADF;
-        seterr(err, errlen, "poll: fd %d is not open", fd);
+        hw_seterr(err, errlen, "poll: fd %d is not open", fd);
         return HW_ESYS;
     }
     return n > 0;
@@ -730,8 +772,8 @@ int hw_recv_frame(int fd, hw_reader *r, hw_frame *out, int timeout_ms,
         if (timeout_ms >= 0) {
             int64_t left = deadline - now_ms();
             if (left <= 0) {
-                seterr(err, errlen, "no frame arrived within %d ms",
-                       timeout_ms);
+                hw_seterr(err, errlen, "no frame arrived within %d ms",
+                          timeout_ms);
                 return HW_ETIMEDOUT;
             }
             wait = left > INT32_MAX ? INT32_MAX : (int)left;
@@ -741,235 +783,4 @@ int hw_recv_frame(int fd, hw_reader *r, hw_frame *out, int timeout_ms,
             return rc;
         /* On a timeout loop once more: hw_read then the deadline check. */
     }
-}
-
-/* ---- sockets ---------------------------------------------------------- */
-
-int hw_set_nonblock(int fd)
-{
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
-        return HW_ESYS;
-    return 0;
-}
-
-int hw_socket_path_ok(const char *path, char *err, size_t errlen)
-{
-    struct sockaddr_un sa;
-    size_t n;
-
-    if (path == NULL || path[0] == '\0') {
-        seterr(err, errlen, "the socket path is empty");
-        return HW_EINVAL;
-    }
-    n = strlen(path);
-    if (n >= sizeof(sa.sun_path)) {
-        seterr(err, errlen,
-               "socket path '%.60s...' is %zu bytes long; a Unix socket path "
-               "must be shorter than %zu bytes", path, n, sizeof(sa.sun_path));
-        return HW_ENAMETOOLONG;
-    }
-    return 0;
-}
-
-static void make_addr(struct sockaddr_un *sa, const char *path)
-{
-    memset(sa, 0, sizeof(*sa));
-    sa->sun_family = AF_UNIX;
-    memcpy(sa->sun_path, path, strlen(path) + 1);
-}
-
-/* Is something listening at path? 1 yes, 0 no (stale or absent), <0 error. */
-static int probe_live(const char *path, char *err, size_t errlen)
-{
-    struct sockaddr_un sa;
-    int s, rc;
-
-    s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (s < 0) {
-        seterr(err, errlen, "socket failed: %s", strerror(errno));
-        return HW_ESYS;
-    }
-    make_addr(&sa, path);
-    rc = connect(s, (struct sockaddr *)&sa, sizeof(sa));
-    if (rc == 0 || errno == EAGAIN || errno == EINPROGRESS || errno == EINTR) {
-        rc = 1;                 /* accepted, or a full backlog: alive */
-    } else if (errno == ECONNREFUSED || errno == ENOENT) {
-        rc = 0;
-    } else {
-        seterr(err, errlen, "cannot check whether %s is in use: connect: %s",
-               path, strerror(errno));
-        rc = HW_ESYS;
-    }
-    close(s);
-    return rc;
-}
-
-int hw_listen_unix(const char *path, int backlog, char *err, size_t errlen)
-{
-    struct sockaddr_un sa;
-    struct stat st;
-    int s, rc;
-
-    rc = hw_socket_path_ok(path, err, errlen);
-    if (rc < 0)
-        return rc;
-    if (lstat(path, &st) == 0) {
-        if (!S_ISSOCK(st.st_mode)) {
-            seterr(err, errlen, "%s exists and is not a socket; not removing "
-                   "it", path);
-            return HW_EADDRINUSE;
-        }
-        rc = probe_live(path, err, errlen);
-        if (rc < 0)
-            return rc;
-        if (rc == 1) {
-            seterr(err, errlen, "another process (a running heapd?) is "
-                   "already listening on %s", path);
-            return HW_EADDRINUSE;
-        }
-        if (unlink(path) < 0 && errno != ENOENT) {
-            seterr(err, errlen, "cannot remove the stale socket %s: %s", path,
-                   strerror(errno));
-            return HW_ESYS;
-        }
-    } else if (errno != ENOENT) {
-        seterr(err, errlen, "cannot stat %s: %s", path, strerror(errno));
-        return HW_ESYS;
-    }
-
-    s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s < 0) {
-        seterr(err, errlen, "socket failed: %s", strerror(errno));
-        return HW_ESYS;
-    }
-    make_addr(&sa, path);
-    if (bind(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-        int e = errno;
-        close(s);
-        errno = e;
-        if (e == EADDRINUSE) {
-            seterr(err, errlen, "cannot bind %s: it was created by another "
-                   "process meanwhile", path);
-            return HW_EADDRINUSE;
-        }
-        seterr(err, errlen, "cannot bind %s: %s", path, strerror(e));
-        return HW_ESYS;
-    }
-    if (listen(s, backlog) < 0) {
-        int e = errno;
-        close(s);
-        unlink(path);
-        errno = e;
-        seterr(err, errlen, "cannot listen on %s: %s", path, strerror(e));
-        return HW_ESYS;
-    }
-    return s;
-}
-
-/* The group's name, else its number. */
-static const char *group_name(gid_t gid, char *buf, size_t len)
-{
-    struct group g, *r = NULL;
-    char tmp[1024];
-    if (getgrgid_r(gid, &g, tmp, sizeof tmp, &r) == 0 && r)
-        snprintf(buf, len, "%s", r->gr_name);
-    else
-        snprintf(buf, len, "%u", (unsigned)gid);
-    return buf;
-}
-
-/* One message per cause: who may connect (EACCES), a path that is not a
- * socket, nobody listening, no socket at all. */
-static void connect_error(const char *path, int e, char *err, size_t errlen)
-{
-    struct stat st;
-    char grp[64];
-    int have = stat(path, &st) == 0;
-    if (e == EACCES) {
-        if (have && access(path, W_OK) != 0) {
-            seterr(err, errlen, "cannot connect to heapd at %s: permission denied: the socket belongs to "
-                   "group %s (mode %04o); ask to be added to group %s (usermod -aG %s USER, then log in "
-                   "again)", path, group_name(st.st_gid, grp, sizeof grp), (unsigned)(st.st_mode & 07777),
-                   grp, grp);
-            return;
-        }
-        /* The socket is reachable by mode, or stat failed: a directory on
-         * the way is what refuses. */
-        char dir[sizeof ((struct sockaddr_un *)0)->sun_path];
-        snprintf(dir, sizeof dir, "%s", path);
-        char *slash = strrchr(dir, '/');
-        if (slash && slash != dir)
-            *slash = 0;
-        else
-            snprintf(dir, sizeof dir, "/");
-        if (stat(dir, &st) == 0)
-            seterr(err, errlen, "cannot connect to heapd at %s: permission denied by its directory %s "
-                   "(group %s, mode %04o); ask to be added to group %s (usermod -aG %s USER, then log in "
-                   "again)", path, dir, group_name(st.st_gid, grp, sizeof grp),
-                   (unsigned)(st.st_mode & 07777), grp, grp);
-        else
-            seterr(err, errlen, "cannot connect to heapd at %s: permission denied (%s); check the "
-                   "permissions of the path", path, strerror(errno));
-        return;
-    }
-    if (have && !S_ISSOCK(st.st_mode)) {
-        seterr(err, errlen, "cannot connect to heapd at %s: it is a %s, not a socket; point "
-               "HEAPD_SOCKET or --socket at heapd's socket (heapd.conf `socket`)", path,
-               S_ISDIR(st.st_mode) ? "directory" : S_ISREG(st.st_mode) ? "regular file" : "special file");
-        return;
-    }
-    if (e == ECONNREFUSED) {
-        seterr(err, errlen, "cannot connect to heapd at %s: %s: the socket exists but nothing listens "
-               "on it: is heapd running? (a heapd that stopped leaves its socket behind) check "
-               "systemctl status heapd.socket heapd",
-               path, strerror(e));
-        return;
-    }
-    if (e == ENOENT) {
-        seterr(err, errlen, "cannot connect to heapd at %s: %s: is heapd running? check systemctl status "
-               "heapd.socket heapd, and the path (HEAPD_SOCKET, --socket)", path, strerror(e));
-        return;
-    }
-    seterr(err, errlen, "cannot connect to heapd at %s: %s (is heapd running? check the socket path "
-           "and systemctl status heapd)", path, strerror(e));
-}
-
-int hw_connect_unix(const char *path, char *err, size_t errlen)
-{
-    struct sockaddr_un sa;
-    int s, rc;
-
-    rc = hw_socket_path_ok(path, err, errlen);
-    if (rc < 0)
-        return rc;
-    s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s < 0) {
-        seterr(err, errlen, "socket failed: %s", strerror(errno));
-        return HW_ESYS;
-    }
-    make_addr(&sa, path);
-    rc = connect(s, (struct sockaddr *)&sa, sizeof(sa));
-    if (rc < 0 && errno == EINTR) {
-        /* The connection goes on in the background: wait for its result. */
-        socklen_t sl = sizeof(int);
-        int soerr = 0;
-        for (;;) {
-            struct pollfd p = { .fd = s, .events = POLLOUT, .revents = 0 };
-            if (poll(&p, 1, -1) >= 0 || errno != EINTR)
-                break;
-        }
-        if (getsockopt(s, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0)
-            soerr = errno;
-        rc = soerr ? -1 : 0;
-        errno = soerr;
-    }
-    if (rc < 0) {
-        int e = errno;
-        close(s);
-        connect_error(path, e, err, errlen);
-        errno = e;
-        return HW_ESYS;
-    }
-    return s;
 }

@@ -193,7 +193,7 @@ static int handle_key(parse_state *st, const char *name, const char *value)
         return rk;
 #define SIZE_KEY(key, field, min)                                                                  \
     if (!strcmp(name, key)) {                                                                      \
-        if (hs_parse_size(value, &sz) || !size_at_least(sz, (min))) {                                             \
+        if (hsz_parse_size(value, &sz) || !size_at_least(sz, (min))) {                                             \
             snprintf(st->msg, sizeof st->msg,                                                      \
                      "%s: \"%s\" is not a size (bytes with optional K, M, G, T suffix, >= %llu)",  \
                      key, value, (unsigned long long)(min));                                       \
@@ -343,7 +343,7 @@ static int cross_check(const parse_state *st, const char *path, char *err, size_
     const hd_config *n = &st->cfg;
     const int *L = st->key_line;
     char a[40], b[40], cc[40];
-#define SZ(v, buf) (hs_format_size((v), (buf), sizeof (buf)) ? (buf) : "?")
+#define SZ(v, buf) (hsz_format_size((v), (buf), sizeof (buf)) ? (buf) : "?")
 #define WHERE(i) (L[i] ? "" : " (the default)")
     if (n->min_block & (n->min_block - 1)) {
         snprintf(err, errlen, "%s:%d: min_block = %s is not a power of two (512, 4K, 64K...)", path,

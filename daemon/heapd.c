@@ -169,24 +169,32 @@ static void print_config(const char *path, const hd_config *c)
         printf("ring_backoff_us = %ld\n", c->ring_backoff_us);
 }
 
-int main(int argc, char **argv)
+/* main's steps return HEAPD_GO_ON, or the status heapd exits with. */
+#define HEAPD_GO_ON (-1)
+
+/* What the command line overrides (NULL: not given). */
+typedef struct cli_opts {
+    const char *socket, *backend, *level;
+    int check;
+} cli_opts;
+
+/* Parses the options: HEAPD_GO_ON, 0 (--help, --version) or 2 (a usage
+ * error, said on stderr). */
+static int parse_args(int argc, char **argv, daemon_state *d, cli_opts *cli)
 {
     static const struct option opts[] = {
         {"config", required_argument, 0, 'c'}, {"check-config", no_argument, 0, 'C'},
         {"socket", required_argument, 0, 's'}, {"backend", required_argument, 0, 'b'},
         {"log-level", required_argument, 0, 'l'}, {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, 'V'},      {0, 0, 0, 0}};
-    daemon_state d;
-    memset(&d, 0, sizeof d);
-    const char *socket_opt = NULL, *backend_opt = NULL, *level_opt = NULL;
-    int check = 0, o;
+    int o;
     while ((o = getopt_long(argc, argv, "c:s:b:l:hV", opts, NULL)) != -1) {
         switch (o) {
-        case 'c': d.config_path = optarg; break;
-        case 'C': check = 1; break;
-        case 's': socket_opt = optarg; break;
-        case 'b': backend_opt = optarg; break;
-        case 'l': level_opt = optarg; break;
+        case 'c': d->config_path = optarg; break;
+        case 'C': cli->check = 1; break;
+        case 's': cli->socket = optarg; break;
+        case 'b': cli->backend = optarg; break;
+        case 'l': cli->level = optarg; break;
         case 'h': fputs(usage, stdout); return 0;
         case 'V': printf("heapd %s (protocol %d)\n", HEAPD_VERSION, HEAPD__CONST__PROTOCOL_VERSION); return 0;
         default: fputs("heapd: try `heapd --help`\n", stderr); return 2;
@@ -196,114 +204,185 @@ int main(int argc, char **argv)
         fprintf(stderr, "heapd: unexpected argument \"%s\"; try `heapd --help`\n", argv[optind]);
         return 2;
     }
-    hd_log_setup(); /* the journal when JOURNAL_STREAM is stderr */
-    hd_config_defaults(&d.cfg);
-    if (!d.config_path && access(HD_DEFAULT_CONFIG, R_OK) == 0)
-        d.config_path = HD_DEFAULT_CONFIG;
+    return HEAPD_GO_ON;
+}
+
+/* The built-in defaults, then the configuration file (-c, else
+ * HD_DEFAULT_CONFIG if it exists), then the command line's overrides:
+ * HEAPD_GO_ON, 1 (the file is wrong) or 2 (an option's value is). */
+static int load_config(daemon_state *d, const cli_opts *cli)
+{
+    hd_config_defaults(&d->cfg);
+    if (!d->config_path && access(HD_DEFAULT_CONFIG, R_OK) == 0)
+        d->config_path = HD_DEFAULT_CONFIG;
     char err[1024] = "";
-    if (d.config_path && hd_config_load(d.config_path, &d.cfg, err, sizeof err)) {
+    if (d->config_path && hd_config_load(d->config_path, &d->cfg, err, sizeof err)) {
         fprintf(stderr, "heapd: %s\n", err);
         return 1;
     }
-    if (socket_opt) {
-        if (socket_opt[0] != '/' || strlen(socket_opt) >= sizeof d.cfg.socket_path) {
-            fprintf(stderr, "heapd: --socket %s: must be an absolute path shorter than %zu bytes\n", socket_opt,
-                    sizeof d.cfg.socket_path);
+    if (cli->socket) {
+        if (cli->socket[0] != '/' || strlen(cli->socket) >= sizeof d->cfg.socket_path) {
+            fprintf(stderr, "heapd: --socket %s: must be an absolute path shorter than %zu bytes\n", cli->socket,
+                    sizeof d->cfg.socket_path);
             return 2;
         }
-        snprintf(d.cfg.socket_path, sizeof d.cfg.socket_path, "%s", socket_opt);
+        snprintf(d->cfg.socket_path, sizeof d->cfg.socket_path, "%s", cli->socket);
     }
-    if (backend_opt) {
-        if (strcmp(backend_opt, "auto") && strcmp(backend_opt, "cuda") && strcmp(backend_opt, "host")) {
-            fprintf(stderr, "heapd: --backend %s: must be auto, cuda or host\n", backend_opt);
+    if (cli->backend) {
+        if (strcmp(cli->backend, "auto") && strcmp(cli->backend, "cuda") && strcmp(cli->backend, "host")) {
+            fprintf(stderr, "heapd: --backend %s: must be auto, cuda or host\n", cli->backend);
             return 2;
         }
-        snprintf(d.cfg.backend, sizeof d.cfg.backend, "%s", backend_opt);
+        snprintf(d->cfg.backend, sizeof d->cfg.backend, "%s", cli->backend);
     }
-    if (level_opt) {
-        int l = hd_log_parse_level(level_opt);
+    if (cli->level) {
+        int l = hd_log_parse_level(cli->level);
         if (l < 0) {
-            fprintf(stderr, "heapd: --log-level %s: must be error, warn, info or debug\n", level_opt);
+            fprintf(stderr, "heapd: --log-level %s: must be error, warn, info or debug\n", cli->level);
             return 2;
         }
-        d.cfg.log_level = l;
+        d->cfg.log_level = l;
     }
-    if (check) {
-        print_config(d.config_path, &d.cfg);
-        return 0;
-    }
-    hd_log_set_level(d.cfg.log_level);
-    hd_log_set_format(d.cfg.log_format);
-    signal(SIGPIPE, SIG_IGN);
+    return HEAPD_GO_ON;
+}
 
-    if (hb_open(d.cfg.backend, &d.be, err, sizeof err)) {
-        hd_error("cannot open the %s backend: %s", d.cfg.backend, err);
+/* The configured log level and format; SIGPIPE ignored (the server and
+ * hiredis write to sockets with write(2)). */
+static void setup_logging(const hd_config *cfg)
+{
+    hd_log_set_level(cfg->log_level);
+    hd_log_set_format(cfg->log_format);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* The backend, the loop and the heap registry: HEAPD_GO_ON or 1. */
+static int create_heaps(daemon_state *d)
+{
+    char err[1024] = "";
+    if (hb_open(d->cfg.backend, &d->be, err, sizeof err)) {
+        hd_error("cannot open the %s backend: %s", d->cfg.backend, err);
         hd_notify("STATUS=backend failed");
         return 1;
     }
     if (err[0]) /* backend = auto fell back to host memory: say why */
         hd_warn("backend auto: using host memory, not the GPU: %s (set backend = host where that is "
                 "intended, or backend = cuda to refuse to start without a GPU)", err);
-    d.loop = uv_default_loop();
-    if (hd_registry_create(d.loop, d.be, &d.cfg, &d.reg)) {
+    d->loop = uv_default_loop();
+    if (hd_registry_create(d->loop, d->be, &d->cfg, &d->reg)) {
         hd_error("out of memory");
         return 1;
     }
-    if (d.cfg.store[0]) {
-        if (hd_store_open(d.loop, d.cfg.store, d.cfg.node, &d.store, err, sizeof err)) {
-            hd_error("store %s: %s", d.cfg.store, err);
-            return 1;
-        }
-        hd_store_connect(d.store);
-        hd_registry_set_store(d.reg, d.store);
-        d.store_was_ready = 1; /* log the first failure */
-        uv_timer_init(d.loop, &d.store_watch);
-        d.store_watch.data = &d;
-        uv_timer_start(&d.store_watch, store_watch_cb, 2000, 2000);
-        uv_unref((uv_handle_t *)&d.store_watch);
-        hd_info("heaps may span nodes: collects are reconciled through %s as node \"%s\"",
-                hd_store_url(d.store), d.cfg.node);
+    return HEAPD_GO_ON;
+}
+
+/* The cross-node store when `store =` is set, and the timer that keeps it
+ * connected: HEAPD_GO_ON or 1. */
+static int open_store(daemon_state *d)
+{
+    char err[1024] = "";
+    if (!d->cfg.store[0])
+        return HEAPD_GO_ON;
+    if (hd_store_open(d->loop, d->cfg.store, d->cfg.node, &d->store, err, sizeof err)) {
+        hd_error("store %s: %s", d->cfg.store, err);
+        return 1;
     }
-    if (hd_dispatch_create(d.reg, hb_name(d.be), &d.disp) || hd_dispatch_rings(d.disp, d.loop, &d.cfg)) {
+    hd_store_connect(d->store);
+    hd_registry_set_store(d->reg, d->store);
+    d->store_was_ready = 1; /* log the first failure */
+    uv_timer_init(d->loop, &d->store_watch);
+    d->store_watch.data = d;
+    uv_timer_start(&d->store_watch, store_watch_cb, 2000, 2000);
+    uv_unref((uv_handle_t *)&d->store_watch);
+    hd_info("heaps may span nodes: collects are reconciled through %s as node \"%s\"", hd_store_url(d->store),
+            d->cfg.node);
+    return HEAPD_GO_ON;
+}
+
+/* Dispatch and the listening server: HEAPD_GO_ON or 1. */
+static int create_server(daemon_state *d)
+{
+    char err[1024] = "";
+    if (hd_dispatch_create(d->reg, hb_name(d->be), &d->disp) || hd_dispatch_rings(d->disp, d->loop, &d->cfg)) {
         hd_error("out of memory");
         return 1;
     }
-    if (hd_server_create(d.loop, &d.cfg, hd_dispatch_handlers(), d.disp, &d.srv, err, sizeof err) ||
-        hd_server_start(d.srv, err, sizeof err)) {
+    if (hd_server_create(d->loop, &d->cfg, hd_dispatch_handlers(), d->disp, &d->srv, err, sizeof err) ||
+        hd_server_start(d->srv, err, sizeof err)) {
         hd_error("%s", err);
         hd_notify("STATUS=cannot listen");
         return 1;
     }
-    hd_dispatch_set_server(d.disp, d.srv);
-    uv_signal_init(d.loop, &d.sigterm);
-    uv_signal_init(d.loop, &d.sigint);
-    uv_signal_init(d.loop, &d.sighup);
-    d.sigterm.data = d.sigint.data = d.sighup.data = &d;
-    uv_signal_start(&d.sigterm, on_stop, SIGTERM);
-    uv_signal_start(&d.sigint, on_stop, SIGINT);
-    uv_signal_start(&d.sighup, on_hup, SIGHUP);
-    uv_timer_init(d.loop, &d.status);
-    d.status.data = &d;
-    uv_timer_start(&d.status, status_cb, 5000, 5000);
-    uv_unref((uv_handle_t *)&d.status);
+    hd_dispatch_set_server(d->disp, d->srv);
+    return HEAPD_GO_ON;
+}
 
+/* SIGTERM, SIGINT, SIGHUP, and the systemd status timer. */
+static void setup_signals(daemon_state *d)
+{
+    uv_signal_init(d->loop, &d->sigterm);
+    uv_signal_init(d->loop, &d->sigint);
+    uv_signal_init(d->loop, &d->sighup);
+    d->sigterm.data = d->sigint.data = d->sighup.data = d;
+    uv_signal_start(&d->sigterm, on_stop, SIGTERM);
+    uv_signal_start(&d->sigint, on_stop, SIGINT);
+    uv_signal_start(&d->sighup, on_hup, SIGHUP);
+    uv_timer_init(d->loop, &d->status);
+    d->status.data = d;
+    uv_timer_start(&d->status, status_cb, 5000, 5000);
+    uv_unref((uv_handle_t *)&d->status);
+}
+
+/* Says "ready" in the log and to systemd, runs the loop until on_stop
+ * closed every handle, and releases everything. */
+static int run(daemon_state *d)
+{
     hd_info("heapd %s ready: socket %s, backend %s (%d device%s)", HEAPD_VERSION,
-            hd_server_socket_activated(d.srv) ? "fd 3 from systemd (socket activation)" : d.cfg.socket_path,
-            hb_name(d.be), hb_device_count(d.be),
-            hb_device_count(d.be) == 1 ? "" : "s");
+            hd_server_socket_activated(d->srv) ? "fd 3 from systemd (socket activation)" : d->cfg.socket_path,
+            hb_name(d->be), hb_device_count(d->be),
+            hb_device_count(d->be) == 1 ? "" : "s");
     char ready[256];
-    snprintf(ready, sizeof ready, "READY=1\nSTATUS=0 heaps, 0 clients, backend %s\nMAINPID=%ld", hb_name(d.be),
+    snprintf(ready, sizeof ready, "READY=1\nSTATUS=0 heaps, 0 clients, backend %s\nMAINPID=%ld", hb_name(d->be),
              (long)getpid());
     hd_notify(ready);
 
-    uv_run(d.loop, UV_RUN_DEFAULT);
-
-    hd_registry_destroy(d.reg);
-    hd_server_destroy(d.srv);
-    hd_dispatch_destroy(d.disp);
-    uv_run(d.loop, UV_RUN_NOWAIT);
-    uv_loop_close(d.loop);
-    hb_close(d.be);
-    hd_info("stopped");
+    uv_run(d->loop, UV_RUN_DEFAULT);
     return 0;
+}
+
+static void teardown(daemon_state *d)
+{
+    hd_registry_destroy(d->reg);
+    hd_server_destroy(d->srv);
+    hd_dispatch_destroy(d->disp);
+    uv_run(d->loop, UV_RUN_NOWAIT);
+    uv_loop_close(d->loop);
+    hb_close(d->be);
+    hd_info("stopped");
+}
+
+int main(int argc, char **argv)
+{
+    daemon_state d;
+    cli_opts cli;
+    int rc;
+
+    memset(&d, 0, sizeof d);
+    memset(&cli, 0, sizeof cli);
+    if ((rc = parse_args(argc, argv, &d, &cli)) != HEAPD_GO_ON)
+        return rc;
+    hd_log_setup(); /* the journal when JOURNAL_STREAM is stderr */
+    if ((rc = load_config(&d, &cli)) != HEAPD_GO_ON)
+        return rc;
+    if (cli.check) {
+        print_config(d.config_path, &d.cfg);
+        return 0;
+    }
+    setup_logging(&d.cfg);
+    if ((rc = create_heaps(&d)) != HEAPD_GO_ON || (rc = open_store(&d)) != HEAPD_GO_ON ||
+        (rc = create_server(&d)) != HEAPD_GO_ON)
+        return rc;
+    setup_signals(&d);
+    rc = run(&d);
+    teardown(&d);
+    return rc;
 }

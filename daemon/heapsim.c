@@ -310,7 +310,7 @@ static int do_heap(sim *s, char **tok, int n)
         if (*have)
             return bad_line(s, "heap key '%s' given twice: keep one", k);
         *have = 1;
-        if (dst && hs_parse_size(v, dst) != 0)
+        if (dst && hsz_parse_size(v, dst) != 0)
             return bad_line(s, "%s=%s is not a size: write bytes with an optional K, M, G or T "
                                "suffix, e.g. %s=256M",
                             k, v, k);
@@ -395,7 +395,7 @@ static int do_alloc(sim *s, char **tok, int n)
     if (strlen(id) > MAX_ID_LEN)
         return bad_line(s, "ID '%.20s...' is longer than %d characters: use a shorter name", id,
                         MAX_ID_LEN);
-    if (hs_parse_size(tok[2], &size) != 0)
+    if (hsz_parse_size(tok[2], &size) != 0)
         return bad_line(s, "'%s' is not a size: write bytes with an optional K, M, G or T "
                            "suffix, e.g. 1M",
                         tok[2]);

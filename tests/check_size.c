@@ -1,4 +1,4 @@
-/* check_size.c - common/size.h: hs_parse_size and hs_format_size. */
+/* check_size.c - common/size.h: hsz_parse_size and hsz_format_size. */
 #include "size.h"
 
 #include <check.h>
@@ -15,9 +15,9 @@
 static void parse_ok(const char *s, uint64_t want)
 {
     uint64_t v = 12345;
-    ck_assert_msg(hs_parse_size(s, &v) == 0, "hs_parse_size(\"%s\") failed, want %llu", s,
+    ck_assert_msg(hsz_parse_size(s, &v) == 0, "hsz_parse_size(\"%s\") failed, want %llu", s,
                   (unsigned long long)want);
-    ck_assert_msg(v == want, "hs_parse_size(\"%s\") = %llu, want %llu", s,
+    ck_assert_msg(v == want, "hsz_parse_size(\"%s\") = %llu, want %llu", s,
                   (unsigned long long)v, (unsigned long long)want);
 }
 
@@ -25,9 +25,9 @@ static void parse_ok(const char *s, uint64_t want)
 static void parse_bad(const char *s)
 {
     uint64_t v = 12345;
-    ck_assert_msg(hs_parse_size(s, &v) == -1, "hs_parse_size(\"%s\") accepted (%llu)",
+    ck_assert_msg(hsz_parse_size(s, &v) == -1, "hsz_parse_size(\"%s\") accepted (%llu)",
                   s ? s : "(null)", (unsigned long long)v);
-    ck_assert_msg(v == 12345, "hs_parse_size(\"%s\") wrote *out on failure", s ? s : "(null)");
+    ck_assert_msg(v == 12345, "hsz_parse_size(\"%s\") wrote *out on failure", s ? s : "(null)");
 }
 
 START_TEST(parse_plain_bytes)
@@ -125,16 +125,16 @@ START_TEST(parse_empty_and_null)
     parse_bad("");
     parse_bad(" ");
     parse_bad(NULL);
-    ck_assert_int_eq(hs_parse_size("1", NULL), -1);
+    ck_assert_int_eq(hsz_parse_size("1", NULL), -1);
 }
 END_TEST
 
 /* Formats v, expecting want. */
 static void format_is(uint64_t v, const char *want)
 {
-    char buf[HS_SIZE_BUFLEN];
+    char buf[HSZ_SIZE_BUFLEN];
     memset(buf, 'x', sizeof buf);
-    const char *r = hs_format_size(v, buf, sizeof buf);
+    const char *r = hsz_format_size(v, buf, sizeof buf);
     ck_assert_ptr_eq(r, buf);
     ck_assert_str_eq(buf, want);
 }
@@ -170,10 +170,10 @@ START_TEST(format_round_trips)
     const uint64_t vals[] = {0, 1, 7, 1000, KiB, 3 * KiB + 1, 512 * KiB, 64 * MiB, 3 * GiB,
                              7 * TiB, UINT64_MAX, UINT64_MAX - (TiB - 1), (uint64_t)1 << 63};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
-        char buf[HS_SIZE_BUFLEN];
-        ck_assert_ptr_nonnull(hs_format_size(vals[i], buf, sizeof buf));
+        char buf[HSZ_SIZE_BUFLEN];
+        ck_assert_ptr_nonnull(hsz_format_size(vals[i], buf, sizeof buf));
         uint64_t back = 0;
-        ck_assert_msg(hs_parse_size(buf, &back) == 0, "\"%s\" does not parse back", buf);
+        ck_assert_msg(hsz_parse_size(buf, &back) == 0, "\"%s\" does not parse back", buf);
         ck_assert_msg(back == vals[i], "\"%s\" parsed back as %llu, want %llu", buf,
                       (unsigned long long)back, (unsigned long long)vals[i]);
     }
@@ -183,15 +183,15 @@ END_TEST
 START_TEST(format_small_buffers)
 {
     char buf[8];
-    ck_assert_ptr_null(hs_format_size(1, NULL, 8));
-    ck_assert_ptr_null(hs_format_size(1, buf, 0));
+    ck_assert_ptr_null(hsz_format_size(1, NULL, 8));
+    ck_assert_ptr_null(hsz_format_size(1, buf, 0));
     /* "256 MiB" needs 8 bytes with its NUL. */
-    ck_assert_ptr_eq(hs_format_size(256 * MiB, buf, 8), buf);
+    ck_assert_ptr_eq(hsz_format_size(256 * MiB, buf, 8), buf);
     ck_assert_str_eq(buf, "256 MiB");
     memset(buf, 'x', sizeof buf);
-    ck_assert_ptr_null(hs_format_size(256 * MiB, buf, 7));
+    ck_assert_ptr_null(hsz_format_size(256 * MiB, buf, 7));
     ck_assert_str_eq(buf, "256 Mi"); /* truncated, still terminated */
-    ck_assert_ptr_null(hs_format_size(1000, buf, 1));
+    ck_assert_ptr_null(hsz_format_size(1000, buf, 1));
     ck_assert_str_eq(buf, "");
 }
 END_TEST

@@ -85,7 +85,9 @@ waitfiles() { # waitfiles FILE...: until each exists; 300 s at most
 waitfutex() { # waitfutex PID: until PID sleeps in a futex wait (its ring request is posted); 60 s at most
     n=0
     while ! grep -q futex "/proc/$1/wchan" 2>/dev/null && [ $n -lt 1200 ]; do sleep 0.05; n=$((n + 1)); done
-    grep -q futex "/proc/$1/wchan" 2>/dev/null
+    grep -q futex "/proc/$1/wchan" 2>/dev/null && return 0
+    echo "waitfutex: pid $1 waits in $(cat "/proc/$1/wchan" 2>/dev/null || echo '(gone)')"
+    return 1
 }
 ringfds() { # ringfds: heapd's open ring memfds
     ls -l "/proc/$hpid/fd" 2>/dev/null | grep -c 'memfd:heapd-ring'

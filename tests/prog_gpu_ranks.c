@@ -590,7 +590,7 @@ int main(int argc, char **argv)
         case 's': o.sock = optarg; break;
         case 'n': o.ranks = atoi(optarg); break;
         case 'c':
-            if (hs_parse_size(optarg, &o.chunk)) {
+            if (hsz_parse_size(optarg, &o.chunk)) {
                 fprintf(stderr, "prog_gpu_ranks: bad --chunk %s\n", optarg);
                 return 2;
             }

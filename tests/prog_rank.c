@@ -226,7 +226,7 @@ static int parse_u64(const char *s, uint64_t *out)
 
 static int parse_size(const char *s, uint64_t *out)
 {
-    return hs_parse_size(s, out) == 0 ? 0 : parse_u64(s, out);
+    return hsz_parse_size(s, out) == 0 ? 0 : parse_u64(s, out);
 }
 
 /* splitmix64 */

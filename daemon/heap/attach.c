@@ -11,7 +11,7 @@
 
 /* ---- chunks ------------------------------------------------------------------ */
 
-int rank_add_chunks(hd_heap *h, hd_rank *k, uint32_t upto, char *err, size_t errlen)
+int hh_rank_add_chunks(hd_heap *h, hd_rank *k, uint32_t upto, char *err, size_t errlen)
 {
     if (upto > k->capchunks) {
         uint32_t nc = k->capchunks ? k->capchunks : 4;
@@ -35,7 +35,7 @@ int rank_add_chunks(hd_heap *h, hd_rank *k, uint32_t upto, char *err, size_t err
 }
 
 /* Drops chunks beyond `keep` (rollback of a failed growth). */
-void rank_trim_chunks(hd_heap *h, hd_rank *k, uint32_t keep)
+void hh_rank_trim_chunks(hd_heap *h, hd_rank *k, uint32_t keep)
 {
     while (k->nchunks > keep)
         hb_chunk_release(h->reg->be, &k->chunks[--k->nchunks]);
@@ -43,7 +43,7 @@ void rank_trim_chunks(hd_heap *h, hd_rank *k, uint32_t keep)
 
 /* Fills m with chunk_msg (heap_int.h) for [from, to). Returns 0, or -1 if
  * out of memory / fds. */
-void chunk_msg_free(chunk_msg *m, bool close_fds)
+void hh_chunk_msg_free(chunk_msg *m, bool close_fds)
 {
     if (close_fds)
         for (size_t i = 0; i < m->n; i++)
@@ -54,7 +54,7 @@ void chunk_msg_free(chunk_msg *m, bool close_fds)
     memset(m, 0, sizeof *m);
 }
 
-int chunk_msg_build(hd_heap *h, uint32_t from, uint32_t to, chunk_msg *m)
+int hh_chunk_msg_build(hd_heap *h, uint32_t from, uint32_t to, chunk_msg *m)
 {
     memset(m, 0, sizeof *m);
     if (to <= from)
@@ -63,7 +63,7 @@ int chunk_msg_build(hd_heap *h, uint32_t from, uint32_t to, chunk_msg *m)
     m->refs = calloc(max, sizeof *m->refs);
     m->fds = calloc(max, sizeof *m->fds);
     if (!m->refs || !m->fds) {
-        chunk_msg_free(m, false);
+        hh_chunk_msg_free(m, false);
         return -1;
     }
     for (uint32_t q = 0; q < h->world_size; q++) {
@@ -73,7 +73,7 @@ int chunk_msg_build(hd_heap *h, uint32_t from, uint32_t to, chunk_msg *m)
         for (uint32_t j = from; j < to && j < k->nchunks; j++) {
             int fd = dup(k->chunks[j].fd);
             if (fd < 0) {
-                chunk_msg_free(m, true);
+                hh_chunk_msg_free(m, true);
                 return -1;
             }
             m->refs[m->n].rank = q;
@@ -94,7 +94,7 @@ static void send_attach_reply(hd_heap *h, uint32_t rank, uint64_t id)
     ha_get_stats(h->core, &st);
     uint32_t nch = (uint32_t)(st.mapped / h->ap.chunk_size);
     chunk_msg cm;
-    if (chunk_msg_build(h, 0, nch, &cm)) {
+    if (hh_chunk_msg_build(h, 0, nch, &cm)) {
         hd_peer_error(k->conn, id, HEAPD__ERR_CODE__ERR_NO_MEMORY,
                       "heapd could not duplicate chunk fds for the attach reply (out of fds or memory); "
                       "raise heapd's fd limit (LimitNOFILE) or use a larger chunk_size");
@@ -136,7 +136,7 @@ static void send_attach_reply(hd_heap *h, uint32_t rank, uint64_t id)
     k->known_chunks = nch;
     k->conn->out->attach(k->conn, id, &ar);
     free(local);
-    chunk_msg_free(&cm, false);
+    hh_chunk_msg_free(&cm, false);
 }
 
 static uint64_t pick(uint64_t requested, uint64_t dflt) { return requested ? requested : dflt; }
@@ -177,7 +177,7 @@ static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint6
         char b1[32], b2[32];
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID,
                       "chunk_size %s is not a multiple of the %s backend's granularity %s; use a multiple of %s",
-                      human(ap.chunk_size, b1, sizeof b1), hb_name(r->be), human(gran, b2, sizeof b2), b2);
+                      hh_human(ap.chunk_size, b1, sizeof b1), hb_name(r->be), hh_human(gran, b2, sizeof b2), b2);
         return -1;
     }
     char why[512];
@@ -185,7 +185,7 @@ static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint6
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap parameters rejected: %s", why);
         return -1;
     }
-    if (quota_check(r, m->heap, hd_peer_uid(c), 0, ap.initial_size * local_size, why, sizeof why)) {
+    if (hh_quota_check(r, m->heap, hd_peer_uid(c), 0, ap.initial_size * local_size, why, sizeof why)) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_QUOTA, "%s", why);
         return -1;
     }
@@ -247,8 +247,8 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_peer *c, 
     char b1[32], b2[32], b3[32];
     hd_info("heap \"%s\" created: %u ranks (%u here), chunk %s, initial %s, va %s, policy %s", h->name,
             h->world_size, h->local_size,
-            human(ap.chunk_size, b1, sizeof b1), human(ap.initial_size, b2, sizeof b2),
-            human(ap.va_size, b3, sizeof b3), ha_policy_name(ap.policy));
+            hh_human(ap.chunk_size, b1, sizeof b1), hh_human(ap.initial_size, b2, sizeof b2),
+            hh_human(ap.va_size, b3, sizeof b3), ha_policy_name(ap.policy));
     return h;
 }
 
@@ -333,7 +333,7 @@ static int attach_check(hd_peer *c, uint64_t id, const Heapd__Attach *m)
 static hd_heap *attach_heap(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Attach *m, bool *created)
 {
     char err[512];
-    hd_heap *h = heap_find(r, m->heap);
+    hd_heap *h = hh_heap_find(r, m->heap);
     *created = false;
     if (!h) {
         h = heap_create(r, m, c, id);
@@ -366,20 +366,20 @@ static int rank_join(hd_heap *h, hd_rank *k, hd_peer *c, uint64_t id, const Heap
     snprintf(k->uuid, sizeof k->uuid, "%s", m->device_uuid ? m->device_uuid : "");
     ha_stats st;
     ha_get_stats(h->core, &st);
-    if (rank_add_chunks(h, k, (uint32_t)(st.mapped / h->ap.chunk_size), err, sizeof err)) {
-        rank_trim_chunks(h, k, 0);
+    if (hh_rank_add_chunks(h, k, (uint32_t)(st.mapped / h->ap.chunk_size), err, sizeof err)) {
+        hh_rank_trim_chunks(h, k, 0);
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "could not create the chunks of rank %u: %s",
                       m->rank, err);
         if (created && h->nattached == 0)
-            heap_destroy(h);
+            hh_heap_destroy(h);
         return -1;
     }
     if (hd_status_create(&k->status, m->rank, err, sizeof err)) {
-        rank_trim_chunks(h, k, 0);
+        hh_rank_trim_chunks(h, k, 0);
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "could not create the status page of rank %u: %s",
                       m->rank, err);
         if (created && h->nattached == 0)
-            heap_destroy(h);
+            hh_heap_destroy(h);
         return -1;
     }
     k->joined = true;
@@ -387,9 +387,9 @@ static int rank_join(hd_heap *h, hd_rank *k, hd_peer *c, uint64_t id, const Heap
     {
         char e2[256];
         if (hb_meminfo(r->be, device, &k->dev_free, &k->dev_total, e2, sizeof e2) == 0)
-            k->dev_ns = now_ns();
+            k->dev_ns = hh_now_ns();
     }
-    heap_publish(h);
+    hh_heap_publish(h);
     return 0;
 }
 
@@ -413,7 +413,7 @@ static void attach_rendezvous(hd_heap *h, uint32_t rank, uint64_t id)
                 send_attach_reply(h, q, h->ranks[q].attach_id);
             }
     } else if (!uv_is_active((uv_handle_t *)&h->timer)) {
-        arm_timer(h, true);
+        hh_arm_timer(h, true);
     }
 }
 
@@ -496,10 +496,10 @@ static void rank_leave(hd_heap *h, uint32_t rank, bool clean)
         char msg[512];
         snprintf(msg, sizeof msg, "collect on heap \"%s\" failed: rank %u (pid %ld) %s while the others waited",
                  h->name, rank, (long)k->pid, clean ? "detached" : "disconnected");
-        collect_fail(h, HEAPD__ERR_CODE__ERR_PEER_GONE, msg);
+        hh_collect_fail(h, HEAPD__ERR_CODE__ERR_PEER_GONE, msg);
     }
     if (h->nattached == 0)
-        heap_destroy(h);
+        hh_heap_destroy(h);
 }
 
 void hd_heap_detach(hd_registry *r, hd_peer *c, uint64_t id)

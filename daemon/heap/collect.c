@@ -13,14 +13,14 @@
 
 static void heap_timeout(uv_timer_t *t);
 
-void arm_timer(hd_heap *h, bool attach)
+void hh_arm_timer(hd_heap *h, bool attach)
 {
     h->timer_attach = attach;
     uv_update_time(h->timer.loop);   /* from now, not from the start of the loop turn */
     uv_timer_start(&h->timer, heap_timeout, h->timeout_ms, 0);
 }
 
-bool multi(const hd_heap *h) { return h->local_size < h->world_size; }
+bool hh_multi(const hd_heap *h) { return h->local_size < h->world_size; }
 
 /* Answers every rank waiting in the collect with the error and ends it. */
 static void collect_fail_waiting(hd_heap *h, Heapd__ErrCode code, const char *msg)
@@ -68,10 +68,10 @@ static Heapd__ErrCode store_code(int status)
 }
 
 /* A collect fails here (timeout, a rank gone, ...). */
-void collect_fail(hd_heap *h, Heapd__ErrCode code, const char *msg)
+void hh_collect_fail(hd_heap *h, Heapd__ErrCode code, const char *msg)
 {
     /* Tell the other nodes, unless the failure came from the store. */
-    if (multi(h) && h->coll_active && code != HEAPD__ERR_CODE__ERR_STORE && h->reg->store)
+    if (hh_multi(h) && h->coll_active && code != HEAPD__ERR_CODE__ERR_STORE && h->reg->store)
         hd_store_collect_abort_code(h->reg->store, h->name, h->inc, h->cnum, store_code_of(code), msg);
     /* If the abort loses the race with completion in the store, every other
      * node applies the result: this one must too (store_collect_cb). */
@@ -96,8 +96,8 @@ static void collect_reply_all(hd_heap *h, uint64_t blocks, uint64_t bytes)
     ha_get_stats(h->core, &st);
     char b1[32];
     hd_debug("heap \"%s\": collect at allocation %llu reclaimed %llu blocks (%s)", h->name,
-             (unsigned long long)h->coll_seq, (unsigned long long)blocks, human(bytes, b1, sizeof b1));
-    heap_publish(h); /* the page is current before any rank hears back */
+             (unsigned long long)h->coll_seq, (unsigned long long)blocks, hh_human(bytes, b1, sizeof b1));
+    hh_heap_publish(h); /* the page is current before any rank hears back */
     for (uint32_t q = 0; q < h->world_size; q++) {
         hd_rank *k = &h->ranks[q];
         if (!k->in_collect)
@@ -111,7 +111,7 @@ static void collect_reply_all(hd_heap *h, uint64_t blocks, uint64_t bytes)
     uv_timer_stop(&h->timer);
 }
 
-uint32_t store_ttl_s(const hd_heap *h)
+uint32_t hh_store_ttl_s(const hd_heap *h)
 {
     uint32_t t = h->timeout_ms / 100; /* 10x the timeout */
     return t < 60 ? 60 : t;
@@ -120,7 +120,7 @@ uint32_t store_ttl_s(const hd_heap *h)
 static void store_collect_cb(void *arg, int status, const char *errmsg, const uint64_t *offsets, size_t n)
 {
     heap_ref *x = arg;
-    hd_heap *h = heap_ref_get(x);
+    hd_heap *h = hh_heap_ref_get(x);
     free(x);
     if (!h)
         return;
@@ -129,7 +129,7 @@ static void store_collect_cb(void *arg, int status, const char *errmsg, const ui
             hd_warn("heap \"%s\": the collect failed here but completed on the other nodes; its result was "
                     "applied so that offsets stay symmetric",
                     h->name);
-            heap_publish(h);
+            hh_heap_publish(h);
         }
         h->store_abandoned = false;
         return;
@@ -145,7 +145,7 @@ static void store_collect_cb(void *arg, int status, const char *errmsg, const ui
     }
     uint64_t bytes = 0;
     if (ha_collect_apply(h->core, offsets, n, &bytes) != HA_OK) {
-        collect_fail(h, HEAPD__ERR_CODE__ERR_STORE,
+        hh_collect_fail(h, HEAPD__ERR_CODE__ERR_STORE,
                      "the store's collect result holds offsets this node did not release: the nodes disagree "
                      "(different heap parameters or allocation sequences?); restart the job");
         return;
@@ -155,7 +155,7 @@ static void store_collect_cb(void *arg, int status, const char *errmsg, const ui
 
 static void collect_finish(hd_heap *h)
 {
-    if (!multi(h)) {
+    if (!hh_multi(h)) {
         uint64_t blocks = 0, bytes = 0;
         ha_collect(h->core, &blocks, &bytes);
         collect_reply_all(h, blocks, bytes);
@@ -165,24 +165,24 @@ static void collect_finish(hd_heap *h)
     uint64_t *offs = NULL;
     size_t n = 0;
     uint32_t *lr = calloc(h->world_size, sizeof *lr);
-    heap_ref *x = heap_ref_new(h);
+    heap_ref *x = hh_heap_ref_new(h);
     if (!lr || !x || ha_collect_candidates(h->core, &offs, &n) != HA_OK) {
         free(lr);
         free(x);
-        collect_fail(h, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        hh_collect_fail(h, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
         return;
     }
-    size_t nl = local_ranks(h, lr);
+    size_t nl = hh_local_ranks(h, lr);
     uv_timer_stop(&h->timer);
     h->store_wait = true;
     int rc = hd_store_collect(h->reg->store, h->name, h->inc, h->cnum, h->world_size, lr, nl, offs, n,
-                              h->timeout_ms, store_ttl_s(h), store_collect_cb, x, err, sizeof err);
+                              h->timeout_ms, hh_store_ttl_s(h), store_collect_cb, x, err, sizeof err);
     free(lr);
     free(offs);
     if (rc < 0) {
         free(x);
         h->store_wait = false;
-        collect_fail(h, HEAPD__ERR_CODE__ERR_STORE, err);
+        hh_collect_fail(h, HEAPD__ERR_CODE__ERR_STORE, err);
     }
 }
 
@@ -194,8 +194,8 @@ static void heap_timeout(uv_timer_t *t)
     if (h->timer_attach) {
         if (h->formed)
             return;
-        rank_list(h, 2, missing, sizeof missing);
-        rank_list(h, 3, waiting, sizeof waiting);
+        hh_rank_list(h, 2, missing, sizeof missing);
+        hh_rank_list(h, 3, waiting, sizeof waiting);
         snprintf(msg, sizeof msg,
                  "attach to heap \"%s\" timed out after %u ms: rank(s) %s never attached (attached: %s); "
                  "start every rank, or raise collect_timeout_ms",
@@ -212,14 +212,14 @@ static void heap_timeout(uv_timer_t *t)
     }
     if (!h->coll_active)
         return;
-    rank_list(h, 0, missing, sizeof missing);
-    rank_list(h, 1, waiting, sizeof waiting);
+    hh_rank_list(h, 0, missing, sizeof missing);
+    hh_rank_list(h, 1, waiting, sizeof waiting);
     snprintf(msg, sizeof msg,
              "collect on heap \"%s\" at allocation %llu timed out after %u ms: rank(s) %s never arrived "
              "(waiting: %s); check that every rank reaches the same allocation",
              h->name, (unsigned long long)h->coll_seq, h->timeout_ms, missing, waiting);
     hd_warn("%s", msg);
-    collect_fail(h, HEAPD__ERR_CODE__ERR_TIMEOUT, msg);
+    hh_collect_fail(h, HEAPD__ERR_CODE__ERR_TIMEOUT, msg);
 }
 
 void hd_heap_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Collect *m)
@@ -251,7 +251,7 @@ void hd_heap_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Colle
                      h->name, q, (long)h->ranks[q].pid);
             hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PEER_GONE, "%s", msg);
             if (h->coll_active)
-                collect_fail(h, HEAPD__ERR_CODE__ERR_PEER_GONE, msg);
+                hh_collect_fail(h, HEAPD__ERR_CODE__ERR_PEER_GONE, msg);
             return;
         }
     if (h->coll_active && m->seq != h->coll_seq) {
@@ -261,7 +261,7 @@ void hd_heap_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Colle
                  "progress is at %llu; every rank must collect at the same point of its allocation sequence",
                  h->name, b->rank, (unsigned long long)m->seq, (unsigned long long)h->coll_seq);
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_ASYMMETRY, "%s", msg);
-        collect_fail(h, HEAPD__ERR_CODE__ERR_ASYMMETRY, msg);
+        hh_collect_fail(h, HEAPD__ERR_CODE__ERR_ASYMMETRY, msg);
         return;
     }
     if (!h->coll_active) {
@@ -276,7 +276,7 @@ void hd_heap_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Colle
             h->cnum_sub = 0;
         }
         h->cnum = (m->seq << 16) | (h->cnum_sub++ & 0xffff);
-        arm_timer(h, false);
+        hh_arm_timer(h, false);
     }
     k->in_collect = true;
     k->collect_id = id;

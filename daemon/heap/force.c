@@ -34,14 +34,14 @@ static void force_thaw(hd_heap *h)
     struct held_alloc *held = h->held;
     h->held = NULL;
     h->nheld = h->capheld = 0;
-    heap_ref *x = heap_ref_new(h);
+    heap_ref *x = hh_heap_ref_new(h);
     for (size_t i = 0; i < n; i++) {
-        if (x && !heap_ref_get(x))
+        if (x && !hh_heap_ref_get(x))
             break; /* the heap went away while replaying */
-        heap_alloc_seq(h, held[i].conn, held[i].id, held[i].seq, held[i].size);
+        hh_heap_alloc_seq(h, held[i].conn, held[i].id, held[i].seq, held[i].size);
     }
     free(held);
-    if (x && heap_ref_get(x) && h->force_queued) {
+    if (x && hh_heap_ref_get(x) && h->force_queued) {
         h->force_queued--;
         force_start(h);
     }
@@ -51,7 +51,7 @@ static void force_thaw(hd_heap *h)
 static void force_cb(void *arg, int status, const char *errmsg, const uint64_t *offsets, size_t n)
 {
     heap_ref *x = arg;
-    hd_heap *h = heap_ref_get(x);
+    hd_heap *h = hh_heap_ref_get(x);
     free(x);
     if (!h || !h->force_busy)
         return;
@@ -86,7 +86,7 @@ static void force_start(hd_heap *h)
     char err[512];
     uint32_t *lr = calloc(h->world_size, sizeof *lr);
     uint64_t *offs = calloc(HD_FORCE_WINDOW, sizeof *offs);
-    heap_ref *x = heap_ref_new(h);
+    heap_ref *x = hh_heap_ref_new(h);
     char inc[160];
     snprintf(inc, sizeof inc, "%s#force", h->inc);
     if (!lr || !offs || !x) {
@@ -100,11 +100,11 @@ static void force_start(hd_heap *h)
      * have a collect of its own at the agreed point. */
     for (uint64_t i = 0; i < HD_FORCE_WINDOW; i++)
         offs[i] = h->decided + 1 + i;
-    size_t nl = local_ranks(h, lr);
+    size_t nl = hh_local_ranks(h, lr);
     h->force_busy = true;
     h->frozen = true;
     int rc = hd_store_collect(h->reg->store, h->name, inc, h->force_count++, h->world_size, lr, nl, offs,
-                              HD_FORCE_WINDOW, h->timeout_ms, store_ttl_s(h), force_cb, x, err, sizeof err);
+                              HD_FORCE_WINDOW, h->timeout_ms, hh_store_ttl_s(h), force_cb, x, err, sizeof err);
     free(lr);
     free(offs);
     if (rc < 0) {
@@ -119,8 +119,8 @@ static void force_start(hd_heap *h)
 static void on_force(void *arg, const char *heap, const char *incarnation)
 {
     hd_registry *r = arg;
-    hd_heap *h = heap_find(r, heap);
-    if (!h || !multi(h) || !h->formed || strcmp(h->inc, incarnation))
+    hd_heap *h = hh_heap_find(r, heap);
+    if (!h || !hh_multi(h) || !h->formed || strcmp(h->inc, incarnation))
         return;
     if (h->force_busy) {
         h->force_queued++;
@@ -129,14 +129,14 @@ static void on_force(void *arg, const char *heap, const char *incarnation)
     force_start(h);
 }
 
-void force_on_store(hd_registry *r, hd_store *store)
+void hh_force_on_store(hd_registry *r, hd_store *store)
 {
     hd_store_on_force(store, on_force, r);
 }
 
 void hd_heap_force_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__ForceCollect *m)
 {
-    hd_heap *h = heap_find(r, m->heap ? m->heap : "");
+    hd_heap *h = hh_heap_find(r, m->heap ? m->heap : "");
     if (!h) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NOT_FOUND, "no heap named \"%s\"; `heapctl heaps` lists them",
                       m->heap ? m->heap : "");
@@ -149,7 +149,7 @@ void hd_heap_force_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd_
                       h->name, (long)h->owner, (long)hd_peer_uid(c));
         return;
     }
-    if (multi(h)) {
+    if (hh_multi(h)) {
         char err[512];
         if (h->force_conn) {
             hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE,

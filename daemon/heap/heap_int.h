@@ -132,17 +132,17 @@ typedef struct chunk_msg {
 } chunk_msg;
 
 /* registry.c */
-uint64_t now_ns(void);
-void heap_publish(hd_heap *h);
-const char *human(uint64_t b, char *buf, size_t len);
-void heap_destroy(hd_heap *h);
-hd_heap *heap_find(hd_registry *r, const char *name);
-void rank_list(const hd_heap *h, int which, char *buf, size_t len);
-int quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t have, uint64_t add, char *why,
+uint64_t hh_now_ns(void);
+void hh_heap_publish(hd_heap *h);
+const char *hh_human(uint64_t b, char *buf, size_t len);
+void hh_heap_destroy(hd_heap *h);
+hd_heap *hh_heap_find(hd_registry *r, const char *name);
+void hh_rank_list(const hd_heap *h, int which, char *buf, size_t len);
+int hh_quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t have, uint64_t add, char *why,
                 size_t len);
-heap_ref *heap_ref_new(hd_heap *h);
-hd_heap *heap_ref_get(heap_ref *x);
-size_t local_ranks(const hd_heap *h, uint32_t *out);
+heap_ref *hh_heap_ref_new(hd_heap *h);
+hd_heap *hh_heap_ref_get(heap_ref *x);
+size_t hh_local_ranks(const hd_heap *h, uint32_t *out);
 void hd_peer_error(hd_peer *c, uint64_t id, Heapd__ErrCode code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static inline hd_binding *hd_peer_binding(hd_peer *c) { return &c->bind; }
@@ -151,21 +151,21 @@ static inline pid_t hd_peer_pid(const hd_peer *c) { return c->pid; }
 static inline int hd_peer_privileged(const hd_peer *c, long gid) { return c->privileged(c, gid); }
 
 /* attach.c */
-int rank_add_chunks(hd_heap *h, hd_rank *k, uint32_t upto, char *err, size_t errlen);
-void rank_trim_chunks(hd_heap *h, hd_rank *k, uint32_t keep);
-void chunk_msg_free(chunk_msg *m, bool close_fds);
-int chunk_msg_build(hd_heap *h, uint32_t from, uint32_t to, chunk_msg *m);
+int hh_rank_add_chunks(hd_heap *h, hd_rank *k, uint32_t upto, char *err, size_t errlen);
+void hh_rank_trim_chunks(hd_heap *h, hd_rank *k, uint32_t keep);
+void hh_chunk_msg_free(chunk_msg *m, bool close_fds);
+int hh_chunk_msg_build(hd_heap *h, uint32_t from, uint32_t to, chunk_msg *m);
 
 /* collect.c */
-bool multi(const hd_heap *h);
-void arm_timer(hd_heap *h, bool attach);
-void collect_fail(hd_heap *h, Heapd__ErrCode code, const char *msg);
-uint32_t store_ttl_s(const hd_heap *h);
+bool hh_multi(const hd_heap *h);
+void hh_arm_timer(hd_heap *h, bool attach);
+void hh_collect_fail(hd_heap *h, Heapd__ErrCode code, const char *msg);
+uint32_t hh_store_ttl_s(const hd_heap *h);
 
 /* sequence.c */
-void heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size);
+void hh_heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size);
 
 /* force.c */
-void force_on_store(hd_registry *r, struct hd_store *store);
+void hh_force_on_store(hd_registry *r, struct hd_store *store);
 
 #endif

@@ -13,7 +13,7 @@
 #include "size.h"
 #include "store.h"
 
-uint64_t now_ns(void)
+uint64_t hh_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -21,7 +21,7 @@ uint64_t now_ns(void)
 }
 
 /* Writes every joined rank's status page from the heap's current state. */
-void heap_publish(hd_heap *h)
+void hh_heap_publish(hd_heap *h)
 {
     ha_stats st;
     ha_get_stats(h->core, &st);
@@ -58,7 +58,7 @@ static void sample_meminfo(uv_timer_t *t)
     enum { MAXDEV = 64 };
     uint64_t fr[MAXDEV], to[MAXDEV];
     bool have[MAXDEV] = {false};
-    uint64_t ns = now_ns();
+    uint64_t ns = hh_now_ns();
     for (hd_heap *h = r->heaps; h; h = h->next) {
         for (uint32_t q = 0; q < h->world_size; q++) {
             hd_rank *k = &h->ranks[q];
@@ -77,7 +77,7 @@ static void sample_meminfo(uv_timer_t *t)
             k->dev_total = to[d];
             k->dev_ns = ns;
         }
-        heap_publish(h);
+        hh_heap_publish(h);
     }
 }
 
@@ -106,11 +106,11 @@ void hd_registry_set_store(hd_registry *r, hd_store *store)
 {
     r->store = store;
     if (store)
-        force_on_store(r, store);
+        hh_force_on_store(r, store);
 }
 uint32_t hd_registry_heaps(const hd_registry *r) { return r->nheaps; }
 
-const char *human(uint64_t b, char *buf, size_t len) { return hs_format_size(b, buf, len); }
+const char *hh_human(uint64_t b, char *buf, size_t len) { return hsz_format_size(b, buf, len); }
 
 /* ---- heap lifetime ------------------------------------------------------- */
 
@@ -120,7 +120,7 @@ static void timer_closed(uv_handle_t *h)
     free(hp);
 }
 
-void heap_destroy(hd_heap *h)
+void hh_heap_destroy(hd_heap *h)
 {
     hd_registry *r = h->reg;
     for (hd_heap **pp = &r->heaps; *pp; pp = &(*pp)->next)
@@ -141,7 +141,7 @@ void heap_destroy(hd_heap *h)
     }
     char b1[32];
     hd_info("heap \"%s\" destroyed: last client gone, %s of chunks released", h->name,
-            human(released, b1, sizeof b1));
+            hh_human(released, b1, sizeof b1));
     free(h->ranks);
     free(h->log);
     free(h->held);
@@ -150,7 +150,7 @@ void heap_destroy(hd_heap *h)
     uv_close((uv_handle_t *)&h->timer, timer_closed);
 }
 
-hd_heap *heap_find(hd_registry *r, const char *name)
+hd_heap *hh_heap_find(hd_registry *r, const char *name)
 {
     for (hd_heap *h = r->heaps; h; h = h->next)
         if (!strcmp(h->name, name))
@@ -165,14 +165,14 @@ void hd_registry_destroy(hd_registry *r)
     if (!r)
         return;
     while (r->heaps)
-        heap_destroy(r->heaps);
+        hh_heap_destroy(r->heaps);
     uv_timer_stop(&r->meminfo);
     uv_close((uv_handle_t *)&r->meminfo, registry_closed);
 }
 
 /* Lists the ranks in state `which` (0: missing from the collect, 1: waiting
  * in it, 2: not attached, 3: waiting in attach) as "0, 2, 5". */
-void rank_list(const hd_heap *h, int which, char *buf, size_t len)
+void hh_rank_list(const hd_heap *h, int which, char *buf, size_t len)
 {
     size_t n = 0;
     int count = 0;
@@ -208,29 +208,29 @@ static uint64_t uid_bytes(const hd_registry *r, uid_t uid)
 
 /* 0 if `add` more chunk bytes for heap h (NULL: a new heap named `name`)
  * of `uid` fit the quotas (current heap bytes `have`), else -1 with why. */
-int quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t have, uint64_t add, char *why,
+int hh_quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t have, uint64_t add, char *why,
                        size_t len)
 {
     char b1[32], b2[32], b3[32];
     if (r->cfg.quota_heap && have + add > r->cfg.quota_heap) {
         snprintf(why, len, "heap \"%s\" would use %s of chunk memory (now %s), over the per-heap quota of %s "
                  "(heapd.conf quota_heap); free memory, use fewer ranks or a smaller heap",
-                 name, human(have + add, b1, sizeof b1), human(have, b2, sizeof b2),
-                 human(r->cfg.quota_heap, b3, sizeof b3));
+                 name, hh_human(have + add, b1, sizeof b1), hh_human(have, b2, sizeof b2),
+                 hh_human(r->cfg.quota_heap, b3, sizeof b3));
         return -1;
     }
     uint64_t u = uid_bytes(r, uid);
     if (r->cfg.quota_uid && u + add > r->cfg.quota_uid) {
         snprintf(why, len, "uid %ld would use %s of chunk memory over all its heaps (now %s), over the per-uid "
                  "quota of %s (heapd.conf quota_uid)",
-                 (long)uid, human(u + add, b1, sizeof b1), human(u, b2, sizeof b2),
-                 human(r->cfg.quota_uid, b3, sizeof b3));
+                 (long)uid, hh_human(u + add, b1, sizeof b1), hh_human(u, b2, sizeof b2),
+                 hh_human(r->cfg.quota_uid, b3, sizeof b3));
         return -1;
     }
     return 0;
 }
 
-heap_ref *heap_ref_new(hd_heap *h)
+heap_ref *hh_heap_ref_new(hd_heap *h)
 {
     heap_ref *x = malloc(sizeof *x);
     if (x) {
@@ -241,13 +241,13 @@ heap_ref *heap_ref_new(hd_heap *h)
     return x;
 }
 
-hd_heap *heap_ref_get(heap_ref *x)
+hd_heap *hh_heap_ref_get(heap_ref *x)
 {
-    hd_heap *h = heap_find(x->reg, x->name);
+    hd_heap *h = hh_heap_find(x->reg, x->name);
     return h && h->epoch == x->epoch ? h : NULL;
 }
 
-size_t local_ranks(const hd_heap *h, uint32_t *out)
+size_t hh_local_ranks(const hd_heap *h, uint32_t *out)
 {
     size_t n = 0;
     for (uint32_t q = 0; q < h->world_size; q++)
@@ -335,7 +335,7 @@ void hd_heap_stats(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Stats *
     bool all = hd_peer_privileged(c, r->cfg.admin_gid);
     uid_t uid = hd_peer_uid(c);
 #define VISIBLE(h) (all || (h)->owner == uid)
-    if (want && (!heap_find(r, want) || !VISIBLE(heap_find(r, want)))) {
+    if (want && (!hh_heap_find(r, want) || !VISIBLE(hh_heap_find(r, want)))) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NOT_FOUND, "no heap named \"%s\"; `heapctl heaps` lists them", want);
         return;
     }

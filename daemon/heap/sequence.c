@@ -31,27 +31,27 @@ static int grow(hd_heap *h, uint32_t chunks, char *err, size_t errlen)
     ha_get_stats(h->core, &st);
     uint32_t have = (uint32_t)(st.mapped / h->ap.chunk_size);
     uint64_t t0 = uv_hrtime();
-    if (quota_check(h->reg, h->name, h->owner, st.mapped * h->local_size,
+    if (hh_quota_check(h->reg, h->name, h->owner, st.mapped * h->local_size,
                     (uint64_t)chunks * h->ap.chunk_size * h->local_size, err, errlen))
         return -2;
     for (uint32_t q = 0; q < h->world_size; q++) {
         if (!h->ranks[q].joined)
             continue;
-        if (rank_add_chunks(h, &h->ranks[q], have + chunks, err, errlen)) {
+        if (hh_rank_add_chunks(h, &h->ranks[q], have + chunks, err, errlen)) {
             for (uint32_t p = 0; p <= q; p++)
-                rank_trim_chunks(h, &h->ranks[p], have);
+                hh_rank_trim_chunks(h, &h->ranks[p], have);
             return -1;
         }
     }
     if (ha_grow(h->core, chunks)) {
         for (uint32_t p = 0; p < h->world_size; p++)
-            rank_trim_chunks(h, &h->ranks[p], have);
+            hh_rank_trim_chunks(h, &h->ranks[p], have);
         snprintf(err, errlen, "the allocator refused to grow by %u chunks", chunks);
         return -1;
     }
     char b1[32], b2[32];
     hd_info("heap \"%s\" grew from %s to %s per rank (%u chunk%s on each of %u ranks)", h->name,
-            human(st.mapped, b1, sizeof b1), human(st.mapped + (uint64_t)chunks * h->ap.chunk_size, b2, sizeof b2),
+            hh_human(st.mapped, b1, sizeof b1), hh_human(st.mapped + (uint64_t)chunks * h->ap.chunk_size, b2, sizeof b2),
             chunks, chunks == 1 ? "" : "s", h->local_size);
     hd_hist_observe(&h->growth, uv_hrtime() - t0);
     return 0;
@@ -113,8 +113,8 @@ static void alloc_failed(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint
                       "allocation %llu of %llu bytes does not fit: heap \"%s\" has %s mapped, %s live, "
                       "va_size %s; free memory or attach with a larger va_size",
                       (unsigned long long)seq, (unsigned long long)size, h->name,
-                      human(st.mapped, b1, sizeof b1), human(st.live_bytes, b2, sizeof b2),
-                      human(h->ap.va_size, b3, sizeof b3));
+                      hh_human(st.mapped, b1, sizeof b1), hh_human(st.live_bytes, b2, sizeof b2),
+                      hh_human(h->ap.va_size, b3, sizeof b3));
         return;
     }
     hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "allocation %llu failed: %s",
@@ -165,7 +165,7 @@ static const hd_decision *decide(hd_heap *h, hd_peer *c, uint64_t id, uint64_t s
     nd->mapped = st.mapped;
     nd->rank = rank;
     h->decided++;
-    heap_publish(h);
+    hh_heap_publish(h);
     return nd;
 }
 
@@ -175,7 +175,7 @@ static void send_alloc(hd_heap *h, hd_rank *k, hd_peer *c, uint64_t id, uint64_t
 {
     uint32_t upto = (uint32_t)(d->mapped / h->ap.chunk_size);
     chunk_msg cm = {0};
-    if (upto > k->known_chunks && chunk_msg_build(h, k->known_chunks, upto, &cm)) {
+    if (upto > k->known_chunks && hh_chunk_msg_build(h, k->known_chunks, upto, &cm)) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY,
                       "heapd could not duplicate chunk fds (out of fds or memory); raise heapd's fd limit");
         return;
@@ -192,12 +192,12 @@ static void send_alloc(hd_heap *h, hd_rank *k, hd_peer *c, uint64_t id, uint64_t
         k->known_chunks = upto;
     k->next_seq++;
     c->out->alloc(c, id, &ar);
-    chunk_msg_free(&cm, false);
+    hh_chunk_msg_free(&cm, false);
 }
 
 /* Allocation `seq` of `size` bytes by the peer's rank (an Alloc, or one
  * held during a forced collect's agreement). */
-void heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size)
+void hh_heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size)
 {
     hd_binding *b = hd_peer_binding(c);
     hd_rank *k = &h->ranks[b->rank];
@@ -215,7 +215,7 @@ void heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t 
         char b1[32];
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_VA_EXHAUSTED,
                       "allocation %llu of %llu bytes is larger than the heap's va_size (%s); attach with a larger va_size",
-                      (unsigned long long)seq, (unsigned long long)size, human(h->ap.va_size, b1, sizeof b1));
+                      (unsigned long long)seq, (unsigned long long)size, hh_human(h->ap.va_size, b1, sizeof b1));
         return;
     }
     const hd_decision *d;
@@ -256,7 +256,7 @@ void hd_heap_alloc(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Alloc *
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "alloc before attach: attach to a heap first");
         return;
     }
-    heap_alloc_seq(h, c, id, m->seq, m->size);
+    hh_heap_alloc_seq(h, c, id, m->seq, m->size);
 }
 
 /* ---- free -------------------------------------------------------------------- */
@@ -304,7 +304,7 @@ void hd_heap_free(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Free *m)
     }
     for (size_t i = 0; i < m->n_offsets; i++)
         ha_free(h->core, h->ranks[b->rank].lidx, m->offsets[i]);
-    heap_publish(h);
+    hh_heap_publish(h);
     c->out->free(c, id, (uint32_t)m->n_offsets);
 }
 

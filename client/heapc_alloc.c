@@ -1,0 +1,539 @@
+/* heapc_alloc.c - libheapc: the live-offset set, frees (queued, stream-ordered),
+ * collect, alloc. heapc_int.h has the context and its rules. */
+#include "heapc_int.h"
+
+/* ---- live-offset set ------------------------------------------------------
+ * Open addressing, linear probing, backward-shift deletion. Keys are block
+ * offsets; EMPTY marks a free slot (heapc_int.h: the set's struct). */
+
+static size_t ls_hash(uint64_t k, size_t cap)
+{
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ULL;
+    k ^= k >> 33;
+    return (size_t)k & (cap - 1);
+}
+
+static int ls_find(const liveset *s, uint64_t k, size_t *slot)
+{
+    if (!s->cap)
+        return 0;
+    for (size_t i = ls_hash(k, s->cap);; i = (i + 1) & (s->cap - 1)) {
+        if (s->keys[i] == EMPTY)
+            return 0;
+        if (s->keys[i] == k) {
+            *slot = i;
+            return 1;
+        }
+    }
+}
+
+static int ls_grow(liveset *s)
+{
+    size_t ncap = s->cap ? s->cap * 2 : 256;
+    uint64_t *nk = malloc(ncap * sizeof *nk);
+    if (!nk)
+        return -1;
+    for (size_t i = 0; i < ncap; i++)
+        nk[i] = EMPTY;
+    for (size_t i = 0; i < s->cap; i++) {
+        if (s->keys[i] == EMPTY)
+            continue;
+        size_t j = ls_hash(s->keys[i], ncap);
+        while (nk[j] != EMPTY)
+            j = (j + 1) & (ncap - 1);
+        nk[j] = s->keys[i];
+    }
+    free(s->keys);
+    s->keys = nk;
+    s->cap = ncap;
+    return 0;
+}
+
+/* 1 inserted, 0 already there, -1 out of memory. */
+static int ls_insert(liveset *s, uint64_t k)
+{
+    size_t slot;
+    if (ls_find(s, k, &slot))
+        return 0;
+    if ((s->n + 1) * 4 > s->cap * 3 && ls_grow(s) != 0)
+        return -1;
+    size_t i = ls_hash(k, s->cap);
+    while (s->keys[i] != EMPTY)
+        i = (i + 1) & (s->cap - 1);
+    s->keys[i] = k;
+    s->n++;
+    return 1;
+}
+
+static int ls_remove(liveset *s, uint64_t k)
+{
+    size_t i;
+    if (!ls_find(s, k, &i))
+        return 0;
+    size_t mask = s->cap - 1;
+    for (size_t j = (i + 1) & mask; s->keys[j] != EMPTY; j = (j + 1) & mask) {
+        size_t h = ls_hash(s->keys[j], s->cap);
+        /* Move j into the hole at i if j's home is not in (i, j]. */
+        if (((j - h) & mask) >= ((j - i) & mask)) {
+            s->keys[i] = s->keys[j];
+            i = j;
+        }
+    }
+    s->keys[i] = EMPTY;
+    s->n--;
+    return 1;
+}
+
+void hci_ls_clear(liveset *s)
+{
+    free(s->keys);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- device sync -------------------------------------------------------- */
+
+/* The user's sync hook before a collect (heapc_set_device_sync). Without
+ * one there is no device sync at all (issue 18): blocks freed on a stream
+ * wait for their own stream's work (heapc_fence.h). */
+static int device_sync(heapc *c)
+{
+    if (!c->sync_fn)
+        return HEAPC_OK;
+    int rc = c->sync_fn(c->sync_arg);
+    if (rc != 0)
+        return hci_set_err(c, HEAPC_ESYNC,
+                           "the device-sync hook returned %d before a collect on heap %s; the collect "
+                           "was not started: fix the device error, then call heapc_collect again",
+                           rc, c->heap ? c->heap : "?");
+    return HEAPC_OK;
+}
+
+int heapc_set_device_sync(heapc *c, heapc_sync_fn fn, void *arg)
+{
+    pthread_mutex_lock(&c->mu);
+    c->sync_fn = fn;
+    c->sync_arg = arg;
+    int rc = hci_ok(c);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* ---- frees -------------------------------------------------------------- */
+
+int hci_flush_locked(heapc *c)
+{
+    while (c->fq_n > 0) {
+        size_t n = c->fq_n < FREE_BATCH_MAX ? c->fq_n : FREE_BATCH_MAX;
+        Heapd__Free fr = HEAPD__FREE__INIT;
+        fr.n_offsets = n;
+        fr.offsets = c->fq;
+        Heapd__Frame req = HEAPD__FRAME__INIT;
+        req.body_case = HEAPD__FRAME__BODY_FREE;
+        req.free = &fr;
+        Heapd__Frame *rep;
+        hw_frame raw;
+        int rc = hci_rpc(c, &req, HEAPD__FRAME__BODY_FREE_REPLY, &rep, &raw);
+        if (rc != HEAPC_OK) {
+            if (rc != HEAPC_ECONN && rc != HEAPC_ENOREPLY) {
+                /* heapd applied none of the batch (docs/protocol.md: Free): drop
+                 * it, else every later flush fails the same way. */
+                memmove(c->fq, c->fq + n, (c->fq_n - n) * sizeof *c->fq);
+                c->fq_n -= n;
+                char msg[ERRSTR_LEN];
+                snprintf(msg, sizeof msg, "%s", c->errstr);
+                hci_set_err(c, rc, "%s (heapd refused a batch of %zu frees; they were dropped)", msg,
+                            n);
+            }
+            return rc;
+        }
+        hci_rpc_done(rep, &raw);
+        memmove(c->fq, c->fq + n, (c->fq_n - n) * sizeof *c->fq);
+        c->fq_n -= n;
+        c->ctr.free_batches++;
+    }
+    return HEAPC_OK;
+}
+
+/* Appends offsets to the free queue (all or none). */
+static int fq_push(heapc *c, const uint64_t *offs, size_t n)
+{
+    if (c->fq_n + n > c->fq_cap) {
+        size_t ncap = c->fq_cap ? c->fq_cap : 256;
+        while (ncap < c->fq_n + n)
+            ncap *= 2;
+        uint64_t *nq = realloc(c->fq, ncap * sizeof *nq);
+        if (!nq)
+            return hci_set_err(c, HEAPC_EOOM, "out of memory queueing %zu frees", n);
+        c->fq = nq;
+        c->fq_cap = ncap;
+    }
+    memcpy(c->fq + c->fq_n, offs, n * sizeof *offs);
+    c->fq_n += n;
+    return HEAPC_OK;
+}
+
+static int fence_emit(void *data, const uint64_t *offs, size_t n)
+{
+    return fq_push(data, offs, n);
+}
+
+/* The completion source of this context's backend, made on first use. */
+static int fence_start(heapc *c)
+{
+    if (c->fence_on)
+        return HEAPC_OK;
+    hf_source src;
+    if (c->kind == HM_CUDA) {
+        view *v = atomic_load(&c->view);
+        void *ctx = v && c->local_index && c->local_index[v->rank] >= 0
+                        ? c->spaces[c->local_index[v->rank]].ctx
+                        : NULL;
+        char merr[320];
+        if (hf_cuda_source(&src, ctx, merr, sizeof merr) != 0)
+            return hci_set_err(c, HEAPC_EBACKEND, "stream-ordered free on heap %s: %s", c->heap, merr);
+    } else {
+        hf_host_source(&src);
+    }
+    hf_queue_init(&c->fence, src, c->fq_batch);
+    c->fence_on = 1;
+    return HEAPC_OK;
+}
+
+static int fence_fail(heapc *c, int frc, const char *what, const char *merr)
+{
+    if (frc == HF_ENOMEM)
+        return hci_set_err(c, HEAPC_EOOM, "%s on heap %s: %s", what, c->heap, merr);
+    if (frc == HF_EDEVICE)
+        return hci_set_err(c, HEAPC_EBACKEND, "%s on heap %s: %s", what, c->heap, merr);
+    return frc; /* fq_push's error, already set */
+}
+
+/* Closes the open group (its marker) when asked and moves every group whose
+ * stream work completed to the free queue. Never waits for device work
+ * (poll: flush and collect time, a just-recorded marker gets a grace of at
+ * most HF_FRESH_POLL_NS); with no stream-ordered free pending it does nothing
+ * device-related. */
+static int fence_reap(heapc *c, int close, int poll)
+{
+    if (!c->fence_on || c->fence.waiting == 0)
+        return HEAPC_OK;
+    char merr[320] = "";
+    int frc = close ? hf_queue_close(&c->fence, merr, sizeof merr) : HF_OK;
+    if (frc == HF_OK)
+        frc = hf_queue_reap(&c->fence, poll, fence_emit, c, merr, sizeof merr);
+    return frc == HF_OK ? HEAPC_OK : fence_fail(c, frc, "checking freed blocks' streams", merr);
+}
+
+/* Detach: the caller promised no device work still touches the heap, so
+ * every waiting block goes to the free queue without a query. */
+int hci_fence_drain_all(heapc *c)
+{
+    if (!c->fence_on)
+        return HEAPC_OK;
+    hf_queue *q = &c->fence;
+    int rc = q->open.n ? fq_push(c, q->open.offs, q->open.n) : HEAPC_OK;
+    for (size_t i = 0; rc == HEAPC_OK && i < q->nclosed; i++)
+        rc = fq_push(c, q->closed[i].offs, q->closed[i].n);
+    c->ctr.stream_markers += q->markers;
+    hf_queue_destroy(q);
+    c->fence_on = 0;
+    return rc;
+}
+
+static int free_locked(heapc *c, uint64_t offset, void *stream, int on_stream)
+{
+    if (!c->attached)
+        return hci_set_err(c, HEAPC_ESTATE, "heapc_free: not attached to a heap; call heapc_attach");
+    /* The host backend's plain free has no stream to wait for: straight to
+     * the free queue, as before issue 18. */
+    if (!stream && c->kind != HM_CUDA)
+        on_stream = 0;
+    if (on_stream) {
+        int rc = fence_start(c);
+        if (rc != HEAPC_OK)
+            return rc;
+    }
+    int known = ls_remove(&c->live, offset);
+    if (!known && c->live_complete)
+        return hci_set_err(c, HEAPC_ENOTHELD,
+                           "heapc_free: offset %" PRIu64 " (0x%" PRIx64 ") is not a block rank %" PRIu32
+                           " holds in heap %s: it was already freed or never allocated here; free "
+                           "each offset heapc_alloc returned exactly once",
+                           offset, offset, atomic_load(&c->view)->rank, c->heap);
+    if (!known) {
+        /* Not allocated through this attach (the rank re-attached): only heapd
+         * knows whether the rank holds it. Send it alone, now, so that heapd's
+         * verdict is about this offset and comes back from this call. */
+        Heapd__Free fr = HEAPD__FREE__INIT;
+        fr.n_offsets = 1;
+        fr.offsets = &offset;
+        Heapd__Frame req = HEAPD__FRAME__INIT;
+        req.body_case = HEAPD__FRAME__BODY_FREE;
+        req.free = &fr;
+        Heapd__Frame *rep;
+        hw_frame raw;
+        int rc = hci_rpc(c, &req, HEAPD__FRAME__BODY_FREE_REPLY, &rep, &raw);
+        if (rc != HEAPC_OK)
+            return rc;
+        hci_rpc_done(rep, &raw);
+        c->ctr.frees++;
+        c->ctr.free_batches++;
+        return hci_ok(c);
+    }
+    if (on_stream) {
+        char merr[320] = "";
+        uint64_t markers = c->fence.markers;
+        int frc = hf_queue_add(&c->fence, stream, offset, merr, sizeof merr);
+        if (frc != HF_OK) {
+            ls_insert(&c->live, offset);
+            return fence_fail(c, frc, "heapc_free_async", merr);
+        }
+        c->ctr.frees++;
+        if (c->fence.markers != markers) { /* a group closed: see what completed */
+            int rc = fence_reap(c, 0, 0);
+            if (rc != HEAPC_OK)
+                return rc;
+        }
+    } else {
+        if (fq_push(c, &offset, 1) != HEAPC_OK) {
+            ls_insert(&c->live, offset);
+            return hci_set_err(c, HEAPC_EOOM, "heapc_free: out of memory queueing offset %" PRIu64,
+                               offset);
+        }
+        c->ctr.frees++;
+    }
+    if (c->fq_n >= c->fq_batch) {
+        int rc = hci_flush_locked(c);
+        if (rc != HEAPC_OK)
+            return rc;
+    }
+    return hci_ok(c);
+}
+
+int heapc_free(heapc *c, uint64_t offset)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = free_locked(c, offset, NULL, 1);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int heapc_free_async(heapc *c, uint64_t offset, void *stream)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = free_locked(c, offset, stream, 1);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int heapc_free_ptr(heapc *c, void *ptr)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc;
+    view *v = atomic_load_explicit(&c->view, memory_order_acquire);
+    uint64_t m = atomic_load_explicit(&c->mapped, memory_order_acquire);
+    if (!c->attached || !v) {
+        rc = hci_set_err(c, HEAPC_ESTATE, "heapc_free_ptr: not attached to a heap; call heapc_attach");
+    } else {
+        uintptr_t base = (uintptr_t)v->bases[v->rank], p = (uintptr_t)ptr;
+        if (p < base || p - base >= m)
+            rc = hci_set_err(c, HEAPC_EINVAL,
+                             "heapc_free_ptr: %p is not in this rank's copy of heap %s "
+                             "[%p, +%" PRIu64 "); pass a pointer heapc_alloc returned",
+                         ptr, c->heap, (void *)base, m);
+        else
+            rc = free_locked(c, (uint64_t)(p - base), NULL, 1);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int heapc_set_free_batch(heapc *c, size_t n)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc;
+    if (n == 0 || n > FREE_BATCH_MAX) {
+        rc = hci_set_err(c, HEAPC_EINVAL, "heapc_set_free_batch: %zu is not in 1..%u", n,
+                         FREE_BATCH_MAX);
+    } else {
+        c->fq_batch = n;
+        if (c->fence_on)
+            c->fence.batch = n;
+        rc = c->fq_n >= n && c->attached ? hci_flush_locked(c) : HEAPC_OK;
+        if (rc == HEAPC_OK)
+            hci_ok(c);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int heapc_flush(heapc *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc;
+    if (!c->attached)
+        rc = hci_set_err(c, HEAPC_ESTATE, "heapc_flush: not attached to a heap; call heapc_attach");
+    else if ((rc = fence_reap(c, 1, 1)) == HEAPC_OK && (rc = hci_flush_locked(c)) == HEAPC_OK)
+        hci_ok(c);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* ---- collect ------------------------------------------------------------ */
+
+static int collect_locked(heapc *c)
+{
+    /* Issue 18: no device-wide wait by default. Blocks freed on a stream go
+     * to heapd only once their stream's work completed (an event query, no
+     * wait); the others wait for a later flush or collect. With a sync hook
+     * the markers are recorded first, so that the hook's sync completes
+     * them. */
+    int rc = HEAPC_OK;
+    if (c->fence_on && c->fence.open.n) {
+        char merr[320] = "";
+        int frc = hf_queue_close(&c->fence, merr, sizeof merr);
+        if (frc != HF_OK)
+            return fence_fail(c, frc, "closing the frees' group before a collect", merr);
+    }
+    if (c->sync_fn) {
+        rc = device_sync(c);
+        if (rc != HEAPC_OK)
+            return rc;
+    } else if (c->kind == HM_CUDA || (c->fence_on && c->fence.waiting)) {
+        c->ctr.device_waits_avoided++;
+    }
+    rc = fence_reap(c, 0, 1);
+    if (rc != HEAPC_OK)
+        return rc;
+    rc = hci_flush_locked(c);
+    if (rc != HEAPC_OK)
+        return rc;
+    Heapd__Collect co = HEAPD__COLLECT__INIT;
+    co.seq = c->next_seq;
+    co.stream_waiting = c->fence_on ? c->fence.waiting : 0;
+    co.device_waits_avoided = c->ctr.device_waits_avoided;
+    Heapd__Frame req = HEAPD__FRAME__INIT;
+    req.body_case = HEAPD__FRAME__BODY_COLLECT;
+    req.collect = &co;
+    Heapd__Frame *rep;
+    hw_frame raw;
+    rc = hci_rpc(c, &req, HEAPD__FRAME__BODY_COLLECT_REPLY, &rep, &raw);
+    if (rc != HEAPC_OK)
+        return rc;
+    if (rep->collect_reply) {
+        c->ctr.heap_collects = rep->collect_reply->collects;
+        c->ctr.last_reclaimed_blocks = rep->collect_reply->reclaimed_blocks;
+        c->ctr.last_reclaimed_bytes = rep->collect_reply->reclaimed_bytes;
+    }
+    c->ctr.collects++;
+    hci_rpc_done(rep, &raw);
+    return HEAPC_OK;
+}
+
+int heapc_collect(heapc *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc;
+    if (!c->attached)
+        rc = hci_set_err(c, HEAPC_ESTATE, "heapc_collect: not attached to a heap; call heapc_attach");
+    else if ((rc = collect_locked(c)) == HEAPC_OK)
+        hci_ok(c);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* ---- alloc -------------------------------------------------------------- */
+
+static int alloc_locked(heapc *c, size_t size, void **ptr, uint64_t *offset)
+{
+    if (!c->attached)
+        return hci_set_err(c, HEAPC_ESTATE, "heapc_alloc: not attached to a heap; call heapc_attach");
+    if (size == 0)
+        return hci_set_err(c, HEAPC_EINVAL, "heapc_alloc: size 0; ask for at least one byte");
+    view *v = atomic_load_explicit(&c->view, memory_order_relaxed);
+    for (int round = 0;; round++) {
+        if (round >= ALLOC_MAX_ROUNDS)
+            return hci_set_err(c, HEAPC_EPROTOCOL,
+                               "heapd answered collect_needed %d times in a row to allocation %" PRIu64
+                               " of heap %s; report this heapd bug",
+                               round, c->next_seq, c->heap);
+        Heapd__Alloc al = HEAPD__ALLOC__INIT;
+        al.seq = c->next_seq;
+        al.size = size;
+        Heapd__Frame req = HEAPD__FRAME__INIT;
+        req.body_case = HEAPD__FRAME__BODY_ALLOC;
+        req.alloc = &al;
+        Heapd__Frame *rep;
+        hw_frame raw;
+        int rc = hci_rpc(c, &req, HEAPD__FRAME__BODY_ALLOC_REPLY, &rep, &raw);
+        if (rc != HEAPC_OK)
+            return rc;
+        Heapd__AllocReply *ar = rep->alloc_reply;
+        if (!ar) {
+            hci_rpc_done(rep, &raw);
+            return hci_set_err(c, HEAPC_EPROTOCOL, "heapd sent an empty AllocReply");
+        }
+        if (ar->collect_needed) {
+            hci_rpc_done(rep, &raw);
+            rc = collect_locked(c);
+            if (rc != HEAPC_OK)
+                return rc;
+            c->ctr.collects_needed++;
+            continue;
+        }
+        /* heapd made allocation next_seq: from here on it counts. */
+        uint64_t off = ar->offset;
+        c->next_seq++;
+        c->ctr.allocs++;
+        int ins = ls_insert(&c->live, off);
+        if (offset)
+            *offset = off;
+        if (ptr)
+            *ptr = NULL;
+        rc = hci_map_chunks(c, v, ar->new_chunks, ar->n_new_chunks, &raw);
+        if (rc == HEAPC_OK && ar->mapped)
+            rc = hci_publish_extent(c, v, ar->mapped, 0);
+        uint64_t m = atomic_load_explicit(&c->mapped, memory_order_relaxed);
+        if (rc == HEAPC_OK && (off >= m || size > m - off))
+            rc = hci_set_err(c, HEAPC_EPROTOCOL,
+                             "heapd placed allocation %" PRIu64 " (%zu bytes) at offset %" PRIu64
+                             ", beyond the %" PRIu64 " bytes it sent chunks for; report this heapd bug",
+                             c->next_seq - 1, size, off, m);
+        if (rc != HEAPC_OK) {
+            int keep = c->err;
+            char msg[ERRSTR_LEN];
+            snprintf(msg, sizeof msg, "%s", c->errstr);
+            hci_set_err(c, keep == HEAPC_EOOM ? HEAPC_EOOM : HEAPC_EMAP,
+                        "allocation %" PRIu64 " of heap %s was made at offset %" PRIu64
+                        " but is not usable here: %s (free it; detach and attach again to remap)",
+                        c->next_seq - 1, c->heap, off, msg);
+            hci_rpc_done(rep, &raw);
+            return c->err;
+        }
+        hci_rpc_done(rep, &raw);
+        if (ins == 0)
+            return hci_set_err(c, HEAPC_EPROTOCOL,
+                               "heapd handed out offset %" PRIu64 " for allocation %" PRIu64
+                               " of heap %s while rank %" PRIu32 " still holds it; report this heapd "
+                               "bug",
+                               off, c->next_seq - 1, c->heap, v->rank);
+        if (ins < 0)
+            c->live_complete = 0; /* cannot track it: let heapd check frees */
+        if (ptr)
+            *ptr = v->bases[v->rank] + off;
+        return HEAPC_OK;
+    }
+}
+
+int heapc_alloc(heapc *c, size_t size, void **ptr, uint64_t *offset)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = alloc_locked(c, size, ptr, offset);
+    if (rc == HEAPC_OK)
+        hci_ok(c);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}

@@ -1,0 +1,150 @@
+/* heapc_int.h - libheapc's private header: the context (struct heapc) with its
+ * invariants and locking rules, and the functions the libheapc files share
+ * (prefix hci_, "heapc internal"; not exported: the objects are built with
+ * hidden visibility). The files: heapc.c (errors, the connection and hci_rpc,
+ * the one request/reply path), heapc_attach.c (attach, mapping, detach),
+ * heapc_env.c (heapc_attach_env), heapc_alloc.c (live set, frees, collect,
+ * alloc), heapc_stats.c (lookups, status page, counters, admin requests). */
+#ifndef HEAPC_INT_H
+#define HEAPC_INT_H
+
+#include "heapc.h"
+#include "heapc_map.h"
+#include "heapc_cuda.h"
+#include "heapc_fence.h"
+#include "heapc_ring.h"
+#include "ring.h"
+#include "wire.h"
+#include "status.h"
+#include "heapd.pb-c.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define ERRSTR_LEN 512
+#define FREE_BATCH_DEFAULT 1024u
+#define FREE_BATCH_MAX 65536u   /* 65536 varints of <= 10 bytes: far below HW_FRAME_MAX */
+#define ALLOC_MAX_ROUNDS 8      /* collect_needed answers tolerated for one allocation */
+
+/* ---- live-offset set ------------------------------------------------------
+ * Open addressing, linear probing, backward-shift deletion. Keys are block
+ * offsets; EMPTY marks a free slot (no block starts at UINT64_MAX). */
+#define EMPTY UINT64_MAX
+
+typedef struct liveset {
+    uint64_t *keys;
+    size_t cap, n;   /* cap: power of two or 0 */
+} liveset;
+
+/* ---- context ----------------------------------------------------------- */
+
+/* Immutable while attached; published with the release store of c->view. */
+typedef struct view {
+    uint32_t rank, world;
+    uint32_t nlocal;
+    uint32_t *local;       /* ascending */
+    char **bases;          /* [world]: base of rank q's copy, NULL when not local */
+} view;
+
+/*
+ * The context (heapc.h: heapc). Invariants and locking rules:
+ * - `mu` guards every field below except `view`, `mapped` and `status_page`;
+ *   each public function that touches them takes it (the *_locked helpers and
+ *   every hci_* function expect it held). The lock-free lookups (heapc_ptr,
+ *   heapc_peer_ptr, heapc_mapped, heapc_status...) read only those three
+ *   atomics, and heapc_heap_name reads `attached` and `heap`, which change
+ *   only at attach and detach (heapc.h: those calls must not race with
+ *   them). `view` is published with a release store once complete and is
+ *   immutable until hci_teardown swaps it out; `mapped` only grows while
+ *   attached, and every chunk below it is mapped for every local rank.
+ * - fd < 0 <=> the connection is gone; dead_msg says why, and every request
+ *   fails with it. hci_rpc is the only place that talks to heapd.
+ * - attached <=> heap, view, spaces and local_index are set (spaces[i] is the
+ *   address space of view->local[i]; local_index is its inverse);
+ *   next_seq is the number of this rank's allocations heapd decided.
+ * - live_complete => `live` holds every live block of this rank (frees of
+ *   other offsets are refused here); fq holds queued frees (fq_n <= fq_cap).
+ * - fence_on <=> `fence` and its completion source exist (made on the first
+ *   stream-ordered free, gone at detach or teardown).
+ * - err/errstr: the last call's result (HEAPC_OK and "" after a success).
+ */
+struct heapc {
+    int err;
+    char errstr[ERRSTR_LEN];
+
+    pthread_mutex_t mu;
+    int fd;                    /* -1 once the connection is gone */
+    char dead_msg[ERRSTR_LEN]; /* why the connection is gone */
+    hw_reader rd;
+    uint64_t next_id;
+    int timeout_ms;
+    char *socket_path;
+    char server[128];
+    char backend[32];
+
+    /* attach state */
+    int attached;
+    char *heap;
+    heapc_params params;       /* effective; params.device_uuid -> uuid */
+    char uuid[64];
+    hm_kind kind;
+    hm_space *spaces;          /* [nlocal], same order as view->local */
+    int32_t *local_index;      /* [world]: index into spaces, -1 when not local */
+    _Atomic(view *) view;
+    _Atomic uint64_t mapped;
+    uint64_t next_seq;
+    int status_fd;
+    _Atomic(const hs_page *) status_page; /* mapped read-only, or NULL */
+
+    liveset live;
+    int live_complete;         /* every live block of this rank is in `live` */
+    uint64_t *fq;              /* queued frees */
+    size_t fq_n, fq_cap, fq_batch;
+    /* Stream-ordered frees (issue 18): blocks freed on a stream whose work
+     * may not have completed; they join fq once it has (heapc_fence.h).
+     * fence_on: the queue and its completion source exist. */
+    int fence_on;
+    hf_queue fence;
+
+    heapc_sync_fn sync_fn;
+    void *sync_arg;
+    heapc_counters ctr;
+
+    /* Issue 16: Alloc, Free and Collect go through ring when set
+     * (heapc_ring.h); ring_want: HEAPC_TRANSPORT allows one. */
+    hcr_ring *ring;
+    int ring_want;
+};
+
+/* heapc.c: the result of a call, and the one request/reply path. */
+int hci_set_err(heapc *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int hci_ok(heapc *c);
+int hci_rpc(heapc *c, Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__Frame **rep,
+            hw_frame *raw);
+void hci_rpc_done(Heapd__Frame *rep, hw_frame *raw);
+/* Issue 16: asks heapd for a request ring after an attach (nlocal: the
+ * node's ranks of the heap); without one the socket carries everything. */
+void hci_ring_setup(heapc *c, uint32_t nlocal);
+
+/* heapc_attach.c */
+void hci_teardown(heapc *c);
+int hci_map_chunks(heapc *c, const view *v, Heapd__ChunkRef **refs, size_t n, const hw_frame *raw);
+int hci_publish_extent(heapc *c, const view *v, uint64_t mapped, int strict);
+int hci_attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world,
+                      const heapc_params *p);
+
+/* heapc_alloc.c */
+void hci_ls_clear(liveset *s);
+int hci_flush_locked(heapc *c);
+int hci_fence_drain_all(heapc *c);
+
+#endif
