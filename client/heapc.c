@@ -195,14 +195,52 @@ static int rpc_recv(heapc *c, const Heapd__Frame *req, Heapd__Frame **m, hw_fram
     return HEAPC_OK;
 }
 
-/* Issue 16: rpc, steps 1 and 2 through the ring (heapc_ring.h) for Alloc,
- * Free and Collect when the connection has one and the request fits a
- * slot. *used: it went through the ring; then *got: the reply came in the
- * ring, decoded into *m (else it comes on the socket: heapd said so, or
- * the socket has something to read). */
-static int rpc_ring(heapc *c, Heapd__Frame *req, int *used, int *got, Heapd__Frame **m, hw_frame *f)
+/* Issue 16: rpc through the ring. ring.used: 0 the socket carries the
+ * request; RING_REPLY_SOCKET the reply comes on the socket (heapd said so);
+ * RING_MAYBE the socket had something to read while the reply may still
+ * come in the ring (after a frame that is not the reply, wait on the ring
+ * again). */
+#define RING_REPLY_SOCKET 1
+#define RING_MAYBE 2
+typedef struct rpc_ring_state {
+    int used, got;
+    char werr[256];
+} rpc_ring_state;
+
+/* What hcr_call or hcr_wait returned (rc), into st; *m: the ring's reply
+ * when st->got. */
+static int rpc_ring_result(heapc *c, Heapd__Frame *req, int rc, rpc_ring_state *st, Heapd__Frame **m,
+                           hw_frame *f)
 {
-    *used = *got = 0;
+    st->got = 0;
+    if (rc == HCR_TIMEOUT)
+        return conn_dead(c, HEAPC_ENOREPLY,
+                         "no reply from heapd to %s within %d ms on the request ring; the connection "
+                         "was closed because its state is unknown: connect and attach again",
+                         body_name(req->body_case), c->timeout_ms);
+    if (rc == HCR_EPROTO)
+        return conn_dead(c, HEAPC_EPROTOCOL, "%s; the connection was closed: connect again", st->werr);
+    if (rc == HCR_SOCKET || rc == HCR_READABLE) {
+        st->used = rc == HCR_READABLE ? RING_MAYBE : RING_REPLY_SOCKET;
+        return HEAPC_OK;
+    }
+    *m = heapd__frame__unpack(NULL, f->len, f->data);
+    if (!*m) {
+        hw_frame_free(f);
+        return conn_dead(c, HEAPC_EPROTOCOL,
+                         "heapd's reply to %s on the request ring is not a valid heapd.Frame; libheapc "
+                         "and heapd do not speak the same protocol: check their versions",
+                         body_name(req->body_case));
+    }
+    st->got = 1;
+    return HEAPC_OK;
+}
+
+/* Posts req through the ring when the connection has one, req is an Alloc,
+ * Free or Collect and fits a slot (else st->used stays 0), and waits. */
+static int rpc_ring(heapc *c, Heapd__Frame *req, rpc_ring_state *st, Heapd__Frame **m, hw_frame *f)
+{
+    st->used = st->got = 0;
     if (!c->ring || (req->body_case != HEAPD__FRAME__BODY_ALLOC && req->body_case != HEAPD__FRAME__BODY_FREE &&
                      req->body_case != HEAPD__FRAME__BODY_COLLECT))
         return HEAPC_OK;
@@ -212,29 +250,10 @@ static int rpc_ring(heapc *c, Heapd__Frame *req, int *used, int *got, Heapd__Fra
     if (len > hcr_payload_max(c->ring) || len > sizeof buf)
         return HEAPC_OK; /* too large for a slot: the socket */
     c->next_id++;
-    *used = 1;
+    st->used = RING_REPLY_SOCKET;
     heapd__frame__pack(req, buf);
-    char werr[256];
-    int rc = hcr_call(c->ring, c->fd, req->id, buf, len, c->timeout_ms, f, werr, sizeof werr);
-    if (rc == HCR_TIMEOUT)
-        return conn_dead(c, HEAPC_ENOREPLY,
-                         "no reply from heapd to %s within %d ms on the request ring; the connection "
-                         "was closed because its state is unknown: connect and attach again",
-                         body_name(req->body_case), c->timeout_ms);
-    if (rc == HCR_EPROTO)
-        return conn_dead(c, HEAPC_EPROTOCOL, "%s; the connection was closed: connect again", werr);
-    if (rc == HCR_SOCKET)
-        return HEAPC_OK;
-    *m = heapd__frame__unpack(NULL, f->len, f->data);
-    if (!*m) {
-        hw_frame_free(f);
-        return conn_dead(c, HEAPC_EPROTOCOL,
-                         "heapd's reply to %s on the request ring is not a valid heapd.Frame; libheapc "
-                         "and heapd do not speak the same protocol: check their versions",
-                         body_name(req->body_case));
-    }
-    *got = 1;
-    return HEAPC_OK;
+    int rc = hcr_call(c->ring, c->fd, req->id, buf, len, c->timeout_ms, f, st->werr, sizeof st->werr);
+    return rpc_ring_result(c, req, rc, st, m, f);
 }
 
 #define RPC_STALE 1 /* rpc_check: a reply to an earlier request, not ours */
@@ -293,18 +312,26 @@ int hci_rpc(heapc *c, Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__Fra
         return hci_set_err(c, HEAPC_ECONN, "%s", c->dead_msg);
     Heapd__Frame *m;
     hw_frame f;
-    int used, got;
-    int rc = rpc_ring(c, req, &used, &got, &m, &f);
-    if (rc == HEAPC_OK && !used)
+    rpc_ring_state st;
+    int rc = rpc_ring(c, req, &st, &m, &f);
+    if (rc == HEAPC_OK && !st.used)
         rc = rpc_send(c, req);
     if (rc != HEAPC_OK)
         return rc;
     for (;;) {
-        if (got)
-            got = 0; /* the ring's reply: checked like a socket frame */
+        if (st.got)
+            st.got = 0; /* the ring's reply: checked like a socket frame */
         else if ((rc = rpc_recv(c, req, &m, &f)) != HEAPC_OK)
             return rc;
         rc = rpc_check(c, req, want, m, &f);
+        if (rc == RPC_STALE && st.used == RING_MAYBE) {
+            /* Not the reply: it may still come in the ring. */
+            rc = rpc_ring_result(c, req, hcr_wait(c->ring, c->fd, req->id, c->timeout_ms, &f, st.werr,
+                                                  sizeof st.werr), &st, &m, &f);
+            if (rc != HEAPC_OK)
+                return rc;
+            continue;
+        }
         if (rc == RPC_STALE)
             continue;
         if (rc != HEAPC_OK)

@@ -171,7 +171,14 @@ int hcr_call(hcr_ring *r, int sock, uint64_t id, const void *req, size_t len, in
         ssize_t w = write(r->doorbell, &one, sizeof one);
         (void)w; /* a full counter (EAGAIN) rings as well */
     }
-    int sock_reply = 0, rc;
+    return hcr_wait(r, sock, id, timeout_ms, out, why, whylen);
+}
+
+int hcr_wait(hcr_ring *r, int sock, uint64_t id, int timeout_ms, hw_frame *out, char *why, size_t whylen)
+{
+    hr_header *h = r->mem;
+    uint64_t s = r->s - 1;
+    int sock_reply = 0, readable = 0, rc;
     uint64_t t0 = r->spin_ns ? now_ns() : 0;
     if (r->spin_ns) {
         for (unsigned i = 0;; i++) {
@@ -206,7 +213,7 @@ int hcr_call(hcr_ring *r, int sock, uint64_t id, const void *req, size_t len, in
             break;
         struct pollfd p = {.fd = sock, .events = POLLIN};
         if (poll(&p, 1, 0) > 0) {
-            sock_reply = 1; /* heapd's last words, an answer with fds, or a hang-up */
+            readable = 1; /* heapd's last words, a frame with fds, or a hang-up */
             rc = HR_OK;
             break;
         }
@@ -220,5 +227,5 @@ int hcr_call(hcr_ring *r, int sock, uint64_t id, const void *req, size_t len, in
 done:
     if (rc != HR_OK)
         return HCR_EPROTO;
-    return sock_reply ? HCR_SOCKET : HCR_REPLY;
+    return readable ? HCR_READABLE : sock_reply ? HCR_SOCKET : HCR_REPLY;
 }

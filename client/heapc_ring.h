@@ -26,7 +26,9 @@ typedef struct hcr_ring hcr_ring;
 
 /* Results of hcr_call. */
 #define HCR_REPLY 0     /* *out holds the reply frame (no fds) */
-#define HCR_SOCKET 1    /* read the reply from the socket */
+#define HCR_SOCKET 1    /* heapd said: the reply comes on the socket */
+#define HCR_READABLE 3  /* the socket has something to read (or hung up): read it, then
+                         * hcr_wait again unless it was the reply */
 #define HCR_TIMEOUT 2   /* nothing within timeout_ms */
 #define HCR_EPROTO (-1) /* the ring broke its invariants (why says how) */
 
@@ -43,6 +45,9 @@ size_t hcr_payload_max(const hcr_ring *r);
  * answer (timeout_ms < 0: no limit), watching socket `sock`. */
 int hcr_call(hcr_ring *r, int sock, uint64_t id, const void *req, size_t len, int timeout_ms, hw_frame *out,
              char *why, size_t whylen);
+/* Waits again for the answer to the last request hcr_call posted (after
+ * HCR_READABLE and a frame on the socket that was not its reply). */
+int hcr_wait(hcr_ring *r, int sock, uint64_t id, int timeout_ms, hw_frame *out, char *why, size_t whylen);
 /* Tests only (tests/prog_ring.c scribbles): the request slot the next call
  * would use, with its number in *s; that number is then skipped, so the
  * next call posts behind whatever the test writes there. */

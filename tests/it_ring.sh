@@ -84,8 +84,10 @@ waitfiles() { # waitfiles FILE...: until each exists; 300 s at most
 }
 waitfutex() { # waitfutex PID: until PID sleeps in a futex wait (its ring request is posted); 60 s at most
     n=0
-    while ! grep -q futex "/proc/$1/wchan" 2>/dev/null && [ $n -lt 1200 ]; do sleep 0.05; n=$((n + 1)); done
-    grep -q futex "/proc/$1/wchan" 2>/dev/null && return 0
+    while [ $n -lt 1200 ]; do
+        grep -q futex "/proc/$1/wchan" 2>/dev/null && return 0
+        sleep 0.05; n=$((n + 1))
+    done
     echo "waitfutex: pid $1 waits in $(cat "/proc/$1/wchan" 2>/dev/null || echo '(gone)')"
     return 1
 }
