@@ -99,9 +99,12 @@ REAL_LDLIBS = $(LDLIBS) $(PKG_LIBS) -ldl -lpthread -lm
 PROTO_C   := $(BUILD)/proto/heapd.pb-c.c
 PROTO_H   := $(BUILD)/proto/heapd.pb-c.h
 COMMON_SRC := $(wildcard common/*.c)
-# Programs: one file each; everything else in daemon/ is the daemon library.
+# Programs: heapd one file, heapsim its heapsim*.c files; everything else in
+# daemon/ is the daemon library (the allocator core daemon/alloc*.c in it,
+# which heapsim, the tests, the benches and the alloc fuzzer link).
 DAEMON_MAINS := daemon/heapd.c daemon/heapsim.c
-DAEMON_SRC := $(filter-out $(DAEMON_MAINS),$(wildcard daemon/*.c daemon/heap/*.c))
+HEAPSIM_SRC := $(wildcard daemon/heapsim*.c)
+DAEMON_SRC := $(filter-out $(DAEMON_MAINS) $(HEAPSIM_SRC),$(wildcard daemon/*.c daemon/heap/*.c))
 CLIENT_MAINS := client/heapctl.c
 HEAPCTL_SRC := client/heapctl_prom.c   # heapctl's other files (not libheapc)
 CLIENT_PRELOAD_SRC := client/heapc_nccl_preload.c
@@ -143,7 +146,7 @@ EXAMPLES   := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRC))
 # the same objects. `nm -D --defined-only` lists heapc_* / hnccl_* only.
 $(CLIENT_OBJ) $(CLIENT_NCCL_OBJ) $(COMMON_OBJ): VISIBILITY := -fvisibility=hidden
 
-ALL_OBJ := $(COMMON_OBJ) $(DAEMON_OBJ) $(CLIENT_OBJ) $(CLIENT_NCCL_OBJ) $(call obj,$(CLIENT_PRELOAD_SRC) $(CLIENT_TORCH_SRC) $(NCCL_STUB_SRC)) $(call obj,$(DAEMON_MAINS) $(CLIENT_MAINS) $(TEST_SRC) $(TPROG_SRC) $(BENCH_SRC) $(EXAMPLE_SRC))
+ALL_OBJ := $(COMMON_OBJ) $(DAEMON_OBJ) $(CLIENT_OBJ) $(CLIENT_NCCL_OBJ) $(call obj,$(CLIENT_PRELOAD_SRC) $(CLIENT_TORCH_SRC) $(NCCL_STUB_SRC)) $(call obj,$(DAEMON_MAINS) $(HEAPSIM_SRC) $(CLIENT_MAINS) $(TEST_SRC) $(TPROG_SRC) $(BENCH_SRC) $(EXAMPLE_SRC))
 
 # Keep intermediate files (the generated protobuf sources) between runs.
 .SECONDARY:
@@ -211,7 +214,10 @@ $(BUILD)/tests/nccl_stub/libnccl.so.2: $(BUILD)/obj/tests/nccl_stub/nccl_stub.o
 $(BUILD)/tests/nccl_stub/libnccl_user.so: $(BUILD)/obj/tests/nccl_stub/nccl_user.o $(BUILD)/tests/nccl_stub/libnccl.so.2
 	$(call say,LD,$@)$(CC) -shared $(REAL_LDFLAGS) -o $@ $< -L$(dir $@) -l:libnccl.so.2 -Wl,-rpath,'$$ORIGIN' -Wl,--enable-new-dtags
 
-$(BUILD)/heapd $(BUILD)/heapsim: $(BUILD)/%: $(BUILD)/obj/daemon/%.o $(LIBHEAPD)
+$(BUILD)/heapd: $(BUILD)/%: $(BUILD)/obj/daemon/%.o $(LIBHEAPD)
+	$(call say,LD,$@)$(CC) $(REAL_LDFLAGS) -o $@ $^ $(REAL_LDLIBS)
+
+$(BUILD)/heapsim: $(call obj,$(HEAPSIM_SRC)) $(LIBHEAPD)
 	$(call say,LD,$@)$(CC) $(REAL_LDFLAGS) -o $@ $^ $(REAL_LDLIBS)
 
 $(BUILD)/heapctl: $(BUILD)/obj/client/heapctl.o $(call obj,$(HEAPCTL_SRC)) $(LIBHEAPC_A)

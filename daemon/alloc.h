@@ -187,7 +187,7 @@ void ha_rank_stats(const ha_heap *h, uint32_t rank, uint64_t *held_bytes,
 /* Bytes of bookkeeping memory the heap uses (for benchmarks). */
 size_t ha_memory_usage(const ha_heap *h);
 
-/* Checks every invariant written above the structs in alloc.c: blocks and
+/* Checks every invariant written above the structs in alloc_int.h: blocks and
  * free space tile [0, mapped) with no overlap, free structures consistent,
  * counters equal to what they count. O(blocks + free blocks). Returns HA_OK
  * or HA_EINVAL with the first violation in err. Debug builds (HEAPD_DEBUG)

@@ -7,7 +7,7 @@
  * format is in usage() below. Exit status: 0 done, 1 an allocation failed
  * (or out of memory), 2 a usage error or a bad trace line.
  */
-#include "alloc.h"
+#include "heapsim.h"
 #include "size.h"
 
 #include <errno.h>
@@ -62,21 +62,7 @@ static void usage(FILE *f)
             MAX_ID_LEN);
 }
 
-/* ---- ID map: open addressing, linear probing, backward-shift delete ---- */
-
-typedef struct id_entry {
-    char *key;        /* NULL: empty slot */
-    uint64_t hash;
-    uint64_t offset;
-    uint64_t size;    /* block size handed out */
-    uint32_t holders; /* ranks that still hold the block */
-} id_entry;
-
-typedef struct id_map {
-    id_entry *slots;
-    size_t cap; /* power of two */
-    size_t len;
-} id_map;
+/* ---- ID map ---------------------------------------------------------------- */
 
 static uint64_t hash_str(const char *s)
 {
@@ -179,26 +165,6 @@ static void idmap_remove(id_map *m, id_entry *e)
 
 /* ---- the replay --------------------------------------------------------- */
 
-typedef struct sim {
-    const char *name; /* trace name for messages */
-    unsigned long line;
-    int offsets;
-    ha_policy policy;
-    ha_heap *heap;
-    uint32_t ranks;
-    id_map ids;
-    uint64_t triggered; /* collects ha_alloc asked for */
-    uint64_t empty;     /* collects that reclaimed nothing */
-    /* The overlap checker, independent of the allocator core: one bit per
-     * min_block of the blocks handed out and not yet reclaimed (a block
-     * every rank freed is reclaimed at the next collect). */
-    uint64_t unit;      /* min_block */
-    uint64_t *occ;      /* occupancy bits */
-    size_t occ_words;
-    uint64_t *rel;      /* (offset, size) pairs every rank freed since the last collect */
-    size_t nrel, caprel;
-    uint64_t overlaps;
-} sim;
 
 /* A bad trace line: message, exit status 2. */
 static int bad_line(const sim *s, const char *fmt, ...)
@@ -224,7 +190,7 @@ static int failed_at(const sim *s, const char *fmt, ...)
     return 1;
 }
 
-static int parse_dec_u64(const char *t, uint64_t *out)
+int sim_parse_u64(const char *t, uint64_t *out)
 {
     if (*t < '0' || *t > '9')
         return -1;
@@ -288,7 +254,7 @@ static int do_heap(sim *s, char **tok, int n)
         uint64_t *dst = NULL, r64 = 0;
         if (strcmp(k, "ranks") == 0) {
             have = &have_ranks;
-            if (parse_dec_u64(v, &r64) != 0 || r64 == 0 || r64 > HA_MAX_RANKS)
+            if (sim_parse_u64(v, &r64) != 0 || r64 == 0 || r64 > HA_MAX_RANKS)
                 return bad_line(s, "ranks=%s: give a whole number of ranks from 1 to %u", v,
                                 HA_MAX_RANKS);
             p.ranks = (uint32_t)r64;
@@ -501,7 +467,7 @@ static int do_free(sim *s, char **tok, int n)
                 return rc;
     } else {
         uint64_t r;
-        if (parse_dec_u64(tok[1], &r) != 0)
+        if (sim_parse_u64(tok[1], &r) != 0)
             return bad_line(s, "'%s' is not a rank: write a rank number or *", tok[1]);
         if (r >= s->ranks)
             return bad_line(s, "rank %s is out of range: the heap has %" PRIu32
@@ -577,7 +543,7 @@ static int replay(sim *s, FILE *in)
     return rc;
 }
 
-static void print_summary(const sim *s)
+void sim_print_summary(const sim *s)
 {
     ha_stats st;
     ha_get_stats(s->heap, &st);
@@ -590,7 +556,7 @@ static void print_summary(const sim *s)
            st.collects_skipped);
 }
 
-static void sim_free(sim *s)
+void sim_free(sim *s)
 {
     idmap_free(&s->ids);
     if (s->heap)
@@ -600,7 +566,7 @@ static void sim_free(sim *s)
 }
 
 /* Replays the trace at path ("-": stdin) into s (fresh, policy set). */
-static int replay_path(sim *s, const char *path)
+int sim_replay_path(sim *s, const char *path)
 {
     FILE *in = stdin;
     s->name = "<stdin>";
@@ -626,289 +592,47 @@ static int replay_path(sim *s, const char *path)
     return rc;
 }
 
-/* ---- --generate: random multi-rank traces --------------------------------
- *
- * One trace per seed, a pure function of the seed (splitmix64): 2-8 ranks,
- * chunk 16-256 MiB, initial extent one chunk to 256 MiB, min_block 512 or
- * 4 KiB, 1,000-3,000 allocations of 1 byte to 64 KiB..256 MiB (log-uniform,
- * a few near the maximum), a mix of scratch blocks (dead after 1-32
- * allocations) and long-lived ones (50 allocations to the end of the trace,
- * bounded in bytes), every rank freeing each dead block at its own random
- * delay (0-15 allocations), and sometimes explicit collects. */
-
-typedef struct gen_ev {
-    uint64_t t;        /* allocation number at which the free happens */
-    uint32_t seq, rank, id;
-} gen_ev;
-
-static uint64_t gen_next(uint64_t *x)
+/* heapsim --generate SEED [MAX_ALLOCS] */
+static int main_generate(int argc, char **argv)
 {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t gen_below(uint64_t *x, uint64_t n)
-{
-    return n ? gen_next(x) % n : 0;
-}
-
-static int ev_less(const gen_ev *a, const gen_ev *b)
-{
-    return a->t != b->t ? a->t < b->t : a->seq < b->seq;
-}
-
-static int generate(uint64_t seed, uint64_t max_steps, FILE *out)
-{
-    uint64_t x = seed * 0x2545F4914F6CDD1Dull + 1;
-    uint32_t ranks = 2 + (uint32_t)gen_below(&x, 7);
-    uint64_t chunk = (UINT64_C(16) << 20) << gen_below(&x, 5);
-    uint64_t initial = chunk * (1 + gen_below(&x, (UINT64_C(256) << 20) / chunk));
-    uint64_t min_block = gen_below(&x, 4) == 0 ? 4096 : 512;
-    uint64_t steps = 1000 + gen_below(&x, 2001);
-    static const unsigned maxbits_of[4] = {16, 20, 24, 28};
-    unsigned maxbits = maxbits_of[gen_below(&x, 4)];
-    uint64_t p_long = gen_below(&x, 50);          /* percent */
-    uint64_t scratch_life = 1 + gen_below(&x, 32);
-    uint64_t skew = gen_below(&x, 16);
-    uint64_t p_collect = gen_below(&x, 3) == 0 ? 1 + gen_below(&x, 10) : 0; /* per 1000 */
-    uint64_t long_cap = initial / 4 + gen_below(&x, 2 * initial);
-    uint64_t long_bytes = 0;
-    if (steps > max_steps)
-        steps = max_steps; /* the same trace, cut short */
-    size_t cap = 1024, n = 0;
-    gen_ev *h = malloc(cap * sizeof *h);
-    uint64_t *sizes = calloc(steps, sizeof *sizes);
-    uint8_t *is_long = calloc(steps, 1);
-    uint32_t *left = calloc(steps, sizeof *left);
-    if (!h || !sizes || !is_long || !left) {
-        fprintf(stderr, "heapsim: out of memory\n");
-        return 1;
+    uint64_t seed, max_steps = UINT64_MAX;
+    if (argc < 3 || argc > 4 || sim_parse_u64(argv[2], &seed) != 0 ||
+        (argc == 4 && (sim_parse_u64(argv[3], &max_steps) != 0 || max_steps == 0))) {
+        fprintf(stderr, "heapsim: usage: heapsim --generate SEED [MAX_ALLOCS] > TRACE (whole "
+                        "numbers)\n");
+        return 2;
     }
-    uint32_t seq = 0;
-    fprintf(out, "# heapsim --generate %" PRIu64 ": ranks=%" PRIu32 " steps=%" PRIu64
-                 " max=2^%u long=%" PRIu64 "%% scratch<=%" PRIu64 " skew<=%" PRIu64
-                 " collects=%" PRIu64 "/1000\n",
-            seed, ranks, steps, maxbits, p_long, scratch_life, skew, p_collect);
-    fprintf(out, "heap ranks=%" PRIu32 " chunk=%" PRIu64 "M initial=%" PRIu64 "M min_block=%" PRIu64
-                 " va=1T\n",
-            ranks, chunk >> 20, initial >> 20, min_block);
-    for (uint64_t t = 0; t < steps; t++) {
-        while (n && h[0].t <= t) {
-            gen_ev e = h[0];
-            h[0] = h[--n];
-            for (size_t i = 0;;) { /* sift down */
-                size_t l = 2 * i + 1, r = l + 1, m = i;
-                if (l < n && ev_less(&h[l], &h[m]))
-                    m = l;
-                if (r < n && ev_less(&h[r], &h[m]))
-                    m = r;
-                if (m == i)
-                    break;
-                gen_ev tmp = h[i];
-                h[i] = h[m];
-                h[m] = tmp;
-                i = m;
-            }
-            fprintf(out, "f %" PRIu32 " b%" PRIu32 "\n", e.rank, e.id);
-            if (--left[e.id] == 0 && is_long[e.id])
-                long_bytes -= sizes[e.id];
+    return gen_trace(seed, max_steps, stdout);
+}
+
+/* heapsim --compare [--worst N] TRACE... */
+static int main_compare(int argc, char **argv)
+{
+    int first = 2, worst = 10;
+    if (argc >= 4 && strcmp(argv[2], "--worst") == 0) {
+        uint64_t w;
+        if (sim_parse_u64(argv[3], &w) != 0 || w > 100000) {
+            fprintf(stderr, "heapsim: --worst takes a count, not '%s'\n", argv[3]);
+            return 2;
         }
-        if (p_collect && gen_below(&x, 1000) < p_collect)
-            fputs("c\n", out);
-        uint64_t size;
-        if (gen_below(&x, 50) == 0)
-            size = (UINT64_C(1) << (maxbits - 2)) + gen_below(&x, UINT64_C(3) << (maxbits - 2));
-        else
-            size = 1 + gen_below(&x, UINT64_C(1) << gen_below(&x, maxbits + 1));
-        int lng = gen_below(&x, 100) < p_long && long_bytes + size <= long_cap;
-        uint64_t life = lng ? 50 + gen_below(&x, steps) : 1 + gen_below(&x, scratch_life);
-        sizes[t] = size;
-        is_long[t] = (uint8_t)lng;
-        left[t] = ranks;
-        if (lng)
-            long_bytes += size;
-        fprintf(out, "a b%" PRIu64 " %" PRIu64 "\n", t, size);
-        for (uint32_t r = 0; r < ranks; r++) {
-            if (n == cap) {
-                cap *= 2;
-                gen_ev *nh = realloc(h, cap * sizeof *h);
-                if (!nh) {
-                    fprintf(stderr, "heapsim: out of memory\n");
-                    return 1;
-                }
-                h = nh;
-            }
-            gen_ev e = {t + life + gen_below(&x, skew + 1), seq++, r, (uint32_t)t};
-            size_t i = n++;
-            while (i && ev_less(&e, &h[(i - 1) / 2])) { /* sift up */
-                h[i] = h[(i - 1) / 2];
-                i = (i - 1) / 2;
-            }
-            h[i] = e;
-        }
+        worst = (int)w;
+        first = 4;
     }
-    free(h);
-    free(sizes);
-    free(is_long);
-    free(left);
-    if (fflush(out) != 0) {
-        fprintf(stderr, "heapsim: cannot write the trace: %s\n", strerror(errno));
-        return 1;
+    if (first >= argc) {
+        fprintf(stderr, "heapsim: usage: heapsim --compare [--worst N] TRACE...\n");
+        return 2;
     }
-    return 0;
-}
-
-/* ---- --compare: every policy over many traces ----------------------------- */
-
-#define NPOL 2
-static const ha_policy cmp_pols[NPOL] = {HA_POLICY_COALESCE, HA_POLICY_SEED};
-
-typedef struct cmp_row {
-    const char *name;
-    uint64_t mapped[NPOL], growths[NPOL], collects[NPOL], overlaps[NPOL];
-    uint32_t ranks;
-    uint64_t chunk, initial;
-    double ratio; /* mapped, coalesce / seed */
-} cmp_row;
-
-static int cmp_by_ratio(const void *a, const void *b)
-{
-    const cmp_row *x = a, *y = b;
-    if (x->ratio != y->ratio)
-        return x->ratio < y->ratio ? 1 : -1;
-    /* ties: the higher collects ratio first */
-    double cx = x->collects[1] ? (double)x->collects[0] / (double)x->collects[1] : 0;
-    double cy = y->collects[1] ? (double)y->collects[0] / (double)y->collects[1] : 0;
-    if (cx != cy)
-        return cx < cy ? 1 : -1;
-    return strcmp(x->name, y->name);
-}
-
-static const char *base_name(const char *p)
-{
-    const char *s = strrchr(p, '/');
-    return s ? s + 1 : p;
-}
-
-static int compare(int n, char **paths, int worst)
-{
-    cmp_row *rows = calloc((size_t)n, sizeof *rows);
-    if (!rows) {
-        fprintf(stderr, "heapsim: out of memory\n");
-        return 1;
-    }
-    int failed = 0;
-    uint64_t tm[NPOL] = {0}, tg[NPOL] = {0}, tc[NPOL] = {0}, tov = 0;
-    printf("%-24s %12s %12s %6s  %7s %7s  %8s %8s %6s\n", "trace", "mapped MiB", "", "ratio",
-           "growths", "", "collects", "", "ratio");
-    printf("%-24s %12s %12s %6s  %7s %7s  %8s %8s %6s\n", "", "coalesce", "seed", "", "coalesce",
-           "seed", "coalesce", "seed", "");
-    for (int i = 0; i < n; i++) {
-        cmp_row *r = &rows[i];
-        r->name = paths[i];
-        for (int k = 0; k < NPOL; k++) {
-            sim s = {.policy = cmp_pols[k]};
-            int rc = replay_path(&s, paths[i]);
-            if (rc != 0) {
-                fprintf(stderr, "heapsim: --compare: %s failed under the %s policy\n", paths[i],
-                        ha_policy_name(cmp_pols[k]));
-                failed++;
-            }
-            if (s.heap) {
-                ha_stats st;
-                ha_get_stats(s.heap, &st);
-                r->mapped[k] = st.mapped;
-                r->growths[k] = st.growths;
-                r->collects[k] = st.collects;
-                const ha_params *hp = ha_get_params(s.heap);
-                r->ranks = hp->ranks;
-                r->chunk = hp->chunk_size;
-                r->initial = hp->initial_size;
-            }
-            r->overlaps[k] = s.overlaps;
-            tov += s.overlaps;
-            sim_free(&s);
-            tm[k] += r->mapped[k];
-            tg[k] += r->growths[k];
-            tc[k] += r->collects[k];
-        }
-        r->ratio = r->mapped[1] ? (double)r->mapped[0] / (double)r->mapped[1] : 0;
-        printf("%-24s %12.1f %12.1f %6.3f  %7" PRIu64 " %7" PRIu64 "  %8" PRIu64 " %8" PRIu64
-               " %6.2f\n",
-               base_name(r->name), (double)r->mapped[0] / 1048576.0,
-               (double)r->mapped[1] / 1048576.0, r->ratio, r->growths[0], r->growths[1],
-               r->collects[0], r->collects[1],
-               r->collects[1] ? (double)r->collects[0] / (double)r->collects[1] : 0.0);
-    }
-    double tr = tm[1] ? (double)tm[0] / (double)tm[1] : 0;
-    printf("%-24s %12.1f %12.1f %6.3f  %7" PRIu64 " %7" PRIu64 "  %8" PRIu64 " %8" PRIu64 " %6.2f\n",
-           "total", (double)tm[0] / 1048576.0, (double)tm[1] / 1048576.0, tr, tg[0], tg[1], tc[0],
-           tc[1], tc[1] ? (double)tc[0] / (double)tc[1] : 0.0);
-    qsort(rows, (size_t)n, sizeof *rows, cmp_by_ratio);
-    int more = 0, less = 0;
-    for (int i = 0; i < n; i++) {
-        more += rows[i].mapped[0] > rows[i].mapped[1];
-        less += rows[i].mapped[0] < rows[i].mapped[1];
-    }
-    if (worst > 0 && n > 0) {
-        printf("\nworst %d by mapped, coalesce / seed (ties: by collects, coalesce / seed):\n\n",
-               worst < n ? worst : n);
-        printf("| trace | ranks | chunk / initial | mapped coalesce | mapped seed | ratio | collects "
-               "coalesce | collects seed |\n");
-        printf("|---|---|---|---|---|---|---|---|\n");
-        for (int i = 0; i < n && i < worst; i++) {
-            const cmp_row *r = &rows[i];
-            printf("| %s | %" PRIu32 " | %" PRIu64 " / %" PRIu64 " MiB | %.0f MiB | %.0f MiB | %.3f | %" PRIu64
-                   " | %" PRIu64 " |\n",
-                   base_name(r->name), r->ranks, r->chunk >> 20, r->initial >> 20,
-                   (double)r->mapped[0] / 1048576.0,
-                   (double)r->mapped[1] / 1048576.0, r->ratio, r->collects[0], r->collects[1]);
-        }
-        printf("\n");
-    }
-    printf("compare: traces=%d mapped_total_ratio=%.4f mapped_max_ratio=%.4f worst=%s "
-           "coalesce_more=%d coalesce_less=%d collects_coalesce=%" PRIu64 " collects_seed=%" PRIu64
-           " growths_coalesce=%" PRIu64 " growths_seed=%" PRIu64 " overlaps=%" PRIu64
-           " failed=%d\n",
-           n, tr, n ? rows[0].ratio : 0.0, n ? base_name(rows[0].name) : "-", more, less, tc[0],
-           tc[1], tg[0], tg[1], tov, failed);
-    free(rows);
-    return failed || tov ? 1 : 0;
+    return cmp_traces(argc - first, argv + first, worst);
 }
 
 int main(int argc, char **argv)
 {
     sim s = {.policy = HA_POLICY_COALESCE};
     const char *path = NULL;
-    if (argc >= 2 && strcmp(argv[1], "--generate") == 0) {
-        uint64_t seed, max_steps = UINT64_MAX;
-        if (argc < 3 || argc > 4 || parse_dec_u64(argv[2], &seed) != 0 ||
-            (argc == 4 && (parse_dec_u64(argv[3], &max_steps) != 0 || max_steps == 0))) {
-            fprintf(stderr, "heapsim: usage: heapsim --generate SEED [MAX_ALLOCS] > TRACE (whole "
-                            "numbers)\n");
-            return 2;
-        }
-        return generate(seed, max_steps, stdout);
-    }
-    if (argc >= 2 && strcmp(argv[1], "--compare") == 0) {
-        int first = 2, worst = 10;
-        if (argc >= 4 && strcmp(argv[2], "--worst") == 0) {
-            uint64_t w;
-            if (parse_dec_u64(argv[3], &w) != 0 || w > 100000) {
-                fprintf(stderr, "heapsim: --worst takes a count, not '%s'\n", argv[3]);
-                return 2;
-            }
-            worst = (int)w;
-            first = 4;
-        }
-        if (first >= argc) {
-            fprintf(stderr, "heapsim: usage: heapsim --compare [--worst N] TRACE...\n");
-            return 2;
-        }
-        return compare(argc - first, argv + first, worst);
-    }
+    if (argc >= 2 && strcmp(argv[1], "--generate") == 0)
+        return main_generate(argc, argv);
+    if (argc >= 2 && strcmp(argv[1], "--compare") == 0)
+        return main_compare(argc, argv);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *pol = NULL;
@@ -956,9 +680,9 @@ int main(int argc, char **argv)
                         "[--offsets] TRACE (\"-\" for stdin)\n");
         return 2;
     }
-    int rc = replay_path(&s, path);
+    int rc = sim_replay_path(&s, path);
     if (s.heap && (rc == 0 || s.overlaps))
-        print_summary(&s);
+        sim_print_summary(&s);
     if (fflush(stdout) != 0 && rc == 0) {
         fprintf(stderr, "heapsim: cannot write the output: %s\n", strerror(errno));
         rc = 1;

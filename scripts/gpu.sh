@@ -246,6 +246,18 @@ EOF
         else
             result torch_anchors skipped "host dry run: $(grep -m1 skipped "$T/torch.out" | sed 's/^skipped: //')"
         fi
+        # PyTorch's own symmetric memory (world 1): issue 16's anchors.
+        step symm 60 python3 scripts/torch_symm_probe.py "$O/symm.json"
+        nf=$(grep -c '^symm ' "$T/symm.out")
+        if [ $rc != 0 ]; then
+            result torch_symm FAIL "$(why $rc)"
+        elif [ "$nf" -gt 0 ]; then
+            result torch_symm ok "$(grep -E '^symm (symm|cuda)' "$T/symm.out" | sed 's/^symm //' | tr '\n' ' ')"
+        elif [ $BE = cuda ]; then
+            result torch_symm FAIL "no figures: $(grep -m1 skipped "$T/symm.out")"
+        else
+            result torch_symm skipped "host dry run: $(grep -m1 skipped "$T/symm.out" | sed 's/^skipped: //')"
+        fi
     fi
 
     # 5d. issue 17: python/heapd with torch on this GPU (tests/gpu/test_torch_gpu.py:

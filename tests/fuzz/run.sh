@@ -7,7 +7,7 @@
 #   wire   framing (common/wire.c) and protobuf decoding (heapd.pb-c.c and
 #          libprotobuf-c): bytes and fds through a socket pair into hw_read,
 #          heapd__frame__unpack, re-encode, the writer, fd leak check
-#   alloc  allocator call sequences (daemon/alloc.c) on small
+#   alloc  allocator call sequences (daemon/alloc*.c) on small
 #          heaps of both policies: ha_validate after every call, a model of
 #          the blocks, determinism against a twin heap
 #   ring   the request ring's decoder (common/ring.c) and protobuf decoding
@@ -55,7 +55,7 @@ PBC_LIBS=$($PKG_CONFIG --libs libprotobuf-c 2>/dev/null || echo -lprotobuf-c)
 build() { # build NAME: $OUT/fuzz_NAME
     case $1 in
     wire) srcs="$SRC/tests/fuzz/fuzz_wire.c $SRC/common/wire.c $PROTO"; extra="$PBC_CFLAGS"; libs="$PBC_LIBS" ;;
-    alloc) srcs="$SRC/tests/fuzz/fuzz_alloc.c $SRC/daemon/alloc.c"; extra=""; libs="" ;;
+    alloc) srcs="$SRC/tests/fuzz/fuzz_alloc.c $SRC/daemon/alloc*.c"; extra=""; libs="" ;;
     ring) srcs="$SRC/tests/fuzz/fuzz_ring.c $SRC/common/ring.c $PROTO"; extra="$PBC_CFLAGS"; libs="$PBC_LIBS" ;;
     *) echo "FAIL unknown fuzz target '$1'"; return 1 ;;
     esac

@@ -1,0 +1,229 @@
+/* alloc_coalesce.c - the coalesce (default) policy's free space: extents in
+ * bitmaps, merging, the size bins' direction and the first fit (prefix
+ * hac_; the structures and their invariants are in alloc_int.h). */
+#include "alloc_int.h"
+
+/* ---- coalesce free space -----------------------------------------------
+ *
+ * Free extents live in bitmaps only, no table records, so that merging and
+ * first fit touch compact memory (a few bits per min_block): fstart has a
+ * bit at each extent's first min_block, fend at its last (so an extent's
+ * length is one successor query on fend), and freebits[k] indexes the
+ * extents of size bin k by start >> k. A bin's bitmap gives the extent's
+ * start to within 2^k; fx_at() finds it with one predecessor query on
+ * fstart. */
+
+/* Scan of the exact-size bin for a fit, when a larger bin already offers
+ * one: at most this many extents, in address order. */
+#define CO_SCAN 8
+
+int hac_resize(ha_heap *h, uint64_t mapped)
+{
+    if (hab_resize(&h->fstart, mapped >> h->kmin) || hab_resize(&h->fend, mapped >> h->kmin))
+        return HA_ENOMEM;
+    for (uint32_t k = h->kmin; k <= h->kmax; k++)
+        if (hab_resize(&h->freebits[k], mapped >> k))
+            return HA_ENOMEM;
+    return 0;
+}
+
+/* Adds the free extent [start, start + len); no merging. */
+void hac_add(ha_heap *h, uint64_t start, uint64_t len)
+{
+    uint32_t k = log2u(len);
+    hab_set(&h->fstart, start >> h->kmin);
+    hab_set(&h->fend, (start + len - 1) >> h->kmin);
+    uint64_t i = start >> k;
+    hab_set(&h->freebits[k], i);
+    hac_fx f = {start, len};
+    if (h->nbin[k] == 0) {
+        h->bin_lo[k] = h->bin_hi[k] = i;
+        h->bin_lo_fx[k] = h->bin_hi_fx[k] = f;
+    } else {
+        if (h->bin_lo[k] != HA_EMPTY && i < h->bin_lo[k]) {
+            h->bin_lo[k] = i;
+            h->bin_lo_fx[k] = f;
+        }
+        if (h->bin_hi[k] != HA_EMPTY && i > h->bin_hi[k]) {
+            h->bin_hi[k] = i;
+            h->bin_hi_fx[k] = f;
+        }
+    }
+    h->nbin[k]++;
+    h->binmask |= UINT64_C(1) << k;
+    h->nfree++;
+}
+
+void hac_del(ha_heap *h, hac_fx f)
+{
+    uint32_t k = log2u(f.size);
+    hab_clear(&h->fstart, f.off >> h->kmin);
+    hab_clear(&h->fend, (f.off + f.size - 1) >> h->kmin);
+    uint64_t i = f.off >> k;
+    hab_clear(&h->freebits[k], i);
+    if (i == h->bin_lo[k]) {
+        h->bin_lo[k] = HA_EMPTY;
+        h->bin_lo_fx[k].size = 0;
+    }
+    if (i == h->bin_hi[k]) {
+        h->bin_hi[k] = HA_EMPTY;
+        h->bin_hi_fx[k].size = 0;
+    }
+    if (--h->nbin[k] == 0)
+        h->binmask &= ~(UINT64_C(1) << k);
+    h->nfree--;
+}
+
+/* The free extent that starts at min_block unit u (a bit of fstart). */
+static inline hac_fx fx_from(const ha_heap *h, uint64_t u)
+{
+    uint64_t e = hab_next(&h->fend, u);
+    return (hac_fx){u << h->kmin, (e - u + 1) << h->kmin};
+}
+
+/* The free extent of bin k that starts in window i (bit i of freebits[k]).
+ * It is at least 2^k long, so it covers the last min_block of the window:
+ * it is the free extent with the highest start at or below that point. */
+static hac_fx fx_at(const ha_heap *h, uint32_t k, uint64_t i)
+{
+    uint64_t p = ((i + 1) << k) - h->p.min_block;
+    uint64_t u = hab_prev(&h->fstart, p >> h->kmin);
+    return u == HA_EMPTY ? (hac_fx){0, 0} : fx_from(h, u);
+}
+
+/* Frees [start, start + len), merging with free neighbours. */
+void hac_insert_merge(ha_heap *h, uint64_t start, uint64_t len)
+{
+    uint64_t end = start + len;
+    if (end < h->mapped && hab_test(&h->fstart, end >> h->kmin)) {
+        hac_fx n = fx_from(h, end >> h->kmin);
+        len += n.size;
+        hac_del(h, n);
+    }
+    if (start > 0 && hab_test(&h->fend, (start >> h->kmin) - 1)) {
+        hac_fx q = fx_from(h, hab_prev(&h->fstart, (start >> h->kmin) - 1));
+        start = q.off;
+        len += q.size;
+        hac_del(h, q);
+    }
+    hac_add(h, start, len);
+}
+
+/* Size bins whose blocks mostly (CO_HOT_PCT percent) die before a collect
+ * go top-down; the others bottom-up. Also top-down: a bin every block of
+ * which, allocated before the last collect, was reclaimed (cls_seen), so
+ * that a pure scratch bin keeps sweeping from the top between two collects
+ * instead of turning bottom-up as its new, not yet collectable, blocks
+ * dilute the ratio (fewer compaction collects: the review's models). */
+#define CO_HOT_PCT 95
+
+bool hac_top_down(const ha_heap *h, uint32_t k)
+{
+    return (h->cls_alloc[k] > 0 && 100 * h->cls_reclaim[k] > CO_HOT_PCT * h->cls_alloc[k]) ||
+           (h->cls_seen[k] > 0 && h->cls_reclaim[k] >= h->cls_seen[k]);
+}
+
+/* Is a better than b for the direction? (b may be NULL.) */
+static inline bool co_better(hac_fx a, hac_fx b, bool down)
+{
+    if (!b.size)
+        return true;
+    return down ? a.off + a.size > b.off + b.size : a.off < b.off;
+}
+
+/* Finds room for s bytes: address-ordered first fit over every free extent
+ * at least s long, lowest start (bottom-up) or highest end (top-down). Every
+ * extent in a bin above s's fits, so each such bin offers its lowest
+ * (highest) one; s's own bin is scanned in address order for one >= s (at
+ * most CO_SCAN extents when a larger bin already offers a fit). Returns
+ * false if nothing fits. */
+/* The lowest (highest, down) bit of bin k's bitmap, through the cache. */
+static inline uint64_t co_bin_end(ha_heap *h, uint32_t k, bool down)
+{
+    uint64_t *c = down ? &h->bin_hi[k] : &h->bin_lo[k];
+    if (*c == HA_EMPTY)
+        *c = down ? hab_last(&h->freebits[k]) : hab_first(&h->freebits[k]);
+    return *c;
+}
+
+/* The free extent in window co_bin_end(h, k, down) of bin k, through the
+ * cache (fx_at's answer: the window holds exactly one extent of bin k). */
+static inline hac_fx co_end_fx(ha_heap *h, uint32_t k, bool down)
+{
+    hac_fx *c = down ? &h->bin_hi_fx[k] : &h->bin_lo_fx[k];
+    if (!c->size)
+        *c = fx_at(h, k, co_bin_end(h, k, down));
+    return *c;
+}
+
+hac_fx hac_find(ha_heap *h, uint64_t s, bool down)
+{
+    uint32_t ks = log2u(s);
+    hac_fx best = {0, 0};
+    /* Bins above ks: every extent fits, so each bin offers its lowest
+     * (highest) one, cached once resolved; the answer is the best of them
+     * (unique: extents are disjoint). A bin not resolved yet is resolved
+     * only if its window's bound can beat the best so far. */
+    for (uint64_t m = ks < 63 ? h->binmask & (UINT64_MAX << (ks + 1)) : 0; m; m &= m - 1) {
+        uint32_t j = (uint32_t)__builtin_ctzll(m);
+        const hac_fx *c = down ? &h->bin_hi_fx[j] : &h->bin_lo_fx[j];
+        if (!c->size && best.size) {
+            uint64_t i = co_bin_end(h, j, down);
+            /* bottom-up: start in [i << j, (i + 1) << j); top-down: end in
+             * [(i + 1) << j, (i + 3) << j) */
+            if (down ? ((i + 1) << j) + (UINT64_C(2) << j) <= best.off + best.size : i << j >= best.off)
+                continue;
+        }
+        hac_fx b = co_end_fx(h, j, down);
+        if (b.size && co_better(b, best, down))
+            best = b;
+    }
+    if (h->nbin[ks]) {
+        const hab_bits *bb = &h->freebits[ks];
+        uint64_t i = co_bin_end(h, ks, down);
+        for (unsigned n = 0; i != HA_EMPTY && (!best.size || n < CO_SCAN); n++) {
+            if (best.size && (down ? ((i + 1) << ks) + (UINT64_C(2) << ks) <= best.off + best.size
+                                   : i << ks >= best.off))
+                break;
+            hac_fx b = n == 0 ? co_end_fx(h, ks, down) : fx_at(h, ks, i);
+            if (!b.size || (best.size && !co_better(b, best, down)))
+                break;
+            if (b.size >= s) {
+                best = b;
+                break;
+            }
+            if (down)
+                i = i ? hab_prev(bb, i - 1) : HA_EMPTY;
+            else
+                i = hab_next(bb, i + 1);
+        }
+    }
+    return best;
+}
+
+/* Takes s bytes from the free extent best (hac_find's answer). */
+uint64_t hac_carve(ha_heap *h, hac_fx best, uint64_t s, bool down)
+{
+    uint64_t st = best.off, len = best.size, off;
+    hac_del(h, best);
+    if (down) {
+        off = st + len - s;
+        if (len > s)
+            hac_add(h, st, len - s);
+    } else {
+        off = st;
+        if (len > s)
+            hac_add(h, st + s, len - s);
+    }
+    return off;
+}
+
+/* Start of the free extent that ends at the extent (the extent itself if
+ * the last region is a block). */
+uint64_t hac_top_free_run(const ha_heap *h)
+{
+    uint64_t last = (h->mapped >> h->kmin) - 1;
+    if (h->mapped == 0 || !hab_test(&h->fend, last))
+        return h->mapped;
+    return hab_prev(&h->fstart, last) << h->kmin;
+}

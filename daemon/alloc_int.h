@@ -1,0 +1,389 @@
+/* alloc_int.h - the allocator core's private structures (daemon/alloc*.c).
+ *
+ * daemon/alloc.h is the public API; this header is shared only by the
+ * files of the core:
+ *   alloc.c           the public functions: parameters, lifetime, alloc,
+ *                     grow, free, collect, introspection
+ *   alloc_bits.c      hierarchical bitmaps (prefix hab_)
+ *   alloc_table.c     the block table, offset vectors, the offset sort (hat_)
+ *   alloc_coalesce.c  the coalesce policy's free extents and fit (hac_)
+ *   alloc_validate.c  ha_validate, every invariant written below
+ *
+ * Notation used in the invariants below:
+ *   E        = h->mapped (the extent), a multiple of chunk_size, <= va_size
+ *   B        = the set of block records in the table (held or pending)
+ *   F        = the set of free regions (coalesce: the extents the fstart
+ *              and fend bitmaps delimit; seed: entries of h->lifo plus the
+ *              bump region [bump, E))
+ *   size(b)  = b.size (seed: always 2^b.klog)
+ *   R        = params.ranks
+ */
+#ifndef HEAPD_ALLOC_INT_H
+#define HEAPD_ALLOC_INT_H
+
+#include "alloc.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define HA_EMPTY UINT64_MAX
+#define HA_MAX_VA (UINT64_C(1) << 56)
+#define HA_DECAY_AT (UINT64_C(1) << 20)
+
+/* ---- small helpers ----------------------------------------------------- */
+
+static inline bool is_pow2(uint64_t x) { return x && !(x & (x - 1)); }
+static inline uint32_t log2u(uint64_t x) { return 63u - (uint32_t)__builtin_clzll(x); }
+static inline uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
+
+/* ---- hierarchical bitmap (alloc_bits.c) -----------------------------
+ *
+ * A set of positions 0..nbits-1 with O(levels) insert, erase, first, last.
+ *
+ * Invariants:
+ *   level 0: bit i of w[0]          <=> position i is in the set
+ *   level l+1: bit j of w[l+1]      <=> w[l][j] != 0
+ *   nw[l+1] = ceil(nw[l] / 64), nw[top] == 1 (top = nlevels - 1)
+ *   no bit at or beyond nbits is set
+ */
+#define HAB_MAXLV 8
+typedef struct hab_bits {
+    uint64_t nbits;
+    uint32_t nlevels;
+    size_t nw[HAB_MAXLV];
+    uint64_t *w[HAB_MAXLV];
+} hab_bits;
+
+void hab_free(hab_bits *b);
+/* Resizes to nbits (only grows), keeping level 0, rebuilding the rest. */
+int hab_resize(hab_bits *b, uint64_t nbits);
+
+static inline bool hab_test(const hab_bits *b, uint64_t i)
+{
+    return i < b->nbits && (b->w[0][i / 64] >> (i % 64)) & 1;
+}
+
+static inline void hab_set(hab_bits *b, uint64_t i)
+{
+    for (uint32_t l = 0; l < b->nlevels; l++) {
+        uint64_t *w = &b->w[l][i / 64];
+        bool was_zero = *w == 0;
+        *w |= UINT64_C(1) << (i % 64);
+        if (!was_zero)
+            break;
+        i /= 64;
+    }
+}
+
+static inline void hab_clear(hab_bits *b, uint64_t i)
+{
+    for (uint32_t l = 0; l < b->nlevels; l++) {
+        uint64_t *w = &b->w[l][i / 64];
+        *w &= ~(UINT64_C(1) << (i % 64));
+        if (*w)
+            break;
+        i /= 64;
+    }
+}
+
+/* Lowest / highest set position, or HA_EMPTY. */
+static inline uint64_t hab_first(const hab_bits *b)
+{
+    if (!b->nlevels)
+        return HA_EMPTY;
+    uint64_t idx = 0;
+    for (int l = (int)b->nlevels - 1; l >= 0; l--) {
+        uint64_t w = b->w[l][idx];
+        if (!w)
+            return HA_EMPTY;
+        idx = idx * 64 + (uint64_t)__builtin_ctzll(w);
+    }
+    return idx;
+}
+
+static inline uint64_t hab_last(const hab_bits *b)
+{
+    if (!b->nlevels)
+        return HA_EMPTY;
+    uint64_t idx = 0;
+    for (int l = (int)b->nlevels - 1; l >= 0; l--) {
+        uint64_t w = b->w[l][idx];
+        if (!w)
+            return HA_EMPTY;
+        idx = idx * 64 + 63u - (uint64_t)__builtin_clzll(w);
+    }
+    return idx;
+}
+
+/* Lowest set position >= i / highest set position <= i, or HA_EMPTY. Climb
+ * while the rest of the word is empty, then descend: O(levels). */
+static inline uint64_t hab_next(const hab_bits *b, uint64_t i)
+{
+    uint32_t l = 0;
+    for (;;) {
+        if (l == b->nlevels || i >= (uint64_t)b->nw[l] * 64)
+            return HA_EMPTY;
+        uint64_t w = b->w[l][i / 64] & (UINT64_MAX << (i % 64));
+        if (w) {
+            i = (i & ~UINT64_C(63)) + (uint64_t)__builtin_ctzll(w);
+            break;
+        }
+        i = i / 64 + 1;
+        l++;
+    }
+    while (l > 0) {
+        l--;
+        i = i * 64 + (uint64_t)__builtin_ctzll(b->w[l][i]);
+    }
+    return i;
+}
+
+static inline uint64_t hab_prev(const hab_bits *b, uint64_t i)
+{
+    uint32_t l = 0;
+    if (!b->nlevels)
+        return HA_EMPTY;
+    if (i >= (uint64_t)b->nw[0] * 64)
+        i = (uint64_t)b->nw[0] * 64 - 1;
+    for (;;) {
+        if (l == b->nlevels)
+            return HA_EMPTY;
+        uint32_t bit = (uint32_t)(i % 64);
+        uint64_t w = b->w[l][i / 64] & (bit == 63 ? UINT64_MAX : (UINT64_C(2) << bit) - 1);
+        if (w) {
+            i = (i & ~UINT64_C(63)) + 63u - (uint64_t)__builtin_clzll(w);
+            break;
+        }
+        if (i / 64 == 0)
+            return HA_EMPTY;
+        i = i / 64 - 1;
+        l++;
+    }
+    while (l > 0) {
+        l--;
+        i = i * 64 + 63u - (uint64_t)__builtin_clzll(b->w[l][i]);
+    }
+    return i;
+}
+
+/* ---- block table (alloc_table.c) --------------------------------------
+ *
+ * Open addressing (linear probing, backward-shift deletion) from a block's
+ * offset to its record, one per block in B. A record is 32 bytes, two to a
+ * cache line, and carries
+ * the holder bits of up to 64 ranks itself, so ha_free touches one line;
+ * more ranks keep their bits in a side array (words per record).
+ *
+ * Invariants, for every record b:
+ *   b.off % min_block == 0, b.size % min_block == 0, b.off + b.size <= E
+ *   b.klog == floor(log2(b.size)); seed: b.size == 2^b.klog
+ *   held(b) = the ranks whose bit is set in b's holder row;
+ *   |held(b)| = R - b.nrel
+ *   b.pending == 1  <=>  b.nrel == R  <=>  b.off is in h->pending
+ *   count == number of records, count <= cap / 2, cap a power of two
+ */
+typedef struct ha_blk {
+    uint64_t off;      /* HA_EMPTY: slot unused */
+    uint64_t size;     /* bytes */
+    uint64_t held;     /* ranks <= 64: bit r <=> rank r holds the block */
+    uint32_t nrel;     /* ranks that released this block */
+    uint8_t klog;
+    uint8_t pending;
+    uint8_t mark;      /* scratch for collect_apply */
+    uint8_t pad;
+} ha_blk;
+
+typedef struct ha_table {
+    ha_blk *slot;
+    uint64_t *xheld;   /* words > 1 only: cap * words holder bits */
+    size_t cap, count, words;
+    uint32_t shift;    /* 64 - log2(cap) */
+    uint32_t kmin;
+} ha_table;
+
+/* calloc(n, size); blocks of 2 MiB or more 2 MiB aligned and advised
+ * MADV_HUGEPAGE (a random access at 10^6 blocks then misses no TLB); free()
+ * releases it. */
+void *hat_big_calloc(size_t n, size_t size);
+int hat_init(ha_table *t, size_t cap, size_t words, uint32_t kmin);
+void hat_free(ha_table *t);
+int hat_grow(ha_table *t);
+/* Makes room for `extra` more records (so that hat_insert cannot fail). */
+int hat_reserve_grow(ha_table *t, size_t extra);
+static inline int hat_reserve(ha_table *t, size_t extra)
+{
+    return (t->count + extra) * 2 > t->cap ? hat_reserve_grow(t, extra) : 0;
+}
+void hat_erase(ha_table *t, ha_blk *b);
+
+static inline size_t hat_hash(const ha_table *t, uint64_t off)
+{
+    return (size_t)(((off >> t->kmin) * UINT64_C(0x9E3779B97F4A7C15)) >> t->shift);
+}
+
+/* Asks for the line a lookup or insert of off reads first (its home slot;
+ * a second line for the rest of the probe run made no difference). */
+static inline void hat_prefetch(const ha_table *t, uint64_t off)
+{
+    __builtin_prefetch(&t->slot[hat_hash(t, off)], 1);
+}
+
+static inline ha_blk *hat_find(const ha_table *t, uint64_t off)
+{
+    if (off == HA_EMPTY) /* the mark of an unused slot is no offset */
+        return NULL;
+    size_t mask = t->cap - 1;
+    for (size_t i = hat_hash(t, off);; i = (i + 1) & mask) {
+        if (t->slot[i].off == off)
+            return &t->slot[i];
+        if (t->slot[i].off == HA_EMPTY)
+            return NULL;
+    }
+}
+
+static inline uint64_t *hat_held(const ha_table *t, const ha_blk *b)
+{
+    if (t->words == 1)
+        return (uint64_t *)&b->held;
+    return &t->xheld[(size_t)(b - t->slot) * t->words];
+}
+
+/* Inserts a record held by all `ranks`; the caller made room. */
+static inline ha_blk *hat_insert(ha_table *t, uint64_t off, uint64_t size, uint32_t ranks)
+{
+    size_t mask = t->cap - 1, i = hat_hash(t, off);
+    while (t->slot[i].off != HA_EMPTY)
+        i = (i + 1) & mask;
+    ha_blk *b = &t->slot[i];
+    b->off = off;
+    b->size = size;
+    b->held = 0;
+    b->nrel = 0;
+    b->klog = (uint8_t)log2u(size);
+    b->pending = 0;
+    b->mark = 0;
+    b->pad = 0;
+    uint64_t *h = hat_held(t, b);
+    for (size_t w = 0; w < t->words; w++) {
+        uint32_t left = ranks > w * 64 ? ranks - (uint32_t)(w * 64) : 0;
+        h[w] = left >= 64 ? UINT64_MAX : (left ? (UINT64_C(1) << left) - 1 : 0);
+    }
+    t->count++;
+    return b;
+}
+
+/* ---- offset vectors (alloc_table.c) ------------------------------------ */
+
+typedef struct ha_vec {
+    uint64_t *v;
+    size_t n, cap;
+} ha_vec;
+
+int hat_vec_reserve(ha_vec *v, size_t extra);
+/* Sorts n offsets, each a multiple of 2^kmin below 2^bits (radix sort). */
+void hat_sort_offsets(uint64_t *v, size_t n, uint32_t kmin, uint32_t bits);
+
+/* A free extent (coalesce); size 0: none. */
+typedef struct hac_fx {
+    uint64_t off, size; /* size 0: none */
+} hac_fx;
+
+/* ---- the heap -----------------------------------------------------------
+ *
+ * Invariants (checked by ha_validate):
+ *   B and F tile [0, E) exactly: disjoint, and their sizes sum to E.
+ *   live_bytes    = sum of size(b) for b in B with b.nrel < R
+ *   pending_bytes = sum of size(b) for b in B with b.nrel == R
+ *   free_bytes    = sum of sizes in F  (= E - live_bytes - pending_bytes)
+ *   held_bytes[r] = sum of size(b) for b in B that rank r holds
+ *   rel_bytes[r]  = sum of size(b) for b in B that rank r released
+ *   coalesce: no two free extents are adjacent (free neighbours are always
+ *             merged: every free extent is maximal);
+ *             fstart has bit u <=> a free extent starts at u * min_block;
+ *             fend has bit u   <=> a free extent ends at (u + 1) * min_block;
+ *             freebits[k] has bit i <=> a free extent f with
+ *             floor(log2(size(f))) == k starts in [i*2^k, (i+1)*2^k)
+ *             (at most one can: such extents are >= 2^k long and disjoint);
+ *             nbin[k] = |{f in F : floor(log2(size(f))) == k}|, nfree = |F|.
+             bin_lo[k] != EMPTY => bin_lo[k] = lowest bit of freebits[k]
+             (bin_hi[k]: highest); bin_lo_fx[k].size != 0 => bin_lo[k] != EMPTY
+             and bin_lo_fx[k] = the f in F of bin k with
+             floor(f.off / 2^k) == bin_lo[k] (bin_hi_fx alike).
+ *   seed:     bump % min_block == 0, bump <= E, every block and every LIFO
+ *             entry lies below bump, lifo[k] holds free blocks of class k.
+ *   collect_asked    == ha_alloc answered HA_NEED_COLLECT and no collect ran since;
+ *   collect_answered == seed: a collect ran after that answer; coalesce: a
+ *                       collect ran (asked for or not: explicit and forced
+ *                       ones count too); and no allocation has succeeded or
+ *                       failed with HA_EVA since.
+ *   asked_answered   == the seed's rule would not ask for a collect now: one
+ *                       ran after an HA_NEED_COLLECT answer (or coalesce
+ *                       skipped one it would have asked for, counted in
+ *                       collects_skipped at the growth), and no allocation has succeeded
+ *                       or failed with HA_EVA since. Only counts; decides
+ *                       nothing under coalesce.
+ *   (Both depend only on the allocation sequence and collects, never on
+ *   which rank released what when, so every node decides alike.)
+ */
+struct ha_heap {
+    ha_params p;
+    uint32_t kmin, kmax;       /* sizes 2^kmin .. 2^kmax */
+    uint64_t mapped;
+    ha_table tab;
+    ha_vec pending;            /* offsets every rank released, unsorted */
+    /* coalesce */
+    hab_bits fstart, fend;        /* free extent first / last min_block */
+    hab_bits freebits[64];        /* free extent starts by size bin */
+    uint64_t nbin[64], nfree;
+    uint64_t binmask;          /* bit k <=> nbin[k] > 0 */
+    uint64_t bin_lo[64], bin_hi[64]; /* nbin[k] > 0: lowest / highest bit of
+                                      * freebits[k], or HA_EMPTY (not known) */
+    hac_fx bin_lo_fx[64], bin_hi_fx[64]; /* size != 0: the free extent of bin k
+                                      * that starts in window bin_lo[k] / bin_hi[k]
+                                      * (resolved once; size 0: not yet) */
+    uint64_t cls_alloc[64];    /* allocations of size bin k (decayed) */
+    uint64_t cls_reclaim[64];  /* reclaims of size bin k (decayed alike) */
+    uint64_t cls_seen[64];     /* cls_alloc[k] at the last collect (decayed alike) */
+    uint64_t used_at_collect;  /* mapped - free_bytes after the last collect */
+    /* seed */
+    ha_vec lifo[64];
+    uint64_t bump;
+    /* counters */
+    uint64_t live_bytes, pending_bytes, free_bytes;
+    uint64_t allocs, frees, collects, growths, handed_since_collect;
+    bool collect_asked, collect_answered, asked_answered;
+    bool skip_pending;         /* the last HA_NEED_GROW skipped a collect the seed's rule asks for */
+    uint64_t collects_skipped; /* coalesce: collects the seed's rule would have asked for */
+    uint64_t *held_bytes, *rel_bytes; /* per rank */
+};
+
+/* ---- the coalesce policy (alloc_coalesce.c) --------------------------------
+ *
+ * Free extents live in bitmaps only (see alloc_coalesce.c). */
+
+/* Compaction collects (see ha_alloc): a bottom-up block that would end more
+ * than mapped / CO_HIGH_DIV above what the last collect left in use, or a
+ * block of at least mapped / CO_LARGE_DIV, once as many bytes were handed
+ * out since the last collect. */
+#define CO_HIGH_DIV 2
+#define CO_LARGE_DIV 8
+
+int hac_resize(ha_heap *h, uint64_t mapped);
+/* Adds the free extent [start, start + len); no merging. */
+void hac_add(ha_heap *h, uint64_t start, uint64_t len);
+void hac_del(ha_heap *h, hac_fx f);
+/* Frees [start, start + len), merging with free neighbours. */
+void hac_insert_merge(ha_heap *h, uint64_t start, uint64_t len);
+/* Is size bin k placed from the top of the heap down? */
+bool hac_top_down(const ha_heap *h, uint32_t k);
+/* Room for s bytes (first fit, see alloc_coalesce.c); size 0 if none. */
+hac_fx hac_find(ha_heap *h, uint64_t s, bool down);
+/* Takes s bytes from the free extent best (hac_find's answer). */
+uint64_t hac_carve(ha_heap *h, hac_fx best, uint64_t s, bool down);
+/* Start of the free extent that ends at the extent (the extent itself if
+ * the last region is a block). */
+uint64_t hac_top_free_run(const ha_heap *h);
+
+#endif
