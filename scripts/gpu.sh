@@ -211,7 +211,7 @@ EOF
     if [ -x "$B/bench/rtt_bench" ]; then
         echo; echo "== rtt_bench (request ring vs socket vs ping-pong)"
         step rtt 60 "$B/bench/rtt_bench" --heapd "$B/heapd" --json "$O/rtt_bench.json"
-        if [ $rc = 0 ]; then result rtt_bench ok "$(grep -A2 '^clients  ring' "$T/rtt.out" | tail -1)"
+        if [ $rc = 0 ]; then result rtt_bench ok "$(grep -A1 '^clients  ring' "$T/rtt.out" | tail -1)"
         else result rtt_bench FAIL "$(why $rc)"; fi
     fi
 
