@@ -363,10 +363,12 @@ clean distclean:
 # sources (-fsanitize=fuzzer,address,undefined) into $(BUILD)/fuzz and run
 # FUZZ_SECONDS each from the seed corpus tests/fuzz/corpus/NAME; new inputs
 # go to $(BUILD)/fuzz/corpus/NAME, crashes to $(BUILD)/fuzz/artifacts/NAME.
-# `make check` runs them for 10 s each (tests/it_fuzz.sh).
+# Targets: wire, alloc, heap (the heap wing in process), dispatch (frames
+# through dispatch.c); tests/fuzz/run.sh says what each drives. `make check`
+# runs them briefly (tests/it_fuzz.sh: 10 s, heap and dispatch 5 s).
 FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
-FUZZ_TARGETS ?= wire alloc ring
+FUZZ_TARGETS ?= wire alloc heap dispatch ring
 .PHONY: fuzz
 fuzz: $(PROTO_C)
 	@BUILD=$(BUILD) HEAPD_SRC=$(CURDIR) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_CC=$(FUZZ_CC) \

@@ -3,7 +3,7 @@
 #
 #     sh bench/summary.sh [DIR]        (DIR: default $BUILD/bench, BUILD=build)
 #
-# Reads the JSON the benchmarks wrote into DIR (alloc_bench, rtt_bench,
+# Reads the JSON the benchmarks wrote into DIR (alloc_bench, rtt_bench, loaded_bench,
 # collect_bench, store_bench, nccl_bench, gpu_bench; a missing or skipped
 # one gives no rows) and prints ONE table, last:
 #     figure | value | compared with | ratio        (ratio = value / anchor)
@@ -153,6 +153,13 @@ if j:
             m["bytes_per_live_block"], "B", "the %s block it tracks" % size(bs), bs)
 
 # alloc_bench: ns per alloc+free against live blocks; the policies on traces
+j = load("loaded_bench")
+if j:
+    for r in j.get("steps", []):
+        row("loaded_bench", "%s p99 while another uid attacks (%d idle conns, fds, unread replies)"
+            % (r["step"], j.get("idle", 0)), r["p99_loaded_us"], "us", "unloaded p99, same run",
+            r["p99_unloaded_us"])
+
 j = load("alloc_bench")
 if j:
     cost = j.get("cost", [])

@@ -91,6 +91,7 @@ static const char *body_name(Heapd__Frame__BodyCase b)
     case HEAPD__FRAME__BODY_ATTACH_REPLY: return "AttachReply";
     case HEAPD__FRAME__BODY_ALLOC: return "Alloc";
     case HEAPD__FRAME__BODY_ALLOC_REPLY: return "AllocReply";
+    case HEAPD__FRAME__BODY_CHUNK_BATCH: return "ChunkBatch";
     case HEAPD__FRAME__BODY_FREE: return "Free";
     case HEAPD__FRAME__BODY_FREE_REPLY: return "FreeReply";
     case HEAPD__FRAME__BODY_COLLECT: return "Collect";
@@ -124,8 +125,26 @@ static int conn_dead(heapc *c, int code, const char *fmt, ...)
     return hci_set_err(c, code, "%s", c->dead_msg);
 }
 
+static int map_daemon_code(int code);
+
+/* heapd closed the connection. If it said why first (an unsolicited Error:
+ * a refused connection names the limit and its key), that is the error. */
 static int conn_closed_by_heapd(heapc *c, const char *when, const char *req)
 {
+    hw_frame f;
+    char werr[128];
+    if (c->fd >= 0 && hw_recv_frame(c->fd, &c->rd, &f, 0, werr, sizeof werr) == HW_FRAME) {
+        Heapd__Frame *m = heapd__frame__unpack(NULL, f.len, f.data);
+        hw_frame_free(&f);
+        if (m && m->id == 0 && m->body_case == HEAPD__FRAME__BODY_ERROR && m->error && m->error->message) {
+            int rc = conn_dead(c, map_daemon_code((int)m->error->code), "%s (heapd closed the connection %s %s)",
+                               m->error->message, when, req);
+            heapd__frame__free_unpacked(m, NULL);
+            return rc;
+        }
+        if (m)
+            heapd__frame__free_unpacked(m, NULL);
+    }
     return conn_dead(c, HEAPC_ECONN,
                      "heapd closed the connection (socket %s) %s %s; check that heapd is running "
                      "(systemctl status heapd) and listens on %s, then connect again",
@@ -296,6 +315,105 @@ static int rpc_check(heapc *c, const Heapd__Frame *req, Heapd__Frame__BodyCase w
     return rc;
 }
 
+/* Chunks and fds of ChunkBatch frames (a reply with more than 1024 fds comes
+ * as batches, then the reply itself: docs/protocol.md), until the reply. */
+typedef struct chunk_acc {
+    Heapd__ChunkRef **refs; /* each malloc'd, fd_index rebased onto fds */
+    size_t n, cap;
+    int *fds;
+    size_t nfds, fdcap;
+} chunk_acc;
+
+static void acc_free(chunk_acc *a)
+{
+    for (size_t i = 0; i < a->n; i++)
+        free(a->refs[i]);
+    for (size_t i = 0; i < a->nfds; i++)
+        if (a->fds[i] >= 0)
+            close(a->fds[i]);
+    free(a->refs);
+    free(a->fds);
+    memset(a, 0, sizeof *a);
+}
+
+/* Takes the batch's chunks and the frame's fds (f->fds[i] = -1 after). */
+static int acc_add(chunk_acc *a, const Heapd__ChunkBatch *b, hw_frame *f)
+{
+    if (a->n + b->n_chunks > a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 1024;
+        while (cap < a->n + b->n_chunks)
+            cap *= 2;
+        Heapd__ChunkRef **r = realloc(a->refs, cap * sizeof *r);
+        if (!r)
+            return -1;
+        a->refs = r;
+        a->cap = cap;
+    }
+    if (a->nfds + f->nfds > a->fdcap) {
+        size_t cap = a->fdcap ? a->fdcap * 2 : 1024;
+        while (cap < a->nfds + f->nfds)
+            cap *= 2;
+        int *p = realloc(a->fds, cap * sizeof *p);
+        if (!p)
+            return -1;
+        a->fds = p;
+        a->fdcap = cap;
+    }
+    for (size_t i = 0; i < b->n_chunks; i++) {
+        if (b->chunks[i]->fd_index >= f->nfds)
+            return -1;
+        Heapd__ChunkRef *r = malloc(sizeof *r);
+        if (!r)
+            return -1;
+        heapd__chunk_ref__init(r);
+        r->rank = b->chunks[i]->rank;
+        r->index = b->chunks[i]->index;
+        r->fd_index = (uint32_t)(a->nfds + b->chunks[i]->fd_index);
+        a->refs[a->n++] = r;
+    }
+    for (size_t i = 0; i < f->nfds; i++) {
+        a->fds[a->nfds++] = f->fds[i];
+        f->fds[i] = -1;
+    }
+    return 0;
+}
+
+/* The reply gets the batches' chunks first and their fds before its own:
+ * as if it had come in one frame. *chunks / *n are the reply's repeated
+ * ChunkRef field (unpacked with the default allocator: malloc). */
+static int acc_merge(chunk_acc *a, Heapd__ChunkRef ***chunks, size_t *n, int32_t *status_index, hw_frame *f)
+{
+    if (!a->n && !a->nfds)
+        return 0;
+    Heapd__ChunkRef **all = malloc((a->n + *n) * sizeof *all);
+    int *fds = malloc((a->nfds + f->nfds) * sizeof *fds);
+    if (!all || !fds) {
+        free(all);
+        free(fds);
+        return -1;
+    }
+    memcpy(all, a->refs, a->n * sizeof *all);
+    for (size_t i = 0; i < *n; i++) {
+        (*chunks)[i]->fd_index += (uint32_t)a->nfds;
+        all[a->n + i] = (*chunks)[i];
+    }
+    memcpy(fds, a->fds, a->nfds * sizeof *fds);
+    if (f->nfds)
+        memcpy(fds + a->nfds, f->fds, f->nfds * sizeof *fds);
+    if (status_index && *status_index >= 0)
+        *status_index += (int32_t)a->nfds;
+    free(*chunks);
+    *chunks = all;
+    *n += a->n;
+    free(f->fds);
+    f->fds = fds;
+    f->nfds += a->nfds;
+    free(a->refs);
+    free(a->fds);
+    memset(a, 0, sizeof *a);
+    return 0;
+}
+
 /*
  * Sends req (its id is set here) and waits for the reply with the same id.
  * On success *rep is the decoded reply with body `want` and *raw holds the
@@ -318,28 +436,56 @@ int hci_rpc(heapc *c, Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__Fra
         rc = rpc_send(c, req);
     if (rc != HEAPC_OK)
         return rc;
+    chunk_acc acc;
+    memset(&acc, 0, sizeof acc);
     for (;;) {
         if (st.got)
             st.got = 0; /* the ring's reply: checked like a socket frame */
         else if ((rc = rpc_recv(c, req, &m, &f)) != HEAPC_OK)
-            return rc;
+            break;
+        if (m->id == req->id && m->body_case == HEAPD__FRAME__BODY_CHUNK_BATCH && m->chunk_batch) {
+            /* Part of a reply with more fds than one frame: kept for it. */
+            rc = acc_add(&acc, m->chunk_batch, &f);
+            heapd__frame__free_unpacked(m, NULL);
+            hw_frame_free(&f);
+            if (rc) {
+                rc = conn_dead(c, HEAPC_EOOM, "out of memory collecting the chunks of heapd's reply to %s "
+                               "(or a chunk names an fd its frame lacks); the connection was closed",
+                               body_name(req->body_case));
+                break;
+            }
+            continue;
+        }
         rc = rpc_check(c, req, want, m, &f);
         if (rc == RPC_STALE && st.used == RING_MAYBE) {
             /* Not the reply: it may still come in the ring. */
             rc = rpc_ring_result(c, req, hcr_wait(c->ring, c->fd, req->id, c->timeout_ms, &f, st.werr,
                                                   sizeof st.werr), &st, &m, &f);
             if (rc != HEAPC_OK)
-                return rc;
+                break;
             continue;
         }
         if (rc == RPC_STALE)
             continue;
         if (rc != HEAPC_OK)
-            return rc;
+            break;
+        if (want == HEAPD__FRAME__BODY_ATTACH_REPLY && m->attach_reply)
+            rc = acc_merge(&acc, &m->attach_reply->chunks, &m->attach_reply->n_chunks,
+                           &m->attach_reply->status_fd_index, &f);
+        else if (want == HEAPD__FRAME__BODY_ALLOC_REPLY && m->alloc_reply)
+            rc = acc_merge(&acc, &m->alloc_reply->new_chunks, &m->alloc_reply->n_new_chunks, NULL, &f);
+        if (rc) {
+            hci_rpc_done(m, &f);
+            rc = conn_dead(c, HEAPC_EOOM, "out of memory collecting the chunks of heapd's reply to %s; the "
+                           "connection was closed", body_name(req->body_case));
+            break;
+        }
         *rep = m;
         *raw = f;
         return HEAPC_OK;
     }
+    acc_free(&acc);
+    return rc;
 }
 
 void hci_rpc_done(Heapd__Frame *rep, hw_frame *raw)

@@ -188,6 +188,13 @@ static int attach_request(heapc *c, const char *heap, uint32_t rank, uint32_t wo
         at.local_size = p->local_size;
         at.job = (char *)(p->job ? p->job : "");
     }
+    /* The job's secret: only ranks that share it (and the uid) meet in the
+     * store; heapd keeps a hash of it, never the text. */
+    const char *secret = getenv("HEAPC_JOB_SECRET");
+    if (secret && *secret) {
+        at.job_secret.data = (uint8_t *)secret;
+        at.job_secret.len = strlen(secret);
+    }
     Heapd__Frame req = HEAPD__FRAME__INIT;
     req.body_case = HEAPD__FRAME__BODY_ATTACH;
     req.attach = &at;

@@ -271,6 +271,11 @@ static void json_str(const char *s)
             fputs("\\ufffd", stdout);
             continue;
         }
+        if (n == 3 && p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9)) {
+            printf("\\u%04x", 0x2000 | (p[2] - 0x80)); /* U+2028/9: line breaks to some readers */
+            p += 2;
+            continue;
+        }
         if (n > 1) {
             fwrite(p, 1, (size_t)n, stdout);
             p += n - 1;

@@ -123,11 +123,26 @@ void hw_reader_init(hw_reader *r)
     memset(r, 0, sizeof(*r));
 }
 
+/* Received fds go to the reader's closer. */
+static void reader_close_fds(const hw_reader *r, const int *fds, size_t n)
+{
+    int saved = errno;
+    for (size_t i = 0; i < n; i++) {
+        if (fds[i] < 0)
+            continue;
+        if (r->close_fd != NULL)
+            r->close_fd(fds[i], r->close_arg);
+        else
+            close(fds[i]);
+    }
+    errno = saved;
+}
+
 static void reader_drop(hw_reader *r)
 {
     int saved = errno;
     for (size_t i = 0; i < r->npfd; i++)
-        close(r->pfd[i].fd);
+        reader_close_fds(r, &r->pfd[i].fd, 1);
     r->npfd = 0;
     free(r->data);
     r->data = NULL;
@@ -145,6 +160,31 @@ void hw_reader_free(hw_reader *r)
     free(r->buf);
     free(r->pfd);
     memset(r, 0, sizeof(*r));
+}
+
+void hw_reader_set_limits(hw_reader *r, size_t max_len, size_t max_fds)
+{
+    r->max_len = max_len;
+    r->max_fds = max_fds;
+}
+
+void hw_reader_set_closer(hw_reader *r, void (*close_fd)(int fd, void *arg), void *arg)
+{
+    r->close_fd = close_fd;
+    r->close_arg = arg;
+}
+
+size_t hw_reader_fds_held(const hw_reader *r) { return r->npfd; }
+
+int hw_reader_buffered(const hw_reader *r) { return r->start < r->end; }
+
+void hw_reader_shrink(hw_reader *r)
+{
+    if (r->buf != NULL && r->start >= r->end) {
+        free(r->buf);
+        r->buf = NULL;
+        r->start = r->end = 0;
+    }
 }
 
 /* Break the framing: close every fd held, free the partial frame. */
@@ -240,6 +280,11 @@ static int parse(hw_reader *r, hw_frame *out, char *err, size_t errlen)
         rc = check_limits("frame", r->len, r->nfds, err, errlen);
         if (rc < 0)
             return reader_fail(r, rc);
+        if (r->max_len > 0 && r->len > r->max_len) {
+            hw_seterr(err, errlen, "frame of %u bytes exceeds this connection's "
+                   "%zu-byte limit", (unsigned)r->len, r->max_len);
+            return reader_fail(r, HW_ETOOBIG);
+        }
         r->data = malloc((size_t)r->len + 1);
         if (r->data == NULL) {
             hw_seterr(err, errlen, "out of memory for a frame of %u bytes",
@@ -358,7 +403,7 @@ static int read_once(int fd, hw_reader *r, struct iovec *iov, ssize_t *n, int *r
         *nr += k;
     }
     if (msg.msg_flags & MSG_CTRUNC) {
-        close_fds(rfds, *nr);
+        reader_close_fds(r, rfds, *nr);
         hw_seterr(err, errlen,
                   "ancillary data was truncated (MSG_CTRUNC): file "
                   "descriptors were lost (too many open files?)");
@@ -372,7 +417,7 @@ static int read_once(int fd, hw_reader *r, struct iovec *iov, ssize_t *n, int *r
 static int read_closed(hw_reader *r, const int *rfds, size_t nr, char *err, size_t errlen)
 {
     if (nr > 0) {
-        close_fds(rfds, nr);
+        reader_close_fds(r, rfds, nr);
         hw_seterr(err, errlen,
                   "%zu file descriptors arrived without any frame "
                   "bytes; closed them", nr);
@@ -430,7 +475,7 @@ int hw_read(int fd, hw_reader *r, hw_frame *out, char *err, size_t errlen)
             return read_closed(r, rfds, nr, err, errlen);
         /* The fds belong to the frame holding the last byte of this read. */
         if (nr > 0 && pfd_push(r, rfds, nr, r->pos + (uint64_t)n - 1) < 0) {
-            close_fds(rfds, nr);
+            reader_close_fds(r, rfds, nr);
             hw_seterr(err, errlen, "out of memory for received fds");
             return reader_fail(r, HW_ENOMEM);
         }
@@ -443,6 +488,13 @@ int hw_read(int fd, hw_reader *r, hw_frame *out, char *err, size_t errlen)
         rc = check_extra_fds(r, err, errlen);
         if (rc < 0)
             return rc;
+        if (r->npfd > (r->max_fds > 0 ? r->max_fds : HW_FDS_MAX)) {
+            hw_seterr(err, errlen, "%zu file descriptors arrived for frames not "
+                   "yet complete, over this connection's limit of %zu; "
+                   "closed them", r->npfd,
+                   r->max_fds > 0 ? r->max_fds : (size_t)HW_FDS_MAX);
+            return reader_fail(r, HW_ETOOMANYFDS);
+        }
     }
 }
 

@@ -105,11 +105,32 @@ typedef struct hw_reader {
     struct hw_pfd { int fd; uint64_t pos; } *pfd;  /* received fds not yet in a frame */
     size_t npfd, pfdcap;
     int failed;                 /* first error code; sticky */
+    size_t max_len;             /* payload limit; 0: HW_FRAME_MAX */
+    size_t max_fds;             /* fds held at once; 0: HW_FDS_MAX */
+    void (*close_fd)(int fd, void *arg);  /* closes received fds; NULL: close() */
+    void *close_arg;
 } hw_reader;
 
 void hw_reader_init(hw_reader *r);
 /* Frees buffers and closes every fd the reader still holds. */
 void hw_reader_free(hw_reader *r);
+
+/* Tighter limits than the wire's (0: the wire's own): a header announcing a
+ * payload over max_len is HW_ETOOBIG; more than max_fds fds held at once
+ * (for frames not yet complete, counted as they arrive, before the header is
+ * known) is HW_ETOOMANYFDS. Both break the framing, as the wire's limits. */
+void hw_reader_set_limits(hw_reader *r, size_t max_len, size_t max_fds);
+/* Received fds the reader closes itself (stray, extra, of a broken frame)
+ * go to close_fd(fd, arg) instead of close(): a received fd can be a socket
+ * whose close() blocks (SO_LINGER), so a daemon hands them to a thread. */
+void hw_reader_set_closer(hw_reader *r, void (*close_fd)(int fd, void *arg), void *arg);
+/* Received fds the reader holds for frames not yet complete. */
+size_t hw_reader_fds_held(const hw_reader *r);
+/* Frees the read buffer if it holds no unparsed bytes (it is allocated again
+ * at the next read): an idle connection then costs no 64 KiB buffer. */
+void hw_reader_shrink(hw_reader *r);
+/* 1 if bytes are buffered that hw_read has not parsed yet. */
+int hw_reader_buffered(const hw_reader *r);
 
 /*
  * Read what the socket has (never blocks: MSG_DONTWAIT) and return the next

@@ -90,6 +90,17 @@ int ha_params_check(const ha_params *p, char *err, size_t errlen)
 
 const ha_params *ha_get_params(const ha_heap *h) { return &h->p; }
 
+uint64_t ha_meta_bytes(const ha_params *p, uint64_t mapped)
+{
+    if (p->policy != HA_POLICY_COALESCE || !p->min_block)
+        return 0;
+    /* fstart and fend: a bit per min_block each; freebits[k] for every bin
+     * k >= log2(min_block): mapped >> k bits, about as many again; the
+     * 64-ary summary levels add 1/63. */
+    uint64_t bytes = (mapped / p->min_block) / 2;
+    return bytes + bytes / 63;
+}
+
 uint64_t ha_class_size(const ha_heap *h, uint64_t size)
 {
     if (size == 0 || size > (UINT64_C(1) << 63))

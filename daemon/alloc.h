@@ -127,6 +127,10 @@ typedef struct ha_heap ha_heap;
 /* Checks p; on error returns HA_EINVAL and writes which parameter is wrong
  * and why into err. */
 int ha_params_check(const ha_params *p, char *err, size_t errlen);
+/* Bytes of bookkeeping (the coalesce policy's free-extent bitmaps) a heap
+ * with parameters p keeps for an extent of `mapped` bytes: about 4 bits per
+ * min_block; 0 under the seed policy. Block records are not included. */
+uint64_t ha_meta_bytes(const ha_params *p, uint64_t mapped);
 const char *ha_policy_name(ha_policy p);
 /* "seed" or "coalesce" (also "default") -> *out; HA_EINVAL otherwise. */
 int ha_policy_parse(const char *s, ha_policy *out);

@@ -2,8 +2,10 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <ini.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +32,15 @@ void hd_config_defaults(hd_config *c)
     c->policy = HA_POLICY_COALESCE;
     c->collect_timeout_ms = 30000;
     c->max_clients = 1024;
+    c->max_clients_per_uid = 256;
+    c->max_fds_per_uid = 4096;
+    c->max_queue_per_uid = UINT64_C(64) << 20;
+    c->hello_timeout_ms = 10000;
+    c->max_frame_before_hello = 4096;
+    c->max_fds_per_conn = 1024;
+    c->max_queue_per_conn = UINT64_C(8) << 20;
+    c->max_chunks = UINT32_C(1) << 24;
+    c->max_blocks = UINT32_C(1) << 28;
     c->admin_gid = -1;
     char host[256] = "node";
     gethostname(host, sizeof host - 1);
@@ -56,6 +67,7 @@ typedef struct parse_state {
     int err_line;      /* the first error's line (0: none yet) */
     int stop;          /* an error was found: the reader ends the file */
     int key_line[L_N];
+    int nkeys;         /* keys set by the file */
     hd_config cfg;
     char msg[512];
 } parse_state;
@@ -123,7 +135,159 @@ static int parse_u32(const char *v, uint32_t lo, uint32_t hi, uint32_t *out)
 
 static int size_at_least(uint64_t v, uint64_t min) { return v >= min; }
 
-static int handle_key(parse_state *st, const char *name, const char *value);
+/* One key of heapd.conf: its name, the function that parses its value into
+ * the field at `off` of hd_config, and that function's bounds. A parser
+ * returns 1, or 0 with the sentence (without FILE:LINE) in st->msg. */
+typedef struct key_desc key_desc;
+typedef int (*key_parse_fn)(parse_state *st, const key_desc *k, const char *value);
+struct key_desc {
+    const char *name;
+    key_parse_fn parse;
+    size_t off;          /* the field in hd_config (parsers with a field of their own ignore it) */
+    uint64_t lo, hi;     /* sizes: lo is the minimum; numbers: the range */
+    const char *what;    /* numbers: what the value counts ("a number of milliseconds") */
+    int line_slot;       /* L_* for the cross-key checks, or -1 */
+};
+
+#define FIELD(st, k, type) ((type *)((char *)&(st)->cfg + (k)->off))
+
+static int key_msg(parse_state *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int key_msg(parse_state *st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st->msg, sizeof st->msg, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+static int parse_size_key(parse_state *st, const key_desc *k, const char *value)
+{
+    uint64_t sz;
+    if (hsz_parse_size(value, &sz) || !size_at_least(sz, k->lo))
+        return key_msg(st, "%s: \"%s\" is not a size (bytes with optional K, M, G, T suffix, >= %llu)",
+                       k->name, value, (unsigned long long)k->lo);
+    *FIELD(st, k, uint64_t) = sz;
+    return 1;
+}
+
+static int parse_u32_key(parse_state *st, const key_desc *k, const char *value)
+{
+    uint32_t u;
+    if (parse_u32(value, (uint32_t)k->lo, (uint32_t)k->hi, &u))
+        return key_msg(st, "%s: \"%s\" is not %s (%llu..%llu)", k->name, value, k->what,
+                       (unsigned long long)k->lo, (unsigned long long)k->hi);
+    *FIELD(st, k, uint32_t) = u;
+    return 1;
+}
+
+static int parse_socket(parse_state *st, const key_desc *k, const char *value)
+{
+    hd_config *c = &st->cfg;
+    (void)k;
+    if (value[0] != '/' || strlen(value) >= sizeof c->socket_path)
+        return key_msg(st, "socket: \"%s\" must be an absolute path shorter than %zu bytes", value,
+                       sizeof c->socket_path);
+    snprintf(c->socket_path, sizeof c->socket_path, "%s", value);
+    return 1;
+}
+
+static int parse_socket_mode(parse_state *st, const key_desc *k, const char *value)
+{
+    (void)k;
+    char *end;
+    unsigned long m = strtoul(value, &end, 8);
+    if (end == value || *end || m > 0777)
+        return key_msg(st, "socket_mode: \"%s\" is not an octal mode such as 0660", value);
+    st->cfg.socket_mode = (unsigned)m;
+    return 1;
+}
+
+static int parse_backend(parse_state *st, const key_desc *k, const char *value)
+{
+    (void)k;
+    if (strcmp(value, "auto") && strcmp(value, "cuda") && strcmp(value, "host"))
+        return key_msg(st, "backend: \"%s\" is not one of auto, cuda, host", value);
+    snprintf(st->cfg.backend, sizeof st->cfg.backend, "%s", value);
+    return 1;
+}
+
+static int parse_log_level(parse_state *st, const key_desc *k, const char *value)
+{
+    (void)k;
+    int l = hd_log_parse_level(value);
+    if (l < 0)
+        return key_msg(st, "log_level: \"%s\" is not one of error, warn, info, debug", value);
+    st->cfg.log_level = l;
+    return 1;
+}
+
+static int parse_log_format(parse_state *st, const key_desc *k, const char *value)
+{
+    (void)k;
+    int f = hd_log_parse_format(value);
+    if (f < 0)
+        return key_msg(st, "log_format: \"%s\" is not one of text, json", value);
+    st->cfg.log_format = f;
+    return 1;
+}
+
+static int parse_policy(parse_state *st, const key_desc *k, const char *value)
+{
+    (void)k;
+    if (ha_policy_parse(value, &st->cfg.policy))
+        return key_msg(st, "policy: \"%s\" is not one of coalesce, seed", value);
+    return 1;
+}
+
+static int parse_store(parse_state *st, const key_desc *k, const char *value)
+{
+    hd_config *c = &st->cfg;
+    char why[400];
+    (void)k;
+    if (value[0] && strlen(value) >= sizeof c->store)
+        return key_msg(st, "store: the URL is longer than %zu bytes", sizeof c->store - 1);
+    /* The parser heapd uses at start: what passes here, heapd accepts. */
+    if (value[0] && hd_store_check_url(value, why, sizeof why))
+        return key_msg(st, "store: %s", why);
+    snprintf(c->store, sizeof c->store, "%s", value);
+    return 1;
+}
+
+static int parse_node(parse_state *st, const key_desc *k, const char *value)
+{
+    hd_config *c = &st->cfg;
+    (void)k;
+    size_t n = strlen(value);
+    if (n == 0)
+        return 1; /* empty: the host name */
+    bool okname = n >= 1 && n < sizeof c->node;
+    for (size_t i = 0; okname && i < n; i++)
+        okname = (value[i] >= 'a' && value[i] <= 'z') || (value[i] >= 'A' && value[i] <= 'Z') ||
+                 (value[i] >= '0' && value[i] <= '9') || value[i] == '.' || value[i] == '_' || value[i] == '-';
+    if (!okname)
+        return key_msg(st, "node: \"%s\" must be 1 to 64 of A-Z a-z 0-9 . _ -", value);
+    snprintf(c->node, sizeof c->node, "%s", value);
+    return 1;
+}
+
+static int parse_admin_group(parse_state *st, const key_desc *k, const char *value)
+{
+    hd_config *c = &st->cfg;
+    (void)k;
+    if (!value[0]) {
+        c->admin_group[0] = 0;
+        c->admin_gid = -1;
+        return 1;
+    }
+    struct group *g = getgrnam(value);
+    if (!g || strlen(value) >= sizeof c->admin_group)
+        return key_msg(st, "admin_group: no group named \"%s\" on this system (create it, or leave "
+                       "admin_group empty)", value);
+    snprintf(c->admin_group, sizeof c->admin_group, "%s", value);
+    c->admin_gid = (long)g->gr_gid;
+    return 1;
+}
 
 /* The request rings' keys (issue 16): ring, ring_spin_us, ring_backoff_us.
  * 1: taken, 0: bad value (st->msg), -1: not a ring key. */
@@ -157,6 +321,55 @@ static int ring_key(parse_state *st, const char *name, const char *value)
     return -1;
 }
 
+/* The ring keys through ring_key (issue 16). */
+static int parse_ring(parse_state *st, const key_desc *k, const char *value) { return ring_key(st, k->name, value); }
+
+#define OFF(field) offsetof(hd_config, field)
+static const key_desc keys[] = {
+    {"socket", parse_socket, 0, 0, 0, NULL, -1},
+    {"socket_mode", parse_socket_mode, 0, 0, 0, NULL, -1},
+    {"backend", parse_backend, 0, 0, 0, NULL, -1},
+    {"log_level", parse_log_level, 0, 0, 0, NULL, -1},
+    {"log_format", parse_log_format, 0, 0, 0, NULL, -1},
+    {"policy", parse_policy, 0, 0, 0, NULL, -1},
+    {"quota_heap", parse_size_key, OFF(quota_heap), 0, 0, NULL, -1},
+    {"quota_uid", parse_size_key, OFF(quota_uid), 0, 0, NULL, -1},
+    {"store", parse_store, 0, 0, 0, NULL, -1},
+    {"node", parse_node, 0, 0, 0, NULL, -1},
+    {"admin_group", parse_admin_group, 0, 0, 0, NULL, -1},
+    {"chunk_size", parse_size_key, OFF(chunk_size), 4096, 0, NULL, L_CHUNK},
+    {"initial_size", parse_size_key, OFF(initial_size), 0, 0, NULL, L_INITIAL},
+    {"va_size", parse_size_key, OFF(va_size), 4096, 0, NULL, L_VA},
+    {"min_block", parse_size_key, OFF(min_block), 1, 0, NULL, L_MIN_BLOCK},
+    {"collect_timeout_ms", parse_u32_key, OFF(collect_timeout_ms), 1, 86400000, "a number of milliseconds", -1},
+    {"max_clients", parse_u32_key, OFF(max_clients), 1, 1000000, "a number", -1},
+    /* Transport limits (issue 15): per uid (root exempt), per connection. */
+    {"max_clients_per_uid", parse_u32_key, OFF(max_clients_per_uid), 1, 1000000, "a number", -1},
+    {"max_fds_per_uid", parse_u32_key, OFF(max_fds_per_uid), 1, 1000000, "a number", -1},
+    {"max_queue_per_uid", parse_size_key, OFF(max_queue_per_uid), 5 << 20, 0, NULL, -1},
+    {"hello_timeout_ms", parse_u32_key, OFF(hello_timeout_ms), 10, 3600000, "a number of milliseconds", -1},
+    {"max_frame_before_hello", parse_u32_key, OFF(max_frame_before_hello), 64, 4u << 20, "a number of bytes", -1},
+    {"max_fds_per_conn", parse_u32_key, OFF(max_fds_per_conn), 1, 1024, "a number", -1},
+    {"max_queue_per_conn", parse_size_key, OFF(max_queue_per_conn), 5 << 20, 0, NULL, -1},
+    {"max_chunks", parse_u32_key, OFF(max_chunks), 1, INT32_MAX, "a number of chunks", -1},
+    {"max_blocks", parse_u32_key, OFF(max_blocks), 1, UINT32_MAX, "a number of min_blocks", -1},
+    {"meminfo_interval_ms", parse_u32_key, OFF(meminfo_interval_ms), 10, 3600000, "a number of milliseconds", -1},
+    /* Request rings (issue 16). */
+    {"ring", parse_ring, 0, 0, 0, NULL, -1},
+    {"ring_spin_us", parse_ring, 0, 0, 0, NULL, -1},
+    {"ring_backoff_us", parse_ring, 0, 0, 0, NULL, -1},
+};
+#undef OFF
+
+static const key_desc *find_key(const char *name)
+{
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (!strcmp(name, keys[i].name))
+            return &keys[i];
+    return NULL;
+}
+
+
 static int handler(void *user, const char *section, const char *name, const char *value)
 {
     parse_state *st = user;
@@ -166,7 +379,9 @@ static int handler(void *user, const char *section, const char *name, const char
         fail_at(st, "unknown section [%s]: heapd.conf has no sections", section);
         return 0;
     }
-    int rc = handle_key(st, name, value);
+    const key_desc *k = find_key(name);
+    int rc = k ? k->parse(st, k, value)
+               : key_msg(st, "unknown key \"%s\" (see heapd.conf(5) for the keys)", name);
     if (rc == 0) {
         /* A value with a # in it may be a comment without a space before it. */
         char m[sizeof st->msg];
@@ -175,164 +390,11 @@ static int handler(void *user, const char *section, const char *name, const char
         fail_at(st, "%s%s", m, strchr(value, '#') ? " (a # starts a comment only after a space: "
                                                      "`key = value # comment`)" : "");
     } else {
-        static const char *const keys[L_N] = {"chunk_size", "initial_size", "va_size", "min_block"};
-        for (int i = 0; i < L_N; i++)
-            if (!strcmp(name, keys[i]))
-                st->key_line[i] = st->line;
+        st->nkeys++;
+        if (k->line_slot >= 0)
+            st->key_line[k->line_slot] = st->line;
     }
     return rc;
-}
-
-static int handle_key(parse_state *st, const char *name, const char *value)
-{
-    hd_config *c = &st->cfg;
-    uint64_t sz;
-    uint32_t u;
-    int rk = ring_key(st, name, value);
-    if (rk >= 0)
-        return rk;
-#define SIZE_KEY(key, field, min)                                                                  \
-    if (!strcmp(name, key)) {                                                                      \
-        if (hsz_parse_size(value, &sz) || !size_at_least(sz, (min))) {                                             \
-            snprintf(st->msg, sizeof st->msg,                                                      \
-                     "%s: \"%s\" is not a size (bytes with optional K, M, G, T suffix, >= %llu)",  \
-                     key, value, (unsigned long long)(min));                                       \
-            return 0;                                                                              \
-        }                                                                                          \
-        c->field = sz;                                                                             \
-        return 1;                                                                                  \
-    }
-    if (!strcmp(name, "socket")) {
-        if (value[0] != '/' || strlen(value) >= sizeof c->socket_path) {
-            snprintf(st->msg, sizeof st->msg, "socket: \"%s\" must be an absolute path shorter than %zu bytes",
-                     value, sizeof c->socket_path);
-            return 0;
-        }
-        snprintf(c->socket_path, sizeof c->socket_path, "%s", value);
-        return 1;
-    }
-    if (!strcmp(name, "socket_mode")) {
-        char *end;
-        unsigned long m = strtoul(value, &end, 8);
-        if (end == value || *end || m > 0777) {
-            snprintf(st->msg, sizeof st->msg, "socket_mode: \"%s\" is not an octal mode such as 0660", value);
-            return 0;
-        }
-        c->socket_mode = (unsigned)m;
-        return 1;
-    }
-    if (!strcmp(name, "backend")) {
-        if (strcmp(value, "auto") && strcmp(value, "cuda") && strcmp(value, "host")) {
-            snprintf(st->msg, sizeof st->msg, "backend: \"%s\" is not one of auto, cuda, host", value);
-            return 0;
-        }
-        snprintf(c->backend, sizeof c->backend, "%s", value);
-        return 1;
-    }
-    if (!strcmp(name, "log_level")) {
-        int l = hd_log_parse_level(value);
-        if (l < 0) {
-            snprintf(st->msg, sizeof st->msg, "log_level: \"%s\" is not one of error, warn, info, debug", value);
-            return 0;
-        }
-        c->log_level = l;
-        return 1;
-    }
-    if (!strcmp(name, "log_format")) {
-        int f = hd_log_parse_format(value);
-        if (f < 0) {
-            snprintf(st->msg, sizeof st->msg, "log_format: \"%s\" is not one of text, json", value);
-            return 0;
-        }
-        c->log_format = f;
-        return 1;
-    }
-    if (!strcmp(name, "policy")) {
-        if (ha_policy_parse(value, &c->policy)) {
-            snprintf(st->msg, sizeof st->msg, "policy: \"%s\" is not one of coalesce, seed", value);
-            return 0;
-        }
-        return 1;
-    }
-    SIZE_KEY("quota_heap", quota_heap, 0)
-    SIZE_KEY("quota_uid", quota_uid, 0)
-    if (!strcmp(name, "store")) {
-        char why[400];
-        if (value[0] && strlen(value) >= sizeof c->store) {
-            snprintf(st->msg, sizeof st->msg, "store: the URL is longer than %zu bytes", sizeof c->store - 1);
-            return 0;
-        }
-        /* The parser heapd uses at start: what passes here, heapd accepts. */
-        if (value[0] && hd_store_check_url(value, why, sizeof why)) {
-            snprintf(st->msg, sizeof st->msg, "store: %s", why);
-            return 0;
-        }
-        snprintf(c->store, sizeof c->store, "%s", value);
-        return 1;
-    }
-    if (!strcmp(name, "node")) {
-        size_t n = strlen(value);
-        if (n == 0)
-            return 1; /* empty: the host name */
-        bool okname = n >= 1 && n < sizeof c->node;
-        for (size_t i = 0; okname && i < n; i++)
-            okname = (value[i] >= 'a' && value[i] <= 'z') || (value[i] >= 'A' && value[i] <= 'Z') ||
-                     (value[i] >= '0' && value[i] <= '9') || value[i] == '.' || value[i] == '_' ||
-                     value[i] == '-';
-        if (!okname) {
-            snprintf(st->msg, sizeof st->msg, "node: \"%s\" must be 1 to 64 of A-Z a-z 0-9 . _ -", value);
-            return 0;
-        }
-        snprintf(c->node, sizeof c->node, "%s", value);
-        return 1;
-    }
-    if (!strcmp(name, "admin_group")) {
-        if (!value[0]) {
-            c->admin_group[0] = 0;
-            c->admin_gid = -1;
-            return 1;
-        }
-        struct group *g = getgrnam(value);
-        if (!g || strlen(value) >= sizeof c->admin_group) {
-            snprintf(st->msg, sizeof st->msg, "admin_group: no group named \"%s\" on this system (create it, or "
-                     "leave admin_group empty)", value);
-            return 0;
-        }
-        snprintf(c->admin_group, sizeof c->admin_group, "%s", value);
-        c->admin_gid = (long)g->gr_gid;
-        return 1;
-    }
-    SIZE_KEY("chunk_size", chunk_size, 4096)
-    SIZE_KEY("initial_size", initial_size, 0)
-    SIZE_KEY("va_size", va_size, 4096)
-    SIZE_KEY("min_block", min_block, 1)
-    if (!strcmp(name, "collect_timeout_ms")) {
-        if (parse_u32(value, 1, 86400000, &u)) {
-            snprintf(st->msg, sizeof st->msg, "collect_timeout_ms: \"%s\" is not a number of milliseconds (1..86400000)", value);
-            return 0;
-        }
-        c->collect_timeout_ms = u;
-        return 1;
-    }
-    if (!strcmp(name, "max_clients")) {
-        if (parse_u32(value, 1, 1000000, &u)) {
-            snprintf(st->msg, sizeof st->msg, "max_clients: \"%s\" is not a number (1..1000000)", value);
-            return 0;
-        }
-        c->max_clients = u;
-        return 1;
-    }
-    if (!strcmp(name, "meminfo_interval_ms")) {
-        if (parse_u32(value, 10, 3600000, &u)) {
-            snprintf(st->msg, sizeof st->msg, "meminfo_interval_ms: \"%s\" is not a number of milliseconds (10..3600000)", value);
-            return 0;
-        }
-        c->meminfo_interval_ms = u;
-        return 1;
-    }
-#undef SIZE_KEY
-    snprintf(st->msg, sizeof st->msg, "unknown key \"%s\" (see heapd.conf(5) for the keys)", name);
-    return 0;
 }
 
 /* The heap-default rules of ha_params_check, each blamed on the key of the
@@ -389,23 +451,44 @@ static int cross_check(const parse_state *st, const char *path, char *err, size_
     return 0;
 }
 
-int hd_config_load(const char *path, hd_config *c, char *err, size_t errlen)
+/* Opens PATH for parsing: never blocks (a FIFO is refused, not waited on),
+ * never reads a directory. Returns the stream, or NULL with the sentence. */
+static FILE *open_config(const char *path, bool reload, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        close(fd);
+        snprintf(err, errlen, "%s: is a directory, not a configuration file; give the path of heapd.conf "
+                 "(e.g. %s/heapd.conf)", path, path);
+        return NULL;
+    }
+    /* A FIFO or socket would block the loop; at start /dev/null is fine. */
+    if (!S_ISREG(sb.st_mode) && (reload || !S_ISCHR(sb.st_mode))) {
+        close(fd);
+        snprintf(err, errlen, "%s: is not a regular file; give the path of heapd.conf", path);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+    }
+    return f;
+}
+
+static int load(const char *path, bool reload, hd_config *c, char *err, size_t errlen)
 {
     parse_state st;
     memset(&st, 0, sizeof st);
     st.cfg = *c;
-    st.f = fopen(path, "re");
-    if (!st.f) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    st.f = open_config(path, reload, err, errlen);
+    if (!st.f)
         return -1;
-    }
-    struct stat sb;
-    if (fstat(fileno(st.f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        fclose(st.f);
-        snprintf(err, errlen, "%s: is a directory, not a configuration file; give the path of heapd.conf "
-                 "(e.g. %s/heapd.conf)", path, path);
-        return -1;
-    }
     int rc = ini_parse_stream(reader, &st, handler, &st);
     int rerr = ferror(st.f) ? errno : 0;
     fclose(st.f);
@@ -425,6 +508,12 @@ int hd_config_load(const char *path, hd_config *c, char *err, size_t errlen)
         snprintf(err, errlen, "%s: cannot read the file", path);
         return -1;
     }
+    if (reload && !st.nkeys) {
+        snprintf(err, errlen, "%s: has no keys (empty, or only comments); a reload would set every key, "
+                 "quota_uid and admin_group too, to its built-in default. Write the configuration, then "
+                 "send SIGHUP again", path);
+        return -1;
+    }
     /* Cross-key checks: the defaults must make a valid heap. */
     hd_config *n = &st.cfg;
     if (cross_check(&st, path, err, errlen))
@@ -437,6 +526,25 @@ int hd_config_load(const char *path, hd_config *c, char *err, size_t errlen)
         snprintf(err, errlen, "%s: the heap defaults are inconsistent: %s", path, why);
         return -1;
     }
+    if (n->va_size / n->chunk_size > n->max_chunks || n->va_size / n->min_block > n->max_blocks) {
+        bool chunks = n->va_size / n->chunk_size > n->max_chunks;
+        snprintf(err, errlen, "%s: the heap defaults are over heapd's limits: va_size / %s = %llu, over %s = %u; "
+                 "lower va_size, raise %s or %s", path, chunks ? "chunk_size" : "min_block",
+                 (unsigned long long)(n->va_size / (chunks ? n->chunk_size : n->min_block)),
+                 chunks ? "max_chunks" : "max_blocks", chunks ? n->max_chunks : n->max_blocks,
+                 chunks ? "chunk_size" : "min_block", chunks ? "max_chunks" : "max_blocks");
+        return -1;
+    }
     *c = *n;
     return 0;
+}
+
+int hd_config_load(const char *path, hd_config *c, char *err, size_t errlen)
+{
+    return load(path, false, c, err, errlen);
+}
+
+int hd_config_reload(const char *path, hd_config *c, char *err, size_t errlen)
+{
+    return load(path, true, c, err, errlen);
 }

@@ -32,11 +32,24 @@ typedef struct hd_config {
     uint32_t collect_timeout_ms;
     /* Limits. */
     uint32_t max_clients;
+    /* Transport limits (issue 15): per uid (root is exempt), per connection. */
+    uint32_t max_clients_per_uid;   /* connections of one uid at once */
+    uint32_t max_fds_per_uid;       /* received fds one uid's connections hold (partial frames, closing) */
+    uint64_t max_queue_per_uid;     /* unsent reply bytes of one uid's connections */
+    uint32_t hello_timeout_ms;      /* a connection without Hello by then is closed */
+    uint32_t max_frame_before_hello; /* payload bytes of a frame before Hello */
+    uint32_t max_fds_per_conn;      /* received fds one connection holds for partial frames */
+    uint64_t max_queue_per_conn;    /* unsent reply bytes of one connection */
+    /* Per heap and rank: va_size / chunk_size (chunks: fds, records) and
+     * va_size / min_block (the allocator's bitmaps: ~4 bits each). */
+    uint32_t max_chunks;
+    uint32_t max_blocks;
     /* Access: members of admin_group (and root) may attach to any heap and
      * force collects on any heap; others only on heaps their uid created. */
     char admin_group[64];           /* "" : none */
     long admin_gid;                 /* resolved at load, -1: none */
-    /* Quotas in bytes of chunk memory (every rank's chunks); 0: none. */
+    /* Quotas in bytes of chunk memory (every rank's chunks); 0: none.
+     * quota_uid also counts the allocator's bookkeeping of the uid's heaps. */
     uint64_t quota_heap;
     uint64_t quota_uid;
     /* Several nodes: the store that reconciles collects ("" : single node)
@@ -59,5 +72,10 @@ void hd_config_defaults(hd_config *c);
 /* Loads FILE over the defaults. On error returns -1 and writes
  * "FILE:LINE: message" (or "FILE: message") into err; *c is unchanged. */
 int hd_config_load(const char *path, hd_config *c, char *err, size_t errlen);
+
+/* The same for SIGHUP, stricter: PATH must be a regular file that sets at
+ * least one key (an empty file, a directory, a FIFO or an unreadable path is
+ * an error, so that the running configuration stays). */
+int hd_config_reload(const char *path, hd_config *c, char *err, size_t errlen);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -116,8 +117,8 @@ static void on_hup(uv_signal_t *s, int signum)
     hd_config n;
     hd_config_defaults(&n);
     char err[512];
-    if (hd_config_load(d->config_path, &n, err, sizeof err)) {
-        hd_error("SIGHUP: configuration not reloaded: %s", err);
+    if (hd_config_reload(d->config_path, &n, err, sizeof err)) {
+        hd_error("SIGHUP: configuration not reloaded: %s (the running configuration stays)", err);
         hd_notify("READY=1");
         return;
     }
@@ -136,6 +137,7 @@ static void on_hup(uv_signal_t *s, int signum)
     snprintf(n.backend, sizeof n.backend, "%s", d->cfg.backend);
     n.max_clients = d->cfg.max_clients;
     d->cfg = n;
+    hd_server_set_config(d->srv, &n);
     hd_log_set_level(n.log_level);
     hd_log_set_format(n.log_format);
     hd_registry_set_config(d->reg, &n);
@@ -155,6 +157,12 @@ static void print_config(const char *path, const hd_config *c)
            (unsigned long long)c->va_size, (unsigned long long)c->min_block, ha_policy_name(c->policy));
     printf("collect_timeout_ms = %u\nmax_clients = %u\nmeminfo_interval_ms = %u\n", c->collect_timeout_ms,
            c->max_clients, c->meminfo_interval_ms);
+    printf("max_clients_per_uid = %u\nmax_fds_per_uid = %u\nmax_queue_per_uid = %llu\n", c->max_clients_per_uid,
+           c->max_fds_per_uid, (unsigned long long)c->max_queue_per_uid);
+    printf("hello_timeout_ms = %u\nmax_frame_before_hello = %u\nmax_fds_per_conn = %u\nmax_queue_per_conn = %llu\n",
+           c->hello_timeout_ms, c->max_frame_before_hello, c->max_fds_per_conn,
+           (unsigned long long)c->max_queue_per_conn);
+    printf("max_chunks = %u\nmax_blocks = %u\n", c->max_chunks, c->max_blocks);
     printf("admin_group = %s\nquota_heap = %llu\nquota_uid = %llu\n", c->admin_group,
            (unsigned long long)c->quota_heap, (unsigned long long)c->quota_uid);
     printf("store = %s\nnode = %s\n", c->store, c->node);
@@ -253,6 +261,15 @@ static void setup_logging(const hd_config *cfg)
     hd_log_set_level(cfg->log_level);
     hd_log_set_format(cfg->log_format);
     signal(SIGPIPE, SIG_IGN);
+    /* The fd budget: connections, fds clients pass (held until closed) and
+     * chunk fds all count against RLIMIT_NOFILE; take the hard limit (systemd
+     * sets LimitNOFILE's soft value low for select() users; heapd uses epoll). */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+            hd_debug("open files limit raised to %llu (the hard limit)", (unsigned long long)rl.rlim_cur);
+    }
 }
 
 /* The backend, the loop and the heap registry: HEAPD_GO_ON or 1. */
@@ -349,13 +366,18 @@ static int run(daemon_state *d)
     return 0;
 }
 
+/* Every connection is closed (hd_server_shutdown, then the loop ran them
+ * out); the server's own handles close next, and it is freed by their last
+ * close callback: run the loop once more before closing it. */
 static void teardown(daemon_state *d)
 {
     hd_registry_destroy(d->reg);
     hd_server_destroy(d->srv);
+    d->srv = NULL;
     hd_dispatch_destroy(d->disp);
-    uv_run(d->loop, UV_RUN_NOWAIT);
-    uv_loop_close(d->loop);
+    uv_run(d->loop, UV_RUN_DEFAULT);
+    if (uv_loop_close(d->loop))
+        hd_warn("the event loop still had open handles at exit");
     hb_close(d->be);
     hd_info("stopped");
 }

@@ -165,6 +165,8 @@ static void json_str(FILE *f, const char *s)
             fputs("\\n", f);
         else if (*p < 0x20 || *p == 0x7f)
             fprintf(f, "\\u%04x", *p);
+        else if (n == 3 && p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9))
+            fprintf(f, "\\u%04x", 0x2000 | (p[2] - 0x80)); /* U+2028/9: line breaks to some readers */
         else
             fwrite(p, 1, (size_t)n, f);
         p += n;

@@ -1,7 +1,7 @@
 /* reply.c - every message heapd sends (see reply.h). */
 #include "reply.h"
 
-#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +27,19 @@ static void send_frame(hd_conn *c, const Heapd__Frame *f, int *fds, size_t nfds)
     hd_conn_send(c, f, len, pack_frame, fds, nfds);
 }
 
+/* Queues a frame whose body is `msg`, the message of oneof case `bc`,
+ * answering request `id` (0: unsolicited). Every body is a message pointer
+ * in the frame's oneof: the field descriptor gives where it goes. */
+static void send_body(hd_conn *c, uint64_t id, Heapd__Frame__BodyCase bc, const void *msg, int *fds, size_t nfds)
+{
+    const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field(&heapd__frame__descriptor, (unsigned)bc);
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.id = id;
+    f.body_case = bc;
+    memcpy((char *)&f + fd->offset, &msg, sizeof msg);
+    send_frame(c, &f, fds, nfds);
+}
+
 static void close_fds(int *fds, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -43,21 +56,7 @@ static void send_error(hd_conn *c, uint64_t id, Heapd__ErrCode code, const char 
     Heapd__Error e = HEAPD__ERROR__INIT;
     e.code = code;
     e.message = (char *)msg;
-    Heapd__Frame f = HEAPD__FRAME__INIT;
-    f.id = id;
-    f.body_case = HEAPD__FRAME__BODY_ERROR;
-    f.error = &e;
-    send_frame(c, &f, NULL, 0);
-}
-
-void hd_reply_error(hd_conn *c, uint64_t id, Heapd__ErrCode code, const char *fmt, ...)
-{
-    char msg[1500];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    send_error(c, id, code, msg);
+    send_body(c, id, HEAPD__FRAME__BODY_ERROR, &e, NULL, 0);
 }
 
 void hd_reply_hello(hd_conn *c, uint64_t id, const char *backend)
@@ -66,11 +65,7 @@ void hd_reply_hello(hd_conn *c, uint64_t id, const char *backend)
     r.version = HEAPD__CONST__PROTOCOL_VERSION;
     r.server = (char *)"heapd " HEAPD_VERSION;
     r.backend = (char *)backend;
-    Heapd__Frame f = HEAPD__FRAME__INIT;
-    f.id = id;
-    f.body_case = HEAPD__FRAME__BODY_HELLO_REPLY;
-    f.hello_reply = &r;
-    send_frame(c, &f, NULL, 0);
+    send_body(c, id, HEAPD__FRAME__BODY_HELLO_REPLY, &r, NULL, 0);
 }
 
 /* ---- the heap wing's sink ------------------------------------------------ */
@@ -110,6 +105,35 @@ static Heapd__ChunkRef **chunk_refs(const hd_chunk_ref *refs, size_t n, Heapd__C
     return p;
 }
 
+/* A reply whose chunks need more fds than one frame carries (HW_FDS_MAX):
+ * ChunkBatch frames of HW_FDS_MAX chunks each go first, with the request's
+ * id, until the chunks left and `extra` more fds (the status page's) fit the
+ * reply's frame (docs/protocol.md). Returns how many chunks went out; out of
+ * memory: every fd not sent (fds[sent..n + extra)) is closed and SIZE_MAX
+ * returned. */
+static size_t send_chunk_batches(hd_conn *c, uint64_t id, const hd_chunk_ref *refs, size_t n, int *fds,
+                                 size_t extra)
+{
+    size_t sent = 0;
+    while (n - sent + extra > HW_FDS_MAX) {
+        size_t k = n - sent < HW_FDS_MAX ? n - sent : HW_FDS_MAX;
+        Heapd__ChunkRef *store;
+        Heapd__ChunkRef **ptrs = chunk_refs(refs + sent, k, &store);
+        if (!ptrs) {
+            close_fds(fds + sent, n - sent + extra);
+            return SIZE_MAX;
+        }
+        Heapd__ChunkBatch b = HEAPD__CHUNK_BATCH__INIT;
+        b.n_chunks = k;
+        b.chunks = ptrs;
+        send_body(c, id, HEAPD__FRAME__BODY_CHUNK_BATCH, &b, fds + sent, k);
+        free(ptrs);
+        free(store);
+        sent += k;
+    }
+    return sent;
+}
+
 static void out_error(hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *msg)
 {
     send_error(p->data, id, code, msg);
@@ -117,10 +141,16 @@ static void out_error(hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *
 
 static void out_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
 {
+    /* Chunks first, the status page fd last (status_index == nchunks). */
+    size_t sent = send_chunk_batches(p->data, id, a->chunks, a->nchunks, a->fds, a->nfds - a->nchunks);
+    if (sent == SIZE_MAX) {
+        send_error(p->data, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        return;
+    }
     Heapd__ChunkRef *store;
-    Heapd__ChunkRef **ptrs = chunk_refs(a->chunks, a->nchunks, &store);
-    if (a->nchunks && !ptrs) {
-        close_fds(a->fds, a->nfds);
+    Heapd__ChunkRef **ptrs = chunk_refs(a->chunks + sent, a->nchunks - sent, &store);
+    if (a->nchunks > sent && !ptrs) {
+        close_fds(a->fds + sent, a->nfds - sent);
         send_error(p->data, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
         return;
     }
@@ -132,27 +162,28 @@ static void out_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
     ar.n_local_ranks = a->nlocal;
     ar.local_ranks = (uint32_t *)a->local_ranks;
     ar.mapped = a->mapped;
-    ar.n_chunks = a->nchunks;
+    ar.n_chunks = a->nchunks - sent;
     ar.chunks = ptrs;
-    ar.status_fd_index = a->status_index;
+    ar.status_fd_index = a->status_index >= 0 ? a->status_index - (int32_t)sent : -1;
     ar.next_seq = a->next_seq;
     ar.backend = (char *)a->backend;
     ar.epoch = a->epoch;
-    Heapd__Frame f = HEAPD__FRAME__INIT;
-    f.id = id;
-    f.body_case = HEAPD__FRAME__BODY_ATTACH_REPLY;
-    f.attach_reply = &ar;
-    send_frame(p->data, &f, a->fds, a->nfds);
+    send_body(p->data, id, HEAPD__FRAME__BODY_ATTACH_REPLY, &ar, a->fds + sent, a->nfds - sent);
     free(ptrs);
     free(store);
 }
 
 static void out_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
 {
+    size_t sent = send_chunk_batches(p->data, id, a->new_chunks, a->nchunks, a->fds, 0);
+    if (sent == SIZE_MAX) {
+        send_error(p->data, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        return;
+    }
     Heapd__ChunkRef *store;
-    Heapd__ChunkRef **ptrs = chunk_refs(a->new_chunks, a->nchunks, &store);
-    if (a->nchunks && !ptrs) {
-        close_fds(a->fds, a->nchunks);
+    Heapd__ChunkRef **ptrs = chunk_refs(a->new_chunks + sent, a->nchunks - sent, &store);
+    if (a->nchunks > sent && !ptrs) {
+        close_fds(a->fds + sent, a->nchunks - sent);
         send_error(p->data, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
         return;
     }
@@ -162,13 +193,9 @@ static void out_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
     ar.offset = a->offset;
     ar.block_size = a->block_size;
     ar.mapped = a->mapped;
-    ar.n_new_chunks = a->nchunks;
+    ar.n_new_chunks = a->nchunks - sent;
     ar.new_chunks = ptrs;
-    Heapd__Frame f = HEAPD__FRAME__INIT;
-    f.id = id;
-    f.body_case = HEAPD__FRAME__BODY_ALLOC_REPLY;
-    f.alloc_reply = &ar;
-    send_frame(p->data, &f, a->fds, a->nchunks);
+    send_body(p->data, id, HEAPD__FRAME__BODY_ALLOC_REPLY, &ar, a->fds + sent, a->nchunks - sent);
     free(ptrs);
     free(store);
 }
@@ -177,11 +204,7 @@ static void out_free(hd_peer *p, uint64_t id, uint32_t accepted)
 {
     Heapd__FreeReply fr = HEAPD__FREE_REPLY__INIT;
     fr.accepted = accepted;
-    Heapd__Frame f = HEAPD__FRAME__INIT;
-    f.id = id;
-    f.body_case = HEAPD__FRAME__BODY_FREE_REPLY;
-    f.free_reply = &fr;
-    send_frame(p->data, &f, NULL, 0);
+    send_body(p->data, id, HEAPD__FRAME__BODY_FREE_REPLY, &fr, NULL, 0);
 }
 
 static void out_collect(hd_peer *p, uint64_t id, uint64_t blocks, uint64_t bytes, uint64_t collects)
@@ -190,32 +213,20 @@ static void out_collect(hd_peer *p, uint64_t id, uint64_t blocks, uint64_t bytes
     cr.reclaimed_blocks = blocks;
     cr.reclaimed_bytes = bytes;
     cr.collects = collects;
-    Heapd__Frame f = HEAPD__FRAME__INIT;
-    f.id = id;
-    f.body_case = HEAPD__FRAME__BODY_COLLECT_REPLY;
-    f.collect_reply = &cr;
-    send_frame(p->data, &f, NULL, 0);
+    send_body(p->data, id, HEAPD__FRAME__BODY_COLLECT_REPLY, &cr, NULL, 0);
 }
 
 static void out_detach(hd_peer *p, uint64_t id)
 {
     Heapd__DetachReply dr = HEAPD__DETACH_REPLY__INIT;
-    Heapd__Frame f = HEAPD__FRAME__INIT;
-    f.id = id;
-    f.body_case = HEAPD__FRAME__BODY_DETACH_REPLY;
-    f.detach_reply = &dr;
-    send_frame(p->data, &f, NULL, 0);
+    send_body(p->data, id, HEAPD__FRAME__BODY_DETACH_REPLY, &dr, NULL, 0);
 }
 
 static void out_force(hd_peer *p, uint64_t id, uint64_t at_seq)
 {
     Heapd__ForceCollectReply fr = HEAPD__FORCE_COLLECT_REPLY__INIT;
     fr.at_seq = at_seq;
-    Heapd__Frame f = HEAPD__FRAME__INIT;
-    f.id = id;
-    f.body_case = HEAPD__FRAME__BODY_FORCE_COLLECT_REPLY;
-    f.force_collect_reply = &fr;
-    send_frame(p->data, &f, NULL, 0);
+    send_body(p->data, id, HEAPD__FRAME__BODY_FORCE_COLLECT_REPLY, &fr, NULL, 0);
 }
 
 /* A Histogram of h; its counts live in `counts`. */

@@ -14,9 +14,7 @@
  * hd_conn. */
 extern const hd_reply_ops hd_reply_conn_ops;
 
-/* Queues an Error reply to request `id`. */
-void hd_reply_error(hd_conn *c, uint64_t id, Heapd__ErrCode code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+/* Errors go through the sink: hd_peer_error (heap.h) formats them. */
 /* Queues the HelloReply. */
 void hd_reply_hello(hd_conn *c, uint64_t id, const char *backend);
 /* Queues the RingSetupReply with the ring's fds (issue 16). */

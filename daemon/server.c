@@ -6,10 +6,11 @@
  * the framing of common/wire.h. Connections that fail are not closed in the
  * middle of heap code: they are marked dead and closed from an idle handle
  * before the loop polls again. */
-#include "server.h"
+#include "server_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,45 +19,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "config.h"
 #include "log.h"
-#include "wire.h"
 
 #define SD_LISTEN_FDS_START 3
-
-/* Invariants: on the server's list <=> not yet closed; dead => on the close
- * list, no more frames are read or sent; poll events == READABLE plus
- * WRITABLE iff the writer has pending frames. */
-struct hd_conn {
-    uv_poll_t poll;
-    int fd;
-    hd_server *srv;
-    hw_reader rd;
-    hw_writer wr;
-    bool dead, close_after_flush;
-    int events;
-    pid_t pid;
-    uid_t uid;
-    gid_t gid;
-    gid_t groups[64];           /* supplementary groups at connect time */
-    int ngroups;
-    void *data;                 /* the handlers' */
-    hd_conn *next, *prev;       /* server's list */
-    hd_conn *next_dead;
-};
-
-struct hd_server {
-    uv_loop_t *loop;
-    hd_config cfg;
-    hd_server_handlers h;
-    void *arg;
-    int lfd;
-    bool activated, listening, shutting;
-    uv_poll_t lpoll;
-    uv_idle_t reaper;
-    hd_conn *conns, *dead;
-    uint32_t nconns;
-};
 
 void *hd_conn_data(const hd_conn *c) { return c->data; }
 void hd_conn_set_data(hd_conn *c, void *data) { c->data = data; }
@@ -77,53 +42,182 @@ int hd_conn_privileged(const hd_conn *c, long gid)
     return 0;
 }
 
-/* Supplementary groups of a peer: the "Groups:" line of /proc/PID/status. */
-static void read_groups(hd_conn *c)
-{
-    char path[64], line[1024];
-    snprintf(path, sizeof path, "/proc/%ld/status", (long)c->pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return;
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "Groups:", 7))
-            continue;
-        char *p = line + 7, *end;
-        while (c->ngroups < (int)(sizeof c->groups / sizeof c->groups[0])) {
-            long g = strtol(p, &end, 10);
-            if (end == p)
-                break;
-            c->groups[c->ngroups++] = (gid_t)g;
-            p = end;
-        }
-        break;
-    }
-    fclose(f);
-}
 uint32_t hd_server_clients(const hd_server *s) { return s->nconns; }
 int hd_server_socket_activated(const hd_server *s) { return s->activated; }
 int hd_server_stopping(const hd_server *s) { return s->shutting; }
 
-static void conn_poll_cb(uv_poll_t *p, int status, int events);
-static void reaper_cb(uv_idle_t *i);
+/* ---- received fds: closed by the closer threads ----------------------------- */
+
+/* The closer's notify (on a closer thread): wake the loop. */
+static void closer_notify(void *arg) { uv_async_send(arg); }
+
+/* On the loop: fds the threads closed leave their uid's count. */
+static void closer_done_cb(uv_async_t *a)
+{
+    hd_server *s = a->data;
+    uid_t batch[256];
+    size_t n;
+    if (!s->closer)
+        return;
+    while ((n = hd_closer_take_done(s->closer, batch, 256)) > 0)
+        for (size_t i = 0; i < n; i++) {
+            hd_uid **p = hd_server_uid_slot(s, batch[i]);
+            if (*p && (*p)->closing) {
+                (*p)->closing--;
+                hd_server_uid_check(s, *p);
+            }
+        }
+}
+
+/* Hands a received fd of `uid` to the closer threads. */
+void hd_server_close_received(hd_server *s, int fd, uid_t uid)
+{
+    if (!s->closer || hd_closer_push(s->closer, fd, uid)) {
+        close(fd); /* no thread, or no memory: better than a leak */
+        return;
+    }
+    hd_uid *u = uid == 0 ? NULL : hd_server_uid_get(s, uid);
+    if (u)
+        u->closing++;
+}
+
+/* The reader's closer (hw_reader_set_closer): arg is the connection. */
+void hd_server_conn_close_fd(int fd, void *arg)
+{
+    hd_conn *c = arg;
+    hd_server_close_received(c->srv, fd, c->uid);
+}
+
+static int closer_start(hd_server *s)
+{
+    if (uv_async_init(s->loop, &s->closer_async, closer_done_cb))
+        return -1;
+    s->closer_async.data = s;
+    uv_unref((uv_handle_t *)&s->closer_async);
+    s->async_open = true;
+    s->handles_open++;
+    s->closer = hd_closer_start(closer_notify, &s->closer_async);
+    return s->closer ? 0 : -1;
+}
+
+/* ---- connections ------------------------------------------------------------ */
+
+static void idle_cb(uv_idle_t *i);
 
 static void conn_kill(hd_conn *c)
 {
     if (c->dead)
         return;
     c->dead = true;
+    /* Its queue is dropped: it no longer counts against its uid. */
+    if (c->u) {
+        c->u->queued -= c->queued;
+        c->srv->freed += c->queued;
+        c->queued = 0;
+    }
     c->next_dead = c->srv->dead;
     c->srv->dead = c;
-    uv_idle_start(&c->srv->reaper, reaper_cb);
+    uv_idle_start(&c->srv->idle, idle_cb);
+}
+
+/* A connection over a limit: closed, with the reason logged. */
+void hd_server_conn_kill_limit(hd_conn *c, const char *fmt, ...)
+{
+    if (c->dead)
+        return;
+    if (hd_server_limit_log_ok(c->srv)) {
+        char msg[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        hd_warn("client pid %ld uid %ld: %s; closing the connection", (long)c->pid, (long)c->uid, msg);
+    }
+    conn_kill(c);
+}
+
+/* The uid's counts follow this connection's held fds and queued bytes. */
+static void conn_account(hd_conn *c)
+{
+    hd_server *s = c->srv;
+    if (c->dead)
+        return;
+    size_t held = hw_reader_fds_held(&c->rd), queued = hw_writer_pending_bytes(&c->wr);
+    if (queued < c->queued)
+        s->freed += c->queued - queued;
+    if (c->u) {
+        c->u->held += held - c->held;
+        c->u->queued += queued - c->queued;
+    }
+    c->held = held;
+    c->queued = queued;
+}
+
+/* Reads may go on: not dead, not closing, replies taken, the uid's fds
+ * under budget. */
+static int conn_may_read(const hd_conn *c)
+{
+    return !c->dead && !c->close_after_flush && hw_writer_pending_bytes(&c->wr) < HD_CONN_PAUSE_QUEUED &&
+           !(c->u && c->u->paused);
+}
+
+static void busy_add(hd_conn *c)
+{
+    if (c->on_busy || c->dead)
+        return;
+    c->on_busy = true;
+    c->next_busy = c->srv->busy;
+    c->srv->busy = c;
+    uv_idle_start(&c->srv->idle, idle_cb);
+}
+
+static void busy_remove(hd_conn *c)
+{
+    if (!c->on_busy)
+        return;
+    for (hd_conn **p = &c->srv->busy; *p; p = &(*p)->next_busy)
+        if (*p == c) {
+            *p = c->next_busy;
+            break;
+        }
+    c->on_busy = false;
+}
+
+static void conn_update_events(hd_conn *c)
+{
+    if (c->dead || c->refused)
+        return;
+    int may = conn_may_read(c);
+    /* Not reading: still hear a hang-up (a paused uid's idle connections
+     * would never be closed otherwise). */
+    int want = (may ? UV_READABLE : UV_DISCONNECT) | (hw_writer_pending(&c->wr) ? UV_WRITABLE : 0);
+    if (want != c->events) {
+        c->events = want;
+        uv_poll_start(&c->poll, want, hd_server_conn_poll_cb);
+    }
+    /* Frames already in the reader's buffer get no readable event. */
+    if (may && hw_reader_buffered(&c->rd))
+        busy_add(c);
+}
+
+void hd_server_conn_resume(hd_conn *c)
+{
+    conn_update_events(c);
+    if (conn_may_read(c))
+        busy_add(c);
 }
 
 static void conn_closed_cb(uv_handle_t *h)
 {
     hd_conn *c = h->data;
-    close(c->fd);
-    hw_reader_free(&c->rd);
+    hd_server *s = c->srv;
+    hw_reader_free(&c->rd); /* fds still held go to the closer */
     hw_writer_free(&c->wr);
+    close(c->fd);
+    free(c->groups);
     free(c);
+    if (s->accept_paused)
+        hd_server_accept_resume(s);
 }
 
 static void conn_close_now(hd_conn *c)
@@ -137,39 +231,43 @@ static void conn_close_now(hd_conn *c)
     if (c->next)
         c->next->prev = c->prev;
     s->nconns--;
+    busy_remove(c);
+    s->freed += c->queued + HW_READ_BUF;
+    if (c->u) {
+        /* Held fds move to the closer (hw_reader_free): counted there. */
+        c->u->held -= c->held;
+        c->u->queued -= c->queued;
+        c->u->conns--;
+        hd_uid *u = c->u;
+        c->u = NULL;
+        c->held = c->queued = 0;
+        hd_server_uid_check(s, u);
+    }
     uv_poll_stop(&c->poll);
     uv_close((uv_handle_t *)&c->poll, conn_closed_cb);
 }
 
-static void reaper_cb(uv_idle_t *i)
+/* Checks the queue limits after the queue grew. */
+static void conn_check_queue(hd_conn *c)
 {
-    hd_server *s = i->data;
-    while (s->dead) {
-        hd_conn *c = s->dead;
-        s->dead = c->next_dead;
-        conn_close_now(c); /* may kill others: they join s->dead */
-    }
-    uv_idle_stop(&s->reaper);
-}
-
-/* A client that does not read its replies: stop reading its requests while
- * this much is queued for it (backpressure), so it cannot grow heapd. */
-#define HD_CONN_MAX_QUEUED (4u << 20)
-
-static void conn_update_events(hd_conn *c)
-{
-    int want = (hw_writer_pending_bytes(&c->wr) < HD_CONN_MAX_QUEUED ? UV_READABLE : 0) |
-               (hw_writer_pending(&c->wr) ? UV_WRITABLE : 0);
-    if (want != c->events && !c->dead) {
-        c->events = want;
-        uv_poll_start(&c->poll, want, conn_poll_cb);
-    }
+    hd_server *s = c->srv;
+    if (c->dead)
+        return;
+    if (c->queued > s->cfg.max_queue_per_conn)
+        hd_server_conn_kill_limit(c, "%zu bytes of replies are not read, over max_queue_per_conn = %llu (a client must "
+                           "read its replies; raise max_queue_per_conn in heapd.conf if this one is legitimate)",
+                        c->queued, (unsigned long long)s->cfg.max_queue_per_conn);
+    else if (c->u && c->u->queued > s->cfg.max_queue_per_uid)
+        hd_server_conn_kill_limit(c, "the uid's %u connections leave %zu bytes of replies unread, over max_queue_per_uid "
+                           "= %llu (raise max_queue_per_uid in heapd.conf if this is legitimate)",
+                        c->u->conns, c->u->queued, (unsigned long long)s->cfg.max_queue_per_uid);
 }
 
 static void conn_flush(hd_conn *c)
 {
     char err[256];
     int rc = hw_writer_flush(c->fd, &c->wr, err, sizeof err);
+    conn_account(c);
     if (rc < 0) {
         hd_debug("client pid %ld: send failed: %s", (long)c->pid, err);
         conn_kill(c);
@@ -208,16 +306,87 @@ void hd_conn_send(hd_conn *c, const void *msg, size_t len, hd_pack_fn pack, int 
         return;
     }
     free(buf);
-    conn_flush(c);
+    if (c->refused) /* the refusal's one frame: refuse() sends it */
+        return;
+    conn_account(c);
+    conn_check_queue(c);
+    if (!c->dead)
+        conn_flush(c);
 }
 
 void hd_conn_close_after_flush(hd_conn *c)
 {
     c->close_after_flush = true;
-    conn_flush(c);
+    if (!c->refused)
+        conn_flush(c);
 }
 
-static void conn_poll_cb(uv_poll_t *p, int status, int events)
+void hd_conn_admit(hd_conn *c)
+{
+    c->admitted = true;
+    hw_reader_set_limits(&c->rd, 0, c->srv->cfg.max_fds_per_conn);
+}
+
+/* Handles the frames the client sent, HD_FRAMES_PER_TURN at most: the rest
+ * wait on the busy list for the next loop turn. */
+static void conn_read(hd_conn *c)
+{
+    hd_server *s = c->srv;
+    for (int n = 0;; n++) {
+        if (!conn_may_read(c)) {
+            conn_update_events(c);
+            return;
+        }
+        if (n == HD_FRAMES_PER_TURN) {
+            busy_add(c);
+            return;
+        }
+        hw_frame fr;
+        char err[256];
+        int rc = hw_read(c->fd, &c->rd, &fr, err, sizeof err);
+        conn_account(c);
+        if (c->u && !c->u->paused && c->u->held + c->u->closing >= s->cfg.max_fds_per_uid) {
+            c->u->paused = true;
+            if (hd_server_limit_log_ok(s))
+                hd_warn("uid %ld: its connections hold %zu received fds (%zu being closed), the max_fds_per_uid "
+                        "limit of %u; not reading its connections until they are closed",
+                        (long)c->uid, c->u->held + c->u->closing, c->u->closing, s->cfg.max_fds_per_uid);
+        }
+        if (rc == HW_AGAIN) {
+            if (!hw_reader_buffered(&c->rd) && c->rd.buf) {
+                hw_reader_shrink(&c->rd);
+                s->freed += HW_READ_BUF;
+            }
+            return;
+        }
+        if (rc == HW_EOF) {
+            conn_kill(c);
+            return;
+        }
+        if (rc < 0) {
+            if ((rc == HW_ETOOBIG || rc == HW_ETOOMANYFDS) && hd_server_limit_log_ok(s))
+                hd_warn("client pid %ld uid %ld: %s (%s); closing the connection", (long)c->pid, (long)c->uid, err,
+                        c->admitted ? "max_fds_per_conn, or the wire's limits"
+                                    : "before Hello: max_frame_before_hello, max_fds_per_conn");
+            else if (rc != HW_ETOOBIG && rc != HW_ETOOMANYFDS)
+                hd_warn("client pid %ld: %s; closing the connection", (long)c->pid, err);
+            conn_kill(c);
+            return;
+        }
+        /* The handler sees the fds; they are closed by the closer after. */
+        s->h.on_frame(s->arg, c, fr.data, fr.len, fr.nfds);
+        for (size_t i = 0; i < fr.nfds; i++)
+            if (fr.fds[i] >= 0) {
+                hd_server_close_received(s, fr.fds[i], c->uid);
+                fr.fds[i] = -1;
+            }
+        if (fr.len >= HW_READ_BUF)
+            s->freed += fr.len;
+        hw_frame_free(&fr);
+    }
+}
+
+void hd_server_conn_poll_cb(uv_poll_t *p, int status, int events)
 {
     hd_conn *c = p->data;
     if (c->dead)
@@ -227,94 +396,41 @@ static void conn_poll_cb(uv_poll_t *p, int status, int events)
         conn_kill(c);
         return;
     }
+    if ((events & UV_DISCONNECT) && !(c->events & UV_READABLE)) {
+        /* Hung up while its requests are not read: nobody waits for them. */
+        conn_kill(c);
+        return;
+    }
     if (events & UV_WRITABLE)
         conn_flush(c);
     /* After a flush, too: frames may wait in the reader's buffer while
      * reading was paused for backpressure. */
     if (c->dead)
         return;
-    for (int n = 0; n < 64 && !c->dead && !c->close_after_flush &&
-                    hw_writer_pending_bytes(&c->wr) < HD_CONN_MAX_QUEUED;
-         n++) {
-        hw_frame fr;
-        char err[256];
-        int rc = hw_read(c->fd, &c->rd, &fr, err, sizeof err);
-        if (rc == HW_AGAIN)
-            return;
-        if (rc == HW_EOF) {
-            conn_kill(c);
-            return;
-        }
-        if (rc < 0) {
-            hd_warn("client pid %ld: %s; closing the connection", (long)c->pid, err);
-            conn_kill(c);
-            return;
-        }
-        c->srv->h.on_frame(c->srv->arg, c, fr.data, fr.len, fr.nfds);
-        hw_frame_free(&fr);
-    }
+    busy_remove(c);
+    conn_read(c);
 }
 
-static void accept_cb(uv_poll_t *p, int status, int events)
+static void idle_cb(uv_idle_t *i)
 {
-    hd_server *s = p->data;
-    (void)events;
-    if (status < 0) {
-        hd_error("listening socket: %s", uv_strerror(status));
-        return;
+    hd_server *s = i->data;
+    /* Connections with frames left from the last turn. */
+    hd_conn *b = s->busy;
+    s->busy = NULL;
+    while (b) {
+        hd_conn *c = b;
+        b = c->next_busy;
+        c->on_busy = false;
+        if (!c->dead)
+            conn_read(c); /* may put c back on s->busy */
     }
-    for (;;) {
-        int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED)
-                continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                hd_warn("accept failed: %s", strerror(errno));
-            return;
-        }
-        if (s->nconns >= s->cfg.max_clients) {
-            hd_warn("refusing a client: %u connections is the max_clients limit", s->nconns);
-            close(fd);
-            continue;
-        }
-        hd_conn *c = calloc(1, sizeof *c);
-        if (!c) {
-            close(fd);
-            continue;
-        }
-        c->fd = fd;
-        c->srv = s;
-        hw_reader_init(&c->rd);
-        hw_writer_init(&c->wr);
-        struct ucred cr;
-        socklen_t crl = sizeof cr;
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl) == 0) {
-            c->pid = cr.pid;
-            c->uid = cr.uid;
-            c->gid = cr.gid;
-            read_groups(c);
-        }
-        if (s->h.on_open(s->arg, c)) {
-            close(fd);
-            free(c);
-            continue;
-        }
-        if (uv_poll_init(s->loop, &c->poll, fd)) {
-            s->h.on_closed(s->arg, c);
-            close(fd);
-            free(c);
-            continue;
-        }
-        c->poll.data = c;
-        c->events = UV_READABLE;
-        uv_poll_start(&c->poll, UV_READABLE, conn_poll_cb);
-        c->next = s->conns;
-        if (s->conns)
-            s->conns->prev = c;
-        s->conns = c;
-        s->nconns++;
-        hd_debug("client connected: pid %ld uid %ld", (long)c->pid, (long)c->uid);
+    while (s->dead) {
+        hd_conn *c = s->dead;
+        s->dead = c->next_dead;
+        conn_close_now(c); /* may kill others: they join s->dead */
     }
+    if (!s->busy)
+        uv_idle_stop(&s->idle);
 }
 
 static int mkdir_parent(const char *path)
@@ -392,10 +508,29 @@ int hd_server_create(uv_loop_t *loop, const hd_config *cfg, const hd_server_hand
         free(s);
         return -1;
     }
-    uv_idle_init(loop, &s->reaper);
-    s->reaper.data = s;
+    uv_idle_init(loop, &s->idle);
+    s->idle.data = s;
+    uv_timer_init(loop, &s->sweep);
+    s->sweep.data = s;
+    uv_timer_init(loop, &s->resume);
+    s->resume.data = s;
+    s->handles_open = 3;
+    if (closer_start(s))
+        hd_warn("cannot start the threads that close received fds (%s): heapd closes them itself, and a "
+                "client-passed socket that lingers will block it", strerror(errno));
     *out = s;
     return 0;
+}
+
+void hd_server_set_config(hd_server *s, const hd_config *cfg)
+{
+    uint32_t max_clients = s->cfg.max_clients;
+    s->cfg = *cfg;
+    s->cfg.max_clients = max_clients;
+    if (uv_is_active((uv_handle_t *)&s->sweep))
+        uv_timer_start(&s->sweep, hd_server_sweep_cb, hd_server_sweep_period(&s->cfg), hd_server_sweep_period(&s->cfg));
+    for (hd_conn *c = s->conns; c; c = c->next)
+        hw_reader_set_limits(&c->rd, c->admitted ? 0 : s->cfg.max_frame_before_hello, s->cfg.max_fds_per_conn);
 }
 
 int hd_server_start(hd_server *s, char *err, size_t errlen)
@@ -406,8 +541,11 @@ int hd_server_start(hd_server *s, char *err, size_t errlen)
         return -1;
     }
     s->lpoll.data = s;
-    uv_poll_start(&s->lpoll, UV_READABLE, accept_cb);
+    uv_poll_start(&s->lpoll, UV_READABLE, hd_server_accept_cb);
     s->listening = true;
+    uv_timer_start(&s->sweep, hd_server_sweep_cb, hd_server_sweep_period(&s->cfg), hd_server_sweep_period(&s->cfg));
+    uv_unref((uv_handle_t *)&s->sweep);
+    uv_unref((uv_handle_t *)&s->resume);
     return 0;
 }
 
@@ -426,6 +564,9 @@ void hd_server_shutdown(hd_server *s)
         unlink(s->cfg.socket_path);
     }
     s->lfd = -1;
+    uv_timer_stop(&s->sweep);
+    uv_timer_stop(&s->resume);
+    s->accept_paused = false;
     for (hd_conn *c = s->conns; c; c = c->next) {
         if (c->dead)
             continue;
@@ -436,10 +577,29 @@ void hd_server_shutdown(hd_server *s)
     }
 }
 
+static void handle_closed_cb(uv_handle_t *h)
+{
+    hd_server *s = h->data;
+    if (--s->handles_open == 0)
+        free(s);
+}
+
 void hd_server_destroy(hd_server *s)
 {
-    if (!s)
+    if (!s || s->destroyed)
         return;
-    uv_close((uv_handle_t *)&s->reaper, NULL);
-    free(s);
+    s->destroyed = true;
+    hd_closer_stop(s->closer);
+    s->closer = NULL;
+    for (int i = 0; i < HD_UID_BUCKETS; i++)
+        while (s->uids[i]) {
+            hd_uid *u = s->uids[i];
+            s->uids[i] = u->next;
+            free(u);
+        }
+    uv_close((uv_handle_t *)&s->idle, handle_closed_cb);
+    uv_close((uv_handle_t *)&s->sweep, handle_closed_cb);
+    uv_close((uv_handle_t *)&s->resume, handle_closed_cb);
+    if (s->async_open)
+        uv_close((uv_handle_t *)&s->closer_async, handle_closed_cb);
 }

@@ -14,6 +14,19 @@
  *     user never hears of it again. A connection that fails is not closed in
  *     the middle of a handler: it is closed from an idle handle before the
  *     loop polls again.
+ *   - Every complete frame a client sent is handled, pipelined or not: at
+ *     most HD_FRAMES_PER_TURN per connection per loop turn (fairness), the
+ *     rest in the next turns, without waiting for more bytes.
+ *   - Received fds are never closed on the loop thread: a client can pass a
+ *     socket whose close() blocks (SO_LINGER with unsent data). They go to a
+ *     small pool of closer threads, and count against their uid until closed.
+ *   - Limits (heapd.conf, docs/operations.md): per uid (root exempt)
+ *     max_clients_per_uid, max_fds_per_uid, max_queue_per_uid; per
+ *     connection hello_timeout_ms, max_frame_before_hello (until
+ *     hd_conn_admit), max_fds_per_conn, max_queue_per_conn; and max_clients.
+ *     A refused connection hears why (on_refuse); a connection over a limit
+ *     is closed with a logged reason. At EMFILE the server stops accepting
+ *     and resumes when a connection closes (or after a second): no busy loop.
  * A client that sends a malformed frame is disconnected. */
 #ifndef HEAPD_SERVER_H
 #define HEAPD_SERVER_H
@@ -27,6 +40,14 @@ typedef struct hd_conn hd_conn;
 typedef struct hd_server hd_server;
 struct hd_config;
 
+/* Why a new connection is refused (on_refuse). */
+typedef enum hd_refusal {
+    HD_REFUSE_MAX_CLIENTS = 1,     /* max_clients connections are open */
+    HD_REFUSE_UID_CLIENTS = 2,     /* its uid has max_clients_per_uid open */
+} hd_refusal;
+
+#define HD_FRAMES_PER_TURN 64
+
 /* What the server calls; `arg` is hd_server_create's. */
 typedef struct hd_server_handlers {
     /* A new connection: 0 to take it (set its data here), -1 to refuse. */
@@ -37,15 +58,22 @@ typedef struct hd_server_handlers {
     void (*on_stop)(void *arg, hd_conn *c);
     /* The connection ends (see above). */
     void (*on_closed)(void *arg, hd_conn *c);
+    /* A connection refused before on_open (`limit` is the limit's value):
+     * queue its one frame saying why (hd_conn_send); it is then closed. */
+    void (*on_refuse)(void *arg, hd_conn *c, hd_refusal why, uint64_t limit);
 } hd_server_handlers;
 
 void *hd_conn_data(const hd_conn *c);
 void hd_conn_set_data(hd_conn *c, void *data);
 pid_t hd_conn_pid(const hd_conn *c);
 uid_t hd_conn_uid(const hd_conn *c);
-/* 1 if the peer is root or in group `gid` (primary or supplementary, read
- * from /proc/PID/status at connect time); gid < 0: only root. */
+/* 1 if the peer is root or in group `gid` (primary or supplementary, as
+ * the socket recorded them at connect: SO_PEERGROUPS, no /proc lookup);
+ * gid < 0: only root. */
 int hd_conn_privileged(const hd_conn *c, long gid);
+/* The connection passed its handshake (Hello): the pre-Hello frame limit
+ * and the Hello timeout no longer apply. */
+void hd_conn_admit(hd_conn *c);
 
 /* Writes a `len`-byte frame into `out` (from the message `msg`). */
 typedef void (*hd_pack_fn)(const void *msg, uint8_t *out);
@@ -59,8 +87,14 @@ void hd_conn_close_after_flush(hd_conn *c);
 int hd_server_create(uv_loop_t *loop, const struct hd_config *cfg, const hd_server_handlers *handlers, void *arg,
                      hd_server **out, char *err, size_t errlen);
 int hd_server_start(hd_server *s, char *err, size_t errlen);
+/* The limits of cfg apply from now on (SIGHUP); max_clients stays. */
+void hd_server_set_config(hd_server *s, const struct hd_config *cfg);
 /* Stops accepting, lets every client hear why (on_stop), closes connections. */
 void hd_server_shutdown(hd_server *s);
+/* After hd_server_shutdown and a uv_run that closed the connections: stops
+ * the closer threads and closes the server's handles; the server is freed by
+ * the last close callback, so run the loop once more (uv_run) before
+ * uv_loop_close. */
 void hd_server_destroy(hd_server *s);
 uint32_t hd_server_clients(const hd_server *s);
 /* 1 once hd_server_shutdown was called. */

@@ -7,7 +7,8 @@
  *     intersection of the candidate sets every node contributed, once the
  *     union of the contributed rank lists covers all world_size ranks; or the
  *     same error on every node (an abort, a timeout naming the missing ranks,
- *     a world size that differs). Success and failure are decided atomically
+ *     a world size that differs, a rank two nodes contribute: the message
+ *     names both nodes). Success and failure are decided atomically
  *     in Redis (one Lua script), so no node can apply a result another node
  *     reports as failed, as long as Redis stays up.
  *   - Traffic: one command per node per collect on the command connection
@@ -23,7 +24,8 @@
  *     once (not at its timeout) with a message naming Redis's address; the
  *     next collect reconnects both connections.
  *   - Keys: heapd:HEAP:INCARNATION:cCNUM:s (a hash) and ...:r (a bitmap of
- *     the ranks seen), each with the caller's TTL; on completion the bitmap
+ *     the ranks seen; the caller puts ownership into the incarnation: the
+ *     heap wing's is job~params~uUID~secret-hash), each with the caller's TTL; on completion the bitmap
  *     and the candidate set are deleted and only a small "done" hash remains
  *     until it expires. ':', '%', spaces and control characters in heap and
  *     incarnation names are %-escaped.

@@ -18,7 +18,9 @@
  *   completed before this call; {'aborted', message} op 'a' recorded it.
  * Messages to heapd:node:NAME: 'R' prefix '\n' result, 'A' prefix '\n' text.
  * Hash fields: w world, cov ranks covered, nodes (space-separated, arrival
- * order), set running intersection, abort, done. */
+ * order), set running intersection, abort, done, r:NODE the ranks NODE
+ * contributed (big-endian u32; deleted at completion): a rank another node
+ * already claimed fails the collect naming both nodes. */
 static const char COLLECT_LUA[] =
     "local st, rk = KEYS[1], KEYS[2]\n"
     "local op, node, ttl, prefix = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]\n"
@@ -90,10 +92,30 @@ static const char COLLECT_LUA[] =
     "  fail(msg)\n"
     "  return {'abort', msg}\n"
     "end\n"
+    "local function claimer(want)\n"
+    "  if not h[6] then return nil end\n"
+    "  for n in string.gmatch(h[6], '%S+') do\n"
+    "    local rl = redis.call('HGET', st, 'r:' .. n) or ''\n"
+    "    for j = 1, #rl, 4 do\n"
+    "      if string.sub(rl, j, j + 3) == want then return n end\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
     "local ranks, cov = ARGV[7], tonumber(h[4] or '0')\n"
     "for i = 1, #ranks, 4 do\n"
     "  local a, b, c, d = string.byte(ranks, i, i + 3)\n"
-    "  if redis.call('SETBIT', rk, ((a * 256 + b) * 256 + c) * 256 + d, 1) == 0 then cov = cov + 1 end\n"
+    "  local r = ((a * 256 + b) * 256 + c) * 256 + d\n"
+    "  if redis.call('SETBIT', rk, r, 1) == 0 then cov = cov + 1\n"
+    "  else\n"
+    "    local other = claimer(string.sub(ranks, i, i + 3))\n"
+    "    if other and other ~= node then\n"
+    "      local msg = 'E1:' .. ARGV[6] .. ': rank ' .. r .. ' is claimed by node ' .. other ..\n"
+    "        ' and by node ' .. node .. '; each rank attaches to the heapd of exactly one node (check the ' ..\n"
+    "        'ranks each node starts and local_size)'\n"
+    "      fail(msg)\n"
+    "      return {'abort', msg}\n"
+    "    end\n"
+    "  end\n"
     "end\n"
     "local set = ARGV[8]\n"
     "if h[5] then set = intersect(h[5], set) end\n"
@@ -101,6 +123,7 @@ static const char COLLECT_LUA[] =
     "if not nodes then nodes = node\n"
     "elseif not string.find(' ' .. nodes .. ' ', ' ' .. node .. ' ', 1, true) then nodes = nodes .. ' ' .. node end\n"
     "if cov >= world then\n"
+    "  for n in string.gmatch(h[6] or '', '%S+') do redis.call('HDEL', st, 'r:' .. n) end\n"
     "  redis.call('HSET', st, 'nodes', nodes, 'w', world, 'cov', cov, 'done', '1')\n"
     "  notify('R', set)\n"
     "  redis.call('DEL', rk)\n"
@@ -108,7 +131,7 @@ static const char COLLECT_LUA[] =
     "  redis.call('EXPIRE', st, ttl)\n"
     "  return {'ok', set}\n"
     "end\n"
-    "redis.call('HSET', st, 'nodes', nodes, 'w', world, 'cov', cov, 'set', set)\n"
+    "redis.call('HSET', st, 'nodes', nodes, 'w', world, 'cov', cov, 'set', set, 'r:' .. node, ranks)\n"
     "redis.call('EXPIRE', st, ttl)\n"
     "redis.call('EXPIRE', rk, ttl)\n"
     "return {'wait'}\n";

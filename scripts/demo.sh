@@ -5,34 +5,29 @@
 # machine is never disturbed.
 set -eu
 BUILD=${BUILD:-build}
-dir=$(mktemp -d /tmp/heapd-demo.XXXXXX)
-sock=$dir/heapd.sock
-pid=
-cleanup() {
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-        kill -TERM "$pid"; wait "$pid" 2>/dev/null || true
+. "$(dirname "$0")/../tests/lib.sh"
+lib_tmpdir demo
+dir=$T
+S=$dir/heapd.sock
+sock=$S
+hpid=
+stop() {
+    if [ -n "$hpid" ] && kill -0 "$hpid" 2>/dev/null; then
+        kill -TERM "$hpid"; wait "$hpid" 2>/dev/null || true
     fi
-    rm -rf "$dir"
 }
-trap cleanup EXIT INT TERM
+lib_on_exit stop
 
 echo "== starting heapd (heapd.conf, socket $sock)"
-"$BUILD/heapd" --config heapd.conf --socket "$sock" 2>"$dir/heapd.log" &
-pid=$!
-i=0
-while [ ! -S "$sock" ]; do
-    i=$((i + 1))
-    if [ $i -gt 100 ] || ! kill -0 "$pid" 2>/dev/null; then
-        echo "heapd did not start:"; cat "$dir/heapd.log"; exit 1
-    fi
-    sleep 0.05
-done
+if ! start_heapd heapd.conf "$dir/heapd.log" --socket "$sock"; then
+    echo "heapd did not start:"; cat "$dir/heapd.log"; exit 1
+fi
 echo "== running the example trainer: 4 rank processes"
 "$BUILD/examples/trainer" --socket "$sock" --ranks 4 --heap demo \
     --stats-cmd "$BUILD/heapctl --socket $sock stats demo"
 echo "== heapd log"
 sed 's/^/   /' "$dir/heapd.log"
 echo "== stopping heapd"
-kill -TERM "$pid"; wait "$pid" || { echo "heapd exited with an error"; exit 1; }
-pid=
+kill -TERM "$hpid"; wait "$hpid" || { echo "heapd exited with an error"; exit 1; }
+hpid=
 echo "demo: ok"

@@ -47,7 +47,9 @@ DEADLINE=$(($(date +%s) + BUDGET))
 if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then O=$OUT; else O=$(mktemp -d /tmp/heapd-gpu-out.XXXXXX) || exit 1; fi
 RES=$O/results.txt
 : >"$RES"
-T=$(mktemp -d /tmp/heapd-gpu.XXXXXX) || exit 1
+BUILD=$B
+. "$(dirname "$0")/../tests/lib.sh"
+lib_tmpdir gpu || exit 1
 S=$T/heapd.sock
 hpid=
 
@@ -80,11 +82,9 @@ result() { # result NAME ok|FAIL|skipped [DETAIL]
 }
 
 # main runs in a subshell (its output goes through tee), so it records
-# heapd's pid in a file for the cleanup of the outer shell.
-cleanup() {
-    [ -s "$T/heapd.pid" ] && kill -9 "$(cat "$T/heapd.pid")" 2>/dev/null
-    rm -rf "$T"
-}
+# heapd's pid in a file for the cleanup of the outer shell (lib.sh's, which
+# then removes $T).
+kill_heapd() { [ -s "$T/heapd.pid" ] && kill -9 "$(cat "$T/heapd.pid")" 2>/dev/null; }
 
 main() {
     echo "gpu.sh: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), build $B, $(uname -srm)"
@@ -123,11 +123,8 @@ va_size = 64G
 collect_timeout_ms = 15000
 EOF
     echo; echo "== heapd (backend $BE)"
-    "$B/heapd" --config "$T/heapd.conf" 2>"$O/heapd.log" &
-    hpid=$!
+    start_heapd "$T/heapd.conf" "$O/heapd.log"
     echo "$hpid" >"$T/heapd.pid"
-    i=0
-    while [ ! -S "$S" ] && [ $i -lt 200 ] && kill -0 "$hpid" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
     if [ ! -S "$S" ]; then
         cat "$O/heapd.log"
         result heapd_start FAIL "heapd did not listen on $S"
@@ -317,7 +314,7 @@ EOF
     fi
 }
 
-trap cleanup EXIT INT TERM
+lib_on_exit kill_heapd
 : >"$T/timings.txt"
 LOG=$O/gpu.log
 echo "gpu.sh: output in $O (budget ${BUDGET} s)" | tee "$LOG"

@@ -13,11 +13,13 @@ set -u
 B=${1:-build-gpu}
 BE=cuda; BOPT=
 [ "${GPU_SH_HOST:-0}" = 1 ] && { BE=host; BOPT=--host; }
-T=$(mktemp -d /tmp/heapd-torch.XXXXXX)
+BUILD=$B
+. "$(dirname "$0")/../tests/lib.sh"
+lib_tmpdir torch
 S=$T/heapd.sock
 O=${OUT:-$T}
 hpid=
-trap '[ -n "$hpid" ] && kill -9 "$hpid" 2>/dev/null; rm -rf "$T"' EXIT INT TERM
+lib_on_exit 'lib_kill hpid'
 PYT=
 for p in python3 /usr/bin/python3; do
     if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import torch, pytest' >/dev/null 2>&1; then PYT=$p; break; fi
@@ -25,11 +27,7 @@ done
 [ -n "$PYT" ] || { echo "gpu_torch.sh: FAIL no python3 with torch and pytest"; exit 1; }
 printf 'socket = %s\nbackend = %s\nlog_level = info\nchunk_size = 64M\nva_size = 64G\ncollect_timeout_ms = 60000\n' \
     "$S" "$BE" >"$T/heapd.conf"
-"$B/heapd" --config "$T/heapd.conf" 2>"$O/heapd_torch.log" &
-hpid=$!
-i=0
-while [ ! -S "$S" ] && [ $i -lt 200 ] && kill -0 "$hpid" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
-[ -S "$S" ] || { cat "$O/heapd_torch.log"; echo "gpu_torch.sh: FAIL heapd did not start"; exit 1; }
+start_heapd "$T/heapd.conf" "$O/heapd_torch.log" || { cat "$O/heapd_torch.log"; echo "gpu_torch.sh: FAIL heapd did not start"; exit 1; }
 export HEAPD_SOCKET=$S HEAPD_BUILD=$B HEAPC_LIB=$B/libheapc.so HEAPC_TORCH_LIB=$B/libheapc_torch.so \
     PYTHONPATH=python PYTHONDONTWRITEBYTECODE=1
 fails=0

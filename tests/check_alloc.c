@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "check_util.h"
 
 #define KiB ((uint64_t)1 << 10)
 #define MiB ((uint64_t)1 << 20)
@@ -974,14 +975,14 @@ END_TEST
 START_TEST(coalesce_merges_back)
 {
     ha_heap *h = mk(HA_POLICY_COALESCE, 2, 4 * MiB, 16 * MiB, 256 * MiB, 512);
-    uint64_t x = 0x9e3779b97f4a7c15ull;
+    uint64_t rs = 0x9e3779b97f4a7c15ull;
     uint64_t offs[600];
     int n = 0;
     /* Fill about half the heap with mixed sizes, free in a scattered order
      * over several collects. */
     uint64_t used = 0;
     while (n < 600 && used < 8 * MiB) {
-        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        uint64_t x = cku_rng_next(&rs);
         uint64_t sz = 1 + x % (1u << (x >> 40) % 17);
         uint64_t blk;
         offs[n++] = must_alloc(h, sz, &blk);
@@ -1095,21 +1096,6 @@ START_TEST(seed_review_models)
 END_TEST
 
 /* ---- randomised multi-rank test against an independent model ----------- */
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t x = *s; /* xorshift64* */
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return x * 2685821657736338717ull;
-}
-
-static uint64_t rng_below(uint64_t *s, uint64_t n)
-{
-    return n ? rng_next(s) % n : 0;
-}
 
 enum { M_LIVE = 1, M_PENDING = 2, M_REUSABLE = 3 };
 
@@ -1231,7 +1217,7 @@ static void random_run(ha_policy pol, uint32_t ranks, uint64_t seed, int steps)
     uint64_t triggered = 0, explicit_collects = 0, subsets = 0, grows = 0;
 
     for (uint64_t step = 0; step < (uint64_t)steps; step++) {
-        uint64_t r = rng_below(&rs, 1000);
+        uint64_t r = cku_rng_below(&rs, 1000);
         /* Balance allocs against the ranks' frees around target_live blocks:
          * each block needs `ranks` frees. */
         uint64_t p_alloc = 1000 * (m.nlive < target_live ? 3 : 1) / (2 * (ranks + 1));
@@ -1255,7 +1241,7 @@ static void random_run(ha_policy pol, uint32_t ranks, uint64_t seed, int steps)
             ck_assert(n == n2 && (n == 0 || memcmp(c, c2, n * sizeof *c) == 0));
             size_t k = 0;
             for (size_t i = 0; i < n; i++)
-                if (rng_below(&rs, 2))
+                if (cku_rng_below(&rs, 2))
                     c[k++] = c[i];
             uint64_t y1 = 0, y2 = 0;
             ck_assert_int_eq(ha_collect_apply(h, c, k, &y1), HA_OK);
@@ -1269,8 +1255,8 @@ static void random_run(ha_policy pol, uint32_t ranks, uint64_t seed, int steps)
             subsets++;
         } else if (r < 18 + p_alloc || m.nlive == 0) {
             /* An allocation: 1 B .. 4 MiB, skewed small (log-uniform). */
-            uint64_t bits = rng_below(&rs, 23);
-            uint64_t size = 1 + rng_below(&rs, (uint64_t)1 << bits);
+            uint64_t bits = cku_rng_below(&rs, 23);
+            uint64_t size = 1 + cku_rng_below(&rs, (uint64_t)1 << bits);
             ha_alloc_result res, res2;
             int rc, rc2;
             for (int guard = 0;; guard++) {
@@ -1319,11 +1305,11 @@ static void random_run(ha_policy pol, uint32_t ranks, uint64_t seed, int steps)
                 ck_assert_int_eq(ha_rank_holds(h, q, res.offset), 1);
         } else if (r < 990) {
             /* One rank frees one block it holds. */
-            size_t li = (size_t)rng_below(&rs, m.nlive);
+            size_t li = (size_t)cku_rng_below(&rs, m.nlive);
             mblock *o = &m.b[m.live[li]];
             uint32_t q;
             do
-                q = (uint32_t)rng_below(&rs, ranks);
+                q = (uint32_t)cku_rng_below(&rs, ranks);
             while (!o->held[q]);
             int rc = ha_free(h, q, o->off);
             ck_assert_msg(rc == HA_OK, "step %" PRIu64 ": rank %u frees %" PRIu64 ": %s", step, q,
@@ -1345,11 +1331,11 @@ static void random_run(ha_policy pol, uint32_t ranks, uint64_t seed, int steps)
             /* A wrong free: by a rank that already released the block, of a
              * pending or reclaimed block, or of an offset inside a block.
              * Must fail with HA_ENOTHELD and change nothing. */
-            mblock *o = &m.b[rng_below(&rs, m.n)];
-            uint32_t q = (uint32_t)rng_below(&rs, ranks);
+            mblock *o = &m.b[cku_rng_below(&rs, m.n)];
+            uint32_t q = (uint32_t)cku_rng_below(&rs, ranks);
             uint64_t off = o->off;
             int wrong = !(o->state == M_LIVE && o->held[q]);
-            if (o->size > p.min_block && rng_below(&rs, 4) == 0) {
+            if (o->size > p.min_block && cku_rng_below(&rs, 4) == 0) {
                 off = o->off + p.min_block; /* inside: no block starts there... */
                 wrong = 1;
             }
@@ -1434,16 +1420,16 @@ START_TEST(determinism_offsets)
     uint64_t rs = 42, live_a[256], live_b[256];
     int n = 0;
     for (int step = 0; step < 5000; step++) {
-        uint64_t r = rng_next(&rs);
+        uint64_t r = cku_rng_next(&rs);
         if (n < 256 && (r % 3 != 0 || n == 0)) {
-            uint64_t size = 1 + rng_below(&rs, (uint64_t)1 << rng_below(&rs, 21));
+            uint64_t size = 1 + cku_rng_below(&rs, (uint64_t)1 << cku_rng_below(&rs, 21));
             live_a[n] = must_alloc(a, size, NULL);
             live_b[n] = must_alloc(b, size, NULL);
             ck_assert_msg(live_a[n] == live_b[n], "step %d: offsets %" PRIu64 " vs %" PRIu64,
                           step, live_a[n], live_b[n]);
             n++;
         } else {
-            int k = (int)rng_below(&rs, (uint64_t)n);
+            int k = (int)cku_rng_below(&rs, (uint64_t)n);
             free_all_ranks(a, 4, live_a[k]);
             free_all_ranks(b, 4, live_b[k]);
             live_a[k] = live_a[n - 1];
@@ -1508,9 +1494,5 @@ static Suite *alloc_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(alloc_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return cku_run(alloc_suite());
 }

@@ -205,14 +205,6 @@ static void alloc(int peer, uint64_t seq, uint64_t size)
     validate();
 }
 
-static void collect(int peer, uint64_t seq)
-{
-    Heapd__Collect m = HEAPD__COLLECT__INIT;
-    m.seq = seq;
-    hd_heap_collect(reg, &peers[peer], seq, &m);
-    validate();
-}
-
 /* Collect at seq carrying the rank's stream-ordered free figures (issue 18). */
 static void collect_sw(int peer, uint64_t seq, uint64_t waiting, uint64_t avoided)
 {
@@ -223,6 +215,8 @@ static void collect_sw(int peer, uint64_t seq, uint64_t waiting, uint64_t avoide
     hd_heap_collect(reg, &peers[peer], seq, &m);
     validate();
 }
+
+static void collect(int peer, uint64_t seq) { collect_sw(peer, seq, 0, 0); }
 
 static void free1(int peer, uint64_t offset)
 {

@@ -1,12 +1,11 @@
 /*
- * check_heapc.c - unit tests for libheapc (client/heapc.c) against a scripted
+ * check_heapc.c - unit tests for libheapc (client/heapc*.c) against a scripted
  * fake heapd in a thread: the handshake, attach with memfd chunks of two
  * local ranks, alloc with collect_needed and growth, deferred and batched
  * frees, local double-free detection, error pass-through, a daemon that
  * closes the connection, and fd hygiene.
  */
 #include <check.h>
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -21,6 +20,7 @@
 #include "heapc.h"
 #include "heapd.pb-c.h"
 #include "wire.h"
+#include "check_util.h"
 
 #define CHUNK (64u << 10)
 
@@ -304,19 +304,6 @@ static unsigned char chunk_byte(fake *f, int rank, int index, size_t at)
     return b;
 }
 
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int n = 0;
-    ck_assert_ptr_nonnull(d);
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n;
-}
-
 /* ---- tests ----------------------------------------------------------------- */
 
 START_TEST(test_connect_refused)
@@ -388,7 +375,7 @@ static void script_session(fake *f)
 
 START_TEST(test_session)
 {
-    int fds0 = count_fds();
+    int fds0 = cku_count_fds();
     fake f;
     fake_start(&f, script_session);
     heapc *c = heapc_connect(f.path);
@@ -479,7 +466,7 @@ START_TEST(test_session)
     ck_assert_uint_eq(heapc_mapped(c), 0);
     heapc_free_ctx(c);
     fake_stop(&f);
-    ck_assert_int_eq(count_fds(), fds0);
+    ck_assert_int_eq(cku_count_fds(), fds0);
 }
 END_TEST
 
@@ -538,7 +525,7 @@ static void script_dies(fake *f)
 
 START_TEST(test_daemon_dies)
 {
-    int fds0 = count_fds();
+    int fds0 = cku_count_fds();
     fake f;
     fake_start(&f, script_dies);
     heapc *c = heapc_connect(f.path);
@@ -563,7 +550,7 @@ START_TEST(test_daemon_dies)
         for (int i = 0; i < 4; i++)
             close(f.chunks[r][i]);
     ck_assert_msg(f.fail[0] == 0, "%s", f.fail);
-    ck_assert_int_eq(count_fds(), fds0);
+    ck_assert_int_eq(cku_count_fds(), fds0);
 }
 END_TEST
 
@@ -585,9 +572,5 @@ int main(void)
     /* The fake heapd scripts the socket protocol frame by frame and offers
      * no request ring (issue 16: tests/it_ring.sh covers the ring). */
     setenv("HEAPC_TRANSPORT", "socket", 1);
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return cku_run(suite());
 }

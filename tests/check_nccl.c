@@ -35,6 +35,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "check_util.h"
 
 #define KiB ((uint64_t)1 << 10)
 #define MiB ((uint64_t)1 << 20)
@@ -1330,9 +1331,5 @@ int main(void)
         fprintf(stderr, "check_nccl: %s\n", why);
         return EXIT_FAILURE;
     }
-    SRunner *sr = srunner_create(nccl_suite());
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return cku_run(nccl_suite());
 }

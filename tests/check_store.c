@@ -1,5 +1,5 @@
 /*
- * check_store.c - unit tests for daemon/store_redis.c (the cross-node store).
+ * check_store.c - unit tests for daemon/store_redis*.c (the cross-node store).
  *
  * Starts a real redis-server on a free loopback port (fork/exec, a temporary
  * --dir, killed in teardown; PR_SET_PDEATHSIG kills it too if a test process
@@ -30,6 +30,7 @@
 #include <uv.h>
 
 #include "store.h"
+#include "check_util.h"
 
 #define ERRLEN 1024
 #define NNODES 3
@@ -497,7 +498,7 @@ START_TEST(t_any_order)
     uint64_t c0[NNODES], c1[NNODES];
     int k = NNODES;
 
-    srand(12345);
+    uint64_t rs = 12345;
     open_nodes(NNODES);
     ref = malloc(400 * sizeof *ref);
     tmp = malloc(400 * sizeof *tmp);
@@ -511,9 +512,9 @@ START_TEST(t_any_order)
         const int *perm = perms[round % 6];
         for (int i = 0; i < NNODES; i++) {
             size_t n = 0;
-            int density = 20 + rand() % 80;
+            int density = 20 + (int)cku_rng_below(&rs, 80);
             for (uint64_t v = 0; v < 300; v++)
-                if (rand() % 100 < density)
+                if ((int)cku_rng_below(&rs, 100) < density)
                     sets[i][n++] = v * 4096;
             if (round % 5 == 4 && i == 1)
                 n = 0;   /* an empty set now and then */
@@ -550,7 +551,7 @@ START_TEST(t_any_order)
                     nd->d_offs[nd->d_n - 1 - a] = t;
                 }
             }
-            uv_timer_start(&nd->delay, on_delay, (uint64_t)(j * (rand() % 15)), 0);
+            uv_timer_start(&nd->delay, on_delay, (uint64_t)(j * cku_rng_below(&rs, 15)), 0);
         }
         ck_assert(run_until(nodes_done, &k, 5000));
         for (int i = 0; i < NNODES; i++) {
@@ -1194,8 +1195,7 @@ static Suite *store_suite(void)
 
 int main(void)
 {
-    SRunner *sr;
-    int failed;
+    int rc;
 
     if (!have_redis_server()) {
         printf("skipped: redis-server not installed\n");
@@ -1207,12 +1207,9 @@ int main(void)
         perror("mkdtemp");
         return 1;
     }
-    sr = srunner_create(store_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    rc = cku_run(store_suite());
     /* redis-server writes nothing there (--save "", no AOF, log to stdout) */
     if (rmdir(redis_dir) != 0)
         fprintf(stderr, "could not remove %s: %s\n", redis_dir, strerror(errno));
-    return failed ? 1 : 0;
+    return rc;
 }

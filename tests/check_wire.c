@@ -1,10 +1,9 @@
 /*
- * check_wire.c - unit tests for common/wire.c (framing, fd passing, sockets).
+ * check_wire.c - unit tests for common/wire.c (framing, fd passing) and wire_sock.c (sockets).
  * Real socketpairs and real memfds; fd leaks are measured by counting
  * /proc/self/fd before and after.
  */
 #include <check.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -24,6 +23,7 @@
 #include <unistd.h>
 
 #include "wire.h"
+#include "check_util.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_ASAN 1
@@ -36,20 +36,6 @@
 #define ERRLEN 512
 
 /* ---- helpers ----------------------------------------------------------- */
-
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int n = 0;
-
-    ck_assert_ptr_nonnull(d);
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n;
-}
 
 static void raise_nofile(void)
 {
@@ -488,7 +474,7 @@ static void fd_roundtrip(size_t n, size_t len, int use_writer)
     raise_nofile();
     sockpair(sv);
     hw_reader_init(&r);
-    before = count_fds();
+    before = cku_count_fds();
     fds = mk_memfds(n, base);
     inos = inos_of(fds, n);
     if (use_writer) {
@@ -501,7 +487,7 @@ static void fd_roundtrip(size_t n, size_t len, int use_writer)
         ck_assert_uint_eq(hw_writer_pending_bytes(&w), 0);
         hw_writer_free(&w);
         /* The writer closed its fds once sent: only the received ones remain. */
-        ck_assert_int_eq(count_fds(), before + (int)n);
+        ck_assert_int_eq(cku_count_fds(), before + (int)n);
     } else {
         ck_assert_msg(hw_send_frame(sv[0], p, len, fds, n, err, ERRLEN) == 0, "%s", err);
         /* hw_send_frame does not take ownership: ours are still open. */
@@ -523,7 +509,7 @@ static void fd_roundtrip(size_t n, size_t len, int use_writer)
     }
     if (!use_writer)
         close_all(fds, n);
-    ck_assert_int_eq(count_fds(), before);
+    ck_assert_int_eq(cku_count_fds(), before);
     ck_assert_int_eq(hw_read(sv[1], &r, &f, err, ERRLEN), HW_AGAIN);
     hw_reader_free(&r);
     close_pair(sv);
@@ -598,7 +584,7 @@ static void bad_fd_frame(uint32_t announced, size_t batches, size_t per)
 
     sockpair(sv);
     hw_reader_init(&r);
-    before = count_fds();
+    before = cku_count_fds();
     fds = mk_memfds(per, 0);
     put_hdr(buf, 16, announced);
     memset(buf + 8, 'z', 16);
@@ -615,10 +601,10 @@ static void bad_fd_frame(uint32_t announced, size_t batches, size_t per)
                   batches * per, rc, err);
     ck_assert_err_has(err, "announced");
     ck_assert_ptr_null(f.fds);
-    ck_assert_int_eq(count_fds(), before);
+    ck_assert_int_eq(cku_count_fds(), before);
     ck_assert_int_eq(hw_read(sv[1], &r, &f, err, ERRLEN), HW_EBROKEN);
     hw_reader_free(&r);
-    ck_assert_int_eq(count_fds(), before);
+    ck_assert_int_eq(cku_count_fds(), before);
     close_pair(sv);
     free(fds);
 }
@@ -646,7 +632,7 @@ START_TEST(test_fds_outside_frame)
 
     sockpair(sv);
     hw_reader_init(&r);
-    before = count_fds();
+    before = cku_count_fds();
     fds = mk_memfds(4, 0);
     put_hdr(hdr, 0, 4);
     raw_send(sv[0], hdr, 3, fds, 4);   /* 3 header bytes + 4 fds, then EOF */
@@ -658,7 +644,7 @@ START_TEST(test_fds_outside_frame)
     while (rc == HW_AGAIN);
     ck_assert_int_eq(rc, HW_EPARTIAL);
     ck_assert_err_has(err, "closed in the middle of a frame header");
-    ck_assert_int_eq(count_fds(), before - 1);
+    ck_assert_int_eq(cku_count_fds(), before - 1);
     hw_reader_free(&r);
     close_pair(sv);
 
@@ -666,7 +652,7 @@ START_TEST(test_fds_outside_frame)
      * the fds land in a frame that announced none. */
     sockpair(sv);
     hw_reader_init(&r);
-    before = count_fds();
+    before = cku_count_fds();
     fds = realloc(fds, 2 * sizeof(int));
     fds[0] = mk_memfd(1);
     fds[1] = mk_memfd(2);
@@ -682,10 +668,93 @@ START_TEST(test_fds_outside_frame)
     ck_assert_uint_eq(f.nfds, 0);
     hw_frame_free(&f);
     ck_assert_int_eq(recv5(sv[1], &r, &f, err), HW_EFDS);
-    ck_assert_int_eq(count_fds(), before);
+    ck_assert_int_eq(cku_count_fds(), before);
     hw_reader_free(&r);
     close_pair(sv);
     free(fds);
+}
+END_TEST
+
+/* Issue 15: a reader's own limits. A header over max_len fails at once; fds
+ * over max_fds fail as they arrive, before the header is complete; the fds
+ * the reader closes go to its closer, never to close() directly. */
+static int closed_by_closer[2048];
+static size_t nclosed_by_closer;
+static void test_closer(int fd, void *arg)
+{
+    ck_assert_ptr_eq(arg, (void *)&nclosed_by_closer);
+    if (nclosed_by_closer < 2048)
+        closed_by_closer[nclosed_by_closer++] = fd;
+    close(fd);
+}
+
+START_TEST(test_reader_limits)
+{
+    int sv[2], before, *fds;
+    hw_reader r;
+    hw_frame f;
+    char err[ERRLEN] = "";
+    unsigned char hdr[8];
+
+    /* max_len: a 4097-byte frame on a 4096-byte reader. */
+    sockpair(sv);
+    hw_reader_init(&r);
+    hw_reader_set_limits(&r, 4096, 0);
+    put_hdr(hdr, 4097, 0);
+    raw_send(sv[0], hdr, 8, NULL, 0);
+    ck_assert_int_eq(recv5(sv[1], &r, &f, err), HW_ETOOBIG);
+    ck_assert_err_has(err, "4096-byte limit");
+    hw_reader_free(&r);
+    close_pair(sv);
+
+    /* max_fds: 3 header bytes with 2 fds each on a reader that holds 5;
+     * the closer gets every fd. */
+    sockpair(sv);
+    hw_reader_init(&r);
+    hw_reader_set_limits(&r, 0, 5);
+    nclosed_by_closer = 0;
+    hw_reader_set_closer(&r, test_closer, &nclosed_by_closer);
+    before = cku_count_fds();
+    fds = mk_memfds(2, 0);
+    put_hdr(hdr, 0, 6);
+    raw_send(sv[0], hdr, 1, fds, 2);
+    raw_send(sv[0], hdr + 1, 1, fds, 2);
+    ck_assert_int_eq(hw_read(sv[1], &r, &f, err, ERRLEN), HW_AGAIN);
+    ck_assert_uint_eq(hw_reader_fds_held(&r), 4);
+    raw_send(sv[0], hdr + 2, 1, fds, 2);
+    ck_assert_int_eq(recv5(sv[1], &r, &f, err), HW_ETOOMANYFDS);
+    ck_assert_err_has(err, "limit of 5");
+    ck_assert_uint_eq(hw_reader_fds_held(&r), 0);
+    ck_assert_uint_eq(nclosed_by_closer, 6);
+    close_all(fds, 2);
+    free(fds);
+    ck_assert_int_eq(cku_count_fds(), before);
+    hw_reader_free(&r);
+    close_pair(sv);
+
+    /* shrink: no buffer while nothing is buffered; frames still parse. */
+    sockpair(sv);
+    hw_reader_init(&r);
+    {
+        unsigned char two[8 + 3 + 8 + 2];
+        put_hdr(two, 3, 0);
+        memcpy(two + 8, "abc", 3);
+        put_hdr(two + 11, 2, 0);
+        memcpy(two + 19, "de", 2);
+        raw_send(sv[0], two, sizeof two, NULL, 0);
+    }
+    ck_assert_int_eq(recv5(sv[1], &r, &f, err), HW_FRAME);
+    hw_frame_free(&f);
+    ck_assert_int_eq(hw_reader_buffered(&r), 1);
+    hw_reader_shrink(&r); /* bytes left: kept */
+    ck_assert_int_eq(recv5(sv[1], &r, &f, err), HW_FRAME);
+    ck_assert_uint_eq(f.len, 2);
+    hw_frame_free(&f);
+    ck_assert_int_eq(hw_reader_buffered(&r), 0);
+    hw_reader_shrink(&r);
+    ck_assert_ptr_null(r.buf);
+    hw_reader_free(&r);
+    close_pair(sv);
 }
 END_TEST
 
@@ -708,7 +777,7 @@ START_TEST(test_ctrunc)
     fds = mk_memfds(10, 0);
     ck_assert_int_eq(hw_send_frame(sv[0], "abc", 3, fds, 10, err, ERRLEN), 0);
     close_all(fds, 10);
-    before = count_fds();
+    before = cku_count_fds();
     /* Leave exactly 3 free descriptor slots. */
     ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
     low = rl;
@@ -733,7 +802,7 @@ START_TEST(test_ctrunc)
     ck_assert_err_has(err, "MSG_CTRUNC");
     ck_assert_ptr_null(f.fds);
     /* The 3 fds the kernel did install were closed. */
-    ck_assert_int_eq(count_fds(), before);
+    ck_assert_int_eq(cku_count_fds(), before);
     hw_reader_free(&r);
     close_pair(sv);
     free(fds);
@@ -800,7 +869,7 @@ START_TEST(test_writer_mixed_fds)
     sockpair(sv);
     hw_reader_init(&r);
     hw_writer_init(&w);
-    before = count_fds();
+    before = cku_count_fds();
     for (size_t i = 0; i < nf; i++) {
         unsigned char *p = mk_payload(lens[i]);
         fds[i] = mk_memfds(nfds[i], 100u * (uint32_t)i);
@@ -820,7 +889,7 @@ START_TEST(test_writer_mixed_fds)
         free(inos[i]);
     }
     ck_assert_int_eq(hw_read(sv[1], &r, &f, err, ERRLEN), HW_AGAIN);
-    ck_assert_int_eq(count_fds(), before);
+    ck_assert_int_eq(cku_count_fds(), before);
     hw_writer_free(&w);
     hw_reader_free(&r);
     close_pair(sv);
@@ -847,7 +916,7 @@ START_TEST(test_byte_at_a_time)
     ck_assert_int_eq(hw_set_nonblock(sv[1]), 0);
     ck_assert_int_ne(fcntl(sv[1], F_GETFL) & O_NONBLOCK, 0);
     hw_reader_init(&r);
-    before = count_fds();
+    before = cku_count_fds();
     fds = mk_memfds(3, 50);
     inos = inos_of(fds, 3);
     for (size_t i = 0; i < total; i++) {
@@ -868,7 +937,7 @@ START_TEST(test_byte_at_a_time)
     check_same_fds(fds, inos, 50, &f, 3);
     hw_frame_free(&f);
     close_all(fds, 3);
-    ck_assert_int_eq(count_fds(), before);
+    ck_assert_int_eq(cku_count_fds(), before);
     hw_reader_free(&r);
     close_pair(sv);
     free(fds);
@@ -955,7 +1024,7 @@ START_TEST(test_writer_full_socket)
     ck_assert_int_eq(hw_set_nonblock(sv[1]), 0);
     hw_reader_init(&r);
     hw_writer_init(&w);
-    before = count_fds();
+    before = cku_count_fds();
     fds1 = mk_memfds(nfd1, 0);
     inos1 = inos_of(fds1, nfd1);
     fds2 = mk_memfds(1, 9000);
@@ -995,7 +1064,7 @@ START_TEST(test_writer_full_socket)
     hw_frame_free(&f[0]);
     hw_frame_free(&f[1]);
     /* The writer closed every fd it owned. */
-    ck_assert_int_eq(count_fds(), before);
+    ck_assert_int_eq(cku_count_fds(), before);
     hw_writer_free(&w);
     hw_reader_free(&r);
     close_pair(sv);
@@ -1019,7 +1088,7 @@ START_TEST(test_writer_free_closes)
     sockpair(sv);
     ck_assert_int_eq(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
     hw_writer_init(&w);
-    before = count_fds();
+    before = cku_count_fds();
     fds = mk_memfds(600, 0);
     ck_assert_int_eq(hw_writer_push(&w, p, 1u << 20, fds, 600, err, ERRLEN), 0);
     ck_assert_int_eq(hw_writer_push(&w, "x", 1, fds, 0, err, ERRLEN), 0);
@@ -1029,7 +1098,7 @@ START_TEST(test_writer_free_closes)
     hw_writer_free(&w);
     ck_assert_uint_eq(hw_writer_pending(&w), 0);
     close_pair(sv);      /* drops the in-flight references too */
-    ck_assert_int_eq(count_fds(), before - 2);
+    ck_assert_int_eq(cku_count_fds(), before - 2);
     free(fds);
     free(p);
 }
@@ -1279,6 +1348,7 @@ static Suite *wire_suite(void)
     tcase_add_test(tc, test_fd_count_mismatch);
     tcase_add_test(tc, test_fds_outside_frame);
     tcase_add_test(tc, test_ctrunc);
+    tcase_add_test(tc, test_reader_limits);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("stream");
@@ -1311,11 +1381,5 @@ static Suite *wire_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(wire_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return cku_run(wire_suite());
 }

@@ -13,6 +13,8 @@
 # pass. The traces are written to $BUILD/traces/gen (about 20 MB for 200).
 set -u
 BUILD=${BUILD:-build}
+SRC=${HEAPD_SRC:-$(pwd)}
+. "$SRC/tests/lib.sh"
 SIM=$BUILD/heapsim
 N=${GEN_TRACES:-200}
 # Debug and sanitizer builds (make check passes HEAPD_VALIDATING=1) run the
@@ -47,8 +49,6 @@ end=$(date +%s)
 sed -n '/^worst/,$p' "$W/compare.out"
 echo "($N traces replayed under both policies in $((end - start)) s)"
 last=$(tail -n 1 "$W/compare.out")
-nfail=0
-fail() { echo "FAIL: $*"; nfail=$((nfail + 1)); }
 field() { printf '%s\n' "$last" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 if [ $rc != 0 ]; then
     fail "heapsim --compare exited $rc: $(head -5 "$W/compare.err")"
@@ -66,8 +66,8 @@ cc=$(field collects_coalesce); cs=$(field collects_seed)
 if [ -n "$cc" ] && [ -n "$cs" ] && [ "$cc" -lt "$cs" ]; then :; else
     fail "collects in total: default $cc, seed $cs; want fewer"
 fi
-if [ $nfail = 0 ]; then
+if [ $fails = 0 ]; then
     rm -rf "$W"
     echo "ok: $N generated traces${MAX:+, cut to $MAX allocations each}"
 fi
-[ $nfail = 0 ]
+[ $fails = 0 ]

@@ -14,9 +14,7 @@ HEAPD_SRC=${HEAPD_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 W=$BUILD/tests/gpu_host
 rm -rf "$W"
 mkdir -p "$W/out" "$W/out2"
-nfail=0; npass=0
-fail() { echo "FAIL: $*"; nfail=$((nfail + 1)); }
-ok() { echo "ok   $*"; npass=$((npass + 1)); }
+. "$HEAPD_SRC/tests/lib.sh"
 
 cd "$HEAPD_SRC" || exit 1
 case $BUILD in /*) B=$BUILD;; *) B=$HEAPD_SRC/$BUILD;; esac
@@ -65,5 +63,5 @@ else
     ok "gpu.sh removed its work folder"
 fi
 
-echo "it_gpu_host: $npass passed, $nfail failure(s)"
-[ $nfail = 0 ]
+echo "it_gpu_host: $passes passed, $fails failure(s)"
+[ $fails = 0 ]

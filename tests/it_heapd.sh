@@ -12,24 +12,12 @@ BUILD=${BUILD:-build}
 SRC=${HEAPD_SRC:-$(pwd)}
 R=$BUILD/tests/prog_rank
 CTL=$BUILD/heapctl
-T=$(mktemp -d /tmp/heapd-it.XXXXXX)
+. "$SRC/tests/lib.sh"
+lib_tmpdir it
 S=$T/heapd.sock
 fails=0
 hpid=
-
-cleanup() {
-    [ -n "$hpid" ] && kill -9 "$hpid" 2>/dev/null
-    pkill -9 -f "prog_rank --socket $S" 2>/dev/null
-    rm -rf "$T"
-}
-trap cleanup EXIT INT TERM
-
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fails=$((fails + 1)); }
-check() { # check NAME CMD...: passes if CMD succeeds
-    name=$1; shift
-    if "$@"; then ok "$name"; else bad "$name"; fi
-}
+lib_on_exit 'lib_kill hpid; pkill -9 -f "prog_rank --socket $S" 2>/dev/null'
 
 cat >"$T/heapd.conf" <<EOF
 socket = $S
@@ -39,11 +27,7 @@ chunk_size = 1M
 va_size = 256M
 collect_timeout_ms = 2000
 EOF
-"$BUILD/heapd" --config "$T/heapd.conf" 2>"$T/heapd.log" &
-hpid=$!
-i=0
-while [ ! -S "$S" ] && [ $i -lt 600 ] && kill -0 "$hpid" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done   # 30 s at most
-check "heapd starts and listens" test -S "$S"
+check "heapd starts and listens" start_heapd "$T/heapd.conf" "$T/heapd.log"
 
 rank() { # rank HEAP R W [opts] -- CMDS: runs one rank in the background
     heap=$1 r=$2 w=$3; shift 3
@@ -207,6 +191,21 @@ check "heapctl unknown command: exit 2" test $rc = 2
 check "heapctl with no heapd: exit 1 naming the socket" sh -c "test $rc = 1 && grep -q nothere.sock $T/noconn.err"
 touch "$T/ctl.go"
 waitrank 0; waitrank 1
+
+# ---- 6b. attach retried after ERR_TIMEOUT (issue 15 item 8) ---------------------------
+# Rank 0 attaches alone and times out; libheapc retries on the same context
+# once rank 1 is there: heapd forgot the timed-out claim.
+"$R" --socket "$S" --heap retry --rank 0 --world 2 --timeout-ms 300 --no-attach -- \
+    try attach touch "$T/retry.t0" waitfile "$T/retry.go" attach alloc 4K >"$T/retry0.out" 2>&1 &
+pid_0=$!
+i=0; while [ ! -e "$T/retry.t0" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+"$R" --socket "$S" --heap retry --rank 1 --world 2 --timeout-ms 300 --no-attach -- \
+    waitfile "$T/retry.go" attach alloc 4K >"$T/retry1.out" 2>&1 &
+pid_1=$!
+touch "$T/retry.go"
+waitrank 0; r0=$rc; waitrank 1; r1=$rc
+check "an attach retried after ERR_TIMEOUT succeeds (rank 0: timeout, then attached; exits $r0 $r1)" \
+    sh -c "test $r0 = 0 -a $r1 = 0 && grep -q '^e ERR_TIMEOUT' '$T/retry0.out' && grep -q '^attached 0 2' '$T/retry0.out'"
 
 # ---- 7. shutdown -------------------------------------------------------------------------
 kill -TERM "$hpid"; wait "$hpid"; rc=$?

@@ -11,10 +11,7 @@ SIM=$BUILD/heapsim
 T=$HEAPD_SRC/tests/traces
 W=$BUILD/traces
 mkdir -p "$W"
-nfail=0; npass=0
-
-fail() { echo "FAIL: $*"; nfail=$((nfail + 1)); }
-pass() { npass=$((npass + 1)); }
+. "$HEAPD_SRC/tests/lib.sh"
 
 if [ ! -x "$SIM" ]; then
     echo "FAIL: $SIM not built; run make first"
@@ -286,5 +283,5 @@ expect_eq "no trace exit" $? 2
 expect_eq "missing trace exit" $? 1
 if grep -q "cannot open trace" "$W/err"; then pass; else fail "missing trace message: $(cat "$W/err")"; fi
 
-echo "$npass passed, $nfail failed"
-[ $nfail = 0 ]
+echo "$passes passed, $fails failed"
+[ $fails = 0 ]

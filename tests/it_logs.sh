@@ -91,15 +91,19 @@ echo "log_format = json" >>"$T/heapd.conf"
 "$BUILD/heapd" --config "$T/heapd.conf" 2>"$T/stderr3" &
 hpid=$!
 wait_for test -S "$S"
-"$R" --socket "$S" --heap "$(printf 'js\377n')" --rank 0 --world 1 --chunk 1M -- alloc 2M >/dev/null 2>&1
+# Heap names are UTF-8 without controls (issue 15); quotes, a backslash and
+# U+2028 must still come out as valid JSON.
+jsname=$(printf 'js"\\\342\200\250n')
+"$R" --socket "$S" --heap "$jsname" --rank 0 --world 1 --chunk 1M -- alloc 2M >/dev/null 2>&1
 stop_heapd
 check "log_format = json: every line one JSON object (valid UTF-8), fields included" \
-    /usr/bin/python3 -c "
-import json, sys
-ls = open('$T/stderr3', 'rb').read().decode('utf-8').splitlines()
+    env JSNAME="$jsname" /usr/bin/python3 -c "
+import json, os, sys
+ls = [l for l in open('$T/stderr3', 'rb').read().decode('utf-8').splitlines() if l]  # U+2028 comes escaped
 es = [json.loads(l) for l in ls]
+name = os.environb[b'JSNAME'].decode('utf-8')
 ok = es and all({'time', 'level', 'message', 'heapd_pid'} <= set(e) for e in es)
-ok = ok and any(e.get('heap') == 'js\ufffdn' and e.get('req') == 'alloc' and e.get('seq') == 0 and 'pid' in e for e in es)
+ok = ok and any(e.get('heap') == name and e.get('req') == 'alloc' and e.get('seq') == 0 and 'pid' in e for e in es)
 sys.exit(not ok)"
 
 [ $fails = 0 ] && echo "it_logs: all passed" || echo "it_logs: $fails failed"

@@ -22,7 +22,7 @@ set -u
 BUILD=${BUILD:-build}
 R=$BUILD/tests/prog_rank
 CTL=$BUILD/heapctl
-HEAPD=$BUILD/heapd
+
 NODES="0 1 2 3"
 ALL="0 1 2 3 4 5 6 7" # ranks; rank r attaches to node r/2
 W=8
@@ -39,32 +39,13 @@ if ! redis_available; then
     exit 0
 fi
 
-T=$(mktemp -d /tmp/heapd-mn.XXXXXX)
+. "$SRC/tests/lib.sh"
+lib_tmpdir mn
 fails=0
 nspid=
 pids=""   # rank processes and FIFO holders
-
-cleanup() {
-    for p in $pids; do kill -9 "$p" 2>/dev/null; done
-    for n in $NODES; do
-        eval "p=\${hp_$n:-}"
-        [ -n "$p" ] && kill -9 "$p" 2>/dev/null
-    done
-    [ -n "$nspid" ] && kill -9 "$nspid" 2>/dev/null
-    redis_stop
-    wait 2>/dev/null
-    rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fails=$((fails + 1)); }
-check() { # check NAME CMD...: passes if CMD succeeds
-    name=$1; shift
-    if "$@"; then ok "$name"; else bad "$name"; fi
-}
-now_ms() { date +%s%3N; }
+hp_0= hp_1= hp_2= hp_3=
+lib_on_exit 'lib_kill pids hp_0 hp_1 hp_2 hp_3 nspid; redis_stop'
 rcli() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"; }
 
 if ! redis_start; then
@@ -85,17 +66,11 @@ collect_timeout_ms = 5000
 store = redis://127.0.0.1:$rport
 node = n$n
 EOF
-    "$HEAPD" --config "$T/n$n.conf" 2>"$T/n$n.log" &
-    eval "hp_$n=\$!"
+    S=$T/n$n.sock start_heapd "$T/n$n.conf" "$T/n$n.log"
+    eval "hp_$n=\$hpid"
 done
 up=0
-i=0
-while [ $i -lt 100 ]; do
-    up=0
-    for n in $NODES; do [ -S "$T/n$n.sock" ] && up=$((up + 1)); done
-    [ $up = 4 ] && break
-    sleep 0.05; i=$((i + 1))
-done
+for n in $NODES; do [ -S "$T/n$n.sock" ] && up=$((up + 1)); done
 check "4 heapd nodes start and listen" test $up = 4
 # Each node subscribes to heapd:force and heapd:node:NAME at start.
 i=0
@@ -184,9 +159,10 @@ done
 # ---- 2. the store's keys: namespaced per heap and job, each with a TTL --------------
 rcli --scan --pattern 'heapd:*' >"$T/keys" 2>/dev/null
 nk=$(wc -l <"$T/keys")
-# The incarnation is the job plus a fingerprint of the heap parameters.
-nrnd=$(grep -c '^heapd:rnd\(default\|seed\):j1~[0-9a-f]\{8\}:c[0-9]*:s$' "$T/keys")
-check "store keys: $nk keys, those of the two workloads named heapd:HEAP:JOB~PARAMS:cN:s ($nrnd)" \
+# The incarnation is the job, a fingerprint of the heap parameters, the
+# owner's uid and the job secret's hash ("-": none; issue 15).
+nrnd=$(grep -c "^heapd:rnd\\(default\\|seed\\):j1~[0-9a-f]\\{8\\}~u$(id -u)~-:c[0-9]*:s\$" "$T/keys")
+check "store keys: $nk keys, those of the two workloads named heapd:HEAP:JOB~PARAMS~uUID~SECRET:cN:s ($nrnd)" \
     test "$nrnd" -gt 0 -a "$nrnd" = "$nk"
 check "store keys: no rank bitmap (:r) left once every collect completed" sh -c "! grep -q ':r\$' $T/keys"
 nottl=0; maxttl=0
@@ -386,10 +362,8 @@ cat >"$T/ns.conf" <<EOF
 socket = $T/ns.sock
 backend = host
 EOF
-"$HEAPD" --config "$T/ns.conf" 2>"$T/ns.log" &
-nspid=$!
-i=0
-while [ ! -S "$T/ns.sock" ] && [ $i -lt 600 ] && kill -0 "$nspid" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
+S=$T/ns.sock start_heapd "$T/ns.conf" "$T/ns.log"
+nspid=$hpid
 "$R" --socket "$T/ns.sock" --heap span --rank 0 --world 4 --local-size 2 --job j1 -- alloc 1K \
     >"$T/ns.out" 2>"$T/ns.err"; rc=$?
 check "local_size < world_size on a heapd with no store: refused (exit $rc), saying to set store = redis://" \

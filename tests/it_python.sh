@@ -8,14 +8,11 @@ set -u
 BUILD=${BUILD:-build}
 SRC=${HEAPD_SRC:-$(pwd)}
 PY=${HEAPD_PYTHON:-/usr/bin/python3}
-T=$(mktemp -d /tmp/heapd-py.XXXXXX)
+. "$SRC/tests/lib.sh"
+lib_tmpdir py
 S=$T/heapd.sock
 hpid=
-cleanup() {
-    [ -n "$hpid" ] && kill -9 "$hpid" 2>/dev/null
-    rm -rf "$T"
-}
-trap cleanup EXIT INT TERM
+lib_on_exit 'lib_kill hpid'
 
 if ! "$PY" -c 'import torch, pytest, numpy' 2>"$T/imp.err"; then
     echo "FAIL $PY cannot import torch, pytest and numpy: $(tail -1 "$T/imp.err")"
@@ -39,11 +36,7 @@ chunk_size = 1M
 va_size = 1G
 collect_timeout_ms = 20000
 EOF2
-"$BUILD/heapd" --config "$T/heapd.conf" 2>"$T/heapd.log" &
-hpid=$!
-i=0
-while [ ! -S "$S" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
-[ -S "$S" ] || { echo "FAIL heapd did not start"; cat "$T/heapd.log"; exit 1; }
+start_heapd "$T/heapd.conf" "$T/heapd.log" || { echo "FAIL heapd did not start"; cat "$T/heapd.log"; exit 1; }
 
 cd "$SRC" || exit 1
 HEAPD_SOCKET=$S HEAPC_LIB=$BUILD/libheapc.so BUILD=$BUILD PYTHONPATH=$SRC/python \

@@ -6,29 +6,22 @@
 # "skipped: ..." and passes otherwise.
 set -u
 BUILD=${BUILD:-build}
+SRC=${HEAPD_SRC:-$(pwd)}
+. "$SRC/tests/lib.sh"
 R=$(cd "$(dirname "$BUILD/x")" && pwd)/tests/prog_rank
 CTL=$(cd "$(dirname "$BUILD/x")" && pwd)/heapctl
 if [ "$(id -u)" != 0 ] || ! command -v setpriv >/dev/null 2>&1; then
     echo "skipped: needs root and setpriv to run clients as a second uid"
     exit 0
 fi
-T=$(mktemp -d /tmp/heapd-sec.XXXXXX)
+lib_tmpdir sec
 chmod 755 "$T"
 S=$T/heapd.sock
 GROUP=heapdtest$$
 fails=0
 hpid=
 made_group=0
-cleanup() {
-    [ -n "$hpid" ] && kill -9 "$hpid" 2>/dev/null
-    pkill -9 -f "prog_rank --socket $S" 2>/dev/null
-    [ $made_group = 1 ] && groupdel "$GROUP" 2>/dev/null
-    [ -n "${KEEP:-}" ] || rm -rf "$T"
-}
-trap cleanup EXIT INT TERM
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fails=$((fails + 1)); }
-check() { name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
+lib_on_exit 'lib_kill hpid; pkill -9 -f "prog_rank --socket $S" 2>/dev/null; [ $made_group = 1 ] && groupdel "$GROUP" 2>/dev/null'
 
 # Binaries must be reachable by nobody: copy them into the test directory.
 cp "$R" "$CTL" "$T/"
@@ -46,11 +39,7 @@ quota_heap = 8M
 quota_uid = 12M
 $( [ $made_group = 1 ] && echo "admin_group = $GROUP" )
 EOF
-"$BUILD/heapd" --config "$T/heapd.conf" 2>"$T/heapd.log" &
-hpid=$!
-i=0
-while [ ! -S "$S" ] && [ $i -lt 600 ] && kill -0 "$hpid" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done   # 30 s at most
-check "heapd starts" test -S "$S"
+check "heapd starts" start_heapd "$T/heapd.conf" "$T/heapd.log"
 
 as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
 as_admin() { setpriv --reuid=65534 --regid=65534 --groups="$GID" "$@"; }
@@ -101,6 +90,18 @@ check "per-heap quota: growth past 8 MiB of chunks is refused with ERR_QUOTA" \
     grep -q 'e .*QUOTA.*per-heap quota of 8 MiB' "$T/q1.0.out"
 check "per-uid quota: a second heap that would take uid 0 past 12 MiB is refused" \
     sh -c "test $rc != 0 && grep -q 'per-uid quota of 12 MiB' $T/q2.out"
+
+# Bookkeeping counts against quota_uid (issue 15 item 4): 8 MiB of chunks
+# fit in 12 MiB with min_block 512 (~8 KiB of bitmaps), not with min_block 1
+# (~4.1 MiB of bitmaps).
+"$R" --socket "$S" --heap qb --rank 0 --world 1 --chunk 2M --initial 8M --va 8M --min-block 512 -- alloc 1M \
+    >"$T/qb1.out" 2>&1
+check "per-uid quota: 8 MiB of chunks with min_block 512 fit in 12 MiB" test $? = 0
+"$R" --socket "$S" --heap qb --rank 0 --world 1 --chunk 2M --initial 8M --va 8M --min-block 1 -- alloc 1M \
+    >"$T/qb2.out" 2>&1
+rc=$?
+check "per-uid quota: the same heap with min_block 1 is refused, its bookkeeping named" \
+    sh -c "test $rc != 0 && grep -q 'chunk memory and heapd bookkeeping.*per-uid quota of 12 MiB' $T/qb2.out"
 
 # ---- zeroing between heaps ---------------------------------------------------------------
 "$R" --socket "$S" --heap dirty --rank 0 --world 1 --chunk 1M -- alloc 1M write 0 0 0xab check 0 0xab >/dev/null 2>&1

@@ -14,17 +14,15 @@
 set -u
 BUILD=${BUILD:-build}
 HEAPD_SRC=${HEAPD_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
+. "$HEAPD_SRC/tests/lib.sh"
 B=$(cd "$BUILD" 2>/dev/null && pwd) || { echo "FAIL: no build directory $BUILD"; exit 1; }
 HEAPD=$B/heapd
 HEAPCTL=$B/heapctl
 ACTIVATE=$B/tests/prog_activate
 NLISTEN=$B/tests/prog_notify_listen
 RANK=$B/tests/prog_rank
-nfail=0; npass=0; skips=""
+skips=""
 
-fail() { echo "FAIL: $*"; nfail=$((nfail + 1)); }
-pass() { npass=$((npass + 1)); }
-ok() { pass; echo "ok: $*"; }
 skip() { echo "skipped: $*"; skips="$skips
 skipped: $*"; }
 
@@ -35,9 +33,11 @@ for p in "$HEAPD" "$HEAPCTL" "$ACTIVATE" "$NLISTEN" "$RANK"; do
     fi
 done
 
-W=$(mktemp -d "${TMPDIR:-/tmp}/heapd-svc.XXXXXX") || { echo "FAIL: mktemp"; exit 1; }
+lib_tmpdir svc || { echo "FAIL: mktemp"; exit 1; }
+W=$T
 PIDS=""
-cleanup() {
+# stop_all: what is still running gets SIGTERM, then SIGKILL after 3 s.
+stop_all() {
     for p in $PIDS; do kill -TERM "$p" 2>/dev/null; done
     for p in $PIDS; do
         i=0
@@ -45,26 +45,15 @@ cleanup() {
         kill -KILL "$p" 2>/dev/null
     done
     wait 2>/dev/null
-    rm -rf "$W"
 }
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
+lib_on_exit stop_all
+trap 'exit 1' HUP
 
 # forget PID: it has ended (no longer killed by cleanup).
 forget() {
     n=""
     for p in $PIDS; do [ "$p" = "$1" ] || n="$n $p"; done
     PIDS=$n
-}
-
-# wait_for SECONDS CMD...: polls CMD every 0.1 s; 0 when it succeeded in time.
-wait_for() {
-    t=$(($1 * 10)); shift
-    while [ $t -gt 0 ]; do
-        if "$@" 2>/dev/null; then return 0; fi
-        sleep 0.1; t=$((t - 1))
-    done
-    return 1
 }
 
 # wait_exit SECONDS PID: waits for PID to end; sets $rc to its exit status
@@ -78,7 +67,6 @@ wait_exit() {
     return 0
 }
 
-has() { grep -q -e "$2" "$1"; }              # has FILE PATTERN
 count() { grep -c -e "$2" "$1" 2>/dev/null; } # count FILE PATTERN
 more_than() { [ "$(count "$1" "$2")" -gt "$3" ]; } # more_than FILE PATTERN N
 alive() { kill -0 "$1" 2>/dev/null; }
@@ -91,12 +79,12 @@ expect_rc() {
 
 # ---- options ----------------------------------------------------------------
 "$HEAPD" --help > "$W/out" 2> "$W/err"; expect_rc "heapd --help" $? 0
-has "$W/out" "^usage: heapd" && has "$W/out" "check-config" && pass || fail "--help output: $(head -3 "$W/out")"
+has_re "$W/out" "^usage: heapd" && has_re "$W/out" "check-config" && pass || fail "--help output: $(head -3 "$W/out")"
 "$HEAPD" --version > "$W/out" 2> "$W/err"; expect_rc "heapd --version" $? 0
-has "$W/out" "^heapd [0-9]" && pass || fail "--version prints '$(cat "$W/out")'"
+has_re "$W/out" "^heapd [0-9]" && pass || fail "--version prints '$(cat "$W/out")'"
 "$HEAPD" --frobnicate > "$W/out" 2> "$W/err"; expect_rc "heapd --frobnicate" $? 2
 "$HEAPD" extra-arg > "$W/out" 2> "$W/err"; expect_rc "heapd extra-arg" $? 2
-has "$W/err" 'unexpected argument "extra-arg"' && pass || fail "extra argument message: $(cat "$W/err")"
+has_re "$W/err" 'unexpected argument "extra-arg"' && pass || fail "extra argument message: $(cat "$W/err")"
 "$HEAPD" --backend gpu --check-config -c /dev/null > "$W/out" 2> "$W/err"; expect_rc "--backend gpu" $? 2
 "$HEAPD" --log-level loud --check-config -c /dev/null > "$W/out" 2> "$W/err"; expect_rc "--log-level loud" $? 2
 "$HEAPD" --socket relative.sock --check-config -c /dev/null > "$W/out" 2> "$W/err"; expect_rc "--socket relative" $? 2
@@ -157,29 +145,28 @@ bad_config bad_timeout 1 'collect_timeout_ms: "0"' 'collect_timeout_ms = 0
 # Cross-key checks name the key set in the file, its line and the values (issue 20).
 printf 'min_block = 3000\n' > "$W/cross.conf"
 "$HEAPD" -c "$W/cross.conf" --check-config > "$W/out" 2> "$W/err"; expect_rc "inconsistent defaults" $? 1
-has "$W/err" "$W/cross.conf:1: min_block = 3000 B is not a power of two" && pass ||
+has_re "$W/err" "$W/cross.conf:1: min_block = 3000 B is not a power of two" && pass ||
     fail "inconsistent defaults message: $(cat "$W/err")"
 "$HEAPD" -c "$W/does-not-exist.conf" --check-config > "$W/out" 2> "$W/err"; expect_rc "missing config" $? 1
-has "$W/err" "does-not-exist.conf: cannot open" && pass || fail "missing config message: $(cat "$W/err")"
+has_re "$W/err" "does-not-exist.conf: cannot open" && pass || fail "missing config message: $(cat "$W/err")"
 echo "ok: configuration errors name FILE:LINE"
 
 # ---- --check-config on valid files ----------------------------------------
 "$HEAPD" -c "$HEAPD_SRC/heapd.conf" --check-config > "$W/shipped.out" 2> "$W/err"
 expect_rc "--check-config heapd.conf" $? 0
-has "$W/shipped.out" "^$HEAPD_SRC/heapd.conf: ok" && pass || fail "--check-config: no 'ok' line: $(cat "$W/shipped.out")"
+has_re "$W/shipped.out" "^$HEAPD_SRC/heapd.conf: ok" && pass || fail "--check-config: no 'ok' line: $(cat "$W/shipped.out")"
 # Every key config.c accepts: printed by --check-config, shown with its
 # default in the shipped heapd.conf, documented in heapd.conf(5) and in
 # docs/operations.md.
-KEYS=$(sed -n -e 's/.*strcmp(name, "\([a-z_]*\)").*/\1/p' -e 's/.*SIZE_KEY("\([a-z_]*\)".*/\1/p' \
-    "$HEAPD_SRC/daemon/config.c" | sort -u)
+KEYS=$(sed -n -e 's/^ *{"\([a-z_]*\)", parse_.*/\1/p' "$HEAPD_SRC/daemon/config.c" | sort -u)
 nkeys=$(echo "$KEYS" | wc -w)
 if [ "$nkeys" -ge 12 ]; then pass; else fail "found only $nkeys keys in daemon/config.c: $KEYS"; fi
 for k in $KEYS; do
-    has "$W/shipped.out" "^$k = " || fail "--check-config does not print $k"
-    has "$HEAPD_SRC/heapd.conf" "^$k =" || fail "heapd.conf does not show $k"
+    has_re "$W/shipped.out" "^$k = " || fail "--check-config does not print $k"
+    has_re "$HEAPD_SRC/heapd.conf" "^$k =" || fail "heapd.conf does not show $k"
     grep -q -E "^\\.BR $k \" \\(default " "$HEAPD_SRC/docs/man/heapd.conf.5" ||
         fail "heapd.conf(5) does not document $k with its default"
-    has "$HEAPD_SRC/docs/operations.md" "| \`$k\` |" || fail "docs/operations.md does not list $k"
+    has_re "$HEAPD_SRC/docs/operations.md" "| \`$k\` |" || fail "docs/operations.md does not list $k"
 done
 pass
 # The shipped file shows the built-in defaults (backend excepted: auto).
@@ -190,11 +177,11 @@ if [ "$(sed 1d "$W/defaults.out" | grep -v '^backend')" = "$(sed 1d "$W/shipped.
 else
     fail "heapd.conf values differ from the built-in defaults: $(sed 1d "$W/shipped.out" | diff - "$W/defaults.out" | tr '\n' ' ')"
 fi
-has "$W/defaults.out" "^backend = auto" && pass || fail "default backend is not auto"
+has_re "$W/defaults.out" "^backend = auto" && pass || fail "default backend is not auto"
 # Options override the file.
 "$HEAPD" -c "$HEAPD_SRC/heapd.conf" --check-config --backend cuda --socket "$W/x.sock" -l debug > "$W/out" 2> "$W/err"
 expect_rc "--check-config with overrides" $? 0
-has "$W/out" "^backend = cuda" && has "$W/out" "^socket = $W/x.sock" && has "$W/out" "^log_level = debug" && pass ||
+has_re "$W/out" "^backend = cuda" && has_re "$W/out" "^socket = $W/x.sock" && has_re "$W/out" "^log_level = debug" && pass ||
     fail "--check-config ignores --backend/--socket/--log-level: $(cat "$W/out")"
 # What --check-config prints is itself a valid heapd.conf with the same values.
 sed 1d "$W/out" > "$W/roundtrip.conf"
@@ -206,7 +193,7 @@ expect_rc "--check-config on its own output" $? 0
 printf 'chunk_size = 2M ; two MiB\nva_size: 1G\npolicy = coalesce\npolicy = seed\n' > "$W/syntax.conf"
 "$HEAPD" -c "$W/syntax.conf" --check-config > "$W/out" 2> "$W/err"
 expect_rc "--check-config syntax.conf" $? 0
-has "$W/out" "^chunk_size = 2097152" && has "$W/out" "^va_size = 1073741824" && has "$W/out" "^policy = seed" &&
+has_re "$W/out" "^chunk_size = 2097152" && has_re "$W/out" "^va_size = 1073741824" && has_re "$W/out" "^policy = seed" &&
     pass || fail "syntax.conf values: $(cat "$W/out") $(cat "$W/err")"
 echo "ok: --check-config"
 
@@ -224,50 +211,50 @@ start_notify() {
     "$NLISTEN" "$W/$1.nsock" "$W/$1.notify" 300 2> "$W/$1.nlisten.err" &
     NPID=$!
     PIDS="$PIDS $NPID"
-    wait_for 5 test -e "$W/$1.notify" || fail "prog_notify_listen did not start: $(cat "$W/$1.nlisten.err")"
+    within 5 test -e "$W/$1.notify" || fail "prog_notify_listen did not start: $(cat "$W/$1.nlisten.err")"
 }
 
 start_notify own
 NOTIFY_SOCKET=$W/own.nsock "$HEAPD" --config "$CONF" 2> "$W/heapd.log" &
 HD=$!
 PIDS="$PIDS $HD"
-if wait_for 10 has "$W/own.notify" "^READY=1$"; then
+if within 10 has_re "$W/own.notify" "^READY=1$"; then
     # READY=1 promises a listening socket.
     [ -S "$SOCK" ] && pass || fail "READY=1 sent but $SOCK is not a socket"
     ok "readiness: READY=1 received on NOTIFY_SOCKET"
 else
     fail "no READY=1 on NOTIFY_SOCKET within 10 s; notifications: $(cat "$W/own.notify"); log:"; show "$W/heapd.log"
 fi
-has "$W/own.notify" "^STATUS=.*heaps.*clients.*backend host" && pass || fail "no STATUS= line: $(cat "$W/own.notify")"
-has "$W/own.notify" "^MAINPID=$HD$" && pass || fail "MAINPID is not heapd's pid $HD: $(cat "$W/own.notify")"
+has_re "$W/own.notify" "^STATUS=.*heaps.*clients.*backend host" && pass || fail "no STATUS= line: $(cat "$W/own.notify")"
+has_re "$W/own.notify" "^MAINPID=$HD$" && pass || fail "MAINPID is not heapd's pid $HD: $(cat "$W/own.notify")"
 mode=$(stat -c %a "$SOCK" 2>/dev/null)
 [ "$mode" = 660 ] && pass || fail "socket mode $mode, want 660 (socket_mode)"
 "$HEAPCTL" --socket "$SOCK" stats > "$W/out" 2> "$W/err"; expect_rc "heapctl stats (own socket)" $? 0
-has "$W/out" "backend host" && pass || fail "heapctl stats output: $(cat "$W/out") $(cat "$W/err")"
+has_re "$W/out" "backend host" && pass || fail "heapctl stats output: $(cat "$W/out") $(cat "$W/err")"
 
 # SIGHUP: log_level info -> debug.
 write_conf debug
 kill -HUP "$HD"
-if wait_for 5 has "$W/heapd.log" "SIGHUP: configuration reloaded from $CONF"; then
+if within 5 has_re "$W/heapd.log" "SIGHUP: configuration reloaded from $CONF"; then
     ok "SIGHUP reload logged"
 else
     fail "SIGHUP: no 'configuration reloaded' in the log:"; show "$W/heapd.log"
 fi
-wait_for 5 more_than "$W/own.notify" '^READY=1$' 1 && has "$W/own.notify" "^RELOADING=1$" && pass ||
+within 5 more_than "$W/own.notify" '^READY=1$' 1 && has_re "$W/own.notify" "^RELOADING=1$" && pass ||
     fail "SIGHUP: want RELOADING=1 then READY=1: $(cat "$W/own.notify")"
 "$HEAPCTL" --socket "$SOCK" heaps > "$W/out" 2> "$W/err"; expect_rc "heapctl heaps after SIGHUP" $? 0
 # The new level is in force: debug logs every connection.
-wait_for 5 has "$W/heapd.log" "debug: client connected" && pass ||
+within 5 has_re "$W/heapd.log" "debug: client connected" && pass ||
     fail "log_level = debug not applied after SIGHUP:"
 # A setting that needs a restart is named and kept.
 write_conf debug "max_clients = 7"
 kill -HUP "$HD"
-wait_for 5 has "$W/heapd.log" "max_clients changed; restart heapd to apply" && pass ||
+within 5 has_re "$W/heapd.log" "max_clients changed; restart heapd to apply" && pass ||
     fail "SIGHUP: a max_clients change is not reported as needing a restart"
 # A bad file: reported with FILE:LINE, nothing applied, heapd keeps running.
 write_conf info "bogus_key = 1"
 kill -HUP "$HD"
-if wait_for 5 has "$W/heapd.log" "SIGHUP: configuration not reloaded: $CONF:6: unknown key \"bogus_key\""; then
+if within 5 has_re "$W/heapd.log" "SIGHUP: configuration not reloaded: $CONF:6: unknown key \"bogus_key\""; then
     ok "SIGHUP with a bad file reported with FILE:LINE"
 else
     fail "SIGHUP with a bad file: no 'configuration not reloaded: $CONF:6:' in the log:"; show "$W/heapd.log"
@@ -278,8 +265,35 @@ alive "$HD" && pass || fail "heapd died after a SIGHUP with a bad file"
 # ... and the level stayed debug (the bad file said info).
 n1=$(count "$W/heapd.log" "debug: client connected")
 "$HEAPCTL" --socket "$SOCK" heaps > /dev/null 2>&1
-wait_for 3 more_than "$W/heapd.log" "debug: client connected" "$n1" && pass ||
+within 3 more_than "$W/heapd.log" "debug: client connected" "$n1" && pass ||
     fail "a bad file on SIGHUP changed the log level"
+
+# An empty file, a directory and a missing file (issue 15 item 10): the
+# running configuration stays (quota_uid, admin_group, log level) and the log
+# says why; heapd never reloads the built-in defaults.
+: > "$CONF"
+kill -HUP "$HD"
+wait_for 5 has "$W/heapd.log" "SIGHUP: configuration not reloaded: $CONF: has no keys" && pass ||
+    { fail "SIGHUP with an empty file: no 'has no keys' in the log:"; show "$W/heapd.log"; }
+rm -f "$CONF"; mkdir "$CONF"
+kill -HUP "$HD"
+wait_for 5 has "$W/heapd.log" "SIGHUP: configuration not reloaded: $CONF: is a directory" && pass ||
+    { fail "SIGHUP with a directory: no 'is a directory' in the log:"; show "$W/heapd.log"; }
+rmdir "$CONF"; mkfifo "$CONF"
+kill -HUP "$HD"
+wait_for 5 has "$W/heapd.log" "SIGHUP: configuration not reloaded: $CONF: is not a regular file" && pass ||
+    { fail "SIGHUP with a FIFO: no 'is not a regular file' in the log (or heapd blocked on it):"; show "$W/heapd.log"; }
+rm -f "$CONF"
+kill -HUP "$HD"
+wait_for 5 has "$W/heapd.log" "SIGHUP: configuration not reloaded: $CONF: cannot open: No such file" && pass ||
+    { fail "SIGHUP with a missing file: no 'cannot open' in the log:"; show "$W/heapd.log"; }
+has "$W/heapd.log" "configuration reloaded from $CONF.*" && [ "$(count "$W/heapd.log" "configuration reloaded from")" -eq 2 ] &&
+    pass || fail "a SIGHUP with an empty, directory, FIFO or missing file was logged as reloaded"
+n1=$(count "$W/heapd.log" "debug: client connected")
+"$HEAPCTL" --socket "$SOCK" heaps > /dev/null 2>&1
+wait_for 3 more_than "$W/heapd.log" "debug: client connected" "$n1" && pass ||
+    fail "a SIGHUP with an empty file changed the log level (the built-in default is info)"
+write_conf debug
 
 # SIGTERM with clients attached: two ranks of one heap.
 "$RANK" --socket "$SOCK" --heap svc --rank 0 --world 2 alloc 1M sleep 3000 alloc 1M > "$W/rank0.out" 2> "$W/rank0.err" &
@@ -287,11 +301,11 @@ R0=$!
 "$RANK" --socket "$SOCK" --heap svc --rank 1 --world 2 alloc 1M sleep 3000 alloc 1M > "$W/rank1.out" 2> "$W/rank1.err" &
 R1=$!
 PIDS="$PIDS $R0 $R1"
-if wait_for 10 has "$W/rank0.out" "^a 0 " && wait_for 5 has "$W/rank1.out" "^a 0 "; then pass; else
+if within 10 has_re "$W/rank0.out" "^a 0 " && within 5 has_re "$W/rank1.out" "^a 0 "; then pass; else
     fail "ranks did not attach and allocate: $(cat "$W/rank0.out" "$W/rank0.err" "$W/rank1.out" "$W/rank1.err")"
 fi
 "$HEAPCTL" --socket "$SOCK" heaps > "$W/out" 2> "$W/err"
-has "$W/out" "^svc .*world 2 .*clients 2" && pass || fail "heapctl heaps with 2 ranks attached: $(cat "$W/out")"
+has_re "$W/out" "^svc .*world 2 .*clients 2" && pass || fail "heapctl heaps with 2 ranks attached: $(cat "$W/out")"
 kill -TERM "$HD"
 if wait_exit 5 "$HD"; then
     expect_rc "heapd after SIGTERM" "$rc" 0
@@ -300,14 +314,14 @@ else
     fail "heapd still running 5 s after SIGTERM"
 fi
 [ -e "$SOCK" ] && fail "heapd left its socket $SOCK after SIGTERM" || pass
-has "$W/own.notify" "^STOPPING=1$" && pass || fail "no STOPPING=1 on NOTIFY_SOCKET: $(cat "$W/own.notify")"
-has "$W/heapd.log" 'heap "svc" destroyed' && has "$W/heapd.log" "info: stopped" && pass ||
+has_re "$W/own.notify" "^STOPPING=1$" && pass || fail "no STOPPING=1 on NOTIFY_SOCKET: $(cat "$W/own.notify")"
+has_re "$W/heapd.log" 'heap "svc" destroyed' && has_re "$W/heapd.log" "info: stopped" && pass ||
     { fail "SIGTERM: heap not destroyed / no 'stopped' in the log:"; show "$W/heapd.log"; }
 for r in 0 1; do
     if [ $r = 0 ]; then rp=$R0; else rp=$R1; fi
     if wait_exit 6 "$rp"; then
         # prog_rank: 7 = connection closed (HEAPC_ECONN), 1 = other errors (ERR_SHUTDOWN).
-        if [ "$rc" != 0 ] && has "$W/rank$r.err" "error: ERR_\(CONN\|SHUTDOWN\)"; then pass; else
+        if [ "$rc" != 0 ] && has_re "$W/rank$r.err" "error: ERR_\(CONN\|SHUTDOWN\)"; then pass; else
             fail "rank $r after SIGTERM: exit $rc, stderr: $(cat "$W/rank$r.err")"
         fi
     else
@@ -326,19 +340,19 @@ start_notify act
 NOTIFY_SOCKET=$W/act.nsock "$ACTIVATE" "$ASOCK" "$HEAPD" --config "$W/act.conf" 2> "$W/act.log" &
 HA=$!
 PIDS="$PIDS $HA"
-wait_for 10 has "$W/act.notify" "^READY=1$" && pass ||
+within 10 has_re "$W/act.notify" "^READY=1$" && pass ||
     { fail "socket-activated heapd: no READY=1: $(cat "$W/act.notify")"; show "$W/act.log"; }
-has "$W/act.log" "using the socket passed by systemd" && pass || { fail "heapd did not take the passed socket:"; show "$W/act.log"; }
+has_re "$W/act.log" "using the socket passed by systemd" && pass || { fail "heapd did not take the passed socket:"; show "$W/act.log"; }
 [ -e "$W/unused.sock" ] && fail "socket-activated heapd also bound its configured socket" || pass
 "$HEAPCTL" --socket "$ASOCK" stats > "$W/out" 2> "$W/err"
 expect_rc "heapctl stats through the activated socket" $? 0
-has "$W/out" "^heapd .*backend host" && ok "socket activation: heapctl talks to heapd through fd 3" ||
+has_re "$W/out" "^heapd .*backend host" && ok "socket activation: heapctl talks to heapd through fd 3" ||
     fail "heapctl stats (activated): $(cat "$W/out") $(cat "$W/err")"
 "$RANK" --socket "$ASOCK" --heap act --rank 0 --world 1 alloc 4K > "$W/out" 2> "$W/err"
 expect_rc "prog_rank through the activated socket" $? 0
 kill -TERM "$HA"
 wait_exit 5 "$HA" && expect_rc "socket-activated heapd after SIGTERM" "$rc" 0 || fail "socket-activated heapd did not stop"
-has "$W/act.notify" "^STOPPING=1$" && pass || fail "socket-activated heapd: no STOPPING=1"
+has_re "$W/act.notify" "^STOPPING=1$" && pass || fail "socket-activated heapd: no STOPPING=1"
 # The socket belongs to the activator (systemd): heapd leaves the file.
 [ -S "$ASOCK" ] && pass || fail "socket-activated heapd removed systemd's socket file"
 kill -TERM "$NPID" 2>/dev/null; wait_exit 3 "$NPID"
@@ -347,13 +361,13 @@ kill -TERM "$NPID" 2>/dev/null; wait_exit 3 "$NPID"
 LISTEN_PID=1 LISTEN_FDS=1 "$HEAPD" --config "$W/act.conf" 2> "$W/notmine.log" 3<&- &
 HN=$!
 PIDS="$PIDS $HN"
-if wait_for 10 test -S "$W/unused.sock"; then
+if within 10 test -S "$W/unused.sock"; then
     "$HEAPCTL" --socket "$W/unused.sock" heaps > "$W/out" 2> "$W/err"
     expect_rc "heapctl with LISTEN_PID of another process" $? 0
 else
     fail "heapd with LISTEN_PID=1 did not bind its own socket:"; show "$W/notmine.log"
 fi
-has "$W/notmine.log" "passed by systemd" && fail "heapd took fd 3 although LISTEN_PID is not its pid"
+has_re "$W/notmine.log" "passed by systemd" && fail "heapd took fd 3 although LISTEN_PID is not its pid"
 kill -TERM "$HN"; wait_exit 5 "$HN" && expect_rc "heapd (LISTEN_PID=1) after SIGTERM" "$rc" 0
 echo "ok: socket activation"
 
@@ -424,17 +438,17 @@ done
     fail "libheapc.so is not a link to libheapc.so.0"
 grep -q '@[A-Z_]*@' "$D/usr/lib/systemd/system/heapd.service" "$D/usr/lib/systemd/system/heapd-metrics.service" "$D/usr/lib/pkgconfig/heapc.pc" &&
     fail "@VARIABLE@ left in the installed unit or heapc.pc: $(grep -h '@[A-Z_]*@' "$D/usr/lib/systemd/system/heapd.service" "$D/usr/lib/pkgconfig/heapc.pc")"
-has "$D/usr/lib/systemd/system/heapd.service" "^ExecStart=/usr/sbin/heapd --config /etc/heapd/heapd.conf$" && pass ||
+has_re "$D/usr/lib/systemd/system/heapd.service" "^ExecStart=/usr/sbin/heapd --config /etc/heapd/heapd.conf$" && pass ||
     fail "installed heapd.service ExecStart: $(grep ExecStart "$D/usr/lib/systemd/system/heapd.service")"
-has "$D/etc/heapd/heapd.conf" "^backend = auto$" && pass || fail "installed heapd.conf does not say backend = auto"
+has_re "$D/etc/heapd/heapd.conf" "^backend = auto$" && pass || fail "installed heapd.conf does not say backend = auto"
 "$D/usr/sbin/heapd" -c "$D/etc/heapd/heapd.conf" --check-config > "$W/out" 2> "$W/err"
 expect_rc "installed heapd --check-config on the installed heapd.conf" $? 0
 # An operator's configuration is never overwritten.
 echo "# changed by the operator" >> "$D/etc/heapd/heapd.conf"
 domake install > "$W/install2.log" 2>&1 || fail "second make install failed: $(tail -5 "$W/install2.log")"
-has "$D/etc/heapd/heapd.conf" "^# changed by the operator" && ok "make install keeps an existing heapd.conf" ||
+has_re "$D/etc/heapd/heapd.conf" "^# changed by the operator" && ok "make install keeps an existing heapd.conf" ||
     fail "make install overwrote the operator's heapd.conf"
-has "$W/install2.log" "kept .*heapd.conf" && pass || fail "make install does not say it kept heapd.conf"
+has_re "$W/install2.log" "kept .*heapd.conf" && pass || fail "make install does not say it kept heapd.conf"
 
 # ---- a program built against the installed heapc.pc -------------------------
 cat > "$W/attach.c" <<'EOF'
@@ -497,10 +511,10 @@ ISOCK=$W/inst.sock
 "$D/usr/sbin/heapd" -c "$D/etc/heapd/heapd.conf" --socket "$ISOCK" --backend host 2> "$W/inst.log" &
 HI=$!
 PIDS="$PIDS $HI"
-if wait_for 10 test -S "$ISOCK"; then
+if within 10 test -S "$ISOCK"; then
     LD_LIBRARY_PATH=$D/usr/lib "$W/attach" "$ISOCK" > "$W/out" 2> "$W/err"
     expect_rc "program built against the installed heapc.pc" $? 0
-    has "$W/out" "^ok heapd .* backend host offset 0" && ok "a program built with pkg-config heapc attached and allocated" ||
+    has_re "$W/out" "^ok heapd .* backend host offset 0" && ok "a program built with pkg-config heapc attached and allocated" ||
         fail "attach program output: $(cat "$W/out") $(cat "$W/err")"
     LD_LIBRARY_PATH=$D/usr/lib ldd "$W/attach" 2>/dev/null | grep -q "libheapc.so.0 => $D/usr/lib/libheapc.so.0" && pass ||
         fail "the program does not load the installed libheapc.so.0: $(LD_LIBRARY_PATH=$D/usr/lib ldd "$W/attach" | grep heapc)"
@@ -540,7 +554,7 @@ if command -v systemd-analyze > /dev/null 2>&1; then
     else
         fail "systemd-analyze verify:"; show "$W/verify.out"
     fi
-    has "$D/usr/lib/systemd/system/heapd.service" "^Type=notify$" && pass || fail "heapd.service is not Type=notify"
+    has_re "$D/usr/lib/systemd/system/heapd.service" "^Type=notify$" && pass || fail "heapd.service is not Type=notify"
     grep -q "^PrivateDevices=yes" "$D/usr/lib/systemd/system/heapd.service" && fail "heapd.service sets PrivateDevices (hides /dev/nvidia*)"
 else
     skip "systemd-analyze not installed"
@@ -565,8 +579,8 @@ if domake uninstall > "$W/uninstall.log" 2>&1; then pass; else fail "make uninst
 left=$(cd "$D" && find . ! -type d | sed 's|^\./||' | sort | tr '\n' ' ')
 [ "$left" = "etc/heapd/heapd.conf " ] && ok "make uninstall removed everything but the configuration" ||
     fail "after make uninstall: $left"
-has "$W/uninstall.log" "left .*heapd.conf" && pass || fail "make uninstall does not say it left heapd.conf"
+has_re "$W/uninstall.log" "left .*heapd.conf" && pass || fail "make uninstall does not say it left heapd.conf"
 
-echo "$npass passed, $nfail failed"
+echo "$passes passed, $fails failed"
 [ -n "$skips" ] && printf '%s\n' "$skips" | sed '/^$/d'
-[ $nfail = 0 ]
+[ $fails = 0 ]

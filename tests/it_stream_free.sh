@@ -12,19 +12,14 @@
 # pass.
 set -u
 BUILD=${BUILD:-build}
+SRC=${HEAPD_SRC:-$(pwd)}
+. "$SRC/tests/lib.sh"
 P=$BUILD/tests/prog_stream_free
 CTL=$BUILD/heapctl
-T=$(mktemp -d /tmp/heapd-sf.XXXXXX)
+lib_tmpdir sf
 S=$T/heapd.sock
-hpid=
-nfail=0; npass=0
-cleanup() {
-    [ -n "$hpid" ] && kill -9 "$hpid" 2>/dev/null
-    rm -rf "$T"
-}
-trap cleanup EXIT INT TERM
-ok() { echo "ok   $*"; npass=$((npass + 1)); }
-fail() { echo "FAIL: $*"; nfail=$((nfail + 1)); }
+hpid= rpid=
+lib_on_exit 'lib_kill rpid hpid'
 
 cat >"$T/heapd.conf" <<EOC
 socket = $S
@@ -33,11 +28,7 @@ chunk_size = 64M
 va_size = 4G
 collect_timeout_ms = 60000
 EOC
-"$BUILD/heapd" --config "$T/heapd.conf" 2>"$T/heapd.log" &
-hpid=$!
-i=0
-while [ ! -S "$S" ] && [ $i -lt 600 ] && kill -0 "$hpid" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
-if [ -S "$S" ]; then ok "heapd listens"; else fail "heapd did not start: $(cat "$T/heapd.log")"; exit 1; fi
+if start_heapd "$T/heapd.conf" "$T/heapd.log"; then ok "heapd listens"; else fail "heapd did not start: $(cat "$T/heapd.log")"; exit 1; fi
 
 for n in 1 2 4; do
     if "$P" --socket "$S" --ranks $n --host --heap "sf$n" >"$T/r$n.out" 2>&1; then
@@ -66,6 +57,7 @@ while [ ! -e "$T/ready" ] && [ $n -lt 6000 ] && kill -0 $rpid 2>/dev/null; do sl
 "$CTL" --socket "$S" stats skip >"$T/stats.txt" 2>&1
 touch "$T/go"
 wait $rpid || fail "prog_rank (heap skip): $(cat "$T/skip.out")"
+rpid=
 if grep -q '"collects": 1,.*"collects_skipped": 2,' "$T/stats.json"; then
     ok "heapctl --json stats: 1 collect, 2 skipped"
 else
@@ -83,5 +75,5 @@ else
 fi
 
 kill -TERM "$hpid"; wait "$hpid"; hpid=
-echo "it_stream_free: $npass passed, $nfail failure(s)"
-[ $nfail = 0 ]
+echo "it_stream_free: $passes passed, $fails failure(s)"
+[ $fails = 0 ]

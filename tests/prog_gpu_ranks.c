@@ -36,12 +36,12 @@
  * 't NAME VALUE_US' timing lines. Exit 0 when every check passed; 1 on a
  * failure; 2 usage; 77 when CUDA is not available ("skipped: no GPU").
  */
+#include "cuda_dl.h"
 #include "heapc.h"
 #include "heapc_cuda.h"
 #include "heapc_map.h"
 #include "size.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -117,16 +117,17 @@ static int dev_open(dev *d)
     d->cu = hc_cuda_get(d->err, sizeof d->err);
     if (!d->cu)
         return X_SKIP;
-    /* Entry points libheapc's table does not load. */
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        snprintf(d->err, sizeof d->err, "dlopen libcuda.so.1: %s", dlerror());
+    /* Entry points libheapc's table does not load, through the one loader. */
+    void *lib = cd_open(d->err, sizeof d->err);
+    if (!lib)
         return 1;
-    }
-    *(void **)&d->MemsetD32 = dlsym(lib, "cuMemsetD32_v2");
-    *(void **)&d->MemcpyDtoH = dlsym(lib, "cuMemcpyDtoH_v2");
-    if (!d->MemsetD32 || !d->MemcpyDtoH) {
-        snprintf(d->err, sizeof d->err, "libcuda.so.1 lacks cuMemsetD32_v2 or cuMemcpyDtoH_v2");
+    const cd_sym syms[] = {
+        {(void **)&d->MemsetD32, "cuMemsetD32_v2", NULL},
+        {(void **)&d->MemcpyDtoH, "cuMemcpyDtoH_v2", NULL},
+    };
+    const char *missing;
+    if (cd_resolve(lib, syms, sizeof syms / sizeof syms[0], &missing)) {
+        snprintf(d->err, sizeof d->err, "libcuda.so.1 lacks %s: the driver is too old; update it", missing);
         return 1;
     }
     CUresult rc = d->cu->DeviceGet(&d->device, 0);

@@ -1201,6 +1201,220 @@ out:
     return rc;
 }
 
+/* ---- issue 15: names, jobs, policies, heap bounds, attach retry ---------------- */
+
+static int send_attach_job(rconn *c, const char *heap, uint32_t rank, uint32_t world, const aparams *p,
+                           const char *job)
+{
+    Heapd__HeapParams hp = HEAPD__HEAP_PARAMS__INIT;
+    Heapd__Attach a = HEAPD__ATTACH__INIT;
+    a.heap = (char *)heap;
+    a.rank = rank;
+    a.world_size = world;
+    a.device_uuid = (char *)"";
+    a.job = (char *)job;
+    if (p) {
+        hp.chunk_size = p->chunk;
+        hp.initial_size = p->initial;
+        hp.va_size = p->va;
+        hp.min_block = p->min_block;
+        hp.collect_timeout_ms = p->timeout_ms;
+        hp.policy = p->policy;
+        a.params = &hp;
+    }
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.body_case = HEAPD__FRAME__BODY_ATTACH;
+    f.attach = &a;
+    return send_frame(c, &f, NULL, 0);
+}
+
+/* The next reply must be Error `code` for the last request, its message
+ * containing `part` (the limit or key it names). */
+static int expect_error_msg(rconn *c, int code, const char *part, const char *what)
+{
+    reply r;
+    get_reply(c, REPLY_MS, &r);
+    int ok = r.kind == R_FRAME && r.f->body_case == HEAPD__FRAME__BODY_ERROR && (int)r.f->error->code == code &&
+             r.f->id == c->last_id && r.f->error->message && strstr(r.f->error->message, part);
+    if (!ok)
+        fail("%s: expected Error %s naming \"%s\", got %s", what, errname(code), part, r.desc);
+    reply_free(&r);
+    return ok ? 0 : -1;
+}
+
+/* Sends an Attach whose heap name is `name` with its '|' bytes made NUL on
+ * the wire (protobuf-c would cut the string at the NUL). */
+static int send_attach_nul(rconn *c, const char *name)
+{
+    Heapd__Attach a = HEAPD__ATTACH__INIT;
+    a.heap = (char *)name;
+    a.world_size = 1;
+    a.device_uuid = (char *)"";
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.body_case = HEAPD__FRAME__BODY_ATTACH;
+    f.attach = &a;
+    f.id = ++c->next_id;
+    c->last_id = f.id;
+    uint8_t buf[512];
+    size_t len = heapd__frame__get_packed_size(&f);
+    if (len > sizeof buf)
+        return fail("frame too large");
+    heapd__frame__pack(&f, buf);
+    uint8_t *p = memmem(buf, len, name, strlen(name));
+    if (!p)
+        return fail("the name is not in the packed frame");
+    for (size_t i = 0; i < strlen(name); i++)
+        if (p[i] == '|')
+            p[i] = 0;
+    return send_payload(c, buf, len, NULL, 0);
+}
+
+static int case_attach_text(void)
+{
+    rconn c;
+    if (open_hello(&c))
+        return -1;
+    int rc = -1;
+    char name[64], bad[96], job[200];
+    heap_name(name, sizeof name, "text");
+    static const char *const bad_tails[] = {"\xff\xfe", "\xc2\x85", "\x7f", "\xe2\x82", "\xc0\xaf", "\xed\xa0\x80"};
+    static const char *const what[] = {"invalid UTF-8 (0xff)", "a C1 control (U+0085)", "DEL",
+                                       "a cut UTF-8 sequence", "an overlong '/'", "a surrogate"};
+    for (size_t i = 0; i < sizeof bad_tails / sizeof bad_tails[0]; i++) {
+        snprintf(bad, sizeof bad, "%s%s", name, bad_tails[i]);
+        char w[128];
+        snprintf(w, sizeof w, "a heap name with %s", what[i]);
+        if (send_attach(&c, bad, 0, 1, &own) || expect_error(&c, HEAPD__ERR_CODE__ERR_INVALID, w))
+            goto out;
+        snprintf(w, sizeof w, "a job with %s", what[i]);
+        if (send_attach_job(&c, name, 0, 1, &own, bad_tails[i]) || expect_error(&c, HEAPD__ERR_CODE__ERR_INVALID, w))
+            goto out;
+    }
+    snprintf(bad, sizeof bad, "%s|x", name);
+    if (send_attach_nul(&c, bad) || expect_error_msg(&c, HEAPD__ERR_CODE__ERR_INVALID, "NUL", "a heap name with a NUL"))
+        goto out;
+    /* Jobs: 128 bytes refused naming the limit (not cut to 127), 127 taken. */
+    memset(job, 'j', 128);
+    job[128] = 0;
+    if (send_attach_job(&c, name, 0, 1, &own, job) ||
+        expect_error_msg(&c, HEAPD__ERR_CODE__ERR_INVALID, "over the limit of 127", "a job of 128 bytes"))
+        goto out;
+    job[127] = 0;
+    if (send_attach_job(&c, name, 0, 1, &own, job) || attach_reply(&c, "a job of 127 bytes"))
+        goto out;
+    if (send_detach(&c) || expect_body(&c, HEAPD__FRAME__BODY_DETACH_REPLY, "Detach", NULL))
+        goto out;
+    /* UTF-8 text is fine. */
+    snprintf(bad, sizeof bad, "%s-\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", name);
+    if (send_attach_job(&c, bad, 0, 1, &own, "r\xc3\xa9sum\xc3\xa9") || attach_reply(&c, "a UTF-8 name and job"))
+        goto out;
+    if (send_detach(&c) || expect_body(&c, HEAPD__FRAME__BODY_DETACH_REPLY, "Detach", NULL))
+        goto out;
+    rc = still_works(&c, "bad names and jobs");
+    if (!rc && (send_stats(&c, name) || expect_error(&c, HEAPD__ERR_CODE__ERR_NOT_FOUND, "Stats of the refused heap")))
+        rc = -1;
+out:
+    rc_close(&c);
+    return rc;
+}
+
+static int case_attach_policy(void)
+{
+    rconn c, d;
+    if (open_hello(&c))
+        return -1;
+    int rc = -1;
+    bool dopen = false;
+    char name[64];
+    heap_name(name, sizeof name, "policy");
+    aparams p = own;
+    p.policy = 7;
+    if (send_attach(&c, name, 0, 1, &p) ||
+        expect_error_msg(&c, HEAPD__ERR_CODE__ERR_INVALID, "policy 7 is unknown", "policy 7 on a new heap"))
+        goto out;
+    /* ... and on an existing heap (it used to count as coalesce there). */
+    if (send_attach(&c, name, 0, 2, &own) || open_hello(&d))
+        goto out;
+    dopen = true;
+    p.policy = -1;
+    if (send_attach(&d, name, 1, 2, &p) ||
+        expect_error_msg(&d, HEAPD__ERR_CODE__ERR_INVALID, "is unknown", "policy -1 on an existing heap"))
+        goto out;
+    if (send_attach(&d, name, 1, 2, &own) || attach_reply(&c, "rank 0") || attach_reply(&d, "rank 1"))
+        goto out;
+    rc = still_works(&c, "unknown policies");
+out:
+    if (dopen)
+        rc_close(&d);
+    rc_close(&c);
+    return rc;
+}
+
+static int case_attach_bounds(void)
+{
+    rconn c;
+    if (open_hello(&c))
+        return -1;
+    int rc = -1;
+    char name[64];
+    heap_name(name, sizeof name, "bounds");
+    /* 2^32 chunks of 4 KiB: the chunk count used to be cut to 0 (16 TiB
+     * "mapped" without one chunk). */
+    aparams p = {4096, UINT64_C(16) << 40, UINT64_C(16) << 40, 512, 0, 0};
+    if (send_attach(&c, name, 0, 1, &p) ||
+        expect_error_msg(&c, HEAPD__ERR_CODE__ERR_INVALID, "max_chunks", "16 TiB of 4 KiB chunks"))
+        goto out;
+    /* min_block 1 over 1 GiB: 2^30 bitmap positions (seconds and ~300 MB). */
+    aparams q = {64 << 20, 1 << 30, 1 << 30, 1, 0, 0};
+    if (send_attach(&c, name, 0, 1, &q) ||
+        expect_error_msg(&c, HEAPD__ERR_CODE__ERR_INVALID, "max_blocks", "min_block 1 over 1 GiB"))
+        goto out;
+    rc = still_works(&c, "heaps over the bounds");
+    if (!rc && (send_stats(&c, name) || expect_error(&c, HEAPD__ERR_CODE__ERR_NOT_FOUND, "Stats of the refused heap")))
+        rc = -1;
+out:
+    rc_close(&c);
+    return rc;
+}
+
+/* An Attach that timed out can be retried, on the same connection or on a
+ * new one while the first stays open. */
+static int case_attach_retry(void)
+{
+    rconn c[4];
+    int nopen = 0, rc = -1;
+    char name[64];
+    heap_name(name, sizeof name, "retry");
+    aparams quick = own, slow = own;
+    quick.timeout_ms = 100;
+    slow.timeout_ms = 20000;
+    for (; nopen < 4; nopen++)
+        if (open_hello(&c[nopen]))
+            goto out;
+    if (send_attach(&c[0], name, 0, 2, &quick) ||
+        expect_error(&c[0], HEAPD__ERR_CODE__ERR_TIMEOUT, "rank 0 alone (100 ms timeout)"))
+        goto out;
+    if (send_attach(&c[0], name, 0, 2, &slow) || send_attach(&c[1], name, 1, 2, &slow) ||
+        attach_reply(&c[0], "rank 0's retry on the same connection") || attach_reply(&c[1], "rank 1"))
+        goto out;
+    heap_name(name, sizeof name, "retry");
+    if (send_attach(&c[2], name, 0, 2, &quick) ||
+        expect_error(&c[2], HEAPD__ERR_CODE__ERR_TIMEOUT, "rank 0 alone again (100 ms timeout)"))
+        goto out;
+    if (send_attach(&c[3], name, 0, 2, &slow) || send_attach(&c[1], name, 1, 2, &slow))
+        goto out;
+    /* c[1] is attached to the first heap: ERR_STATE; use c[2] for rank 1. */
+    if (expect_error(&c[1], HEAPD__ERR_CODE__ERR_STATE, "rank 1's connection is attached elsewhere") ||
+        send_attach(&c[2], name, 1, 2, &slow) ||
+        attach_reply(&c[3], "rank 0's retry on a new connection") || attach_reply(&c[2], "rank 1 (new heap)"))
+        goto out;
+    rc = still_works(&c[3], "attach retries");
+out:
+    while (nopen > 0)
+        rc_close(&c[--nopen]);
+    return rc;
+}
+
 static int case_alloc_bad(void)
 {
     rconn c;
@@ -1681,6 +1895,10 @@ static const tcase cases[] = {
     {"attach_invalid", case_attach_invalid, "bad rank, world_size, name, parameters: ERR_INVALID"},
     {"attach_victim", case_attach_victim, "attach to a busy heap: ERR_MISMATCH, ERR_STATE, ERR_INVALID"},
     {"attach_twice", case_attach_twice, "attach twice, detach twice: ERR_STATE"},
+    {"attach_text", case_attach_text, "names/jobs: bad UTF-8, controls, NUL, 128-byte job: ERR_INVALID"},
+    {"attach_policy", case_attach_policy, "unknown policy values: ERR_INVALID naming them"},
+    {"attach_bounds", case_attach_bounds, "va_size/chunk_size, va_size/min_block over max_*: ERR_INVALID"},
+    {"attach_retry", case_attach_retry, "attach retried after ERR_TIMEOUT: same and new connection"},
     {"alloc_bad", case_alloc_bad, "alloc of 0, > va_size, 2^64-1, wrong seq, heap full"},
     {"alloc_with_fds", case_alloc_with_fds, "Alloc with fds: ERR_PROTOCOL, not counted"},
     {"free_bad", case_free_bad, "unknown, inside, doubled, double free: ERR_NOT_HELD, nothing freed"},

@@ -39,10 +39,10 @@
  * the parent's verdict. Exit 0 when every check passed, 1 on a failure, 2
  * usage, 77 when CUDA is not available ("skipped: no GPU").
  */
+#include "cuda_dl.h"
 #include "heapc.h"
 #include "heapc_cuda.h"
 
-#include <dlfcn.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -193,26 +193,24 @@ static int dev_open(dev *d)
     d->cu = hc_cuda_get(d->err, sizeof d->err);
     if (!d->cu)
         return X_SKIP;
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        snprintf(d->err, sizeof d->err, "dlopen libcuda.so.1: %s", dlerror());
+    void *lib = cd_open(d->err, sizeof d->err);
+    if (!lib)
+        return 1;
+    const cd_sym syms[] = {
+        {(void **)&d->ModuleLoadData, "cuModuleLoadData", NULL},
+        {(void **)&d->ModuleGetFunction, "cuModuleGetFunction", NULL},
+        {(void **)&d->LaunchKernel, "cuLaunchKernel", NULL},
+        {(void **)&d->StreamCreate, "cuStreamCreate", NULL},
+        {(void **)&d->StreamSynchronize, "cuStreamSynchronize", NULL},
+        {(void **)&d->StreamQuery, "cuStreamQuery", NULL},
+        {(void **)&d->MemsetD32Async, "cuMemsetD32Async", NULL},
+        {(void **)&d->MemcpyDtoH, "cuMemcpyDtoH_v2", NULL},
+    };
+    const char *missing;
+    if (cd_resolve(lib, syms, sizeof syms / sizeof syms[0], &missing)) {
+        snprintf(d->err, sizeof d->err, "libcuda.so.1 lacks %s: the driver is too old; update it", missing);
         return 1;
     }
-    struct { void **slot; const char *name; } syms[] = {
-        {(void **)&d->ModuleLoadData, "cuModuleLoadData"},
-        {(void **)&d->ModuleGetFunction, "cuModuleGetFunction"},
-        {(void **)&d->LaunchKernel, "cuLaunchKernel"},
-        {(void **)&d->StreamCreate, "cuStreamCreate"},
-        {(void **)&d->StreamSynchronize, "cuStreamSynchronize"},
-        {(void **)&d->StreamQuery, "cuStreamQuery"},
-        {(void **)&d->MemsetD32Async, "cuMemsetD32Async"},
-        {(void **)&d->MemcpyDtoH, "cuMemcpyDtoH_v2"},
-    };
-    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++)
-        if (!(*syms[i].slot = dlsym(lib, syms[i].name))) {
-            snprintf(d->err, sizeof d->err, "libcuda.so.1 lacks %s", syms[i].name);
-            return 1;
-        }
     CUresult rc = d->cu->DeviceGet(&d->device, 0);
     if (rc == CUDA_SUCCESS)
         rc = d->cu->DevicePrimaryCtxRetain(&d->ctx, d->device);

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "sha1.h"
+#include "utf8.h"
 
 /* ---- chunks ------------------------------------------------------------------ */
 
@@ -92,7 +94,7 @@ static void send_attach_reply(hd_heap *h, uint32_t rank, uint64_t id)
     hd_rank *k = &h->ranks[rank];
     ha_stats st;
     ha_get_stats(h->core, &st);
-    uint32_t nch = (uint32_t)(st.mapped / h->ap.chunk_size);
+    uint32_t nch = hh_heap_chunks(h, st.mapped);
     chunk_msg cm;
     if (hh_chunk_msg_build(h, 0, nch, &cm)) {
         hd_peer_error(k->conn, id, HEAPD__ERR_CODE__ERR_NO_MEMORY,
@@ -141,6 +143,30 @@ static void send_attach_reply(hd_heap *h, uint32_t rank, uint64_t id)
 
 static uint64_t pick(uint64_t requested, uint64_t dflt) { return requested ? requested : dflt; }
 
+/* heapd.conf's bounds on a heap's size (max_chunks, max_blocks): checked
+ * before anything is allocated, so that no Attach costs more than they
+ * allow. 0, or -1 with why. */
+static int heap_limits(const hd_registry *r, const ha_params *ap, char *why, size_t len)
+{
+    char b1[32], b2[32];
+    uint64_t chunks = ap->va_size / ap->chunk_size, blocks = ap->va_size / ap->min_block;
+    if (chunks > r->cfg.max_chunks) {
+        snprintf(why, len, "va_size %s / chunk_size %s = %llu chunks per rank, over heapd's limit of %u "
+                 "(heapd.conf max_chunks); use a larger chunk_size or a smaller va_size",
+                 hh_human(ap->va_size, b1, sizeof b1), hh_human(ap->chunk_size, b2, sizeof b2),
+                 (unsigned long long)chunks, r->cfg.max_chunks);
+        return -1;
+    }
+    if (blocks > r->cfg.max_blocks) {
+        snprintf(why, len, "va_size %s / min_block %s = %llu blocks per rank, over heapd's limit of %u "
+                 "(heapd.conf max_blocks; the allocator keeps ~4 bits per block); use a larger min_block or "
+                 "a smaller va_size", hh_human(ap->va_size, b1, sizeof b1), hh_human(ap->min_block, b2, sizeof b2),
+                 (unsigned long long)blocks, r->cfg.max_blocks);
+        return -1;
+    }
+    return 0;
+}
+
 /* The new heap's parameters: the request's, else heapd.conf's. Returns 0,
  * or -1 once the peer got the error. */
 static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint64_t id, ha_params *out)
@@ -185,7 +211,12 @@ static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint6
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap parameters rejected: %s", why);
         return -1;
     }
-    if (hh_quota_check(r, m->heap, hd_peer_uid(c), 0, ap.initial_size * local_size, why, sizeof why)) {
+    if (heap_limits(r, &ap, why, sizeof why)) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap \"%s\": %s", m->heap, why);
+        return -1;
+    }
+    if (hh_quota_check(r, m->heap, hd_peer_uid(c), 0, ap.initial_size * local_size,
+                    ha_meta_bytes(&ap, ap.initial_size), why, sizeof why)) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_QUOTA, "%s", why);
         return -1;
     }
@@ -193,11 +224,27 @@ static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint6
     return 0;
 }
 
+/* The job secret as kept: the first 16 hex digits of its SHA-1, "-" when
+ * none was given. */
+static void secret_hash(const ProtobufCBinaryData *s, char out[17])
+{
+    if (!s->len) {
+        snprintf(out, 17, "-");
+        return;
+    }
+    char hex[41];
+    sha1_hex(s->data, s->len, hex);
+    snprintf(out, 17, "%.16s", hex);
+}
+
 /* Nodes with different heap parameters must never meet in the store: the
  * fingerprint puts them in different keys (they time out naming each
  * other's ranks instead of diverging silently). */
 static void heap_fingerprint(hd_heap *h, const ha_params *pa)
 {
+    /* Ownership too (issue 15): another uid, or the same uid with another
+     * job secret, lands in other keys, so it can neither complete nor
+     * force the collects of a heap it does not own on another node. */
     ha_params ap = *pa;
     uint64_t fp = UINT64_C(1469598103934665603);
     uint64_t v[7] = {ap.chunk_size, ap.initial_size, ap.va_size, ap.min_block, (uint64_t)ap.policy,
@@ -205,7 +252,8 @@ static void heap_fingerprint(hd_heap *h, const ha_params *pa)
     for (int i = 0; i < 6; i++)
         for (int b = 0; b < 8; b++)
             fp = (fp ^ ((v[i] >> (8 * b)) & 0xff)) * UINT64_C(1099511628211);
-    snprintf(h->inc, sizeof h->inc, "%s~%08llx", h->job, (unsigned long long)(fp & 0xffffffffu));
+    snprintf(h->inc, sizeof h->inc, "%s~%08llx~u%ld~%s", h->job, (unsigned long long)(fp & 0xffffffffu),
+             (long)h->owner, h->secret);
 }
 
 static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint64_t id)
@@ -233,11 +281,12 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_peer *c, 
     h->world_size = m->world_size;
     h->local_size = local_size;
     snprintf(h->job, sizeof h->job, "%s", m->job && m->job[0] ? m->job : "0");
+    h->owner = hd_peer_uid(c);
+    secret_hash(&m->job_secret, h->secret);
     heap_fingerprint(h, &ap);
     h->ap = ap;
     h->timeout_ms = pick(rp ? rp->collect_timeout_ms : 0, cfg->collect_timeout_ms);
     h->epoch = r->next_epoch++;
-    h->owner = hd_peer_uid(c);
     h->collect_at = UINT64_MAX;
     uv_timer_init(r->loop, &h->timer);
     h->timer.data = h;
@@ -269,6 +318,13 @@ static bool params_differ(const hd_heap *h, const Heapd__Attach *m, char *why, s
         snprintf(why, len, "job \"%s\" differs from the heap's \"%s\"", job, h->job);
         return true;
     }
+    char sh[17];
+    secret_hash(&m->job_secret, sh);
+    if (strcmp(sh, h->secret)) {
+        snprintf(why, len, "the job secret (HEAPC_JOB_SECRET) differs from the one the heap was created with%s; "
+                 "give every rank of the job the same secret", h->secret[0] == '-' ? " (none)" : "");
+        return true;
+    }
     const Heapd__HeapParams *p = m->params;
     if (!p)
         return false;
@@ -295,6 +351,29 @@ static bool params_differ(const hd_heap *h, const Heapd__Attach *m, char *why, s
     return false;
 }
 
+/* Heap names and job strings (docs/protocol.md): valid UTF-8 without control
+ * characters (C0, DEL, C1 U+0080..U+009F). A NUL inside the protobuf string
+ * never gets here: dispatch refuses it. 0, or -1 with why. */
+static int text_check(const char *s, char *why, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; p[i];) {
+        int n = hu_len(p + i);
+        if (!n) {
+            snprintf(why, len, "is not valid UTF-8 (byte 0x%02x at offset %zu); use UTF-8 text", p[i], i);
+            return -1;
+        }
+        if ((n == 1 && (p[i] < 0x20 || p[i] == 0x7f)) || (n == 2 && p[i] == 0xc2 && p[i + 1] < 0xa0)) {
+            unsigned cp = n == 1 ? p[i] : p[i + 1];
+            snprintf(why, len, "contains the control character U+%04X at offset %zu; use printable characters",
+                     cp, i);
+            return -1;
+        }
+        i += (size_t)n;
+    }
+    return 0;
+}
+
 /* The request's own checks. Returns 0, or -1 once the peer got the error. */
 static int attach_check(hd_peer *c, uint64_t id, const Heapd__Attach *m)
 {
@@ -309,12 +388,28 @@ static int attach_check(hd_peer *c, uint64_t id, const Heapd__Attach *m)
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap name must be 1 to %d bytes", HD_NAME_MAX);
         return -1;
     }
-    for (const unsigned char *p = (const unsigned char *)m->heap; *p; p++)
-        if (*p < 0x20 || *p == 0x7f) {
-            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID,
-                          "heap name contains a control character (byte %u); use printable characters", *p);
-            return -1;
-        }
+    char why[200];
+    if (text_check(m->heap, why, sizeof why)) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap name %s", why);
+        return -1;
+    }
+    if (m->job && strlen(m->job) > HD_JOB_MAX) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID,
+                      "job is %zu bytes, over the limit of %d; use a shorter job id (e.g. the launcher's run id)",
+                      strlen(m->job), HD_JOB_MAX);
+        return -1;
+    }
+    if (m->job && text_check(m->job, why, sizeof why)) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "job %s", why);
+        return -1;
+    }
+    if (m->params && m->params->policy != HEAPD__POLICY__POLICY_DEFAULT &&
+        m->params->policy != HEAPD__POLICY__POLICY_COALESCE && m->params->policy != HEAPD__POLICY__POLICY_SEED) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID,
+                      "policy %d is unknown: use 0 (heapd's default), 1 (coalesce) or 2 (seed)",
+                      (int)m->params->policy);
+        return -1;
+    }
     if (m->world_size < 1 || m->world_size > HA_MAX_RANKS) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "world_size %u is out of range (1..%u)", m->world_size,
                       HA_MAX_RANKS);
@@ -366,7 +461,7 @@ static int rank_join(hd_heap *h, hd_rank *k, hd_peer *c, uint64_t id, const Heap
     snprintf(k->uuid, sizeof k->uuid, "%s", m->device_uuid ? m->device_uuid : "");
     ha_stats st;
     ha_get_stats(h->core, &st);
-    if (hh_rank_add_chunks(h, k, (uint32_t)(st.mapped / h->ap.chunk_size), err, sizeof err)) {
+    if (hh_rank_add_chunks(h, k, hh_heap_chunks(h, st.mapped), err, sizeof err)) {
         hh_rank_trim_chunks(h, k, 0);
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "could not create the chunks of rank %u: %s",
                       m->rank, err);
@@ -500,6 +595,23 @@ static void rank_leave(hd_heap *h, uint32_t rank, bool clean)
     }
     if (h->nattached == 0)
         hh_heap_destroy(h);
+}
+
+void hh_attach_timed_out(hd_heap *h, const char *msg)
+{
+    for (uint32_t q = 0; q < h->world_size; q++) {
+        hd_rank *k = &h->ranks[q];
+        if (!k->attach_wait || !k->conn)
+            continue;
+        hd_peer *c = k->conn;
+        k->attach_wait = false;
+        hd_peer_error(c, k->attach_id, HEAPD__ERR_CODE__ERR_TIMEOUT, "%s", msg);
+        hd_peer_binding(c)->heap = NULL;
+        bool last = h->nattached == 1;
+        rank_leave(h, q, true);
+        if (last)
+            return; /* the heap is gone */
+    }
 }
 
 void hd_heap_detach(hd_registry *r, hd_peer *c, uint64_t id)

@@ -39,32 +39,33 @@ static void collect_fail_waiting(hd_heap *h, Heapd__ErrCode code, const char *ms
 }
 
 /* The store's code for a failure here, and back. */
+/* The failures that cross nodes: heapd's code and the store's (HD_STORE_E*)
+ * for each. Any other code goes to the store as HD_STORE_EFAIL, any other
+ * store status comes back as ERR_STORE. */
+static const struct {
+    Heapd__ErrCode code;
+    int store;
+} store_codes[] = {
+    {HEAPD__ERR_CODE__ERR_TIMEOUT, HD_STORE_ETIMEOUT},
+    {HEAPD__ERR_CODE__ERR_PEER_GONE, HD_STORE_EGONE},
+    {HEAPD__ERR_CODE__ERR_ASYMMETRY, HD_STORE_EASYM},
+};
+#define N_STORE_CODES (sizeof store_codes / sizeof store_codes[0])
+
 static int store_code_of(Heapd__ErrCode code)
 {
-    switch (code) {
-    case HEAPD__ERR_CODE__ERR_TIMEOUT:
-        return HD_STORE_ETIMEOUT;
-    case HEAPD__ERR_CODE__ERR_PEER_GONE:
-        return HD_STORE_EGONE;
-    case HEAPD__ERR_CODE__ERR_ASYMMETRY:
-        return HD_STORE_EASYM;
-    default:
-        return HD_STORE_EFAIL;
-    }
+    for (size_t i = 0; i < N_STORE_CODES; i++)
+        if (store_codes[i].code == code)
+            return store_codes[i].store;
+    return HD_STORE_EFAIL;
 }
 
 static Heapd__ErrCode store_code(int status)
 {
-    switch (status) {
-    case HD_STORE_ETIMEOUT:
-        return HEAPD__ERR_CODE__ERR_TIMEOUT;
-    case HD_STORE_EGONE:
-        return HEAPD__ERR_CODE__ERR_PEER_GONE;
-    case HD_STORE_EASYM:
-        return HEAPD__ERR_CODE__ERR_ASYMMETRY;
-    default:
-        return HEAPD__ERR_CODE__ERR_STORE;
-    }
+    for (size_t i = 0; i < N_STORE_CODES; i++)
+        if (store_codes[i].store == status)
+            return store_codes[i].code;
+    return HEAPD__ERR_CODE__ERR_STORE;
 }
 
 /* A collect fails here (timeout, a rank gone, ...). */
@@ -201,13 +202,7 @@ static void heap_timeout(uv_timer_t *t)
                  "start every rank, or raise collect_timeout_ms",
                  h->name, h->timeout_ms, missing, waiting);
         hd_warn("%s", msg);
-        for (uint32_t q = 0; q < h->world_size; q++) {
-            hd_rank *k = &h->ranks[q];
-            if (k->attach_wait && k->conn) {
-                k->attach_wait = false;
-                hd_peer_error(k->conn, k->attach_id, HEAPD__ERR_CODE__ERR_TIMEOUT, "%s", msg);
-            }
-        }
+        hh_attach_timed_out(h, msg); /* may destroy h */
         return;
     }
     if (!h->coll_active)

@@ -87,7 +87,7 @@ static void force_start(hd_heap *h)
     uint32_t *lr = calloc(h->world_size, sizeof *lr);
     uint64_t *offs = calloc(HD_FORCE_WINDOW, sizeof *offs);
     heap_ref *x = hh_heap_ref_new(h);
-    char inc[160];
+    char inc[sizeof h->inc + 8];
     snprintf(inc, sizeof inc, "%s#force", h->inc);
     if (!lr || !offs || !x) {
         free(lr);

@@ -163,6 +163,11 @@ void hd_heap_force_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd_
 /* The client is going away: detach it, fail collectives it was part of. */
 void hd_heap_conn_closed(hd_registry *r, hd_peer *c);
 
+/* Formats an Error (at most 1500 bytes) and sends it through c's sink: the
+ * one place heapd formats an error message (dispatch.c's errors use it too). */
+void hd_peer_error(hd_peer *c, uint64_t id, Heapd__ErrCode code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* Checks the heap wing's invariants (heap_int.h); 0, or -1 with why. */
 int hd_heap_validate(const hd_registry *r, char *why, size_t len);
 /* hd_heap_validate, aborting with why on failure: dispatch.c calls it after

@@ -16,6 +16,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #define HD_NAME_MAX 255
+#define HD_JOB_MAX 127  /* bytes of a job string (h->job holds it with its NUL) */
 #define HD_LOG_TRIM 4096 /* decisions kept before trying to trim the log */
 
 /* One decision of the allocation sequence.
@@ -60,7 +61,7 @@ struct hd_heap {
     char name[HD_NAME_MAX + 1];
     uint32_t world_size;
     uint32_t local_size;      /* ranks served by this node (== world_size: single node) */
-    char job[128];            /* job incarnation, namespaces store keys */
+    char job[HD_JOB_MAX + 1]; /* job incarnation, namespaces store keys */
     ha_params ap;
     uint32_t timeout_ms;
     uint64_t epoch;
@@ -78,7 +79,9 @@ struct hd_heap {
      * (agreed by every node), ascending; force_at[0] is the next one. */
     uint64_t force_at[16];
     uint32_t nforce;
-    char inc[200];            /* store incarnation: job + parameter fingerprint */
+    char secret[17];          /* first 16 hex digits of SHA-1 of the job secret ("-": none) */
+    char inc[200];            /* store incarnation: job, parameter fingerprint, owner uid and
+                               * secret hash (tenants never share store keys) */
     bool coll_active;
     uint64_t coll_seq;
     uint32_t coll_waiting;
@@ -131,6 +134,20 @@ typedef struct chunk_msg {
     size_t n;
 } chunk_msg;
 
+/* Chunks per rank of an extent of `mapped` bytes (<= va_size). Fits in 32
+ * bits: heap_limits refuses va_size / chunk_size > max_chunks <= INT32_MAX. */
+static inline uint32_t hh_heap_chunks(const hd_heap *h, uint64_t mapped)
+{
+    return (uint32_t)(mapped / h->ap.chunk_size);
+}
+
+/* attach.c */
+/* The attach timeout: every waiting rank gets ERR_TIMEOUT with msg and is
+ * detached (its claim forgotten), so that a retry, on the same connection
+ * or a new one, attaches again as that rank. The heap is destroyed when no
+ * rank stays attached (every attached rank of an unformed heap waits). */
+void hh_attach_timed_out(hd_heap *h, const char *msg);
+
 /* registry.c */
 uint64_t hh_now_ns(void);
 void hh_heap_publish(hd_heap *h);
@@ -138,13 +155,12 @@ const char *hh_human(uint64_t b, char *buf, size_t len);
 void hh_heap_destroy(hd_heap *h);
 hd_heap *hh_heap_find(hd_registry *r, const char *name);
 void hh_rank_list(const hd_heap *h, int which, char *buf, size_t len);
-int hh_quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t have, uint64_t add, char *why,
+int hh_quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t have, uint64_t add,
+                   uint64_t meta_add, char *why,
                 size_t len);
 heap_ref *hh_heap_ref_new(hd_heap *h);
 hd_heap *hh_heap_ref_get(heap_ref *x);
 size_t hh_local_ranks(const hd_heap *h, uint32_t *out);
-void hd_peer_error(hd_peer *c, uint64_t id, Heapd__ErrCode code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
 static inline hd_binding *hd_peer_binding(hd_peer *c) { return &c->bind; }
 static inline uid_t hd_peer_uid(const hd_peer *c) { return c->uid; }
 static inline pid_t hd_peer_pid(const hd_peer *c) { return c->pid; }

@@ -193,7 +193,8 @@ void hh_rank_list(const hd_heap *h, int which, char *buf, size_t len)
 }
 
 
-/* Chunk bytes the heaps of `uid` use (every rank's chunks). */
+/* Bytes the heaps of `uid` use: every rank's chunks and the allocator's
+ * bookkeeping (ha_meta_bytes). */
 static uint64_t uid_bytes(const hd_registry *r, uid_t uid)
 {
     uint64_t sum = 0;
@@ -201,17 +202,19 @@ static uint64_t uid_bytes(const hd_registry *r, uid_t uid)
         if (h->owner == uid) {
             ha_stats st;
             ha_get_stats(h->core, &st);
-            sum += st.mapped * h->local_size;
+            sum += st.mapped * h->local_size + ha_meta_bytes(&h->ap, st.mapped);
         }
     return sum;
 }
 
-/* 0 if `add` more chunk bytes for heap h (NULL: a new heap named `name`)
- * of `uid` fit the quotas (current heap bytes `have`), else -1 with why. */
-int hh_quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t have, uint64_t add, char *why,
-                       size_t len)
+/* 0 if `add` more chunk bytes and `meta_add` more bookkeeping bytes for
+ * heap h (NULL: a new heap named `name`) of `uid` fit the quotas (current
+ * heap chunk bytes `have`), else -1 with why. quota_heap counts chunks
+ * only; quota_uid counts both. */
+int hh_quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t have, uint64_t add,
+                uint64_t meta_add, char *why, size_t len)
 {
-    char b1[32], b2[32], b3[32];
+    char b1[32], b2[32], b3[32], b4[32];
     if (r->cfg.quota_heap && have + add > r->cfg.quota_heap) {
         snprintf(why, len, "heap \"%s\" would use %s of chunk memory (now %s), over the per-heap quota of %s "
                  "(heapd.conf quota_heap); free memory, use fewer ranks or a smaller heap",
@@ -220,11 +223,12 @@ int hh_quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t h
         return -1;
     }
     uint64_t u = uid_bytes(r, uid);
-    if (r->cfg.quota_uid && u + add > r->cfg.quota_uid) {
-        snprintf(why, len, "uid %ld would use %s of chunk memory over all its heaps (now %s), over the per-uid "
-                 "quota of %s (heapd.conf quota_uid)",
-                 (long)uid, hh_human(u + add, b1, sizeof b1), hh_human(u, b2, sizeof b2),
-                 hh_human(r->cfg.quota_uid, b3, sizeof b3));
+    if (r->cfg.quota_uid && u + add + meta_add > r->cfg.quota_uid) {
+        snprintf(why, len, "uid %ld would use %s of chunk memory and heapd bookkeeping over all its heaps "
+                 "(now %s; this request: %s of bookkeeping), over the per-uid quota of %s (heapd.conf "
+                 "quota_uid); use a larger min_block, a smaller heap, or ask for a larger quota_uid",
+                 (long)uid, hh_human(u + add + meta_add, b1, sizeof b1), hh_human(u, b2, sizeof b2),
+                 hh_human(meta_add, b4, sizeof b4), hh_human(r->cfg.quota_uid, b3, sizeof b3));
         return -1;
     }
     return 0;

@@ -29,10 +29,12 @@ static int grow(hd_heap *h, uint32_t chunks, char *err, size_t errlen)
 {
     ha_stats st;
     ha_get_stats(h->core, &st);
-    uint32_t have = (uint32_t)(st.mapped / h->ap.chunk_size);
+    uint32_t have = hh_heap_chunks(h, st.mapped);
     uint64_t t0 = uv_hrtime();
+    uint64_t grown = st.mapped + (uint64_t)chunks * h->ap.chunk_size;
     if (hh_quota_check(h->reg, h->name, h->owner, st.mapped * h->local_size,
-                    (uint64_t)chunks * h->ap.chunk_size * h->local_size, err, errlen))
+                    (uint64_t)chunks * h->ap.chunk_size * h->local_size,
+                    ha_meta_bytes(&h->ap, grown) - ha_meta_bytes(&h->ap, st.mapped), err, errlen))
         return -2;
     for (uint32_t q = 0; q < h->world_size; q++) {
         if (!h->ranks[q].joined)
@@ -173,7 +175,7 @@ static const hd_decision *decide(hd_heap *h, hd_peer *c, uint64_t id, uint64_t s
  * not seen. */
 static void send_alloc(hd_heap *h, hd_rank *k, hd_peer *c, uint64_t id, uint64_t seq, const hd_decision *d)
 {
-    uint32_t upto = (uint32_t)(d->mapped / h->ap.chunk_size);
+    uint32_t upto = hh_heap_chunks(h, d->mapped);
     chunk_msg cm = {0};
     if (upto > k->known_chunks && hh_chunk_msg_build(h, k->known_chunks, upto, &cm)) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY,

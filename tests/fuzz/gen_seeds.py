@@ -137,6 +137,81 @@ def alloc_seeds():
         write("alloc", "random-%d" % n, bytes(rnd.randrange(256) for _ in range(4)) + bytes(ops))
 
 
+# ---- heap and dispatch: request steps (fuzz_wing.h, fuzz_heap.c, fuzz_dispatch.c)
+def w_attach(name=0, world=2, rank=0, params=None, local=0):
+    # name byte (< 224: "a", "b", "job.7"), world byte (1 + b % 4), rank
+    # byte, params byte (bit 0: present; then the fields it selects), local
+    b = bytes([name, (world - 1) % 4, rank])
+    if params is None:
+        return b + bytes([0, local])
+    return b + params + bytes([local])
+
+
+def w_req(kind, args, id_=1):
+    return bytes([id_]) + args
+
+
+def heap_steps(world, rounds, timeout=False, dispatch=False):
+    """Clients 0..world-1 attach heap "a", then rounds of allocations,
+    frees, collects, stats, a forced collect, detach."""
+    out = bytearray()
+
+    def step(peer, kind, args):
+        if dispatch:
+            # op 0: a request; kind byte; the request's bytes; m = 0 (whole)
+            out.extend(bytes([peer << 4, kind]) + w_req(kind, args) + bytes([0]))
+        else:
+            out.extend(bytes([peer << 4 | kind]) + w_req(kind, args))
+
+    if dispatch:
+        for p in range(world):
+            step(p, 7, bytes([0]))  # Hello, the protocol's version
+    for p in range(world):
+        params = bytes([0x41, 0]) if timeout else None  # 1 ms collect timeout
+        step(p, 0, w_attach(0, world, p, params))
+    for r in range(rounds):
+        size_b = [0x83, 0x40 | 20, 0x81, 0x40 | 12][r % 4]
+        args = bytes([size_b, 1 if size_b & 0x40 else 0, 0])
+        out.extend(bytes([(5 if dispatch else 10)]) + (args if size_b & 0x40 else bytes([size_b, 0])))
+        if r % 2:
+            for p in range(world):
+                step(p, 2, bytes([1, r % 3]))  # free one of its offsets
+        if r % 3 == 2:
+            for p in range(world):
+                step(p, 3, bytes([0, 0, 0]))  # collect at its next number
+    step(0, 6, bytes([0]))          # stats, every heap
+    step(1 % world, 4, bytes([0]))  # force collect of "a"
+    if timeout:
+        step(0, 3, bytes([0, 0, 0]))  # rank 0 alone in a collect
+        out.extend(bytes([3 if dispatch else 9]))  # tick: the 1 ms timeout fires
+    for p in range(world):
+        step(p, 5, b"")
+    return bytes(out)
+
+
+def heap_seeds():
+    write("heap", "two-ranks", bytes([0]) + heap_steps(2, 8))
+    write("heap", "three-ranks-seed-policy", bytes([0x40]) + heap_steps(3, 12))
+    write("heap", "timeout", bytes([0x30]) + heap_steps(2, 4, timeout=True))
+    write("heap", "quota", bytes([0x31]) + heap_steps(4, 6))
+    # two ranks, then a burst (op 11) of 4200 rounds of 256 bytes, frees every 64
+    two = heap_steps(2, 0)
+    attach_only = two[: two.index(bytes([0x06]))]  # up to the stats step
+    write("heap", "burst", bytes([0]) + attach_only + bytes([11, 0x40 | 8, 1, 0xF0]) + struct.pack("<H", 4200) + bytes([6]))
+    # an fd budget of 4 + 2: chunk and status page creation fail
+    write("heap", "fd-budget", bytes([0x80, 2]) + heap_steps(3, 4))
+
+
+def dispatch_seeds():
+    write("dispatch", "two-ranks", bytes([0]) + heap_steps(2, 8, dispatch=True))
+    write("dispatch", "three-ranks", bytes([0x40]) + heap_steps(3, 6, dispatch=True))
+    write("dispatch", "timeout", bytes([0x30]) + heap_steps(2, 3, timeout=True, dispatch=True))
+    # no Hello first; then a raw 5-byte frame
+    write("dispatch", "no-hello", bytes([0, 0x00, 0, 1]) + w_attach() + bytes([0]) + bytes([0x01, 5, 0]) + b"\x08\x01\x12\x00\xff")
+
+
 if __name__ == "__main__":
     wire_seeds()
     alloc_seeds()
+    heap_seeds()
+    dispatch_seeds()

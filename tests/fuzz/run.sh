@@ -10,6 +10,16 @@
 #   alloc  allocator call sequences (daemon/alloc*.c) on small
 #          heaps of both policies: ha_validate after every call, a model of
 #          the blocks, determinism against a twin heap
+#   heap   request sequences from 6 clients straight into the heap wing
+#          (daemon/heap/, in process: registry, host backend, libuv loop,
+#          a checking reply sink): hd_heap_validate after every step, the
+#          replies' fds, symmetric decisions, no fd or handle left at the end
+#   dispatch  the same clients' requests as frames (packed, then maybe cut
+#          or corrupted, or raw bytes) through daemon/dispatch.c's
+#          hd_dispatch_frame: decoding, Hello first, the wing behind it
+# heap and dispatch link the daemon's library (every daemon/*.c but the
+# programs), built once into $BUILD/fuzz/wing/ (rebuilt when a source is
+# newer).
 #   ring   the request ring's decoder (common/ring.c) and protobuf decoding
 #          of its slots, as heapd's ring server reads a hostile client's ring
 # Each is built with $FUZZ_CC -fsanitize=fuzzer,address,undefined straight
@@ -19,8 +29,9 @@
 # (reproduce: $BUILD/fuzz/fuzz_NAME FILE).
 #
 # Environment: BUILD, HEAPD_SRC (source tree; default: the current
-# directory), FUZZ_SECONDS (default 60), FUZZ_CC (default clang),
-# FUZZ_TARGETS (default "wire alloc ring"), FUZZ_FLAGS (extra libFuzzer flags).
+# directory), FUZZ_SECONDS (default 60; FUZZ_SECONDS_NAME for target NAME
+# alone), FUZZ_CC (default clang),
+# FUZZ_TARGETS (default "wire alloc heap dispatch ring"), FUZZ_FLAGS (extra libFuzzer flags).
 # Prints one ok/FAIL line per target; exits 0 when none crashed, 1 when one
 # did, 77 when clang cannot build fuzzers (the message says what is missing).
 set -u
@@ -28,7 +39,7 @@ BUILD=${BUILD:-build}
 SRC=${HEAPD_SRC:-$(pwd)}
 SECS=${FUZZ_SECONDS:-60}
 FCC=${FUZZ_CC:-clang}
-TARGETS=${FUZZ_TARGETS:-wire alloc ring}
+TARGETS=${FUZZ_TARGETS:-wire alloc heap dispatch ring}
 PKG_CONFIG=${PKG_CONFIG:-pkg-config}
 OUT=$BUILD/fuzz
 PROTO=$BUILD/proto/heapd.pb-c.c
@@ -48,15 +59,41 @@ if [ ! -f "$PROTO" ]; then
     exit 1
 fi
 
-CFLAGS_F="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -D_GNU_SOURCE -std=c11 -Wall -Wextra -Wno-unused-parameter -I$SRC/common -I$SRC/daemon -I$BUILD/proto"
+CFLAGS_F="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -D_GNU_SOURCE -std=c11 -Wall -Wextra -Wno-unused-parameter -I$SRC/common -I$SRC/daemon -I$SRC/daemon/heap -I$BUILD/proto"
 PBC_CFLAGS=$($PKG_CONFIG --cflags libprotobuf-c 2>/dev/null)
 PBC_LIBS=$($PKG_CONFIG --libs libprotobuf-c 2>/dev/null || echo -lprotobuf-c)
+WING_LIBS="$($PKG_CONFIG --libs libuv hiredis inih 2>/dev/null || echo -luv -lhiredis -linih) $PBC_LIBS -ldl -lpthread -lm"
+
+# wing: $OUT/libwing.a, the daemon's library for the heap and dispatch
+# targets (the fuzzer's instrumentation: -fsanitize=fuzzer-no-link).
+wing() {
+    wsrc=$(ls "$SRC"/daemon/*.c "$SRC"/daemon/heap/*.c "$SRC"/common/*.c | grep -v -e '/heapd\.c$' -e '/heapsim\.c$')
+    if [ -f "$OUT/libwing.a" ] && [ -z "$(find $wsrc "$PROTO" "$SRC"/daemon "$SRC"/common -newer "$OUT/libwing.a" 2>/dev/null | head -1)" ]; then
+        return 0
+    fi
+    rm -rf "$OUT/wing" "$OUT/libwing.a"
+    mkdir -p "$OUT/wing"
+    wflags=$(echo "$CFLAGS_F" | sed 's/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,/')
+    for f in $wsrc "$PROTO"; do
+        o=$OUT/wing/$(basename "$f" .c).o
+        # shellcheck disable=SC2086
+        if ! "$FCC" $wflags $PBC_CFLAGS -DHEAPD_VERSION='"fuzz"' -c -o "$o" "$f" >>"$OUT/build_wing.log" 2>&1; then
+            echo "FAIL the daemon library for the fuzzers: $f did not build:"; sed 's/^/    | /' "$OUT/build_wing.log" | tail -20
+            return 1
+        fi
+    done
+    ar rcs "$OUT/libwing.a" "$OUT"/wing/*.o
+}
 
 build() { # build NAME: $OUT/fuzz_NAME
     case $1 in
     wire) srcs="$SRC/tests/fuzz/fuzz_wire.c $SRC/common/wire.c $PROTO"; extra="$PBC_CFLAGS"; libs="$PBC_LIBS" ;;
     alloc) srcs="$SRC/tests/fuzz/fuzz_alloc.c $SRC/daemon/alloc*.c"; extra=""; libs="" ;;
     ring) srcs="$SRC/tests/fuzz/fuzz_ring.c $SRC/common/ring.c $PROTO"; extra="$PBC_CFLAGS"; libs="$PBC_LIBS" ;;
+    heap | dispatch)
+        : >"$OUT/build_wing.log"
+        wing || return 1
+        srcs="$SRC/tests/fuzz/fuzz_$1.c $OUT/libwing.a"; extra="$PBC_CFLAGS"; libs="$WING_LIBS" ;;
     *) echo "FAIL unknown fuzz target '$1'"; return 1 ;;
     esac
     # shellcheck disable=SC2086
@@ -66,7 +103,7 @@ build() { # build NAME: $OUT/fuzz_NAME
     fi
 }
 
-maxlen() { case $1 in wire) echo 8192 ;; alloc) echo 1024 ;; ring) echo 2200 ;; *) echo 4096 ;; esac; }
+maxlen() { case $1 in wire) echo 8192 ;; alloc | heap) echo 1024 ;; ring) echo 2200 ;; *) echo 4096 ;; esac; }
 
 fails=0
 for t in $TARGETS; do
@@ -74,8 +111,9 @@ for t in $TARGETS; do
     mkdir -p "$OUT/corpus/$t" "$OUT/artifacts/$t"
     log=$OUT/fuzz_$t.log
     start=$(date +%s)
+    secs=$(eval "echo \${FUZZ_SECONDS_$t:-$SECS}")
     # shellcheck disable=SC2086
-    "$OUT/fuzz_$t" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -max_len="$(maxlen "$t")" \
+    "$OUT/fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len="$(maxlen "$t")" \
         -print_final_stats=1 -artifact_prefix="$OUT/artifacts/$t/" ${FUZZ_FLAGS:-} \
         "$OUT/corpus/$t" "$SRC/tests/fuzz/corpus/$t" >"$log" 2>&1
     rc=$?

@@ -1,0 +1,508 @@
+/* fuzz_wing.h - what fuzz_heap.c and fuzz_dispatch.c share: an in-process
+ * heap wing (registry, host backend, the fuzzer's own libuv loop, no
+ * socket), a checking reply sink, the decoding of fuzz bytes into requests,
+ * and the checks after every step. Header only: each fuzzer is one program.
+ *
+ * Input: one config byte (quotas, the heap defaults, and with its top bit
+ * an fd budget: RLIMIT_NOFILE lowered to the fds open now plus 4..67 for the
+ * input, so that chunk, status page and dup failures happen for real), then
+ * steps. Each step
+ * is an opcode byte and its arguments, read with in8/in16/in64 (past the end:
+ * zeros). Requests come from NPEER clients (hostile ones: any order, any
+ * seq, any size, names of 0..355 bytes of any content, ranks and world sizes
+ * out of range, parameters that do not divide, 1 ms timeouts).
+ *
+ * Checked, aborting with a message (libFuzzer saves the input):
+ *   - hd_heap_validate after every step (heap_int.h's invariants);
+ *   - every reply: an Error has a known code and a 1..1499-byte message;
+ *     every fd handed to the sink is open (then the sink closes it); an
+ *     AttachReply's fds are its chunks plus the status page; an allocation
+ *     lies inside the mapped extent, and two clients bound to the same heap
+ *     get the same offset and size for the same allocation number;
+ *   - after the input: every client gone and the registry destroyed, no
+ *     libuv handle is left and the process has the fds it had before (no
+ *     chunk, status page or timer leaked).
+ * Plus ASan and UBSan on everything (-fno-sanitize-recover).
+ * FUZZ_WING_TRACE=1 in the environment prints every reply (to see how far
+ * an input gets: build/fuzz/fuzz_heap FILE). */
+#ifndef HEAPD_FUZZ_WING_H
+#define HEAPD_FUZZ_WING_H
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "heap.h"
+#include "log.h"
+
+#define NPEER 6
+#define NDEC 32
+#define NOFF 32
+#define MAXTICKS 3
+
+#define CHECK(cond, ...)                                                       \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "fuzz_wing: check failed: %s: ", #cond);           \
+            fprintf(stderr, __VA_ARGS__);                                      \
+            fputc('\n', stderr);                                               \
+            abort();                                                           \
+        }                                                                      \
+    } while (0)
+
+typedef struct fw_input {
+    const uint8_t *d;
+    size_t n, i;
+} fw_input;
+
+static inline uint8_t in8(fw_input *in) { return in->i < in->n ? in->d[in->i++] : 0; }
+static inline uint16_t in16(fw_input *in) { return (uint16_t)(in8(in) | in8(in) << 8); }
+static inline uint32_t in32(fw_input *in) { return (uint32_t)in16(in) | (uint32_t)in16(in) << 16; }
+static inline uint64_t in64(fw_input *in) { return (uint64_t)in32(in) | (uint64_t)in32(in) << 32; }
+static inline bool in_done(const fw_input *in) { return in->i >= in->n; }
+
+/* What a client learned: its decisions since it bound to its heap. */
+typedef struct fw_dec {
+    uint64_t seq, off, size;
+} fw_dec;
+
+typedef struct fw_client {
+    const hd_heap *heap; /* the binding the records below belong to */
+    fw_dec dec[NDEC];    /* the last NDEC (ndec of them; nputdec put) */
+    int ndec, nputdec;
+    uint64_t offs[NOFF]; /* the last NOFF offsets it was given (for frees) */
+    int noffs, nputoff;
+    uint64_t next_seq;
+} fw_client;
+
+static uv_loop_t fw_loop;
+static hb_backend *fw_be;
+static hd_registry *fw_reg;
+static fw_client fw_cl[NPEER];
+static int fw_ticks;
+static struct rlimit fw_nofile; /* the limit to restore after an input */
+static int fw_trace;
+
+#define TRACE(...)                                                             \
+    do {                                                                       \
+        if (fw_trace)                                                          \
+            fprintf(stderr, __VA_ARGS__);                                      \
+    } while (0)
+/* The fuzzer's: client i's peer as the wing sees it now. */
+static hd_peer *fw_peer(int i);
+
+static int fw_count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    CHECK(d, "opendir /proc/self/fd");
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* Forgets client i's records when its binding changed. */
+static void fw_sync(int i)
+{
+    const hd_heap *h = fw_peer(i)->bind.heap;
+    if (fw_cl[i].heap != h) {
+        memset(&fw_cl[i], 0, sizeof fw_cl[i]);
+        fw_cl[i].heap = h;
+    }
+}
+
+static int fw_index(const hd_peer *p)
+{
+    int i = (int)(intptr_t)p->data;
+    CHECK(i >= 0 && i < NPEER, "reply to an unknown peer %d", i);
+    return i;
+}
+
+static void fw_take_fds(const int *fds, size_t n, const char *what)
+{
+    for (size_t k = 0; k < n; k++) {
+        CHECK(fds[k] >= 0 && fcntl(fds[k], F_GETFD) != -1, "%s: fd %zu of %zu (%d) is not open", what, k, n,
+              fds[k]);
+        close(fds[k]);
+    }
+}
+
+static void s_error(hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *msg)
+{
+    TRACE("%d: error %d: %s\n", fw_index(p), (int)code, msg);
+    (void)id;
+    CHECK(protobuf_c_enum_descriptor_get_value(&heapd__err_code__descriptor, (int)code), "unknown error code %d",
+          (int)code);
+    CHECK(msg && *msg && strlen(msg) < 1500, "error %d: empty or overlong message", (int)code);
+}
+
+static void s_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
+{
+    int i = fw_index(p);
+    (void)id;
+    TRACE("%d: attached, world %u, mapped %llu, next %llu\n", i, a->world_size, (unsigned long long)a->mapped,
+          (unsigned long long)a->next_seq);
+    CHECK(a->nfds == a->nchunks + (a->status_index >= 0), "AttachReply: %zu fds for %zu chunks (status %d)",
+          a->nfds, a->nchunks, a->status_index);
+    CHECK(a->status_index < 0 || (size_t)a->status_index == a->nchunks, "status page at %d of %zu",
+          a->status_index, a->nfds);
+    for (size_t k = 0; k < a->nchunks; k++)
+        CHECK(a->chunks[k].rank < a->world_size, "chunk of rank %u in a world of %u", a->chunks[k].rank,
+              a->world_size);
+    CHECK(a->ap->chunk_size && a->mapped % a->ap->chunk_size == 0, "mapped %llu, chunk %llu",
+          (unsigned long long)a->mapped, (unsigned long long)a->ap->chunk_size);
+    fw_take_fds(a->fds, a->nfds, "AttachReply");
+    fw_sync(i);
+    fw_cl[i].next_seq = a->next_seq;
+}
+
+static void s_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
+{
+    int i = fw_index(p);
+    (void)id;
+    TRACE("%d: alloc %llu: %s offset %llu size %llu mapped %llu\n", i, (unsigned long long)a->seq,
+          a->collect_needed ? "collect needed," : "", (unsigned long long)a->offset,
+          (unsigned long long)a->block_size, (unsigned long long)a->mapped);
+    fw_take_fds(a->fds, a->nchunks, "AllocReply");
+    fw_sync(i);
+    if (a->collect_needed)
+        return;
+    CHECK(a->block_size && a->offset + a->block_size <= a->mapped && a->offset < a->offset + a->block_size,
+          "allocation %llu: [%llu, +%llu) outside the %llu mapped bytes", (unsigned long long)a->seq,
+          (unsigned long long)a->offset, (unsigned long long)a->block_size, (unsigned long long)a->mapped);
+    /* Every client of this heap got, or gets, the same decision. */
+    for (int j = 0; j < NPEER; j++) {
+        if (j == i)
+            continue;
+        fw_sync(j);
+        if (fw_cl[j].heap != fw_cl[i].heap)
+            continue;
+        for (int k = 0; k < fw_cl[j].ndec; k++)
+            if (fw_cl[j].dec[k].seq == a->seq)
+                CHECK(fw_cl[j].dec[k].off == a->offset && fw_cl[j].dec[k].size == a->block_size,
+                      "allocation %llu: offset %llu size %llu to one client, %llu %llu to another",
+                      (unsigned long long)a->seq, (unsigned long long)a->offset,
+                      (unsigned long long)a->block_size, (unsigned long long)fw_cl[j].dec[k].off,
+                      (unsigned long long)fw_cl[j].dec[k].size);
+    }
+    fw_client *c = &fw_cl[i];
+    c->dec[c->nputdec++ % NDEC] = (fw_dec){a->seq, a->offset, a->block_size};
+    c->ndec = c->ndec < NDEC ? c->ndec + 1 : NDEC;
+    c->offs[c->nputoff++ % NOFF] = a->offset;
+    c->noffs = c->noffs < NOFF ? c->noffs + 1 : NOFF;
+    c->next_seq = a->seq + 1;
+}
+
+static void s_free(hd_peer *p, uint64_t id, uint32_t accepted)
+{
+    TRACE("%d: free: %u accepted\n", fw_index(p), accepted);
+    (void)id;
+}
+static void s_collect(hd_peer *p, uint64_t id, uint64_t b, uint64_t by, uint64_t n)
+{
+    TRACE("%d: collect %llu: %llu blocks\n", fw_index(p), (unsigned long long)n, (unsigned long long)b);
+    (void)id, (void)by;
+}
+static void s_detach(hd_peer *p, uint64_t id)
+{
+    TRACE("%d: detached\n", fw_index(p));
+    (void)id;
+}
+static void s_force(hd_peer *p, uint64_t id, uint64_t at)
+{
+    TRACE("%d: forced collect at %llu\n", fw_index(p), (unsigned long long)at);
+    (void)id;
+}
+
+static void s_stats(hd_peer *p, uint64_t id, const hd_stats_out *s)
+{
+    TRACE("%d: stats: %zu heaps\n", fw_index(p), s->nheaps);
+    (void)id;
+    for (size_t k = 0; k < s->nheaps; k++) {
+        const hd_heap_info *h = &s->heaps[k];
+        CHECK(h->name && *h->name, "a heap without a name in Stats");
+        CHECK(h->n_ranks == h->world_size, "heap \"%s\": %zu rank records for %u ranks", h->name, h->n_ranks,
+              h->world_size);
+        CHECK(h->free_bytes <= h->mapped, "heap \"%s\": %llu free of %llu mapped", h->name,
+              (unsigned long long)h->free_bytes, (unsigned long long)h->mapped);
+    }
+}
+
+static const hd_reply_ops fw_sink = {s_error, s_attach, s_alloc, s_free, s_collect, s_detach, s_force, s_stats};
+
+static int fw_privileged(const hd_peer *p, long gid)
+{
+    (void)gid;
+    return p->uid == 0;
+}
+
+/* A fresh peer for client i (pid and uid from the input). */
+static void fw_peer_init(hd_peer *p, int i, uint8_t b)
+{
+    static const uid_t uids[4] = {4242, 4242, 0, 7};
+    memset(p, 0, sizeof *p);
+    p->pid = 1000 + i;
+    p->uid = uids[b & 3];
+    p->privileged = fw_privileged;
+    p->out = &fw_sink;
+    p->data = (void *)(intptr_t)i;
+}
+
+static void fw_validate(const char *after)
+{
+    char why[512];
+    CHECK(hd_heap_validate(fw_reg, why, sizeof why) == 0, "hd_heap_validate after %s: %s", after, why);
+}
+
+/* Once per process: the loop (libuv opens a process-wide pipe with the
+ * first one: before any fd count), the host backend, no log. */
+static void fw_init(void)
+{
+    char err[256];
+    hd_log_set_level(-1);
+    fw_trace = getenv("FUZZ_WING_TRACE") != NULL;
+    CHECK(uv_loop_init(&fw_loop) == 0, "uv_loop_init");
+    CHECK(hb_open("host", &fw_be, err, sizeof err) == 0, "hb_open: %s", err);
+}
+
+/* A registry for one input; its config from one byte (fds: the process's
+ * fds now). */
+static void fw_begin(fw_input *in, int fds)
+{
+    uint8_t b = in8(in);
+    CHECK(getrlimit(RLIMIT_NOFILE, &fw_nofile) == 0, "getrlimit");
+    if (b & 0x80) {
+        struct rlimit l = fw_nofile;
+        l.rlim_cur = (rlim_t)fds + 4 + (in8(in) & 63);
+        if (l.rlim_cur < fw_nofile.rlim_cur)
+            CHECK(setrlimit(RLIMIT_NOFILE, &l) == 0, "setrlimit");
+    }
+    hd_config cfg;
+    hd_config_defaults(&cfg);
+    cfg.chunk_size = (uint64_t)64 << 10 << (b & 3);   /* 64K..512K */
+    cfg.va_size = (uint64_t)16 << 20;
+    cfg.min_block = (uint64_t)256 << ((b >> 2) & 3);
+    cfg.collect_timeout_ms = 60000;
+    cfg.quota_heap = b & 0x10 ? (uint64_t)4 << 20 : 0;
+    cfg.quota_uid = b & 0x20 ? (uint64_t)6 << 20 : 0;
+    cfg.policy = b & 0x40 ? HA_POLICY_SEED : HA_POLICY_COALESCE;
+    CHECK(hd_registry_create(&fw_loop, fw_be, &cfg, &fw_reg) == 0, "hd_registry_create");
+    memset(fw_cl, 0, sizeof fw_cl);
+    fw_ticks = 0;
+}
+
+static void fw_count_handle(uv_handle_t *h, void *arg)
+{
+    (void)h;
+    ++*(int *)arg;
+}
+
+/* After the clients are gone: the registry destroyed, nothing left. */
+static void fw_end(int fds_before)
+{
+    hd_registry_destroy(fw_reg);
+    fw_reg = NULL;
+    CHECK(setrlimit(RLIMIT_NOFILE, &fw_nofile) == 0, "setrlimit");
+    for (int k = 0; k < 4; k++)
+        uv_run(&fw_loop, UV_RUN_NOWAIT);
+    int nh = 0;
+    uv_walk(&fw_loop, fw_count_handle, &nh);
+    CHECK(nh == 0, "%d libuv handle(s) left after hd_registry_destroy", nh);
+    int fds = fw_count_fds();
+    CHECK(fds == fds_before, "%d fds before the input, %d after (a chunk or status page leaked)", fds_before,
+          fds);
+}
+
+/* Runs the timers that are due after ~2 ms (a collect or attach timeout
+ * of 1 ms): at most MAXTICKS per input, so an input stays fast. */
+static void fw_tick(void)
+{
+    if (fw_ticks++ >= MAXTICKS)
+        return;
+    struct timespec ts = {0, 2 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    uv_run(&fw_loop, UV_RUN_NOWAIT);
+}
+
+/* ---- requests from bytes ---------------------------------------------------- */
+
+/* A heap name: mostly one of three (so clients meet), else 0..355 bytes of
+ * the input (any byte: NUL ends it early). */
+static char *fw_name(fw_input *in, char *buf, size_t cap)
+{
+    static const char *names[3] = {"a", "b", "job.7"};
+    uint8_t b = in8(in);
+    if (b < 224) {
+        snprintf(buf, cap, "%s", names[b % 3]);
+        return buf;
+    }
+    size_t len = in8(in) + (b & 1 ? 100u : 0u);
+    if (len >= cap)
+        len = cap - 1;
+    for (size_t k = 0; k < len; k++)
+        buf[k] = (char)in8(in);
+    buf[len] = 0;
+    return buf;
+}
+
+/* A size: small, a power of two and its neighbours, or anything. */
+static uint64_t fw_size(fw_input *in)
+{
+    uint8_t b = in8(in);
+    switch (b >> 6) {
+    case 0:
+        return in16(in);
+    case 1: {
+        unsigned sh = b & 63;
+        int d = (int)(in8(in) % 3) - 1;
+        return ((uint64_t)1 << sh) + (uint64_t)(int64_t)d;
+    }
+    case 2:
+        return (uint64_t)(b & 63) << 12;
+    default:
+        return in64(in);
+    }
+}
+
+static uint32_t fw_world(fw_input *in)
+{
+    uint8_t b = in8(in);
+    if (b < 240)
+        return 1 + b % 4;
+    return b & 1 ? in16(in) : in32(in);
+}
+
+/* Storage for one decoded request. */
+typedef struct fw_req {
+    Heapd__Frame f;
+    Heapd__Attach at;
+    Heapd__HeapParams hp;
+    Heapd__Alloc al;
+    Heapd__Free fr;
+    Heapd__Collect co;
+    Heapd__ForceCollect fc;
+    Heapd__Stats st;
+    Heapd__Detach de;
+    Heapd__Hello he;
+    uint64_t offs[8];
+    char name[356];
+    char job[16];
+} fw_req;
+
+/* The next request for client i into r->f (its body_case, id). kind: 0
+ * attach, 1 alloc, 2 free, 3 collect, 4 force, 5 detach, 6 stats, 7 hello. */
+static void fw_request(fw_input *in, int i, int kind, fw_req *r)
+{
+    fw_sync(i);
+    fw_client *c = &fw_cl[i];
+    heapd__frame__init(&r->f);
+    r->f.id = in8(in);
+    switch (kind) {
+    case 0: {
+        heapd__attach__init(&r->at);
+        r->at.heap = fw_name(in, r->name, sizeof r->name);
+        r->at.world_size = fw_world(in);
+        uint8_t b = in8(in);
+        r->at.rank = b < 200 ? b % 4 : in32(in);
+        uint8_t pb = in8(in);
+        if (pb & 1) {
+            heapd__heap_params__init(&r->hp);
+            if (pb & 2)
+                r->hp.chunk_size = pb & 4 ? fw_size(in) : (uint64_t)64 << 10 << (in8(in) & 3);
+            if (pb & 8)
+                r->hp.initial_size = fw_size(in);
+            if (pb & 16)
+                r->hp.va_size = pb & 4 ? fw_size(in) : (uint64_t)1 << (20 + in8(in) % 6);
+            if (pb & 32)
+                r->hp.min_block = fw_size(in);
+            r->hp.policy = (Heapd__Policy)(in8(in) % 3);
+            r->hp.collect_timeout_ms = pb & 64 ? 1 : (pb & 128 ? in32(in) : 0);
+            r->at.params = &r->hp;
+        }
+        uint8_t lb = in8(in);
+        r->at.local_size = lb < 250 ? 0 : in32(in);
+        if (lb == 255) {
+            snprintf(r->job, sizeof r->job, "j%u", in8(in));
+            r->at.job = r->job;
+        }
+        r->f.body_case = HEAPD__FRAME__BODY_ATTACH;
+        r->f.attach = &r->at;
+        break;
+    }
+    case 1: {
+        heapd__alloc__init(&r->al);
+        uint8_t b = in8(in);
+        r->al.seq = b < 200 ? c->next_seq : b < 230 ? c->next_seq + (b & 3) - 1 : in64(in);
+        r->al.size = fw_size(in);
+        r->f.body_case = HEAPD__FRAME__BODY_ALLOC;
+        r->f.alloc = &r->al;
+        break;
+    }
+    case 2: {
+        heapd__free__init(&r->fr);
+        size_t n = in8(in) % 9;
+        for (size_t k = 0; k < n; k++) {
+            uint8_t b = in8(in);
+            if (b < 200 && c->noffs)
+                r->offs[k] = c->offs[b % c->noffs];
+            else
+                r->offs[k] = b < 230 ? (uint64_t)in16(in) << 8 : in64(in);
+        }
+        r->fr.n_offsets = n;
+        r->fr.offsets = r->offs;
+        r->f.body_case = HEAPD__FRAME__BODY_FREE;
+        r->f.free = &r->fr;
+        break;
+    }
+    case 3: {
+        heapd__collect__init(&r->co);
+        uint8_t b = in8(in);
+        r->co.seq = b < 220 ? c->next_seq : in64(in);
+        r->co.stream_waiting = in8(in);
+        r->co.device_waits_avoided = in8(in);
+        r->f.body_case = HEAPD__FRAME__BODY_COLLECT;
+        r->f.collect = &r->co;
+        break;
+    }
+    case 4:
+        heapd__force_collect__init(&r->fc);
+        r->fc.heap = fw_name(in, r->name, sizeof r->name);
+        r->f.body_case = HEAPD__FRAME__BODY_FORCE_COLLECT;
+        r->f.force_collect = &r->fc;
+        break;
+    case 5:
+        heapd__detach__init(&r->de);
+        r->f.body_case = HEAPD__FRAME__BODY_DETACH;
+        r->f.detach = &r->de;
+        break;
+    case 6: {
+        heapd__stats__init(&r->st);
+        uint8_t b = in8(in);
+        r->st.heap = b & 1 ? fw_name(in, r->name, sizeof r->name) : (char *)"";
+        r->f.body_case = HEAPD__FRAME__BODY_STATS;
+        r->f.stats = &r->st;
+        break;
+    }
+    default:
+        heapd__hello__init(&r->he);
+        r->he.version = in8(in) < 250 ? HEAPD__CONST__PROTOCOL_VERSION : in32(in);
+        r->he.client = (char *)"fuzz";
+        r->f.body_case = HEAPD__FRAME__BODY_HELLO;
+        r->f.hello = &r->he;
+        break;
+    }
+}
+
+#endif
