@@ -14,7 +14,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "common/ring.h"
+#include "../common/ring.h"
 
 /* An unanswered request: its id and number. */
 typedef struct pend {

@@ -75,7 +75,8 @@ wing() {
     mkdir -p "$OUT/wing"
     wflags=$(echo "$CFLAGS_F" | sed 's/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,/')
     for f in $wsrc "$PROTO"; do
-        o=$OUT/wing/$(basename "$f" .c).o
+        # dir_name.o: daemon/ring.c and common/ring.c both build a ring.o
+        o=$OUT/wing/$(basename "$(dirname "$f")")_$(basename "$f" .c).o
         # shellcheck disable=SC2086
         if ! "$FCC" $wflags $PBC_CFLAGS -DHEAPD_VERSION='"fuzz"' -c -o "$o" "$f" >>"$OUT/build_wing.log" 2>&1; then
             echo "FAIL the daemon library for the fuzzers: $f did not build:"; sed 's/^/    | /' "$OUT/build_wing.log" | tail -20
