@@ -368,7 +368,7 @@ clean distclean:
 # runs them briefly (tests/it_fuzz.sh: 10 s, heap and dispatch 5 s).
 FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
-FUZZ_TARGETS ?= wire alloc heap dispatch
+FUZZ_TARGETS ?= wire alloc heap dispatch ring
 .PHONY: fuzz
 fuzz: $(PROTO_C)
 	@BUILD=$(BUILD) HEAPD_SRC=$(CURDIR) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_CC=$(FUZZ_CC) \

@@ -118,6 +118,8 @@ static void self_dir_file(const char *argv0, const char *rel, char *out, size_t 
 static pid_t g_heapd = -1;
 /* Short enough for sockaddr_un.sun_path (108 bytes). */
 static char g_dir[64], g_conf[108], g_sock[108];
+/* More heapd.conf lines (rtt_bench: the ring's spin budget). */
+static char g_conf_extra[256];
 
 /* Starts heapd (the directory and config are made on the first call and
  * kept) and waits until it answers. */
@@ -140,7 +142,7 @@ static void start_heapd(const char *heapd)
         FILE *f = fopen(g_conf, "w");
         if (!f)
             die("cannot write %s: %s", g_conf, strerror(errno));
-        fprintf(f, "socket = %s\nbackend = host\nlog_level = warn\n", g_sock);
+        fprintf(f, "socket = %s\nbackend = host\nlog_level = warn\n%s", g_sock, g_conf_extra);
         if (fclose(f) != 0)
             die("cannot write %s: %s", g_conf, strerror(errno));
     }

@@ -1,13 +1,19 @@
-/* rtt_bench - the alloc round trip through heapd, next to a raw Unix-socket
- * ping-pong of the same message sizes, and heapd's memory per live block.
+/* rtt_bench - the alloc round trip through heapd, on the request ring
+ * (issue 16) and on the socket, next to a raw Unix-socket ping-pong of the
+ * same message sizes; heapd's CPU use while idle; heapd's memory per live
+ * block.
  *
  *   rtt_bench [--json FILE] [--quick] [--heapd PATH] [--iters N]
+ *
+ * RTT_RING_SPIN_US=N: heapd.conf gets ring_spin_us = N and every client
+ * HEAPC_RING_SPIN_US=N (both poll instead of sleeping; by default neither
+ * does on a machine with 2 or fewer cores).
  *
  * Starts its own heapd (PATH, default dirname(argv[0])/../heapd) on a
  * temporary configuration (socket in a mkdtemp directory, backend = host,
  * log_level = warn) and stops it at the end, also on error.
  *
- * 1. Round trip: for 1, 2 and 4 concurrent clients, each client a separate
+ * 1. Round trip: for 1, 2, 4 and 8 concurrent clients, each client a separate
  *    process with its OWN 1-rank heap (so clients never wait for each other
  *    in lockstep: only heapd's one thread is shared), does warm-up allocations
  *    then N timed heapc_alloc(4 KiB) calls; only heapc_alloc is timed. Each
@@ -64,7 +70,7 @@
 #define GiB ((uint64_t)1 << 30)
 #define ALLOC_SIZE (4 * KiB)
 #define HDR 8u
-#define MAX_CLIENTS 4
+#define MAX_CLIENTS 8
 #define MEM_BLOCKS 100000u
 
 /* ---- process bookkeeping and cleanup ------------------------------------- */
@@ -225,10 +231,11 @@ static heapc *attach_1rank(const char *heap)
     return c;
 }
 
-static void heapd_client(shared *s, int idx, int round, uint64_t warm, uint64_t iters)
+static void heapd_client(shared *s, int idx, int round, uint64_t warm, uint64_t iters, int ring)
 {
     char heap[64];
-    snprintf(heap, sizeof heap, "rtt-%d-%d-%d", s->clients, round, idx);
+    snprintf(heap, sizeof heap, "rtt-%d-%d-%d-%d", s->clients, round, idx, ring);
+    setenv("HEAPC_TRANSPORT", ring ? "ring" : "socket", 1);
     heapc *c = attach_1rank(heap);
     heapc_counters c0, c1;
     heapc_get_counters(c, &c0);
@@ -264,13 +271,13 @@ static void heapd_client(shared *s, int idx, int round, uint64_t warm, uint64_t 
     _exit(0);
 }
 
-static void run_heapd(shared *s, int round, uint64_t warm, uint64_t iters)
+static void run_heapd(shared *s, int round, uint64_t warm, uint64_t iters, int ring)
 {
     round_begin(s, (uint64_t)round * iters);
     for (int i = 0; i < s->clients; i++) {
         pid_t p = fork_child();
         if (p == 0)
-            heapd_client(s, i, round, warm, iters);
+            heapd_client(s, i, round, warm, iters, ring);
         g_kids[g_nkids++] = p;
     }
     wait_clients("heapd round trip");
@@ -502,8 +509,71 @@ static void usage(FILE *f)
 
 typedef struct row {
     int clients;
-    pct hd, pp;
+    pct rg, hd, pp; /* ring, socket, ping-pong */
 } row;
+
+/* heapd's CPU time (utime + stime, clock ticks) from /proc/PID/stat. */
+static double proc_cpu_ticks(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        die("cannot read %s: %s", path, strerror(errno));
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        die("cannot parse %s", path);
+    return (double)(ut + st);
+}
+
+/* heapd's CPU use in % of one core over `secs` while `n` ring clients are
+ * attached and idle. */
+static double idle_cpu(int n, double secs)
+{
+    int ready[2], hold[2];
+    if (pipe(ready) || pipe(hold))
+        die("pipe: %s", strerror(errno));
+    for (int i = 0; i < n; i++) {
+        pid_t p = fork_child();
+        if (p == 0) {
+            close(ready[0]);
+            close(hold[1]);
+            char heap[64];
+            snprintf(heap, sizeof heap, "idle-%d", i);
+            setenv("HEAPC_TRANSPORT", "ring", 1);
+            heapc *c = attach_1rank(heap);
+            uint64_t off;
+            if (heapc_alloc(c, ALLOC_SIZE, NULL, &off) != HEAPC_OK)
+                die("idle client %d: heapc_alloc: %s", i, heapc_errstr(c));
+            char b = 1;
+            if (write(ready[1], &b, 1) != 1 || read(hold[0], &b, 1) < 0)
+                _exit(1);
+            heapc_free_ctx(c);
+            _exit(0);
+        }
+        g_kids[g_nkids++] = p;
+    }
+    close(ready[1]);
+    close(hold[0]);
+    for (int i = 0; i < n; i++) {
+        char b;
+        if (read(ready[0], &b, 1) != 1)
+            die("an idle client failed to attach");
+    }
+    usleep(100000); /* the spin and back-off budgets run out */
+    long hz = sysconf(_SC_CLK_TCK);
+    double t0 = now_us(), c0 = proc_cpu_ticks(g_heapd);
+    usleep((useconds_t)(secs * 1e6));
+    double c1 = proc_cpu_ticks(g_heapd), t1 = now_us();
+    close(hold[1]);
+    close(ready[0]);
+    wait_clients("idle clients");
+    return (c1 - c0) / (double)hz / ((t1 - t0) / 1e6) * 100.0;
+}
 
 int main(int argc, char **argv)
 {
@@ -536,6 +606,11 @@ int main(int argc, char **argv)
     }
     if (!heapd[0])
         self_dir_file(argv[0], "../heapd", heapd, sizeof heapd);
+    const char *spin = getenv("RTT_RING_SPIN_US");
+    if (spin && *spin) {
+        snprintf(g_conf_extra, sizeof g_conf_extra, "ring_spin_us = %s\n", spin);
+        setenv("HEAPC_RING_SPIN_US", spin, 1);
+    }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     signal(SIGALRM, on_signal);
@@ -582,21 +657,29 @@ int main(int argc, char **argv)
            "request %zu B (Alloc frame + 8 B header), reply %zu B (AllocReply frame + header)\n",
            req, rep);
     fflush(stdout);
-    const int ns[3] = {1, 2, 4};
-    row rows[3];
-    for (int k = 0; k < 3; k++) {
+    enum { NROWS = 4 };
+    const int ns[NROWS] = {1, 2, 4, 8};
+    row rows[NROWS];
+    for (int k = 0; k < NROWS; k++) {
         rows[k].clients = ns[k];
-        shared *sh = shared_new(ns[k], iters), *sp = shared_new(ns[k], iters);
-        /* Alternate heapd and ping-pong rounds so that both see the same
-         * machine (other load comes and goes). */
+        shared *sg = shared_new(ns[k], iters), *sh = shared_new(ns[k], iters), *sp = shared_new(ns[k], iters);
+        /* Alternate ring, socket and ping-pong rounds so that all see the
+         * same machine (other load comes and goes). */
         for (int r = 0; r < rounds; r++) {
-            run_heapd(sh, r, warm, per);
+            run_heapd(sg, r, warm, per, 1);
+            run_heapd(sh, r, warm, per, 0);
             run_pingpong(sp, r, warm, per, req, rep);
         }
+        rows[k].rg = summarize(sg);
         rows[k].hd = summarize(sh);
         rows[k].pp = summarize(sp);
+        munmap(sg, sg->len);
         munmap(sh, sh->len);
         munmap(sp, sp->len);
+        printf("bench " NAME ": %d client(s): ring p50 %.2f us p99 %.2f us mean %.2f us, %.0f allocs/s "
+               "in all, concurrency %.2f\n",
+               ns[k], rows[k].rg.p50, rows[k].rg.p99, rows[k].rg.mean, rows[k].rg.ops_per_s,
+               rows[k].rg.concurrency);
         printf("bench " NAME ": %d client(s): heapd p50 %.2f us p99 %.2f us mean %.2f us, %.0f allocs/s "
                "in all, concurrency %.2f; ping-pong p50 %.2f us p99 %.2f us mean %.2f us, %.0f "
                "round trips/s, concurrency %.2f\n",
@@ -605,18 +688,26 @@ int main(int argc, char **argv)
                rows[k].pp.ops_per_s, rows[k].pp.concurrency);
         fflush(stdout);
     }
+    long spin_us = spin && *spin ? strtol(spin, NULL, 10) : -1;
+    double idle_s = quick ? 1.0 : 3.0;
+    double idle0 = idle_cpu(0, idle_s), idle8 = idle_cpu(8, idle_s);
+    printf("bench " NAME ": heapd idle: %.3f%% of a core with no client, %.3f%% with 8 idle ring clients "
+           "attached (over %.0f s each, /proc/%d/stat)\n",
+           idle0, idle8, idle_s, (int)g_heapd);
     cleanup();
 
-    printf("\n" NAME ": alloc round trip (4 KiB, one 1-rank heap per client process) vs raw "
-           "Unix-socket ping-pong (%zu B / %zu B), microseconds\n",
-           req, rep);
-    printf("%7s %12s %12s %12s %12s %14s %7s\n", "clients", "heapd p50", "heapd p99",
-           "pingpong p50", "pingpong p99", "overhead p50", "ratio");
-    for (int k = 0; k < 3; k++)
-        printf("%7d %12.2f %12.2f %12.2f %12.2f %14.2f %7.2f\n", rows[k].clients, rows[k].hd.p50,
-               rows[k].hd.p99, rows[k].pp.p50, rows[k].pp.p99, rows[k].hd.p50 - rows[k].pp.p50,
-               rows[k].hd.p50 / rows[k].pp.p50);
-    printf("(ratio = heapd p50 / ping-pong p50)\n");
+    printf("\n" NAME ": alloc round trip (4 KiB, one 1-rank heap per client process) on the request ring "
+           "and on the socket vs raw Unix-socket ping-pong (%zu B / %zu B), microseconds; ring spin %s\n",
+           req, rep, spin_us >= 0 ? spin : "auto");
+    printf("%7s %9s %9s %11s %11s %12s %12s %9s %9s\n", "clients", "ring p50", "ring p99", "socket p50",
+           "socket p99", "pingpong p50", "pingpong p99", "ring/pp", "sock/pp");
+    for (int k = 0; k < NROWS; k++)
+        printf("%7d %9.2f %9.2f %11.2f %11.2f %12.2f %12.2f %9.2f %9.2f\n", rows[k].clients, rows[k].rg.p50,
+               rows[k].rg.p99, rows[k].hd.p50, rows[k].hd.p99, rows[k].pp.p50, rows[k].pp.p99,
+               rows[k].rg.p50 / rows[k].pp.p50, rows[k].hd.p50 / rows[k].pp.p50);
+    printf("(ratios of p50s; ring allocs/s with 8 clients: %.0f; heapd idle: %.3f%% of a core, %.3f%% with 8 idle "
+           "ring clients)\n",
+           rows[NROWS - 1].rg.ops_per_s, idle0, idle8);
     printf("\n" NAME ": heapd memory per live block (%u x 4 KiB, one heap)\n", MEM_BLOCKS);
     printf("%12s %12s %12s %16s\n", "VmRSS before", "VmRSS after", "delta KiB", "bytes/block");
     printf("%9" PRIu64 " KiB %8" PRIu64 " KiB %12" PRId64 " %16.1f\n", mem.rss0, mem.rss1,
@@ -636,18 +727,25 @@ int main(int argc, char **argv)
                 ALLOC_SIZE, iters, rounds, warm);
         fprintf(f, "  \"heaps\": \"one 1-rank heap per client process\",\n");
         fprintf(f, "  \"request_bytes\": %zu,\n  \"reply_bytes\": %zu,\n  \"rtt\": [\n", req, rep);
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < NROWS; k++)
             fprintf(f,
                     "    {\"clients\": %d, \"heapd_p50_us\": %.3f, \"heapd_p99_us\": %.3f, "
                     "\"heapd_mean_us\": %.3f, \"pingpong_p50_us\": %.3f, \"pingpong_p99_us\": %.3f, "
                     "\"pingpong_mean_us\": %.3f, \"overhead_p50_us\": %.3f, \"ratio_p50\": %.3f, "
                     "\"heapd_ops_per_s\": %.0f, \"pingpong_ops_per_s\": %.0f, "
-                    "\"heapd_concurrency\": %.3f, \"pingpong_concurrency\": %.3f}%s\n",
+                    "\"heapd_concurrency\": %.3f, \"pingpong_concurrency\": %.3f, "
+                    "\"ring_p50_us\": %.3f, \"ring_p99_us\": %.3f, \"ring_mean_us\": %.3f, "
+                    "\"ring_ratio_p50\": %.3f, \"ring_ops_per_s\": %.0f}%s\n",
                     rows[k].clients, rows[k].hd.p50, rows[k].hd.p99, rows[k].hd.mean, rows[k].pp.p50,
                     rows[k].pp.p99, rows[k].pp.mean, rows[k].hd.p50 - rows[k].pp.p50,
                     rows[k].hd.p50 / rows[k].pp.p50, rows[k].hd.ops_per_s, rows[k].pp.ops_per_s,
-                    rows[k].hd.concurrency, rows[k].pp.concurrency, k < 2 ? "," : "");
-        fprintf(f, "  ],\n  \"memory\": {\"live_blocks\": %u, \"vmrss_before_kib\": %" PRIu64
+                    rows[k].hd.concurrency, rows[k].pp.concurrency, rows[k].rg.p50, rows[k].rg.p99,
+                    rows[k].rg.mean, rows[k].rg.p50 / rows[k].pp.p50, rows[k].rg.ops_per_s,
+                    k < NROWS - 1 ? "," : "");
+        fprintf(f, "  ],\n  \"ring_spin_us\": %ld,\n  \"heapd_idle_cpu_pct\": %.4f,\n"
+                   "  \"heapd_idle_cpu_pct_8_ring_clients\": %.4f,\n",
+                spin_us, idle0, idle8);
+        fprintf(f, "  \"memory\": {\"live_blocks\": %u, \"vmrss_before_kib\": %" PRIu64
                    ", \"vmrss_after_kib\": %" PRIu64 ", \"bytes_per_live_block\": %.1f, "
                    "\"rssanon_before_kib\": %" PRIu64 ", \"rssanon_after_kib\": %" PRIu64
                    ", \"anon_bytes_per_live_block\": %.1f}\n}\n",

@@ -136,6 +136,16 @@ if j:
         cl = "%d client%s" % (c, "" if c == 1 else "s")
         row("rtt_bench", "alloc round trip p99, " + cl, r["heapd_p99_us"], "us",
             "raw Unix-socket ping-pong p99", r["pingpong_p99_us"])
+    for r in j.get("rtt", []):
+        if "ring_p50_us" not in r:
+            continue
+        c = r["clients"]
+        cl = "%d client%s" % (c, "" if c == 1 else "s")
+        row("rtt_bench", "alloc on the request ring p50, " + cl, r["ring_p50_us"], "us",
+            "raw Unix-socket ping-pong p50", r["pingpong_p50_us"])
+    if "heapd_idle_cpu_pct_8_ring_clients" in j:
+        row("rtt_bench", "heapd idle CPU, 8 idle ring clients", j["heapd_idle_cpu_pct_8_ring_clients"], "%",
+            "one core", 100)
     m = j.get("memory")
     if m:
         bs = j.get("alloc_size", 4096)
@@ -350,6 +360,12 @@ rows_jq() {
             .heapd_p50_us; "us"; "raw Unix-socket ping-pong p50"; .pingpong_p50_us)),
         ($rtt // empty | .rtt[]? | row("rtt_bench"; "alloc round trip p99, \(.clients | cl)";
             .heapd_p99_us; "us"; "raw Unix-socket ping-pong p99"; .pingpong_p99_us)),
+        ($rtt // empty | .rtt[]? | select(has("ring_p50_us"))
+            | row("rtt_bench"; "alloc on the request ring p50, \(.clients | cl)";
+                  .ring_p50_us; "us"; "raw Unix-socket ping-pong p50"; .pingpong_p50_us)),
+        ($rtt // empty | select(has("heapd_idle_cpu_pct_8_ring_clients"))
+            | row("rtt_bench"; "heapd idle CPU, 8 idle ring clients";
+                  .heapd_idle_cpu_pct_8_ring_clients; "%"; "one core"; 100)),
         ($rtt // empty | (.alloc_size // 4096) as $bs | .memory // empty
             | row("rtt_bench"; "daemon memory per live block (\(.live_blocks | pow10) live)";
                   .bytes_per_live_block; "B"; "the \($bs | size) block it tracks"; $bs)),

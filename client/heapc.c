@@ -118,6 +118,8 @@ static int conn_dead(heapc *c, int code, const char *fmt, ...)
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
+    hcr_close(c->ring);
+    c->ring = NULL;
     hw_reader_free(&c->rd);
     hw_reader_init(&c->rd);
     return hci_set_err(c, code, "%s", c->dead_msg);
@@ -210,6 +212,67 @@ static int rpc_recv(heapc *c, const Heapd__Frame *req, Heapd__Frame **m, hw_fram
                          body_name(req->body_case));
     }
     return HEAPC_OK;
+}
+
+/* Issue 16: rpc through the ring. ring.used: 0 the socket carries the
+ * request; RING_REPLY_SOCKET the reply comes on the socket (heapd said so);
+ * RING_MAYBE the socket had something to read while the reply may still
+ * come in the ring (after a frame that is not the reply, wait on the ring
+ * again). */
+#define RING_REPLY_SOCKET 1
+#define RING_MAYBE 2
+typedef struct rpc_ring_state {
+    int used, got;
+    char werr[256];
+} rpc_ring_state;
+
+/* What hcr_call or hcr_wait returned (rc), into st; *m: the ring's reply
+ * when st->got. */
+static int rpc_ring_result(heapc *c, Heapd__Frame *req, int rc, rpc_ring_state *st, Heapd__Frame **m,
+                           hw_frame *f)
+{
+    st->got = 0;
+    if (rc == HCR_TIMEOUT)
+        return conn_dead(c, HEAPC_ENOREPLY,
+                         "no reply from heapd to %s within %d ms on the request ring; the connection "
+                         "was closed because its state is unknown: connect and attach again",
+                         body_name(req->body_case), c->timeout_ms);
+    if (rc == HCR_EPROTO)
+        return conn_dead(c, HEAPC_EPROTOCOL, "%s; the connection was closed: connect again", st->werr);
+    if (rc == HCR_SOCKET || rc == HCR_READABLE) {
+        st->used = rc == HCR_READABLE ? RING_MAYBE : RING_REPLY_SOCKET;
+        return HEAPC_OK;
+    }
+    *m = heapd__frame__unpack(NULL, f->len, f->data);
+    if (!*m) {
+        hw_frame_free(f);
+        return conn_dead(c, HEAPC_EPROTOCOL,
+                         "heapd's reply to %s on the request ring is not a valid heapd.Frame; libheapc "
+                         "and heapd do not speak the same protocol: check their versions",
+                         body_name(req->body_case));
+    }
+    st->got = 1;
+    return HEAPC_OK;
+}
+
+/* Posts req through the ring when the connection has one, req is an Alloc,
+ * Free or Collect and fits a slot (else st->used stays 0), and waits. */
+static int rpc_ring(heapc *c, Heapd__Frame *req, rpc_ring_state *st, Heapd__Frame **m, hw_frame *f)
+{
+    st->used = st->got = 0;
+    if (!c->ring || (req->body_case != HEAPD__FRAME__BODY_ALLOC && req->body_case != HEAPD__FRAME__BODY_FREE &&
+                     req->body_case != HEAPD__FRAME__BODY_COLLECT))
+        return HEAPC_OK;
+    req->id = c->next_id + 1;
+    size_t len = heapd__frame__get_packed_size(req);
+    unsigned char buf[4096];
+    if (len > hcr_payload_max(c->ring) || len > sizeof buf)
+        return HEAPC_OK; /* too large for a slot: the socket */
+    c->next_id++;
+    st->used = RING_REPLY_SOCKET;
+    heapd__frame__pack(req, buf);
+    int rc = hcr_call(c->ring, c->fd, req->id, buf, len, c->timeout_ms, f, st->werr, sizeof st->werr);
+    return rpc_ring_result(c, req, rc, st, m, f);
 }
 
 #define RPC_STALE 1 /* rpc_check: a reply to an earlier request, not ours */
@@ -365,16 +428,20 @@ int hci_rpc(heapc *c, Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__Fra
     memset(raw, 0, sizeof *raw);
     if (c->fd < 0)
         return hci_set_err(c, HEAPC_ECONN, "%s", c->dead_msg);
-    int rc = rpc_send(c, req);
+    Heapd__Frame *m;
+    hw_frame f;
+    rpc_ring_state st;
+    int rc = rpc_ring(c, req, &st, &m, &f);
+    if (rc == HEAPC_OK && !st.used)
+        rc = rpc_send(c, req);
     if (rc != HEAPC_OK)
         return rc;
     chunk_acc acc;
     memset(&acc, 0, sizeof acc);
     for (;;) {
-        Heapd__Frame *m;
-        hw_frame f;
-        rc = rpc_recv(c, req, &m, &f);
-        if (rc != HEAPC_OK)
+        if (st.got)
+            st.got = 0; /* the ring's reply: checked like a socket frame */
+        else if ((rc = rpc_recv(c, req, &m, &f)) != HEAPC_OK)
             break;
         if (m->id == req->id && m->body_case == HEAPD__FRAME__BODY_CHUNK_BATCH && m->chunk_batch) {
             /* Part of a reply with more fds than one frame: kept for it. */
@@ -390,6 +457,14 @@ int hci_rpc(heapc *c, Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__Fra
             continue;
         }
         rc = rpc_check(c, req, want, m, &f);
+        if (rc == RPC_STALE && st.used == RING_MAYBE) {
+            /* Not the reply: it may still come in the ring. */
+            rc = rpc_ring_result(c, req, hcr_wait(c->ring, c->fd, req->id, c->timeout_ms, &f, st.werr,
+                                                  sizeof st.werr), &st, &m, &f);
+            if (rc != HEAPC_OK)
+                break;
+            continue;
+        }
         if (rc == RPC_STALE)
             continue;
         if (rc != HEAPC_OK)
@@ -488,6 +563,13 @@ heapc *heapc_connect_timeout(const char *socket_path, int timeout_ms)
         return c;
     }
     snprintf(c->server, sizeof c->server, "%s", hr->server ? hr->server : "");
+    char twhy[128];
+    c->ring_want = hcr_wanted(twhy, sizeof twhy);
+    if (c->ring_want < 0) {
+        hci_rpc_done(rep, &raw);
+        conn_dead(c, HEAPC_EINVAL, "%s", twhy);
+        return c;
+    }
     snprintf(c->backend, sizeof c->backend, "%s", hr->backend ? hr->backend : "");
     hci_rpc_done(rep, &raw);
     hci_ok(c);
@@ -512,9 +594,41 @@ void heapc_free_ctx(heapc *c)
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
+    hcr_close(c->ring);
+    c->ring = NULL;
     hw_reader_free(&c->rd);
     free(c->socket_path);
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_destroy(&c->mu);
     free(c);
+}
+
+/* ---- the request ring (issue 16) ------------------------------------------- */
+
+hcr_ring *hcr_of(heapc *c) { return c->ring; }
+
+void hci_ring_setup(heapc *c, uint32_t nlocal)
+{
+    if (c->ring || !c->ring_want || c->fd < 0)
+        return;
+    Heapd__RingSetup rs = HEAPD__RING_SETUP__INIT;
+    rs.version = HR_VERSION;
+    Heapd__Frame req = HEAPD__FRAME__INIT;
+    req.body_case = HEAPD__FRAME__BODY_RING_SETUP;
+    req.ring_setup = &rs;
+    Heapd__Frame *rep;
+    hw_frame raw;
+    if (hci_rpc(c, &req, HEAPD__FRAME__BODY_RING_SETUP_REPLY, &rep, &raw) != HEAPC_OK) {
+        c->ring_want = 0; /* ring = off, or an older heapd: the socket, as before */
+        return;
+    }
+    Heapd__RingSetupReply *r = rep->ring_setup_reply;
+    char why[256];
+    if (r && r->version == HR_VERSION && raw.nfds == 2) {
+        c->ring = hcr_open(raw.fds[0], raw.fds[1], r->nslots, r->slot_size, nlocal, why, sizeof why);
+        raw.fds[0] = raw.fds[1] = -1;
+    }
+    if (!c->ring)
+        c->ring_want = 0;
+    hci_rpc_done(rep, &raw);
 }

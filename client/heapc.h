@@ -122,8 +122,21 @@ typedef struct heapc heapc;
 #define HEAPC_PROTOCOL_VERSION 1u
 
 /* Connects to heapd at socket_path (NULL or "": $HEAPD_SOCKET, else
- * HEAPC_DEFAULT_SOCKET) and does the Hello handshake. Always returns a
- * context, NULL only when the context itself cannot be allocated; check
+ * HEAPC_DEFAULT_SOCKET) and does the Hello handshake.
+ *
+ * Transport (issue 16): after an attach, Alloc, Free batches and Collect go
+ * through a shared-memory request ring that heapd sets up for the
+ * connection (no system call on the request path while heapd polls);
+ * everything else, fds (growth chunks) and errors stay on the socket, and
+ * every result is the same on both. $HEAPC_TRANSPORT: "ring" (default) or
+ * "socket" (every request on the socket); another value fails the connect
+ * with HEAPC_EINVAL. A heapd with `ring = off` in heapd.conf, or one that
+ * predates rings, keeps the connection on the socket. The client spins a
+ * few microseconds for an answer only on a machine with more cores than
+ * spinners (heapd and the node's ranks of the heap), else it sleeps at
+ * once; $HEAPC_RING_SPIN_US overrides the spin (0: never).
+ *
+ * Always returns a context, NULL only when the context itself cannot be allocated; check
  * heapc_err(c): HEAPC_ECONN (nothing listens there: the message names the
  * path and says to check heapd), HEAPC_EVERSION, HEAPC_EPROTOCOL. A failed
  * context must still be released with heapc_free_ctx. */

@@ -393,6 +393,7 @@ int hci_attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world,
         goto fail;
     }
     hci_rpc_done(rep, &raw);
+    hci_ring_setup(c, v->nlocal);
     return hci_ok(c);
 
 fail:

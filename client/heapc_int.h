@@ -12,6 +12,8 @@
 #include "heapc_map.h"
 #include "heapc_cuda.h"
 #include "heapc_fence.h"
+#include "heapc_ring.h"
+#include "ring.h"
 #include "wire.h"
 #include "status.h"
 #include "heapd.pb-c.h"
@@ -116,6 +118,11 @@ struct heapc {
     heapc_sync_fn sync_fn;
     void *sync_arg;
     heapc_counters ctr;
+
+    /* Issue 16: Alloc, Free and Collect go through ring when set
+     * (heapc_ring.h); ring_want: HEAPC_TRANSPORT allows one. */
+    hcr_ring *ring;
+    int ring_want;
 };
 
 /* heapc.c: the result of a call, and the one request/reply path. */
@@ -124,6 +131,9 @@ int hci_ok(heapc *c);
 int hci_rpc(heapc *c, Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__Frame **rep,
             hw_frame *raw);
 void hci_rpc_done(Heapd__Frame *rep, hw_frame *raw);
+/* Issue 16: asks heapd for a request ring after an attach (nlocal: the
+ * node's ranks of the heap); without one the socket carries everything. */
+void hci_ring_setup(heapc *c, uint32_t nlocal);
 
 /* heapc_attach.c */
 void hci_teardown(heapc *c);

@@ -53,6 +53,9 @@ void hd_config_defaults(hd_config *c)
     if (!j)
         snprintf(c->node, sizeof c->node, "node");
     c->meminfo_interval_ms = 1000;
+    c->ring = 1;
+    c->ring_spin_us = -1;
+    c->ring_backoff_us = -1;
 }
 
 /* Lines of the keys the cross-key checks blame (0: not in the file). */
@@ -286,6 +289,41 @@ static int parse_admin_group(parse_state *st, const key_desc *k, const char *val
     return 1;
 }
 
+/* The request rings' keys (issue 16): ring, ring_spin_us, ring_backoff_us.
+ * 1: taken, 0: bad value (st->msg), -1: not a ring key. */
+static int ring_key(parse_state *st, const char *name, const char *value)
+{
+    hd_config *c = &st->cfg;
+    uint32_t u;
+    if (!strcmp(name, "ring")) {
+        if (strcmp(value, "on") && strcmp(value, "off")) {
+            snprintf(st->msg, sizeof st->msg, "ring: \"%s\" is not on or off", value);
+            return 0;
+        }
+        c->ring = !strcmp(value, "on");
+        return 1;
+    }
+    int spin = !strcmp(name, "ring_spin_us");
+    if (spin || !strcmp(name, "ring_backoff_us")) {
+        long *field = spin ? &c->ring_spin_us : &c->ring_backoff_us;
+        if (!strcmp(value, "auto")) {
+            *field = -1;
+            return 1;
+        }
+        if (parse_u32(value, 0, 1000000, &u)) {
+            snprintf(st->msg, sizeof st->msg, "%s: \"%s\" is not auto or a number of microseconds (0..1000000)",
+                     name, value);
+            return 0;
+        }
+        *field = (long)u;
+        return 1;
+    }
+    return -1;
+}
+
+/* The ring keys through ring_key (issue 16). */
+static int parse_ring(parse_state *st, const key_desc *k, const char *value) { return ring_key(st, k->name, value); }
+
 #define OFF(field) offsetof(hd_config, field)
 static const key_desc keys[] = {
     {"socket", parse_socket, 0, 0, 0, NULL, -1},
@@ -316,6 +354,10 @@ static const key_desc keys[] = {
     {"max_chunks", parse_u32_key, OFF(max_chunks), 1, INT32_MAX, "a number of chunks", -1},
     {"max_blocks", parse_u32_key, OFF(max_blocks), 1, UINT32_MAX, "a number of min_blocks", -1},
     {"meminfo_interval_ms", parse_u32_key, OFF(meminfo_interval_ms), 10, 3600000, "a number of milliseconds", -1},
+    /* Request rings (issue 16). */
+    {"ring", parse_ring, 0, 0, 0, NULL, -1},
+    {"ring_spin_us", parse_ring, 0, 0, 0, NULL, -1},
+    {"ring_backoff_us", parse_ring, 0, 0, 0, NULL, -1},
 };
 #undef OFF
 
@@ -326,6 +368,7 @@ static const key_desc *find_key(const char *name)
             return &keys[i];
     return NULL;
 }
+
 
 static int handler(void *user, const char *section, const char *name, const char *value)
 {

@@ -57,6 +57,14 @@ typedef struct hd_config {
     char store[256];
     char node[65];
     uint32_t meminfo_interval_ms;   /* device memory sampling period */
+    /* Request rings (issue 16, daemon/ring.h): offered at RingSetup when
+     * ring is 1; after a ring's last request heapd busy-polls it for
+     * ring_spin_us, then polls it between yields of its core for
+     * ring_backoff_us, then sleeps on its doorbell. -1: auto (by the number
+     * of cores: no polling on 2 or fewer). */
+    int ring;
+    long ring_spin_us;
+    long ring_backoff_us;
 } hd_config;
 
 void hd_config_defaults(hd_config *c);

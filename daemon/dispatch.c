@@ -10,11 +10,13 @@
 #include "log.h"
 #include "pbstr.h"
 #include "reply.h"
+#include "ring.h"
 
 struct hd_dispatch {
     hd_registry *reg;
     hd_server *srv;
     char backend[16];
+    hd_rings *rings;          /* NULL: rings are off (heapd.conf ring = off) */
 };
 
 /* Per client. Invariant: peer.bind.heap != NULL => hello; ops != NULL. */
@@ -22,6 +24,7 @@ struct hd_session {
     hd_peer peer;
     const hd_client_ops *ops;
     bool hello;
+    hd_ring *ring;            /* issue 16: its request ring, or NULL */
 };
 
 hd_session *hd_dispatch_session_new(const hd_peer *p, const hd_client_ops *ops)
@@ -49,7 +52,12 @@ int hd_dispatch_create(hd_registry *reg, const char *backend_name, hd_dispatch *
 }
 
 void hd_dispatch_set_server(hd_dispatch *d, hd_server *s) { d->srv = s; }
-void hd_dispatch_destroy(hd_dispatch *d) { free(d); }
+void hd_dispatch_destroy(hd_dispatch *d)
+{
+    if (d)
+        hd_rings_destroy(d->rings);
+    free(d);
+}
 
 /* The log fields of what s does now: its pid, heap and rank, and of f
  * (NULL: none) the request's name, seq, heap and rank (issue 20). */
@@ -84,6 +92,7 @@ void hd_dispatch_closed(hd_dispatch *d, hd_session *s)
 {
     log_ctx(s, NULL);
     hd_heap_conn_closed(d->reg, &s->peer);
+    hd_ring_close(s->ring);
     hd_log_ctx_set(NULL);
     free(s);
 }
@@ -156,6 +165,94 @@ static void handle_hello(hd_dispatch *d, hd_session *s, uint64_t id, const Heapd
 }
 
 /* The request in f, to the heap wing. */
+/* ---- request rings (issue 16) ------------------------------------------- */
+
+
+static void ring_setup(hd_dispatch *d, hd_session *s, uint64_t id)
+{
+    char err[256];
+    hd_ring_setup su;
+    if (!d->rings)
+        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_STATE,
+                      "request rings are off in heapd.conf (ring = off): send every request on the socket "
+                      "(HEAPC_TRANSPORT=socket), or set ring = on and restart heapd");
+    else if (s->ops != &conn_ops)
+        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_STATE, "request rings are for socket connections only");
+    else if (s->ring)
+        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_STATE, "this connection already has a request ring");
+    else if (hd_ring_open(d->rings, s, &s->ring, &su, err, sizeof err))
+        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "no request ring: %s; use the socket", err);
+    else {
+        hd_debug("pid %ld: request ring of %u slots of %u bytes", (long)s->peer.pid, su.nslots, su.slot_size);
+        hd_reply_ring_setup(s->peer.data, id, &su);
+    }
+}
+
+hd_ring *hd_dispatch_conn_ring(const hd_conn *c)
+{
+    const hd_session *s = hd_conn_data(c);
+    return s ? s->ring : NULL;
+}
+
+static void handle_request(hd_dispatch *d, hd_session *s, const Heapd__Frame *f);
+
+static void ring_corrupt(void *arg, hd_ring *r, void *data, const char *why)
+{
+    hd_session *s = data;
+    log_ctx(s, NULL);
+    hd_warn("pid %ld: its request ring is corrupt (%s): disconnecting it", (long)s->peer.pid, why);
+    hd_peer_error(&s->peer, 0, HEAPD__ERR_CODE__ERR_PROTOCOL,
+                  "heapd disconnected this client: its request ring is corrupt (%s); something in the client "
+                  "wrote into the ring's memory, or libheapc and heapd are of different releases: check both, "
+                  "then connect and attach again (HEAPC_TRANSPORT=socket avoids the ring)",
+                  why);
+    s->ops->close_after_flush(&s->peer);
+    hd_log_ctx_set(NULL);
+}
+
+/* A request from s's ring: the same checks and heap-wing calls as a frame
+ * from the socket; only Alloc, Free and Collect travel on a ring. */
+static void ring_request(void *arg, hd_ring *r, void *data, uint64_t id, const uint8_t *p, size_t len)
+{
+    hd_dispatch *d = arg;
+    hd_session *s = data;
+    Heapd__Frame *f = heapd__frame__unpack(NULL, len, p);
+    log_ctx(s, f);
+    if (!f || f->id != id) {
+        char why[160];
+        snprintf(why, sizeof why, "request id %llu: %s", (unsigned long long)id,
+                 f ? "the frame in the slot has another id" : "the slot holds no heapd.Frame");
+        hd_ring_stop(r);
+        ring_corrupt(d, r, s, why);
+        goto out;
+    }
+    if (d->srv && hd_server_stopping(d->srv))
+        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_SHUTDOWN, "heapd is stopping; retry once it is back");
+    else if (f->body_case != HEAPD__FRAME__BODY_ALLOC && f->body_case != HEAPD__FRAME__BODY_FREE &&
+             f->body_case != HEAPD__FRAME__BODY_COLLECT)
+        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_PROTOCOL,
+                      "message type %d does not travel on a request ring (Alloc, Free and Collect do): send it "
+                      "on the socket", (int)f->body_case);
+    else
+        handle_request(d, s, f);
+#ifdef HEAPD_DEBUG
+    hd_heap_check(d->reg);
+#endif
+out:
+    hd_log_ctx_set(NULL);
+    if (f)
+        heapd__frame__free_unpacked(f, NULL);
+}
+
+static const hd_ring_handlers ring_handlers = {.on_request = ring_request, .on_corrupt = ring_corrupt};
+
+int hd_dispatch_rings(hd_dispatch *d, uv_loop_t *loop, const hd_config *cfg)
+{
+    if (!cfg->ring)
+        return 0;
+    return hd_rings_create(loop, cfg, &ring_handlers, d, &d->rings);
+}
+
 static void handle_request(hd_dispatch *d, hd_session *s, const Heapd__Frame *f)
 {
     uint64_t id = f->id;
@@ -187,6 +284,9 @@ static void handle_request(hd_dispatch *d, hd_session *s, const Heapd__Frame *f)
         break;
     case HEAPD__FRAME__BODY_DETACH:
         hd_heap_detach(d->reg, p, id);
+        break;
+    case HEAPD__FRAME__BODY_RING_SETUP:
+        ring_setup(d, s, id);
         break;
     default:
         hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "message type %d is not a request heapd accepts",

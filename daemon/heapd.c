@@ -166,6 +166,15 @@ static void print_config(const char *path, const hd_config *c)
     printf("admin_group = %s\nquota_heap = %llu\nquota_uid = %llu\n", c->admin_group,
            (unsigned long long)c->quota_heap, (unsigned long long)c->quota_uid);
     printf("store = %s\nnode = %s\n", c->store, c->node);
+    printf("ring = %s\n", c->ring ? "on" : "off");
+    if (c->ring_spin_us < 0)
+        printf("ring_spin_us = auto\n");
+    else
+        printf("ring_spin_us = %ld\n", c->ring_spin_us);
+    if (c->ring_backoff_us < 0)
+        printf("ring_backoff_us = auto\n");
+    else
+        printf("ring_backoff_us = %ld\n", c->ring_backoff_us);
 }
 
 /* main's steps return HEAPD_GO_ON, or the status heapd exits with. */
@@ -310,7 +319,7 @@ static int open_store(daemon_state *d)
 static int create_server(daemon_state *d)
 {
     char err[1024] = "";
-    if (hd_dispatch_create(d->reg, hb_name(d->be), &d->disp)) {
+    if (hd_dispatch_create(d->reg, hb_name(d->be), &d->disp) || hd_dispatch_rings(d->disp, d->loop, &d->cfg)) {
         hd_error("out of memory");
         return 1;
     }

@@ -7,7 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dispatch.h"
 #include "log.h"
+#include "ring.h"
+#include "../common/ring.h"
 #include "wire.h"
 
 static void pack_frame(const void *msg, uint8_t *out) { heapd__frame__pack(msg, out); }
@@ -16,7 +19,12 @@ static void pack_frame(const void *msg, uint8_t *out) { heapd__frame__pack(msg, 
  * connection owns from then on. */
 static void send_frame(hd_conn *c, const Heapd__Frame *f, int *fds, size_t nfds)
 {
-    hd_conn_send(c, f, heapd__frame__get_packed_size(f), pack_frame, fds, nfds);
+    size_t len = heapd__frame__get_packed_size(f);
+    /* Issue 16: the answer to a ring request goes into the ring, unless it
+     * carries fds or is too large: then the ring says "on the socket". */
+    if (f->id && hd_ring_answer(hd_dispatch_conn_ring(c), f->id, f, len, pack_frame, nfds) == 0)
+        return;
+    hd_conn_send(c, f, len, pack_frame, fds, nfds);
 }
 
 /* Queues a frame whose body is `msg`, the message of oneof case `bc`,
@@ -342,3 +350,18 @@ const hd_reply_ops hd_reply_conn_ops = {
     .force = out_force,
     .stats = out_stats,
 };
+
+/* Issue 16: the RingSetupReply; su's two fds go with it. */
+void hd_reply_ring_setup(hd_conn *c, uint64_t id, const hd_ring_setup *su)
+{
+    Heapd__RingSetupReply r = HEAPD__RING_SETUP_REPLY__INIT;
+    r.version = HR_VERSION;
+    r.nslots = su->nslots;
+    r.slot_size = su->slot_size;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.id = id;
+    f.body_case = HEAPD__FRAME__BODY_RING_SETUP_REPLY;
+    f.ring_setup_reply = &r;
+    int fds[2] = {su->memfd, su->doorbell};
+    send_frame(c, &f, fds, 2);
+}

@@ -17,5 +17,8 @@ extern const hd_reply_ops hd_reply_conn_ops;
 /* Errors go through the sink: hd_peer_error (heap.h) formats them. */
 /* Queues the HelloReply. */
 void hd_reply_hello(hd_conn *c, uint64_t id, const char *backend);
+/* Queues the RingSetupReply with the ring's fds (issue 16). */
+struct hd_ring_setup;
+void hd_reply_ring_setup(hd_conn *c, uint64_t id, const struct hd_ring_setup *su);
 
 #endif

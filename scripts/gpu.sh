@@ -203,6 +203,15 @@ EOF
     step bench 120 "$B/bench/gpu_bench" --socket "$S" --require-gpu $BENCHOPT --json "$O/gpu_bench.json"
     if [ $rc = 0 ]; then result gpu_bench ok; else result gpu_bench FAIL "$(why $rc)"; fi
 
+    # 5a. issue 16: alloc on the request ring, on the socket and the raw ping-pong
+    # (1, 2, 4, 8 clients; its own host-backend heapd), heapd's idle CPU.
+    if [ -x "$B/bench/rtt_bench" ]; then
+        echo; echo "== rtt_bench (request ring vs socket vs ping-pong)"
+        step rtt 60 "$B/bench/rtt_bench" --heapd "$B/heapd" --json "$O/rtt_bench.json"
+        if [ $rc = 0 ]; then result rtt_bench ok "$(grep -A1 '^clients  ring' "$T/rtt.out" | tail -1)"
+        else result rtt_bench FAIL "$(why $rc)"; fi
+    fi
+
     # 5b. libheapc_nccl with real NCCL (a one-rank communicator on this GPU).
     if [ -x "$B/tests/check_nccl" ]; then
         echo; echo "== check_nccl (real NCCL)"

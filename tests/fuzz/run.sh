@@ -20,6 +20,8 @@
 # heap and dispatch link the daemon's library (every daemon/*.c but the
 # programs), built once into $BUILD/fuzz/wing/ (rebuilt when a source is
 # newer).
+#   ring   the request ring's decoder (common/ring.c) and protobuf decoding
+#          of its slots, as heapd's ring server reads a hostile client's ring
 # Each is built with $FUZZ_CC -fsanitize=fuzzer,address,undefined straight
 # from the sources into $BUILD/fuzz/, then run for FUZZ_SECONDS from the seed
 # corpus tests/fuzz/corpus/NAME (read only) plus $BUILD/fuzz/corpus/NAME,
@@ -29,7 +31,7 @@
 # Environment: BUILD, HEAPD_SRC (source tree; default: the current
 # directory), FUZZ_SECONDS (default 60; FUZZ_SECONDS_NAME for target NAME
 # alone), FUZZ_CC (default clang),
-# FUZZ_TARGETS (default "wire alloc heap dispatch"), FUZZ_FLAGS (extra libFuzzer flags).
+# FUZZ_TARGETS (default "wire alloc heap dispatch ring"), FUZZ_FLAGS (extra libFuzzer flags).
 # Prints one ok/FAIL line per target; exits 0 when none crashed, 1 when one
 # did, 77 when clang cannot build fuzzers (the message says what is missing).
 set -u
@@ -37,7 +39,7 @@ BUILD=${BUILD:-build}
 SRC=${HEAPD_SRC:-$(pwd)}
 SECS=${FUZZ_SECONDS:-60}
 FCC=${FUZZ_CC:-clang}
-TARGETS=${FUZZ_TARGETS:-wire alloc heap dispatch}
+TARGETS=${FUZZ_TARGETS:-wire alloc heap dispatch ring}
 PKG_CONFIG=${PKG_CONFIG:-pkg-config}
 OUT=$BUILD/fuzz
 PROTO=$BUILD/proto/heapd.pb-c.c
@@ -73,7 +75,8 @@ wing() {
     mkdir -p "$OUT/wing"
     wflags=$(echo "$CFLAGS_F" | sed 's/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,/')
     for f in $wsrc "$PROTO"; do
-        o=$OUT/wing/$(basename "$f" .c).o
+        # dir_name.o: daemon/ring.c and common/ring.c both build a ring.o
+        o=$OUT/wing/$(basename "$(dirname "$f")")_$(basename "$f" .c).o
         # shellcheck disable=SC2086
         if ! "$FCC" $wflags $PBC_CFLAGS -DHEAPD_VERSION='"fuzz"' -c -o "$o" "$f" >>"$OUT/build_wing.log" 2>&1; then
             echo "FAIL the daemon library for the fuzzers: $f did not build:"; sed 's/^/    | /' "$OUT/build_wing.log" | tail -20
@@ -87,6 +90,7 @@ build() { # build NAME: $OUT/fuzz_NAME
     case $1 in
     wire) srcs="$SRC/tests/fuzz/fuzz_wire.c $SRC/common/wire.c $PROTO"; extra="$PBC_CFLAGS"; libs="$PBC_LIBS" ;;
     alloc) srcs="$SRC/tests/fuzz/fuzz_alloc.c $SRC/daemon/alloc*.c"; extra=""; libs="" ;;
+    ring) srcs="$SRC/tests/fuzz/fuzz_ring.c $SRC/common/ring.c $PROTO"; extra="$PBC_CFLAGS"; libs="$PBC_LIBS" ;;
     heap | dispatch)
         : >"$OUT/build_wing.log"
         wing || return 1
@@ -100,7 +104,7 @@ build() { # build NAME: $OUT/fuzz_NAME
     fi
 }
 
-maxlen() { case $1 in wire) echo 8192 ;; alloc | heap) echo 1024 ;; *) echo 4096 ;; esac; }
+maxlen() { case $1 in wire) echo 8192 ;; alloc | heap) echo 1024 ;; ring) echo 2200 ;; *) echo 4096 ;; esac; }
 
 fails=0
 for t in $TARGETS; do

@@ -1,0 +1,231 @@
+/* heapc_ring.c - libheapc's side of the request ring (see heapc_ring.h). */
+#include "heapc_ring.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ring.h"
+
+/* Invariants: s is the number of the next request; every request before
+ * s - 1 was answered or abandoned (the caller went to the socket); mem maps
+ * the whole memfd, whose geometry hr_header_check accepted. */
+struct hcr_ring {
+    void *mem;
+    size_t size;
+    hr_geom geom;
+    int doorbell;
+    uint64_t s;
+    uint64_t spin_ns;  /* 0: no spinning */
+};
+
+int hcr_wanted(char *why, size_t len)
+{
+    const char *t = getenv("HEAPC_TRANSPORT");
+    if (!t || !*t || !strcmp(t, "ring"))
+        return 1;
+    if (!strcmp(t, "socket"))
+        return 0;
+    snprintf(why, len, "HEAPC_TRANSPORT=%s: use ring (the default) or socket", t);
+    return -1;
+}
+
+static long ncpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? n : 1;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+hcr_ring *hcr_open(int memfd, int doorbell, uint32_t nslots, uint32_t slot_size, uint32_t nlocal, char *why,
+                   size_t len)
+{
+    hcr_ring *r = calloc(1, sizeof *r);
+    struct stat st;
+    if (!r) {
+        snprintf(why, len, "out of memory");
+        goto fail;
+    }
+    if (fstat(memfd, &st) || st.st_size < (off_t)HR_HDR_SIZE) {
+        snprintf(why, len, "heapd's ring memfd is not usable (%s)", errno ? strerror(errno) : "too small");
+        goto fail;
+    }
+    r->size = (size_t)st.st_size;
+    r->mem = mmap(NULL, r->size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    if (r->mem == MAP_FAILED) {
+        snprintf(why, len, "mapping heapd's %zu-byte ring failed: %s", r->size, strerror(errno));
+        r->mem = NULL;
+        goto fail;
+    }
+    if (hr_header_check(r->mem, r->size, &r->geom, why, len))
+        goto fail;
+    if (r->geom.nslots != nslots || r->geom.slot_size != slot_size) {
+        snprintf(why, len, "heapd's ring header (%u slots of %u bytes) differs from its RingSetupReply (%u of %u)",
+                 r->geom.nslots, r->geom.slot_size, nslots, slot_size);
+        goto fail;
+    }
+    close(memfd);
+    r->doorbell = doorbell;
+    /* Spin only where it pays: more cores than spinners (heapd and every
+     * local rank); HEAPC_RING_SPIN_US overrides (0: never). */
+    const char *e = getenv("HEAPC_RING_SPIN_US");
+    long spin_us = ncpus() > (long)nlocal + 1 ? 20 : 0;
+    if (e && *e)
+        spin_us = strtol(e, NULL, 10);
+    r->spin_ns = spin_us > 0 ? (uint64_t)spin_us * 1000u : 0;
+    return r;
+fail:
+    if (r && r->mem)
+        munmap(r->mem, r->size);
+    free(r);
+    close(memfd);
+    close(doorbell);
+    return NULL;
+}
+
+void hcr_close(hcr_ring *r)
+{
+    if (!r)
+        return;
+    munmap(r->mem, r->size);
+    close(r->doorbell);
+    free(r);
+}
+
+size_t hcr_payload_max(const hcr_ring *r) { return hr_payload_max(r->geom); }
+
+void *hcr_test_slot(hcr_ring *r, uint64_t *s, int *doorbell)
+{
+    *s = r->s++;
+    *doorbell = r->doorbell;
+    return hr_req_slot(r->mem, r->geom, *s);
+}
+
+/* Response s: HR_OK (out filled, or *sock set for HR_KIND_SOCKET), HR_EMPTY,
+ * or an error. */
+static int take_resp(hcr_ring *r, uint64_t s, uint64_t id, hw_frame *out, int *sock, char *why, size_t whylen)
+{
+    hr_slot *sl = hr_resp_slot(r->mem, r->geom, s);
+    if (atomic_load_explicit(&sl->seq, memory_order_acquire) != s + 1)
+        return HR_EMPTY;
+    size_t max = hr_payload_max(r->geom);
+    unsigned char *buf = malloc(max + 1);
+    if (!buf) {
+        snprintf(why, whylen, "out of memory reading heapd's answer from the ring");
+        return HR_ELEN;
+    }
+    uint64_t rid;
+    uint32_t len, kind;
+    int rc = hr_read_resp(sl, s, r->geom, buf, &rid, &len, &kind);
+    if (rc == HR_OK && rid != id) {
+        snprintf(why, whylen, "heapd's ring answer %llu carries id %llu instead of %llu",
+                 (unsigned long long)s, (unsigned long long)rid, (unsigned long long)id);
+        rc = HR_ESEQ;
+    } else if (rc != HR_OK) {
+        snprintf(why, whylen, "heapd's ring answer %llu: %s", (unsigned long long)s, hr_strerror(rc));
+    }
+    if (rc != HR_OK) {
+        free(buf);
+        return rc;
+    }
+    if (kind == HR_KIND_SOCKET) {
+        free(buf);
+        *sock = 1;
+        return HR_OK;
+    }
+    buf[len] = 0;
+    memset(out, 0, sizeof *out);
+    out->data = buf;
+    out->len = len;
+    return HR_OK;
+}
+
+int hcr_call(hcr_ring *r, int sock, uint64_t id, const void *req, size_t len, int timeout_ms, hw_frame *out,
+             char *why, size_t whylen)
+{
+    hr_header *h = r->mem;
+    uint64_t s = r->s++;
+    hr_put(hr_req_slot(r->mem, r->geom, s), s, id, HR_KIND_REQUEST, req, (uint32_t)len);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&h->srv_sleeping, memory_order_relaxed)) {
+        uint64_t one = 1;
+        ssize_t w = write(r->doorbell, &one, sizeof one);
+        (void)w; /* a full counter (EAGAIN) rings as well */
+    }
+    return hcr_wait(r, sock, id, timeout_ms, out, why, whylen);
+}
+
+int hcr_wait(hcr_ring *r, int sock, uint64_t id, int timeout_ms, hw_frame *out, char *why, size_t whylen)
+{
+    hr_header *h = r->mem;
+    uint64_t s = r->s - 1;
+    int sock_reply = 0, readable = 0, rc;
+    uint64_t t0 = r->spin_ns ? now_ns() : 0;
+    if (r->spin_ns) {
+        for (unsigned i = 0;; i++) {
+            rc = take_resp(r, s, id, out, &sock_reply, why, whylen);
+            if (rc != HR_EMPTY)
+                goto done;
+            if ((i & 63) == 63 && now_ns() - t0 > r->spin_ns)
+                break;
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        }
+    }
+    uint64_t w0 = now_ns();
+    long waited_ms = 0;
+    for (;;) {
+        atomic_store_explicit(&h->cli_waiting, 1, memory_order_relaxed);
+        uint32_t v = atomic_load_explicit(&h->resp_futex, memory_order_relaxed);
+        atomic_thread_fence(memory_order_seq_cst);
+        rc = take_resp(r, s, id, out, &sock_reply, why, whylen);
+        if (rc != HR_EMPTY)
+            break;
+        long slice = HCR_SLICE_MS;
+        if (timeout_ms >= 0 && timeout_ms - waited_ms < slice)
+            slice = timeout_ms - waited_ms;
+        if (slice > 0) {
+            struct timespec ts = {slice / 1000, (long)(slice % 1000) * 1000000L};
+            syscall(SYS_futex, &h->resp_futex, FUTEX_WAIT, v, &ts, NULL, 0);
+        }
+        rc = take_resp(r, s, id, out, &sock_reply, why, whylen);
+        if (rc != HR_EMPTY)
+            break;
+        struct pollfd p = {.fd = sock, .events = POLLIN};
+        if (poll(&p, 1, 0) > 0) {
+            readable = 1; /* heapd's last words, a frame with fds, or a hang-up */
+            rc = HR_OK;
+            break;
+        }
+        waited_ms = (long)((now_ns() - w0) / 1000000u);
+        if (timeout_ms >= 0 && waited_ms >= timeout_ms) {
+            atomic_store_explicit(&h->cli_waiting, 0, memory_order_relaxed);
+            return HCR_TIMEOUT;
+        }
+    }
+    atomic_store_explicit(&h->cli_waiting, 0, memory_order_relaxed);
+done:
+    if (rc != HR_OK)
+        return HCR_EPROTO;
+    return readable ? HCR_READABLE : sock_reply ? HCR_SOCKET : HCR_REPLY;
+}
