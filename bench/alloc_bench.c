@@ -31,9 +31,9 @@
 #include <string.h>
 #include <time.h>
 
-#define KiB ((uint64_t)1 << 10)
-#define MiB ((uint64_t)1 << 20)
-#define GiB ((uint64_t)1 << 30)
+#define KiB           ((uint64_t)1 << 10)
+#define MiB           ((uint64_t)1 << 20)
+#define GiB           ((uint64_t)1 << 30)
 #define COLLECT_EVERY 4096
 
 static const ha_policy policies[2] = {HA_POLICY_SEED, HA_POLICY_COALESCE};
@@ -54,10 +54,7 @@ static uint64_t rng_next(uint64_t *s)
     return x * 2685821657736338717ull;
 }
 
-static uint64_t rng_below(uint64_t *s, uint64_t n)
-{
-    return n ? rng_next(s) % n : 0;
-}
+static uint64_t rng_below(uint64_t *s, uint64_t n) { return n ? rng_next(s) % n : 0; }
 
 static double now_ns(void)
 {
@@ -73,8 +70,7 @@ static double cpu_ns(void)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-static ha_heap *mk(ha_policy pol, uint32_t ranks, uint64_t chunk, uint64_t initial, uint64_t va,
-                   uint64_t min_block)
+static ha_heap *mk(ha_policy pol, uint32_t ranks, uint64_t chunk, uint64_t initial, uint64_t va, uint64_t min_block)
 {
     ha_params p = {.ranks = ranks,
                    .chunk_size = chunk,
@@ -125,10 +121,7 @@ static void free_all_ranks(ha_heap *h, uint32_t ranks, uint64_t off)
 }
 
 /* Mixed small sizes: 1 B .. 16 KiB, log-uniform (skewed small). */
-static uint64_t small_size(uint64_t *rs)
-{
-    return 1 + rng_below(rs, (uint64_t)1 << (6 + rng_below(rs, 9)));
-}
+static uint64_t small_size(uint64_t *rs) { return 1 + rng_below(rs, (uint64_t)1 << (6 + rng_below(rs, 9))); }
 
 /* ---- 1. cost per pair --------------------------------------------------- */
 
@@ -136,13 +129,13 @@ typedef struct cost_row {
     ha_policy pol;
     uint64_t live;
     uint64_t iters;
-    uint32_t batch;    /* 0: a call of ha_free per rank and block; else frees in batches */
+    uint32_t batch; /* 0: a call of ha_free per rank and block; else frees in batches */
     double ns_per_pair;
     double cpu_ns_per_pair; /* the thread's CPU time */
-    uint64_t collects; /* during the timed part */
-    uint64_t growths;  /* during the timed part */
+    uint64_t collects;      /* during the timed part */
+    uint64_t growths;       /* during the timed part */
     uint64_t mapped;
-    size_t mem;        /* bookkeeping bytes at the end */
+    size_t mem; /* bookkeeping bytes at the end */
 } cost_row;
 
 /* Frees n blocks on every rank the way the heap wing does with a Free
@@ -165,8 +158,7 @@ static void free_batch_all_ranks(ha_heap *h, uint32_t ranks, const uint64_t *off
     }
 }
 
-static cost_row bench_cost(ha_policy pol, uint32_t ranks, uint64_t live, uint64_t iters,
-                           uint32_t batch)
+static cost_row bench_cost(ha_policy pol, uint32_t ranks, uint64_t live, uint64_t iters, uint32_t batch)
 {
     /* Room for the live set several times over: 10^6 blocks of <= 16 KiB. */
     uint64_t chunk = 64 * MiB;
@@ -312,8 +304,8 @@ typedef struct rblock {
  * every rank frees each block at its own random time, no explicit collects.
  * The operations depend only on the RNG and on which ranks still hold which
  * blocks, never on offsets: both policies replay the same trace. */
-static fig run_random(ha_policy pol, uint32_t ranks, uint64_t steps, uint64_t max_size,
-                      uint64_t target_live, uint64_t seed)
+static fig run_random(ha_policy pol, uint32_t ranks, uint64_t steps, uint64_t max_size, uint64_t target_live,
+                      uint64_t seed)
 {
     /* A heap a few times the live set: 16 MiB chunks, 64 MiB to start. */
     ha_heap *h = mk(pol, ranks, 16 * MiB, 64 * MiB, 64 * GiB, 512);
@@ -439,8 +431,7 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         } else {
-            fprintf(stderr, "alloc_bench: unknown argument '%s'; run alloc_bench --help\n",
-                    argv[i]);
+            fprintf(stderr, "alloc_bench: unknown argument '%s'; run alloc_bench --help\n", argv[i]);
             return 2;
         }
     }
@@ -468,28 +459,27 @@ int main(int argc, char **argv)
            "%d cycles); frees: 'call' = one ha_free per rank and block, 'bN' = batches of N "
            "blocks, one ha_free_batch per rank (the heap wing's Free batches)\n",
            ranks, COLLECT_EVERY);
-    printf("%-9s %5s %9s %10s %12s %12s %9s %8s %12s %12s\n", "policy", "frees", "live", "cycles",
-           "ns/pair", "cpu ns/pair", "collects", "growths", "mapped", "bookkeeping");
+    printf("%-9s %5s %9s %10s %12s %12s %9s %8s %12s %12s\n", "policy", "frees", "live", "cycles", "ns/pair",
+           "cpu ns/pair", "collects", "growths", "mapped", "bookkeeping");
     for (int li = 0; li < nlives; li++) {
         for (int pi = 0; pi < 2; pi++)
             for (int bi = 0; bi < (batch ? 2 : 1); bi++) {
-            uint32_t bt = bi ? (uint32_t)(batch < lives[li] / 4 ? batch : lives[li] / 4) : 0;
-            cost_row c = bench_cost(policies[pi], ranks, lives[li], iters, bt);
-            cost[ncost++] = c;
-            char fr[16];
-            if (bt)
-                snprintf(fr, sizeof fr, "b%u", bt);
-            else
-                snprintf(fr, sizeof fr, "call");
-            char m[HSZ_SIZE_BUFLEN], mem[HSZ_SIZE_BUFLEN];
-            hsz_format_size(c.mapped, m, sizeof m);
-            snprintf(mem, sizeof mem, "%.1f MiB", (double)c.mem / (double)MiB);
-            printf("%-9s %5s %9" PRIu64 " %10" PRIu64 " %12.1f %12.1f %9" PRIu64 " %8" PRIu64
-                   " %12s %12s\n",
-                   ha_policy_name(c.pol), fr, c.live, c.iters, c.ns_per_pair, c.cpu_ns_per_pair,
-                   c.collects, c.growths, m, mem);
-            fflush(stdout);
-        }
+                uint32_t bt = bi ? (uint32_t)(batch < lives[li] / 4 ? batch : lives[li] / 4) : 0;
+                cost_row c = bench_cost(policies[pi], ranks, lives[li], iters, bt);
+                cost[ncost++] = c;
+                char fr[16];
+                if (bt)
+                    snprintf(fr, sizeof fr, "b%u", bt);
+                else
+                    snprintf(fr, sizeof fr, "call");
+                char m[HSZ_SIZE_BUFLEN], mem[HSZ_SIZE_BUFLEN];
+                hsz_format_size(c.mapped, m, sizeof m);
+                snprintf(mem, sizeof mem, "%.1f MiB", (double)c.mem / (double)MiB);
+                printf("%-9s %5s %9" PRIu64 " %10" PRIu64 " %12.1f %12.1f %9" PRIu64 " %8" PRIu64 " %12s %12s\n",
+                       ha_policy_name(c.pol), fr, c.live, c.iters, c.ns_per_pair, c.cpu_ns_per_pair, c.collects,
+                       c.growths, m, mem);
+                fflush(stdout);
+            }
     }
 
     double anchor = miss_anchor();
@@ -501,8 +491,7 @@ int main(int argc, char **argv)
             printf("%-9s %-5s 10^6 / 10^3: %.2fx wall, %.2fx cpu (goal <= 1.5x); at 10^6: %.1f ns "
                    "wall, %.1f ns cpu (goal <= 100 ns)\n",
                    ha_policy_name(lo->pol), lo->batch ? "batch" : "call", hi->ns_per_pair / lo->ns_per_pair,
-                   hi->cpu_ns_per_pair / lo->cpu_ns_per_pair, hi->ns_per_pair,
-                   hi->cpu_ns_per_pair);
+                   hi->cpu_ns_per_pair / lo->cpu_ns_per_pair, hi->ns_per_pair, hi->cpu_ns_per_pair);
         }
     if (cost_only)
         return 0;
@@ -528,8 +517,7 @@ int main(int argc, char **argv)
             if (runs[ri].model)
                 f[pi] = run_model(policies[pi], runs[ri].model);
             else
-                f[pi] = run_random(policies[pi], runs[ri].ranks,
-                                   quick ? runs[ri].steps / 10 : runs[ri].steps,
+                f[pi] = run_random(policies[pi], runs[ri].ranks, quick ? runs[ri].steps / 10 : runs[ri].steps,
                                    runs[ri].max_size, runs[ri].live, runs[ri].seed);
         }
         const char *what[3] = {"mapped", "growths", "collects"};
@@ -545,8 +533,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < nrows; i++) {
         char ratio[32];
         ratio_str(rows[i].v[0], rows[i].v[1], ratio, sizeof ratio);
-        printf("%-28s %14" PRIu64 " %14" PRIu64 " %8s\n", rows[i].name, rows[i].v[0],
-               rows[i].v[1], ratio);
+        printf("%-28s %14" PRIu64 " %14" PRIu64 " %8s\n", rows[i].name, rows[i].v[0], rows[i].v[1], ratio);
     }
 
     if (json) {
@@ -555,28 +542,25 @@ int main(int argc, char **argv)
             perror("alloc_bench: cannot write the JSON file");
             return 1;
         }
-        fprintf(f, "{\n  \"bench\": \"alloc_bench\",\n  \"ranks\": %u,\n  \"quick\": %s,\n",
-                ranks, quick ? "true" : "false");
+        fprintf(f, "{\n  \"bench\": \"alloc_bench\",\n  \"ranks\": %u,\n  \"quick\": %s,\n", ranks,
+                quick ? "true" : "false");
         fprintf(f, "  \"miss_anchor_ns\": %.1f,\n", anchor);
         fprintf(f, "  \"cost\": [\n");
         for (int i = 0; i < ncost; i++)
             fprintf(f,
                     "    {\"policy\": \"%s\", \"batch\": %u, \"live\": %" PRIu64 ", \"cycles\": %" PRIu64
                     ", \"ns_per_pair\": %.1f, \"cpu_ns_per_pair\": %.1f, \"collects\": %" PRIu64
-                    ", \"growths\": %" PRIu64
-                    ", \"mapped\": %" PRIu64 ", \"bookkeeping_bytes\": %zu}%s\n",
-                    ha_policy_name(cost[i].pol), cost[i].batch, cost[i].live, cost[i].iters,
-                    cost[i].ns_per_pair, cost[i].cpu_ns_per_pair, cost[i].collects, cost[i].growths, cost[i].mapped,
-                    cost[i].mem, i + 1 < ncost ? "," : "");
+                    ", \"growths\": %" PRIu64 ", \"mapped\": %" PRIu64 ", \"bookkeeping_bytes\": %zu}%s\n",
+                    ha_policy_name(cost[i].pol), cost[i].batch, cost[i].live, cost[i].iters, cost[i].ns_per_pair,
+                    cost[i].cpu_ns_per_pair, cost[i].collects, cost[i].growths, cost[i].mapped, cost[i].mem,
+                    i + 1 < ncost ? "," : "");
         fprintf(f, "  ],\n  \"figures\": [\n");
         for (int i = 0; i < nrows; i++) {
             char ratio[32];
             ratio_str(rows[i].v[0], rows[i].v[1], ratio, sizeof ratio);
-            fprintf(f,
-                    "    {\"figure\": \"%s\", \"seed\": %" PRIu64 ", \"coalesce\": %" PRIu64
-                    ", \"ratio\": %s}%s\n",
-                    rows[i].name, rows[i].v[0], rows[i].v[1],
-                    strcmp(ratio, "-") == 0 ? "null" : ratio, i + 1 < nrows ? "," : "");
+            fprintf(f, "    {\"figure\": \"%s\", \"seed\": %" PRIu64 ", \"coalesce\": %" PRIu64 ", \"ratio\": %s}%s\n",
+                    rows[i].name, rows[i].v[0], rows[i].v[1], strcmp(ratio, "-") == 0 ? "null" : ratio,
+                    i + 1 < nrows ? "," : "");
         }
         fprintf(f, "  ]\n}\n");
         if (fclose(f) != 0) {

@@ -44,9 +44,9 @@
 #define NAME "collect_bench"
 #define BENCH_ONE_HEAPD
 #include "bench_util.h"
-#define KiB ((uint64_t)1 << 10)
+#define KiB        ((uint64_t)1 << 10)
 #define ALLOC_SIZE (4 * KiB)
-#define MAX_RANKS 8
+#define MAX_RANKS  8
 
 /* ---- process bookkeeping and cleanup ------------------------------------- */
 
@@ -99,8 +99,8 @@ static void wait_ranks(const char *what)
 typedef struct shared {
     double wall_us; /* rank 0: its whole timed loop (allocs, frees, collects) */
     uint64_t iters;
-    double lat[];   /* rank 0's collects (iters), then every rank's call and return
-                       times ([rank][iter][2], ranks * iters * 2), microseconds */
+    double lat[]; /* rank 0's collects (iters), then every rank's call and return
+                     times ([rank][iter][2], ranks * iters * 2), microseconds */
 } shared;
 
 static void rank_main(shared *s, uint32_t rank, uint32_t ranks, uint64_t warm, uint64_t iters)
@@ -113,7 +113,7 @@ static void rank_main(shared *s, uint32_t rank, uint32_t ranks, uint64_t warm, u
     char heap[32];
     snprintf(heap, sizeof heap, "collect-%u", ranks);
     heapc_params p;
-    memset(&p, 0, sizeof p); /* heapd's defaults: 64 MiB chunk, coalesce */
+    memset(&p, 0, sizeof p);                                /* heapd's defaults: 64 MiB chunk, coalesce */
     if (heapc_attach(c, heap, rank, ranks, &p) != HEAPC_OK) /* collective */
         die("rank %u: heapc_attach(%s): %s", rank, heap, heapc_errstr(c));
     heapc_counters c0, c1;
@@ -146,12 +146,10 @@ static void rank_main(shared *s, uint32_t rank, uint32_t ranks, uint64_t warm, u
         s->wall_us = now_us() - t_begin;
     heapc_get_counters(c, &c1);
     if (c1.collects - c0.collects != warm + iters || c1.collects_needed != c0.collects_needed)
-        die("rank %u: %" PRIu64 " collects (%" PRIu64 " asked for by heapd), expected %" PRIu64
-            " and none asked for",
+        die("rank %u: %" PRIu64 " collects (%" PRIu64 " asked for by heapd), expected %" PRIu64 " and none asked for",
             rank, c1.collects - c0.collects, c1.collects_needed - c0.collects_needed, warm + iters);
     if (c1.last_reclaimed_blocks != 1)
-        die("rank %u: the last collect reclaimed %" PRIu64 " blocks, expected 1", rank,
-            c1.last_reclaimed_blocks);
+        die("rank %u: the last collect reclaimed %" PRIu64 " blocks, expected 1", rank, c1.last_reclaimed_blocks);
     if (heapc_detach(c) != HEAPC_OK)
         die("rank %u: heapc_detach: %s", rank, heapc_errstr(c));
     heapc_free_ctx(c);
@@ -161,7 +159,7 @@ static void rank_main(shared *s, uint32_t rank, uint32_t ranks, uint64_t warm, u
 typedef struct row {
     uint32_t ranks;
     double p50, p99, mean, min, max;
-    double iter_us; /* rank 0's wall time per iteration (alloc + free + flush + collect) */
+    double iter_us;            /* rank 0's wall time per iteration (alloc + free + flush + collect) */
     double span_p50, span_p99; /* first rank's call to last rank's return, per collect */
 } row;
 
@@ -285,8 +283,8 @@ int main(int argc, char **argv)
         printf("bench " NAME ": %u ranks: rank 0's collect p50 %.2f us p99 %.2f us mean %.2f us (min "
                "%.2f, max %.2f); first call to last return p50 %.2f us p99 %.2f us; %.2f us per "
                "whole iteration\n",
-               ns[k], rows[k].p50, rows[k].p99, rows[k].mean, rows[k].min, rows[k].max,
-               rows[k].span_p50, rows[k].span_p99, rows[k].iter_us);
+               ns[k], rows[k].p50, rows[k].p99, rows[k].mean, rows[k].min, rows[k].max, rows[k].span_p50,
+               rows[k].span_p99, rows[k].iter_us);
         fflush(stdout);
     }
     cleanup();
@@ -294,11 +292,11 @@ int main(int argc, char **argv)
     printf("\n" NAME ": collect latency as seen by rank 0 (host backend, one heapd, %" PRIu64
            " collects per row), microseconds\n",
            iters);
-    printf("%5s %10s %10s %10s %10s %10s %14s\n", "ranks", "p50", "p99", "mean", "span p50",
-           "span p99", "us/iteration");
+    printf("%5s %10s %10s %10s %10s %10s %14s\n", "ranks", "p50", "p99", "mean", "span p50", "span p99",
+           "us/iteration");
     for (int k = 0; k < 3; k++)
-        printf("%5u %10.2f %10.2f %10.2f %10.2f %10.2f %14.2f\n", rows[k].ranks, rows[k].p50,
-               rows[k].p99, rows[k].mean, rows[k].span_p50, rows[k].span_p99, rows[k].iter_us);
+        printf("%5u %10.2f %10.2f %10.2f %10.2f %10.2f %14.2f\n", rows[k].ranks, rows[k].p50, rows[k].p99, rows[k].mean,
+               rows[k].span_p50, rows[k].span_p99, rows[k].iter_us);
     printf("(p50/p99/mean: heapc_collect on rank 0; span: first rank's heapc_collect call to the "
            "last rank's return; us/iteration: rank 0's loop time per alloc+free+flush+collect)\n");
     printf("bench " NAME ": done in %.1f s\n", (now_us() - t_start) / 1e6);
@@ -319,8 +317,8 @@ int main(int argc, char **argv)
                     "    {\"ranks\": %u, \"p50_us\": %.3f, \"p99_us\": %.3f, \"mean_us\": %.3f, "
                     "\"min_us\": %.3f, \"max_us\": %.3f, \"span_p50_us\": %.3f, "
                     "\"span_p99_us\": %.3f, \"iteration_us\": %.3f}%s\n",
-                    rows[k].ranks, rows[k].p50, rows[k].p99, rows[k].mean, rows[k].min, rows[k].max,
-                    rows[k].span_p50, rows[k].span_p99, rows[k].iter_us, k < 2 ? "," : "");
+                    rows[k].ranks, rows[k].p50, rows[k].p99, rows[k].mean, rows[k].min, rows[k].max, rows[k].span_p50,
+                    rows[k].span_p99, rows[k].iter_us, k < 2 ? "," : "");
         fprintf(f, "  ]\n}\n");
         if (fclose(f) != 0) {
             fprintf(stderr, NAME ": cannot write %s\n", json);

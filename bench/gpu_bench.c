@@ -56,7 +56,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MiB ((uint64_t)1 << 20)
+#define MiB      ((uint64_t)1 << 20)
 #define MAXSIZES 16
 
 static double now_us(void)
@@ -87,8 +87,7 @@ typedef struct row {
     uint64_t size;
     int n_cm, n_vmm, n_ng, n_g;
     double cuda_malloc, cuda_free;
-    double vmm_create, vmm_reserve, vmm_map, vmm_access, vmm_create_map, vmm_release, vmm_export,
-        vmm_export_mapped;
+    double vmm_create, vmm_reserve, vmm_map, vmm_access, vmm_create_map, vmm_release, vmm_export, vmm_export_mapped;
     uint64_t chunk, initial;
     double heapd_attach, heapd_alloc, heapd_alloc_p99, heapd_growth, heapd_growth_max;
 } row;
@@ -117,10 +116,8 @@ static struct {
     const hc_cuda *cu;
     CUcontext ctx;
     CUdevice device;
-    CUresult (*MemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
-                          unsigned long long);
-    CUresult (*MemExport)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
-                          unsigned long long);
+    CUresult (*MemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+    CUresult (*MemExport)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long);
 #endif
     row rows[MAXSIZES];
 } g = {.backend = "cuda"};
@@ -211,8 +208,7 @@ static void start_heapd(void)
     FILE *f = fopen(conf, "w");
     if (!f)
         die("cannot write %s: %s", conf, strerror(errno));
-    fprintf(f, "socket = %s\nbackend = %s\nlog_level = warn\ncollect_timeout_ms = 15000\n",
-            g.sockbuf, g.backend);
+    fprintf(f, "socket = %s\nbackend = %s\nlog_level = warn\ncollect_timeout_ms = 15000\n", g.sockbuf, g.backend);
     fclose(f);
     const char *exe = g.heapd ? g.heapd : default_heapd();
     fflush(NULL);
@@ -232,8 +228,8 @@ static void start_heapd(void)
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid) {
             g.hpid = 0;
-            die("heapd (%s) exited at start with status %d; its log is %s", exe,
-                WIFEXITED(st) ? WEXITSTATUS(st) : -1, log);
+            die("heapd (%s) exited at start with status %d; its log is %s", exe, WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+                log);
         }
         heapc *c = heapc_connect(g.sock);
         int ok = c && heapc_err(c) == HEAPC_OK;
@@ -257,8 +253,7 @@ static int load_cudart(void)
             snprintf(g.rt_name, sizeof g.rt_name, "%s", names[i]);
     const char *home = getenv("CUDA_HOME");
     char pat[PATH_MAX];
-    const char *pats[3] = {NULL, "/usr/local/cuda/lib64/libcudart.so*",
-                           "/usr/local/cuda*/lib64/libcudart.so*"};
+    const char *pats[3] = {NULL, "/usr/local/cuda/lib64/libcudart.so*", "/usr/local/cuda*/lib64/libcudart.so*"};
     if (home) {
         snprintf(pat, sizeof pat, "%s/lib64/libcudart.so*", home);
         pats[0] = pat;
@@ -281,21 +276,20 @@ static int load_cudart(void)
     *(void **)&g.cudaSetDevice = dlsym(g.rt, "cudaSetDevice");
     *(void **)&g.cudaDeviceSynchronize = dlsym(g.rt, "cudaDeviceSynchronize");
     *(void **)&g.cudaGetErrorString = dlsym(g.rt, "cudaGetErrorString");
-    if (!g.cudaMalloc || !g.cudaFree || !g.cudaSetDevice || !g.cudaDeviceSynchronize ||
-        !g.cudaGetErrorString)
+    if (!g.cudaMalloc || !g.cudaFree || !g.cudaSetDevice || !g.cudaDeviceSynchronize || !g.cudaGetErrorString)
         return -1;
     return 0;
 }
 
 #if HEAPD_HAVE_CUDA_H
-#define CU(call)                                                                   \
-    do {                                                                           \
-        CUresult rc_ = (call);                                                     \
-        if (rc_ != CUDA_SUCCESS) {                                                 \
-            char e_[320];                                                          \
-            hc_cuda_fail(e_, sizeof e_, rc_, NULL, "%s", #call);                   \
-            die("%s", e_);                                                         \
-        }                                                                          \
+#define CU(call)                                                                                                       \
+    do {                                                                                                               \
+        CUresult rc_ = (call);                                                                                         \
+        if (rc_ != CUDA_SUCCESS) {                                                                                     \
+            char e_[320];                                                                                              \
+            hc_cuda_fail(e_, sizeof e_, rc_, NULL, "%s", #call);                                                       \
+            die("%s", e_);                                                                                             \
+        }                                                                                                              \
     } while (0)
 
 /* Returns 0, or -1 with a message when there is no usable GPU. */
@@ -435,10 +429,10 @@ static void bench_cudart(row *r, int reps)
 
 /* ---- heapd ---------------------------------------------------------------- */
 
-#define HC(c, call)                                                                \
-    do {                                                                           \
-        if ((call) != HEAPC_OK)                                                    \
-            die("%s: %s: %s", #call, heapc_errname(heapc_err(c)), heapc_errstr(c)); \
+#define HC(c, call)                                                                                                    \
+    do {                                                                                                               \
+        if ((call) != HEAPC_OK)                                                                                        \
+            die("%s: %s: %s", #call, heapc_errname(heapc_err(c)), heapc_errstr(c));                                    \
     } while (0)
 
 static void bench_heapd(row *r, int ng, int ngrow)
@@ -469,7 +463,7 @@ static void bench_heapd(row *r, int ng, int ngrow)
     p.initial_size = initial;
     p.va_size = initial + (uint64_t)(ngrow + 2) * gsize;
     p.min_block = 512;
-    p.collect_timeout_ms = 15000;   /* seconds, not minutes: a hang fails fast */
+    p.collect_timeout_ms = 15000; /* seconds, not minutes: a hang fails fast */
     p.device_uuid = g.uuid;
     char name[64];
     snprintf(name, sizeof name, "gpu_bench-%" PRIu64, r->size);
@@ -512,8 +506,8 @@ static void bench_heapd(row *r, int ng, int ngrow)
         /* alloc.h: an allocation that would grow asks for exactly one collect
          * first, then grows without asking again. */
         if (heapc_mapped(c) <= before || k1.collects_needed - k0.collects_needed != 1)
-            die("heap %s: growth %d: mapped %" PRIu64 " -> %" PRIu64 " (chunk %" PRIu64
-                "), collects needed %" PRIu64 " -> %" PRIu64 " (want one more)",
+            die("heap %s: growth %d: mapped %" PRIu64 " -> %" PRIu64 " (chunk %" PRIu64 "), collects needed %" PRIu64
+                " -> %" PRIu64 " (want one more)",
                 name, i, before, heapc_mapped(c), chunk, k0.collects_needed, k1.collects_needed);
     }
     r->heapd_growth_max = pct(v, ngrow, 1.0);
@@ -559,7 +553,8 @@ static void print_table(void)
     printf("\nmedians in microseconds; VMM = cuMemCreate + cuMemAddressReserve + cuMemMap + "
            "cuMemSetAccess\n(size rounded up to %" PRIu64 " KiB), release = cuMemUnmap + "
            "cuMemAddressFree + cuMemRelease;\nVMM export = cuMemExportToShareableHandle (POSIX fd) "
-           "right after cuMemCreate (heapd's order), (mapped) = of a mapped handle;\nheapd alloc = an allocation of that size in a "
+           "right after cuMemCreate (heapd's order), (mapped) = of a mapped handle;\nheapd alloc = an allocation of "
+           "that size in a "
            "1-rank heap that does not grow; heapd growth = one that grows it by one chunk\n\n",
            (g.gran ? g.gran : 2 * MiB) >> 10);
     printf("| size | cudaMalloc | cudaFree | VMM create+map | VMM release | VMM export | "
@@ -581,8 +576,8 @@ static void print_table(void)
         ratio(c[8], 32, r->heapd_growth, r->vmm_create_map);
         ratio(c[9], 32, r->cuda_malloc, r->heapd_alloc);
         cell(c[10], 32, r->vmm_export_mapped);
-        printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", sz, c[0], c[1],
-               c[2], c[3], c[4], c[10], c[5], c[6], c[7], c[8], c[9]);
+        printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", sz, c[0], c[1], c[2], c[3], c[4],
+               c[10], c[5], c[6], c[7], c[8], c[9]);
     }
     fflush(stdout);
 }
@@ -592,15 +587,16 @@ static void write_json(void)
     FILE *f = fopen(g.json, "w");
     if (!f)
         die("cannot write %s: %s", g.json, strerror(errno));
-    fprintf(f, "{\"bench\": \"gpu_bench\", \"backend\": \"%s\", \"device\": \"%s\", "
-               "\"driver_version\": %d, \"cudart\": \"%s\", \"granularity\": %" PRIu64
-               ", \"rows\": [",
+    fprintf(f,
+            "{\"bench\": \"gpu_bench\", \"backend\": \"%s\", \"device\": \"%s\", "
+            "\"driver_version\": %d, \"cudart\": \"%s\", \"granularity\": %" PRIu64 ", \"rows\": [",
             g.backend, g.dev_name, g.driver_version, g.rt_name, g.gran);
     for (int i = 0; i < g.nsizes; i++) {
         row *r = &g.rows[i];
-        fprintf(f, "%s\n  {\"size\": %" PRIu64 ", \"heapd_chunk\": %" PRIu64
-                   ", \"heapd_initial\": %" PRIu64 ", \"reps\": {\"cudaMalloc\": %d, \"vmm\": %d, "
-                   "\"heapd_alloc\": %d, \"heapd_growth\": %d}, ",
+        fprintf(f,
+                "%s\n  {\"size\": %" PRIu64 ", \"heapd_chunk\": %" PRIu64 ", \"heapd_initial\": %" PRIu64
+                ", \"reps\": {\"cudaMalloc\": %d, \"vmm\": %d, "
+                "\"heapd_alloc\": %d, \"heapd_growth\": %d}, ",
                 i ? "," : "", r->size, r->chunk, r->initial, r->n_cm, r->n_vmm, r->n_ng, r->n_g);
         jnum(f, "cuda_malloc_us", r->cuda_malloc, 0);
         jnum(f, "cuda_free_us", r->cuda_free, 0);
@@ -625,16 +621,15 @@ static void write_json(void)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: gpu_bench [--json FILE] [--quick] [--socket PATH | --heapd PATH]\n"
-            "                 [--sizes LIST] [--backend cuda|host] [--require-gpu]\n"
-            "  --json FILE    also write the results as JSON to FILE\n"
-            "  --quick        fewer repetitions\n"
-            "  --socket PATH  use the heapd listening there (its backend must match)\n"
-            "  --heapd PATH   the heapd to start (default: BUILD/heapd beside BUILD/bench)\n"
-            "  --sizes LIST   comma-separated sizes (default 4K,2M,64M,256M,1G)\n"
-            "  --backend B    cuda (default) or host (heapd columns only, no GPU needed)\n"
-            "  --require-gpu  exit 1 instead of 0 when there is no GPU\n");
+    fprintf(f, "usage: gpu_bench [--json FILE] [--quick] [--socket PATH | --heapd PATH]\n"
+               "                 [--sizes LIST] [--backend cuda|host] [--require-gpu]\n"
+               "  --json FILE    also write the results as JSON to FILE\n"
+               "  --quick        fewer repetitions\n"
+               "  --socket PATH  use the heapd listening there (its backend must match)\n"
+               "  --heapd PATH   the heapd to start (default: BUILD/heapd beside BUILD/bench)\n"
+               "  --sizes LIST   comma-separated sizes (default 4K,2M,64M,256M,1G)\n"
+               "  --backend B    cuda (default) or host (heapd columns only, no GPU needed)\n"
+               "  --require-gpu  exit 1 instead of 0 when there is no GPU\n");
 }
 
 int main(int argc, char **argv)
@@ -709,9 +704,8 @@ int main(int argc, char **argv)
             if (rc != 0)
                 die("cudaSetDevice(0)/cudaFree(NULL): %s", g.cudaGetErrorString(rc));
         }
-        printf("gpu_bench: %s, driver %d.%d, %s, granularity %" PRIu64 " KiB\n", g.dev_name,
-               g.driver_version / 1000, g.driver_version % 1000 / 10,
-               g.rt ? g.rt_name : "no cudart", g.gran >> 10);
+        printf("gpu_bench: %s, driver %d.%d, %s, granularity %" PRIu64 " KiB\n", g.dev_name, g.driver_version / 1000,
+               g.driver_version % 1000 / 10, g.rt ? g.rt_name : "no cudart", g.gran >> 10);
     }
     if (!g.sock)
         start_heapd();
@@ -720,20 +714,17 @@ int main(int argc, char **argv)
         if (!c || heapc_err(c))
             die("cannot connect to heapd at %s: %s", g.sock, c ? heapc_errstr(c) : "out of memory");
         if (strcmp(heapc_backend(c), g.backend) != 0)
-            die("heapd at %s runs the %s backend; this run needs %s", g.sock, heapc_backend(c),
-                g.backend);
+            die("heapd at %s runs the %s backend; this run needs %s", g.sock, heapc_backend(c), g.backend);
         heapc_free_ctx(c);
     }
 
     for (int i = 0; i < g.nsizes; i++) {
         row *r = &g.rows[i];
-        r->cuda_malloc = r->cuda_free = r->vmm_create = r->vmm_reserve = r->vmm_map =
-            r->vmm_access = r->vmm_create_map = r->vmm_release = r->vmm_export =
-                    r->vmm_export_mapped = -1;
+        r->cuda_malloc = r->cuda_free = r->vmm_create = r->vmm_reserve = r->vmm_map = r->vmm_access =
+            r->vmm_create_map = r->vmm_release = r->vmm_export = r->vmm_export_mapped = -1;
         int big = r->size >= 256 * MiB, huge = r->size >= 1024 * MiB;
         int reps = huge ? 10 : big ? 20 : 50;
-        int ng = r->size <= 2 * MiB ? (r->size <= 64 * 1024 ? 200 : 50)
-                 : huge ? 4 : big ? 8 : 20;
+        int ng = r->size <= 2 * MiB ? (r->size <= 64 * 1024 ? 200 : 50) : huge ? 4 : big ? 8 : 20;
         int ngrow = huge ? 3 : big ? 5 : r->size > 2 * MiB ? 10 : 20;
         if (g.quick) {
             reps = reps / 5 > 3 ? reps / 5 : 3;
@@ -752,8 +743,8 @@ int main(int argc, char **argv)
 #endif
         }
         bench_heapd(r, ng, ngrow);
-        printf(" cudaMalloc %.1f, VMM %.1f, heapd alloc %.1f, growth %.1f us\n", r->cuda_malloc,
-               r->vmm_create_map, r->heapd_alloc, r->heapd_growth);
+        printf(" cudaMalloc %.1f, VMM %.1f, heapd alloc %.1f, growth %.1f us\n", r->cuda_malloc, r->vmm_create_map,
+               r->heapd_alloc, r->heapd_growth);
     }
     stop_heapd();
     print_table();

@@ -267,7 +267,8 @@ static int parse(int argc, char **argv, opts *o)
         else if (i + 1 < argc && !strcmp(argv[i], "--json"))
             o->json = argv[++i];
         else {
-            fprintf(stderr, "usage: " NAME " [--rounds N] [--cycles N] [--idle N] [--fdconns N] [--unread N] [--json FILE]\n");
+            fprintf(stderr,
+                    "usage: " NAME " [--rounds N] [--cycles N] [--idle N] [--fdconns N] [--unread N] [--json FILE]\n");
             return 2;
         }
     }
@@ -300,8 +301,9 @@ static void start_heapd(const char *argv0)
     FILE *f = fopen(conf, "w");
     if (!f)
         die("cannot write %s", conf);
-    fprintf(f, "socket = %s\nsocket_mode = 0666\nbackend = host\nlog_level = warn\nmax_clients = 4096\n"
-               "max_clients_per_uid = 2000\nhello_timeout_ms = 600000\n",
+    fprintf(f,
+            "socket = %s\nsocket_mode = 0666\nbackend = host\nlog_level = warn\nmax_clients = 4096\n"
+            "max_clients_per_uid = 2000\nhello_timeout_ms = 600000\n",
             sock);
     fclose(f);
     char cmd[PATH_MAX * 2];
@@ -374,18 +376,19 @@ static void report(const opts *o, const result *base, const result *loaded)
             worst = r;
         printf("%-16s %10.1fus %10.1fus %10.1fus %10.1fus %7.2fx\n", step_name[s], base->p50[s], base->p99[s],
                loaded->p50[s], loaded->p99[s], r);
-        printf("bench " NAME ": %s p99 unloaded %.1f us, loaded %.1f us, ratio %.2f\n", step_name[s],
-               base->p99[s], loaded->p99[s], r);
+        printf("bench " NAME ": %s p99 unloaded %.1f us, loaded %.1f us, ratio %.2f\n", step_name[s], base->p99[s],
+               loaded->p99[s], r);
     }
     printf("worst p99 ratio loaded/unloaded: %.2fx (target: at most 5x)\n", worst);
     FILE *j = o->json ? fopen(o->json, "w") : NULL;
     if (!j)
         return;
-    fprintf(j, "{\"rounds\": %d, \"idle\": %d, \"fdconns\": %d, \"unread\": %d, \"steps\": [", o->rounds,
-            o->idle, o->fdconns, o->unread);
+    fprintf(j, "{\"rounds\": %d, \"idle\": %d, \"fdconns\": %d, \"unread\": %d, \"steps\": [", o->rounds, o->idle,
+            o->fdconns, o->unread);
     for (int s = 0; s < S_N; s++)
-        fprintf(j, "%s{\"step\": \"%s\", \"p50_unloaded_us\": %.1f, \"p99_unloaded_us\": %.1f, "
-                   "\"p50_loaded_us\": %.1f, \"p99_loaded_us\": %.1f}",
+        fprintf(j,
+                "%s{\"step\": \"%s\", \"p50_unloaded_us\": %.1f, \"p99_unloaded_us\": %.1f, "
+                "\"p50_loaded_us\": %.1f, \"p99_loaded_us\": %.1f}",
                 s ? ", " : "", step_name[s], base->p50[s], base->p99[s], loaded->p50[s], loaded->p99[s]);
     fprintf(j, "], \"worst_p99_ratio\": %.2f}\n", worst);
     fclose(j);

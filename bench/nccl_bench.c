@@ -52,16 +52,15 @@
 #define NAME "nccl_bench"
 #define BENCH_ONE_HEAPD
 #include "bench_util.h"
-#define KiB ((uint64_t)1 << 10)
-#define MiB ((uint64_t)1 << 20)
-#define GiB ((uint64_t)1 << 30)
-#define BLOCK 512u
-#define REPS 5
+#define KiB        ((uint64_t)1 << 10)
+#define MiB        ((uint64_t)1 << 20)
+#define GiB        ((uint64_t)1 << 30)
+#define BLOCK      512u
+#define REPS       5
 #define MAX_LEVELS 5
 #define FLAT_LIMIT 3.0
 
 /* ---- heapd -------------------------------------------------------------- */
-
 
 static void cleanup(void) { remove_heapd(); }
 
@@ -69,8 +68,8 @@ static void cleanup(void) { remove_heapd(); }
 
 static volatile uint64_t g_sink;
 
-static ncclResult_t nop_all_reduce(const void *s, void *r, size_t n, ncclDataType_t dt, ncclRedOp_t op,
-                                   ncclComm_t comm, cudaStream_t st)
+static ncclResult_t nop_all_reduce(const void *s, void *r, size_t n, ncclDataType_t dt, ncclRedOp_t op, ncclComm_t comm,
+                                   cudaStream_t st)
 {
     (void)s, (void)r, (void)dt, (void)op, (void)comm, (void)st;
     g_sink += n;
@@ -105,9 +104,7 @@ static void nop_cb(void *arg, const hnccl_probe_info *info)
 
 /* ---- timing ------------------------------------------------------------------ */
 
-typedef enum what {
-    W_STATUS, W_PROBE, W_WRAPPED, W_RAW, W_CUDART, W_HNCCL_CUDA
-} what;
+typedef enum what { W_STATUS, W_PROBE, W_WRAPPED, W_RAW, W_CUDART, W_HNCCL_CUDA } what;
 
 typedef int (*cudart_meminfo_fn)(size_t *, size_t *);
 static cudart_meminfo_fn g_cudart_meminfo;
@@ -173,8 +170,7 @@ static int gpu_open(char *why, size_t len)
         snprintf(why, len, "%s", dlerror());
         return 0;
     }
-    static const char *const rt_names[] = {"libcudart.so", "libcudart.so.13", "libcudart.so.12",
-                                           "libcudart.so.11.0"};
+    static const char *const rt_names[] = {"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"};
     void *rt = NULL;
     for (size_t i = 0; i < sizeof rt_names / sizeof rt_names[0] && !rt; i++)
         rt = dlopen(rt_names[i], RTLD_NOW | RTLD_LOCAL);
@@ -185,8 +181,9 @@ static int gpu_open(char *why, size_t len)
     void *cnt = dlsym(rt, "cudaGetDeviceCount"), *setdev = dlsym(rt, "cudaSetDevice"),
          *rtmi = dlsym(rt, "cudaMemGetInfo"), *cumi = dlsym(cu, "cuMemGetInfo_v2");
     if (!cnt || !setdev || !rtmi || !cumi) {
-        snprintf(why, len, "libcudart/libcuda lack cudaGetDeviceCount, cudaSetDevice, cudaMemGetInfo or "
-                           "cuMemGetInfo_v2");
+        snprintf(why, len,
+                 "libcudart/libcuda lack cudaGetDeviceCount, cudaSetDevice, cudaMemGetInfo or "
+                 "cuMemGetInfo_v2");
         return 0;
     }
     int (*get_count)(int *);
@@ -226,7 +223,7 @@ static void usage(FILE *f)
 
 typedef struct level {
     uint64_t blocks;
-    double alloc_s;                 /* to reach this level from the previous one */
+    double alloc_s; /* to reach this level from the previous one */
     uint64_t page_live, page_allocs;
     double status_ns, probe_ns, wrapped_ns;
 } level;
@@ -302,8 +299,7 @@ int main(int argc, char **argv)
     hnccl_ctx *x = hnccl_new(c);
     if (!x || hnccl_err(x))
         die("hnccl_new: %s", x ? hnccl_errstr(x) : "out of memory");
-    if (hnccl_set_table(x, &nop_table) || hnccl_set_policy(x, "all_reduce", HNCCL_PROBE) ||
-        hnccl_set_threshold(x, 0))
+    if (hnccl_set_table(x, &nop_table) || hnccl_set_policy(x, "all_reduce", HNCCL_PROBE) || hnccl_set_threshold(x, 0))
         die("hnccl setup: %s", hnccl_errstr(x));
     printf("bench " NAME ": heapd %s (pid %d), backend host, %ld CPU(s); one 1-rank heap, %u-byte blocks; "
            "%" PRIu64 " calls per timing, median of %d\n",
@@ -414,17 +410,15 @@ int main(int argc, char **argv)
     printf("%12s %14s %12s %12s %18s\n", "live blocks", "page live B", "heapc_status", "hnccl_probe",
            "probing all_reduce");
     for (int l = 0; l < nlev; l++)
-        printf("%12" PRIu64 " %14" PRIu64 " %12.1f %12.1f %18.1f\n", lv[l].blocks, lv[l].page_live,
-               lv[l].status_ns, lv[l].probe_ns, lv[l].wrapped_ns);
-    printf("probe max/min over the levels: %.2f (%s; limit %.1f)\n", spread, flat ? "flat" : "NOT FLAT",
-           FLAT_LIMIT);
+        printf("%12" PRIu64 " %14" PRIu64 " %12.1f %12.1f %18.1f\n", lv[l].blocks, lv[l].page_live, lv[l].status_ns,
+               lv[l].probe_ns, lv[l].wrapped_ns);
+    printf("probe max/min over the levels: %.2f (%s; limit %.1f)\n", spread, flat ? "flat" : "NOT FLAT", FLAT_LIMIT);
     printf("\n" NAME ": the cudaMemGetInfo probe (GPU 0)\n");
     if (gpu) {
         printf("%-44s %10s %12s\n", "probe", "ns/call", "x page probe");
         printf("%-44s %10.1f %12.1f\n", "cudaMemGetInfo (libcudart)", cudart_ns, cudart_ns / lv[0].probe_ns);
         printf("%-44s %10.1f %12.1f\n", "hnccl_probe, cuda source, interval 0", cu0_ns, cu0_ns / lv[0].probe_ns);
-        printf("%-44s %10.1f %12.1f\n", "hnccl_probe, cuda source, interval 1 ms", cu1ms_ns,
-               cu1ms_ns / lv[0].probe_ns);
+        printf("%-44s %10.1f %12.1f\n", "hnccl_probe, cuda source, interval 1 ms", cu1ms_ns, cu1ms_ns / lv[0].probe_ns);
         printf("%-44s %10.1f %12.1f\n", "hnccl_probe, status page (10^2 blocks)", lv[0].probe_ns, 1.0);
     } else {
         printf("skipped: no GPU\n");
@@ -445,16 +439,17 @@ int main(int argc, char **argv)
             fprintf(stderr, NAME ": cannot write %s: %s\n", json, strerror(errno));
             return 1;
         }
-        fprintf(f, "{\n  \"bench\": \"" NAME "\",\n  \"quick\": %s,\n  \"cpus\": %ld,\n  \"iters\": %" PRIu64
-                   ",\n  \"reps\": %d,\n  \"block_bytes\": %u,\n  \"probe_vs_live\": [\n",
+        fprintf(f,
+                "{\n  \"bench\": \"" NAME "\",\n  \"quick\": %s,\n  \"cpus\": %ld,\n  \"iters\": %" PRIu64
+                ",\n  \"reps\": %d,\n  \"block_bytes\": %u,\n  \"probe_vs_live\": [\n",
                 quick ? "true" : "false", cpus, iters, REPS, BLOCK);
         for (int l = 0; l < nlev; l++)
             fprintf(f,
                     "    {\"live_blocks\": %" PRIu64 ", \"page_live_bytes\": %" PRIu64 ", \"page_allocs\": %" PRIu64
                     ", \"alloc_s\": %.3f, \"heapc_status_ns\": %.2f, \"hnccl_probe_ns\": %.2f, "
                     "\"probing_all_reduce_ns\": %.2f}%s\n",
-                    lv[l].blocks, lv[l].page_live, lv[l].page_allocs, lv[l].alloc_s, lv[l].status_ns,
-                    lv[l].probe_ns, lv[l].wrapped_ns, l < nlev - 1 ? "," : "");
+                    lv[l].blocks, lv[l].page_live, lv[l].page_allocs, lv[l].alloc_s, lv[l].status_ns, lv[l].probe_ns,
+                    lv[l].wrapped_ns, l < nlev - 1 ? "," : "");
         fprintf(f, "  ],\n  \"probe_max_over_min\": %.3f,\n  \"flat\": %s,\n", spread, flat ? "true" : "false");
         if (gpu)
             fprintf(f,
@@ -474,8 +469,8 @@ int main(int argc, char **argv)
         }
     }
     if (!flat) {
-        fprintf(stderr, NAME ": the probe is not flat: %.1f ns at best, %.1f ns at worst (x%.2f > x%.1f)\n", pmin,
-                pmax, spread, FLAT_LIMIT);
+        fprintf(stderr, NAME ": the probe is not flat: %.1f ns at best, %.1f ns at worst (x%.2f > x%.1f)\n", pmin, pmax,
+                spread, FLAT_LIMIT);
         return 1;
     }
     return 0;

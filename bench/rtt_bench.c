@@ -66,19 +66,18 @@
 #define NAME "rtt_bench"
 #define BENCH_ONE_HEAPD
 #include "bench_util.h"
-#define KiB ((uint64_t)1 << 10)
-#define GiB ((uint64_t)1 << 30)
-#define ALLOC_SIZE (4 * KiB)
-#define HDR 8u
+#define KiB         ((uint64_t)1 << 10)
+#define GiB         ((uint64_t)1 << 30)
+#define ALLOC_SIZE  (4 * KiB)
+#define HDR         8u
 #define MAX_CLIENTS 8
-#define MEM_BLOCKS 100000u
+#define MEM_BLOCKS  100000u
 
 /* ---- process bookkeeping and cleanup ------------------------------------- */
 
-
 static pid_t g_echo = -1;
 static char g_echo_sock[108]; /* in g_dir, next to heapd's socket */
-static int g_echo_status; /* when wait_clients reaped the echo server */
+static int g_echo_status;     /* when wait_clients reaped the echo server */
 static pid_t g_kids[MAX_CLIENTS];
 static int g_nkids;
 
@@ -105,13 +104,13 @@ static void cleanup(void)
  * Client idx writes round r's samples at lat[idx * stride + base]. */
 typedef struct shared {
     pthread_barrier_t start;
-    size_t len;      /* of this mapping */
+    size_t len; /* of this mapping */
     int clients;
-    uint64_t stride; /* samples per client over every round */
-    uint64_t base;   /* this round's first sample */
-    double busy, wall; /* sums over the rounds (parent only) */
+    uint64_t stride;                                 /* samples per client over every round */
+    uint64_t base;                                   /* this round's first sample */
+    double busy, wall;                               /* sums over the rounds (parent only) */
     double t_begin[MAX_CLIENTS], t_end[MAX_CLIENTS]; /* this round's timed loops */
-    double lat[];    /* clients * stride, microseconds */
+    double lat[];                                    /* clients * stride, microseconds */
 } shared;
 
 static shared *shared_new(int clients, uint64_t iters)
@@ -197,8 +196,7 @@ static pct summarize(shared *s)
     double sum = 0;
     for (size_t i = 0; i < n; i++)
         sum += v[i];
-    pct r = {v[(size_t)(0.50 * (double)(n - 1))], v[(size_t)(0.99 * (double)(n - 1))], sum / (double)n,
-             0, 0, 0};
+    pct r = {v[(size_t)(0.50 * (double)(n - 1))], v[(size_t)(0.99 * (double)(n - 1))], sum / (double)n, 0, 0, 0};
     r.wall_us = s->wall;
     r.concurrency = s->busy / r.wall_us;
     r.ops_per_s = (double)n / r.wall_us * 1e6;
@@ -485,8 +483,8 @@ static mem_result run_memory(void)
     heapc_counters k;
     heapc_get_counters(c, &k);
     if (k.collects || k.chunks_mapped != 1)
-        die("memory: the heap collected or grew (%" PRIu64 " collects, %" PRIu64 " chunks)",
-            k.collects, k.chunks_mapped);
+        die("memory: the heap collected or grew (%" PRIu64 " collects, %" PRIu64 " chunks)", k.collects,
+            k.chunks_mapped);
     if (heapc_detach(c) != HEAPC_OK)
         die("memory: heapc_detach: %s", heapc_errstr(c));
     heapc_free_ctx(c);
@@ -636,14 +634,12 @@ int main(int argc, char **argv)
     /* 2 first, on a fresh heapd, so earlier heaps' freed memory does not
      * hide the growth. */
     start_heapd(heapd);
-    printf("bench " NAME ": heapd %s (pid %d), socket %s, backend host, %ld CPU(s)\n", heapd,
-           (int)g_heapd, g_sock, cpus);
+    printf("bench " NAME ": heapd %s (pid %d), socket %s, backend host, %ld CPU(s)\n", heapd, (int)g_heapd, g_sock,
+           cpus);
     mem_result mem = run_memory();
-    printf("bench " NAME ": memory: %u live 4 KiB blocks in one 1-rank heap: heapd VmRSS %" PRIu64
-           " -> %" PRIu64 " KiB, %.1f bytes per live block (RssAnon %" PRIu64 " -> %" PRIu64
-           " KiB, %.1f B/block)\n",
-           MEM_BLOCKS, mem.rss0, mem.rss1, mem.bytes_per_block, mem.anon0, mem.anon1,
-           mem.anon_bytes_per_block);
+    printf("bench " NAME ": memory: %u live 4 KiB blocks in one 1-rank heap: heapd VmRSS %" PRIu64 " -> %" PRIu64
+           " KiB, %.1f bytes per live block (RssAnon %" PRIu64 " -> %" PRIu64 " KiB, %.1f B/block)\n",
+           MEM_BLOCKS, mem.rss0, mem.rss1, mem.bytes_per_block, mem.anon0, mem.anon1, mem.anon_bytes_per_block);
     fflush(stdout);
     stop_heapd();
 
@@ -678,14 +674,12 @@ int main(int argc, char **argv)
         munmap(sp, sp->len);
         printf("bench " NAME ": %d client(s): ring p50 %.2f us p99 %.2f us mean %.2f us, %.0f allocs/s "
                "in all, concurrency %.2f\n",
-               ns[k], rows[k].rg.p50, rows[k].rg.p99, rows[k].rg.mean, rows[k].rg.ops_per_s,
-               rows[k].rg.concurrency);
+               ns[k], rows[k].rg.p50, rows[k].rg.p99, rows[k].rg.mean, rows[k].rg.ops_per_s, rows[k].rg.concurrency);
         printf("bench " NAME ": %d client(s): heapd p50 %.2f us p99 %.2f us mean %.2f us, %.0f allocs/s "
                "in all, concurrency %.2f; ping-pong p50 %.2f us p99 %.2f us mean %.2f us, %.0f "
                "round trips/s, concurrency %.2f\n",
-               ns[k], rows[k].hd.p50, rows[k].hd.p99, rows[k].hd.mean, rows[k].hd.ops_per_s,
-               rows[k].hd.concurrency, rows[k].pp.p50, rows[k].pp.p99, rows[k].pp.mean,
-               rows[k].pp.ops_per_s, rows[k].pp.concurrency);
+               ns[k], rows[k].hd.p50, rows[k].hd.p99, rows[k].hd.mean, rows[k].hd.ops_per_s, rows[k].hd.concurrency,
+               rows[k].pp.p50, rows[k].pp.p99, rows[k].pp.mean, rows[k].pp.ops_per_s, rows[k].pp.concurrency);
         fflush(stdout);
     }
     long spin_us = spin && *spin ? strtol(spin, NULL, 10) : -1;
@@ -699,8 +693,8 @@ int main(int argc, char **argv)
     printf("\n" NAME ": alloc round trip (4 KiB, one 1-rank heap per client process) on the request ring "
            "and on the socket vs raw Unix-socket ping-pong (%zu B / %zu B), microseconds; ring spin %s\n",
            req, rep, spin_us >= 0 ? spin : "auto");
-    printf("%7s %9s %9s %11s %11s %12s %12s %9s %9s\n", "clients", "ring p50", "ring p99", "socket p50",
-           "socket p99", "pingpong p50", "pingpong p99", "ring/pp", "sock/pp");
+    printf("%7s %9s %9s %11s %11s %12s %12s %9s %9s\n", "clients", "ring p50", "ring p99", "socket p50", "socket p99",
+           "pingpong p50", "pingpong p99", "ring/pp", "sock/pp");
     for (int k = 0; k < NROWS; k++)
         printf("%7d %9.2f %9.2f %11.2f %11.2f %12.2f %12.2f %9.2f %9.2f\n", rows[k].clients, rows[k].rg.p50,
                rows[k].rg.p99, rows[k].hd.p50, rows[k].hd.p99, rows[k].pp.p50, rows[k].pp.p99,
@@ -722,8 +716,9 @@ int main(int argc, char **argv)
         }
         fprintf(f, "{\n  \"bench\": \"" NAME "\",\n  \"quick\": %s,\n  \"cpus\": %ld,\n  \"loadavg_1min\": %.2f,\n",
                 quick ? "true" : "false", cpus, load1);
-        fprintf(f, "  \"alloc_size\": %" PRIu64 ",\n  \"iters_per_client\": %" PRIu64
-                   ",\n  \"rounds\": %d,\n  \"warmup_per_round\": %" PRIu64 ",\n",
+        fprintf(f,
+                "  \"alloc_size\": %" PRIu64 ",\n  \"iters_per_client\": %" PRIu64
+                ",\n  \"rounds\": %d,\n  \"warmup_per_round\": %" PRIu64 ",\n",
                 ALLOC_SIZE, iters, rounds, warm);
         fprintf(f, "  \"heaps\": \"one 1-rank heap per client process\",\n");
         fprintf(f, "  \"request_bytes\": %zu,\n  \"reply_bytes\": %zu,\n  \"rtt\": [\n", req, rep);
@@ -736,21 +731,21 @@ int main(int argc, char **argv)
                     "\"heapd_concurrency\": %.3f, \"pingpong_concurrency\": %.3f, "
                     "\"ring_p50_us\": %.3f, \"ring_p99_us\": %.3f, \"ring_mean_us\": %.3f, "
                     "\"ring_ratio_p50\": %.3f, \"ring_ops_per_s\": %.0f}%s\n",
-                    rows[k].clients, rows[k].hd.p50, rows[k].hd.p99, rows[k].hd.mean, rows[k].pp.p50,
-                    rows[k].pp.p99, rows[k].pp.mean, rows[k].hd.p50 - rows[k].pp.p50,
-                    rows[k].hd.p50 / rows[k].pp.p50, rows[k].hd.ops_per_s, rows[k].pp.ops_per_s,
-                    rows[k].hd.concurrency, rows[k].pp.concurrency, rows[k].rg.p50, rows[k].rg.p99,
-                    rows[k].rg.mean, rows[k].rg.p50 / rows[k].pp.p50, rows[k].rg.ops_per_s,
-                    k < NROWS - 1 ? "," : "");
-        fprintf(f, "  ],\n  \"ring_spin_us\": %ld,\n  \"heapd_idle_cpu_pct\": %.4f,\n"
-                   "  \"heapd_idle_cpu_pct_8_ring_clients\": %.4f,\n",
+                    rows[k].clients, rows[k].hd.p50, rows[k].hd.p99, rows[k].hd.mean, rows[k].pp.p50, rows[k].pp.p99,
+                    rows[k].pp.mean, rows[k].hd.p50 - rows[k].pp.p50, rows[k].hd.p50 / rows[k].pp.p50,
+                    rows[k].hd.ops_per_s, rows[k].pp.ops_per_s, rows[k].hd.concurrency, rows[k].pp.concurrency,
+                    rows[k].rg.p50, rows[k].rg.p99, rows[k].rg.mean, rows[k].rg.p50 / rows[k].pp.p50,
+                    rows[k].rg.ops_per_s, k < NROWS - 1 ? "," : "");
+        fprintf(f,
+                "  ],\n  \"ring_spin_us\": %ld,\n  \"heapd_idle_cpu_pct\": %.4f,\n"
+                "  \"heapd_idle_cpu_pct_8_ring_clients\": %.4f,\n",
                 spin_us, idle0, idle8);
-        fprintf(f, "  \"memory\": {\"live_blocks\": %u, \"vmrss_before_kib\": %" PRIu64
-                   ", \"vmrss_after_kib\": %" PRIu64 ", \"bytes_per_live_block\": %.1f, "
-                   "\"rssanon_before_kib\": %" PRIu64 ", \"rssanon_after_kib\": %" PRIu64
-                   ", \"anon_bytes_per_live_block\": %.1f}\n}\n",
-                MEM_BLOCKS, mem.rss0, mem.rss1, mem.bytes_per_block, mem.anon0, mem.anon1,
-                mem.anon_bytes_per_block);
+        fprintf(f,
+                "  \"memory\": {\"live_blocks\": %u, \"vmrss_before_kib\": %" PRIu64 ", \"vmrss_after_kib\": %" PRIu64
+                ", \"bytes_per_live_block\": %.1f, "
+                "\"rssanon_before_kib\": %" PRIu64 ", \"rssanon_after_kib\": %" PRIu64
+                ", \"anon_bytes_per_live_block\": %.1f}\n}\n",
+                MEM_BLOCKS, mem.rss0, mem.rss1, mem.bytes_per_block, mem.anon0, mem.anon1, mem.anon_bytes_per_block);
         if (fclose(f) != 0) {
             fprintf(stderr, NAME ": cannot write %s\n", json);
             return 1;

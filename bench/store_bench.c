@@ -60,12 +60,12 @@
 
 #define NAME "store_bench"
 #include "bench_util.h"
-#define KiB ((uint64_t)1 << 10)
-#define MiB ((uint64_t)1 << 20)
+#define KiB        ((uint64_t)1 << 10)
+#define MiB        ((uint64_t)1 << 20)
 #define ALLOC_SIZE (4 * KiB)
-#define MAX_NODES 64
-#define MAX_SIZES 8
-#define MAX_CMDS 64
+#define MAX_NODES  64
+#define MAX_SIZES  8
+#define MAX_CMDS   64
 
 /* ---- process bookkeeping and cleanup ------------------------------------- */
 
@@ -183,8 +183,7 @@ static int free_port(void)
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &al) != 0)
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(fd, (struct sockaddr *)&a, &al) != 0)
         die("cannot find a free loopback port: %s", strerror(errno));
     close(fd);
     return ntohs(a.sin_port);
@@ -206,8 +205,8 @@ static void start_redis(const char *exe, char *version, size_t vlen)
                 dup2(nul, 0);
                 dup2(nul, 1);
             }
-            execl(exe, exe, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                  "--dir", g_dir, "--logfile", logf, "--daemonize", "no", (char *)NULL);
+            execl(exe, exe, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", g_dir,
+                  "--logfile", logf, "--daemonize", "no", (char *)NULL);
             fprintf(stderr, NAME ": exec %s: %s\n", exe, strerror(errno));
             _exit(127);
         }
@@ -284,8 +283,7 @@ static uint64_t calls_of(const cmdstats *cs, const char *name)
  * collect; PUBLISH is sent directly only for forced collects). */
 static int in_script(const char *name)
 {
-    static const char *const s[] = {"hmget", "hget", "hset", "hdel", "setbit", "get",
-                                     "del",   "expire", "publish", NULL};
+    static const char *const s[] = {"hmget", "hget", "hset", "hdel", "setbit", "get", "del", "expire", "publish", NULL};
     for (int i = 0; s[i]; i++)
         if (!strcmp(name, s[i]))
             return 1;
@@ -365,9 +363,9 @@ static void start_nodes(const char *heapd, int n, int with_store)
 
 typedef struct shared {
     volatile int ready, go, done; /* __atomic */
-    double wall_us; /* rank 0: its whole timed loop */
+    double wall_us;               /* rank 0: its whole timed loop */
     uint64_t iters;
-    double lat[];   /* rank 0's collects, microseconds */
+    double lat[]; /* rank 0's collects, microseconds */
 } shared;
 
 static void wait_flag(volatile int *f, int want, uint32_t rank)
@@ -431,12 +429,10 @@ static void rank_main(shared *s, uint32_t rank, uint32_t ranks, int spread, uint
     __atomic_add_fetch(&s->done, 1, __ATOMIC_ACQ_REL);
     heapc_get_counters(c, &c1);
     if (c1.collects - c0.collects != warm + iters || c1.collects_needed != c0.collects_needed)
-        die("rank %u: %" PRIu64 " collects (%" PRIu64 " asked for by heapd), expected %" PRIu64
-            " and none asked for",
+        die("rank %u: %" PRIu64 " collects (%" PRIu64 " asked for by heapd), expected %" PRIu64 " and none asked for",
             rank, c1.collects - c0.collects, c1.collects_needed - c0.collects_needed, warm + iters);
     if (c1.last_reclaimed_blocks != 1)
-        die("rank %u: the last collect reclaimed %" PRIu64 " blocks, expected 1", rank,
-            c1.last_reclaimed_blocks);
+        die("rank %u: the last collect reclaimed %" PRIu64 " blocks, expected 1", rank, c1.last_reclaimed_blocks);
     if (heapc_detach(c) != HEAPC_OK)
         die("rank %u: heapc_detach: %s", rank, heapc_errstr(c));
     heapc_free_ctx(c);
@@ -569,14 +565,15 @@ static void tally(row *w, uint64_t iters)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: " NAME " [--json FILE] [--quick] [--heapd PATH] [--redis-server PATH]\n"
-               "                   [--collects K] [--nodes LIST]\n"
-               "  --json FILE          also write the results as JSON to FILE\n"
-               "  --quick              100 timed collects per node count (smoke test)\n"
-               "  --heapd PATH         the heapd to start (default: dirname(argv[0])/../heapd)\n"
-               "  --redis-server PATH  the redis-server to start (default: the one in $PATH)\n"
-               "  --collects K         timed collects per node count (default 1000)\n"
-               "  --nodes LIST         comma-separated node counts (default 2,4,8,16; at most %d)\n",
+    fprintf(f,
+            "usage: " NAME " [--json FILE] [--quick] [--heapd PATH] [--redis-server PATH]\n"
+            "                   [--collects K] [--nodes LIST]\n"
+            "  --json FILE          also write the results as JSON to FILE\n"
+            "  --quick              100 timed collects per node count (smoke test)\n"
+            "  --heapd PATH         the heapd to start (default: dirname(argv[0])/../heapd)\n"
+            "  --redis-server PATH  the redis-server to start (default: the one in $PATH)\n"
+            "  --collects K         timed collects per node count (default 1000)\n"
+            "  --nodes LIST         comma-separated node counts (default 2,4,8,16; at most %d)\n",
             MAX_NODES);
 }
 
@@ -692,8 +689,8 @@ int main(int argc, char **argv)
 
     printf("\n" NAME ": heapc_collect latency (rank 0, microseconds) with N heapd nodes reconciled through Redis, "
            "1 rank per node; Redis commands per collect per node\n");
-    printf("%5s %9s %9s %9s %12s %12s %9s %9s %9s %8s\n", "nodes", "p50", "p99", "mean", "1-heapd p50",
-           "1-heapd p99", "cmds", "other", "in-script", "PUBLISH");
+    printf("%5s %9s %9s %9s %12s %12s %9s %9s %9s %8s\n", "nodes", "p50", "p99", "mean", "1-heapd p50", "1-heapd p99",
+           "cmds", "other", "in-script", "PUBLISH");
     for (int k = 0; k < nsizes; k++) {
         const row *w = &rows[k];
         printf("%5d %9.1f %9.1f %9.1f %12.1f %12.1f %9.2f %9.2f %9.2f %8.2f\n", w->nodes, w->st.p50, w->st.p99,
@@ -713,8 +710,9 @@ int main(int argc, char **argv)
         }
         fprintf(f, "{\n  \"bench\": \"" NAME "\",\n  \"quick\": %s,\n  \"cpus\": %ld,\n  \"loadavg_1min\": %.2f,\n",
                 quick ? "true" : "false", cpus, load1);
-        fprintf(f, "  \"redis_version\": \"%s\",\n  \"collects\": %" PRIu64 ",\n  \"warmup\": %" PRIu64
-                   ",\n  \"ranks_per_node\": 1,\n  \"alloc_size\": %" PRIu64 ",\n  \"rows\": [\n",
+        fprintf(f,
+                "  \"redis_version\": \"%s\",\n  \"collects\": %" PRIu64 ",\n  \"warmup\": %" PRIu64
+                ",\n  \"ranks_per_node\": 1,\n  \"alloc_size\": %" PRIu64 ",\n  \"rows\": [\n",
                 version, iters, warm, ALLOC_SIZE);
         for (int k = 0; k < nsizes; k++) {
             const row *w = &rows[k];

@@ -22,88 +22,124 @@ int hci_ok(heapc *c)
 const char *heapc_errname(int code)
 {
     switch (code) {
-    case HEAPC_OK: return "OK";
-    case HEAPC_EPROTOCOL: return "ERR_PROTOCOL";
-    case HEAPC_EVERSION: return "ERR_VERSION";
-    case HEAPC_EINVAL: return "ERR_INVALID";
-    case HEAPC_EMISMATCH: return "ERR_MISMATCH";
-    case HEAPC_EASYMMETRY: return "ERR_ASYMMETRY";
-    case HEAPC_ETIMEOUT: return "ERR_TIMEOUT";
-    case HEAPC_EPEER_GONE: return "ERR_PEER_GONE";
-    case HEAPC_ENOMEM: return "ERR_NO_MEMORY";
-    case HEAPC_EVA_EXHAUSTED: return "ERR_VA_EXHAUSTED";
-    case HEAPC_ENOTFOUND: return "ERR_NOT_FOUND";
-    case HEAPC_ESTATE: return "ERR_STATE";
-    case HEAPC_ENOTHELD: return "ERR_NOT_HELD";
-    case HEAPC_EBACKEND: return "ERR_BACKEND";
-    case HEAPC_EDENIED: return "ERR_DENIED";
-    case HEAPC_ESHUTDOWN: return "ERR_SHUTDOWN";
-    case HEAPC_ESTORE: return "ERR_STORE";
-    case HEAPC_EQUOTA: return "ERR_QUOTA";
-    case HEAPC_ECONN: return "ERR_CONN";
-    case HEAPC_EMAP: return "ERR_MAP";
-    case HEAPC_EOOM: return "ERR_OOM";
-    case HEAPC_ENOREPLY: return "ERR_NOREPLY";
-    case HEAPC_ESYNC: return "ERR_SYNC";
-    case HEAPC_EBUSY: return "ERR_BUSY";
-    default: return "ERR_UNKNOWN";
+    case HEAPC_OK:
+        return "OK";
+    case HEAPC_EPROTOCOL:
+        return "ERR_PROTOCOL";
+    case HEAPC_EVERSION:
+        return "ERR_VERSION";
+    case HEAPC_EINVAL:
+        return "ERR_INVALID";
+    case HEAPC_EMISMATCH:
+        return "ERR_MISMATCH";
+    case HEAPC_EASYMMETRY:
+        return "ERR_ASYMMETRY";
+    case HEAPC_ETIMEOUT:
+        return "ERR_TIMEOUT";
+    case HEAPC_EPEER_GONE:
+        return "ERR_PEER_GONE";
+    case HEAPC_ENOMEM:
+        return "ERR_NO_MEMORY";
+    case HEAPC_EVA_EXHAUSTED:
+        return "ERR_VA_EXHAUSTED";
+    case HEAPC_ENOTFOUND:
+        return "ERR_NOT_FOUND";
+    case HEAPC_ESTATE:
+        return "ERR_STATE";
+    case HEAPC_ENOTHELD:
+        return "ERR_NOT_HELD";
+    case HEAPC_EBACKEND:
+        return "ERR_BACKEND";
+    case HEAPC_EDENIED:
+        return "ERR_DENIED";
+    case HEAPC_ESHUTDOWN:
+        return "ERR_SHUTDOWN";
+    case HEAPC_ESTORE:
+        return "ERR_STORE";
+    case HEAPC_EQUOTA:
+        return "ERR_QUOTA";
+    case HEAPC_ECONN:
+        return "ERR_CONN";
+    case HEAPC_EMAP:
+        return "ERR_MAP";
+    case HEAPC_EOOM:
+        return "ERR_OOM";
+    case HEAPC_ENOREPLY:
+        return "ERR_NOREPLY";
+    case HEAPC_ESYNC:
+        return "ERR_SYNC";
+    case HEAPC_EBUSY:
+        return "ERR_BUSY";
+    default:
+        return "ERR_UNKNOWN";
     }
 }
 
 const char *heapc_policy_name(heapc_policy p)
 {
     switch (p) {
-    case HEAPC_POLICY_DEFAULT: return "default";
-    case HEAPC_POLICY_COALESCE: return "coalesce";
-    case HEAPC_POLICY_SEED: return "seed";
-    default: return "unknown";
+    case HEAPC_POLICY_DEFAULT:
+        return "default";
+    case HEAPC_POLICY_COALESCE:
+        return "coalesce";
+    case HEAPC_POLICY_SEED:
+        return "seed";
+    default:
+        return "unknown";
     }
 }
 
-int heapc_err(const heapc *c)
-{
-    return c ? c->err : HEAPC_EOOM;
-}
+int heapc_err(const heapc *c) { return c ? c->err : HEAPC_EOOM; }
 
-const char *heapc_errstr(const heapc *c)
-{
-    return c ? c->errstr : "out of memory allocating the heapc context";
-}
+const char *heapc_errstr(const heapc *c) { return c ? c->errstr : "out of memory allocating the heapc context"; }
 
-const char *heapc_server(const heapc *c)
-{
-    return c ? c->server : "";
-}
+const char *heapc_server(const heapc *c) { return c ? c->server : ""; }
 
-const char *heapc_backend(const heapc *c)
-{
-    return c ? c->backend : "";
-}
+const char *heapc_backend(const heapc *c) { return c ? c->backend : ""; }
 
 /* ---- connection --------------------------------------------------------- */
 
 static const char *body_name(Heapd__Frame__BodyCase b)
 {
     switch (b) {
-    case HEAPD__FRAME__BODY_HELLO: return "Hello";
-    case HEAPD__FRAME__BODY_HELLO_REPLY: return "HelloReply";
-    case HEAPD__FRAME__BODY_ATTACH: return "Attach";
-    case HEAPD__FRAME__BODY_ATTACH_REPLY: return "AttachReply";
-    case HEAPD__FRAME__BODY_ALLOC: return "Alloc";
-    case HEAPD__FRAME__BODY_ALLOC_REPLY: return "AllocReply";
-    case HEAPD__FRAME__BODY_CHUNK_BATCH: return "ChunkBatch";
-    case HEAPD__FRAME__BODY_FREE: return "Free";
-    case HEAPD__FRAME__BODY_FREE_REPLY: return "FreeReply";
-    case HEAPD__FRAME__BODY_COLLECT: return "Collect";
-    case HEAPD__FRAME__BODY_COLLECT_REPLY: return "CollectReply";
-    case HEAPD__FRAME__BODY_STATS: return "Stats";
-    case HEAPD__FRAME__BODY_STATS_REPLY: return "StatsReply";
-    case HEAPD__FRAME__BODY_FORCE_COLLECT: return "ForceCollect";
-    case HEAPD__FRAME__BODY_FORCE_COLLECT_REPLY: return "ForceCollectReply";
-    case HEAPD__FRAME__BODY_DETACH: return "Detach";
-    case HEAPD__FRAME__BODY_DETACH_REPLY: return "DetachReply";
-    case HEAPD__FRAME__BODY_ERROR: return "Error";
-    default: return "an empty frame";
+    case HEAPD__FRAME__BODY_HELLO:
+        return "Hello";
+    case HEAPD__FRAME__BODY_HELLO_REPLY:
+        return "HelloReply";
+    case HEAPD__FRAME__BODY_ATTACH:
+        return "Attach";
+    case HEAPD__FRAME__BODY_ATTACH_REPLY:
+        return "AttachReply";
+    case HEAPD__FRAME__BODY_ALLOC:
+        return "Alloc";
+    case HEAPD__FRAME__BODY_ALLOC_REPLY:
+        return "AllocReply";
+    case HEAPD__FRAME__BODY_CHUNK_BATCH:
+        return "ChunkBatch";
+    case HEAPD__FRAME__BODY_FREE:
+        return "Free";
+    case HEAPD__FRAME__BODY_FREE_REPLY:
+        return "FreeReply";
+    case HEAPD__FRAME__BODY_COLLECT:
+        return "Collect";
+    case HEAPD__FRAME__BODY_COLLECT_REPLY:
+        return "CollectReply";
+    case HEAPD__FRAME__BODY_STATS:
+        return "Stats";
+    case HEAPD__FRAME__BODY_STATS_REPLY:
+        return "StatsReply";
+    case HEAPD__FRAME__BODY_FORCE_COLLECT:
+        return "ForceCollect";
+    case HEAPD__FRAME__BODY_FORCE_COLLECT_REPLY:
+        return "ForceCollectReply";
+    case HEAPD__FRAME__BODY_DETACH:
+        return "Detach";
+    case HEAPD__FRAME__BODY_DETACH_REPLY:
+        return "DetachReply";
+    case HEAPD__FRAME__BODY_ERROR:
+        return "Error";
+    default:
+        return "an empty frame";
     }
 }
 
@@ -167,8 +203,8 @@ static int rpc_send(heapc *c, Heapd__Frame *req)
     unsigned char stackbuf[512];
     unsigned char *buf = len <= sizeof stackbuf ? stackbuf : malloc(len);
     if (!buf)
-        return hci_set_err(c, HEAPC_EOOM, "out of memory encoding a %zu-byte %s request",
-                           len, body_name(req->body_case));
+        return hci_set_err(c, HEAPC_EOOM, "out of memory encoding a %zu-byte %s request", len,
+                           body_name(req->body_case));
     heapd__frame__pack(req, buf);
     int rc = hw_send_frame(c->fd, buf, len, NULL, 0, werr, sizeof werr);
     if (buf != stackbuf)
@@ -177,10 +213,10 @@ static int rpc_send(heapc *c, Heapd__Frame *req)
         if (rc == HW_ESYS && (errno == EPIPE || errno == ECONNRESET))
             return conn_closed_by_heapd(c, "while sending", body_name(req->body_case));
         if (rc == HW_ETOOBIG)
-            return hci_set_err(c, HEAPC_EINVAL, "the %s request is too large to send: %s",
-                               body_name(req->body_case), werr);
-        return conn_dead(c, HEAPC_ECONN, "sending %s to heapd failed: %s; connect again",
-                         body_name(req->body_case), werr);
+            return hci_set_err(c, HEAPC_EINVAL, "the %s request is too large to send: %s", body_name(req->body_case),
+                               werr);
+        return conn_dead(c, HEAPC_ECONN, "sending %s to heapd failed: %s; connect again", body_name(req->body_case),
+                         werr);
     }
     return HEAPC_OK;
 }
@@ -190,8 +226,7 @@ static int rpc_recv(heapc *c, const Heapd__Frame *req, Heapd__Frame **m, hw_fram
 {
     char werr[256];
     int rc = hw_recv_frame(c->fd, &c->rd, f, c->timeout_ms, werr, sizeof werr);
-    if (rc == HW_EOF || rc == HW_EPARTIAL ||
-        (rc == HW_ESYS && (errno == ECONNRESET || errno == EPIPE)))
+    if (rc == HW_EOF || rc == HW_EPARTIAL || (rc == HW_ESYS && (errno == ECONNRESET || errno == EPIPE)))
         return conn_closed_by_heapd(c, "before answering", body_name(req->body_case));
     if (rc == HW_ETIMEDOUT)
         return conn_dead(c, HEAPC_ENOREPLY,
@@ -220,7 +255,7 @@ static int rpc_recv(heapc *c, const Heapd__Frame *req, Heapd__Frame **m, hw_fram
  * come in the ring (after a frame that is not the reply, wait on the ring
  * again). */
 #define RING_REPLY_SOCKET 1
-#define RING_MAYBE 2
+#define RING_MAYBE        2
 typedef struct rpc_ring_state {
     int used, got;
     char werr[256];
@@ -228,8 +263,7 @@ typedef struct rpc_ring_state {
 
 /* What hcr_call or hcr_wait returned (rc), into st; *m: the ring's reply
  * when st->got. */
-static int rpc_ring_result(heapc *c, Heapd__Frame *req, int rc, rpc_ring_state *st, Heapd__Frame **m,
-                           hw_frame *f)
+static int rpc_ring_result(heapc *c, Heapd__Frame *req, int rc, rpc_ring_state *st, Heapd__Frame **m, hw_frame *f)
 {
     st->got = 0;
     if (rc == HCR_TIMEOUT)
@@ -279,8 +313,7 @@ static int rpc_ring(heapc *c, Heapd__Frame *req, rpc_ring_state *st, Heapd__Fram
 
 /* rpc, step 3: is m the reply to req, with body `want`? HEAPC_OK: yes (the
  * caller keeps m and f); RPC_STALE or an error: m and f are freed. */
-static int rpc_check(heapc *c, const Heapd__Frame *req, Heapd__Frame__BodyCase want,
-                     Heapd__Frame *m, hw_frame *f)
+static int rpc_check(heapc *c, const Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__Frame *m, hw_frame *f)
 {
     int rc = HEAPC_OK;
     if (m->id == 0 && m->body_case == HEAPD__FRAME__BODY_ERROR && m->error) {
@@ -295,8 +328,7 @@ static int rpc_check(heapc *c, const Heapd__Frame *req, Heapd__Frame__BodyCase w
         int code = map_daemon_code((int)m->error->code);
         const char *msg = m->error->message ? m->error->message : "";
         if (!*msg)
-            hci_set_err(c, code, "heapd refused %s: %s", body_name(req->body_case),
-                        heapc_errname(code));
+            hci_set_err(c, code, "heapd refused %s: %s", body_name(req->body_case), heapc_errname(code));
         else
             hci_set_err(c, code, "%s", msg);
         if (code == HEAPC_EVERSION)
@@ -421,8 +453,7 @@ static int acc_merge(chunk_acc *a, Heapd__ChunkRef ***chunks, size_t *n, int32_t
  * hw_frame_free). An Error reply keeps heapd's code and message. The one
  * path between libheapc and heapd: every request goes through here.
  */
-int hci_rpc(heapc *c, Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__Frame **rep,
-            hw_frame *raw)
+int hci_rpc(heapc *c, Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__Frame **rep, hw_frame *raw)
 {
     *rep = NULL;
     memset(raw, 0, sizeof *raw);
@@ -449,7 +480,8 @@ int hci_rpc(heapc *c, Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__Fra
             heapd__frame__free_unpacked(m, NULL);
             hw_frame_free(&f);
             if (rc) {
-                rc = conn_dead(c, HEAPC_EOOM, "out of memory collecting the chunks of heapd's reply to %s "
+                rc = conn_dead(c, HEAPC_EOOM,
+                               "out of memory collecting the chunks of heapd's reply to %s "
                                "(or a chunk names an fd its frame lacks); the connection was closed",
                                body_name(req->body_case));
                 break;
@@ -459,8 +491,8 @@ int hci_rpc(heapc *c, Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__Fra
         rc = rpc_check(c, req, want, m, &f);
         if (rc == RPC_STALE && st.used == RING_MAYBE) {
             /* Not the reply: it may still come in the ring. */
-            rc = rpc_ring_result(c, req, hcr_wait(c->ring, c->fd, req->id, c->timeout_ms, &f, st.werr,
-                                                  sizeof st.werr), &st, &m, &f);
+            rc = rpc_ring_result(c, req, hcr_wait(c->ring, c->fd, req->id, c->timeout_ms, &f, st.werr, sizeof st.werr),
+                                 &st, &m, &f);
             if (rc != HEAPC_OK)
                 break;
             continue;
@@ -476,8 +508,10 @@ int hci_rpc(heapc *c, Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__Fra
             rc = acc_merge(&acc, &m->alloc_reply->new_chunks, &m->alloc_reply->n_new_chunks, NULL, &f);
         if (rc) {
             hci_rpc_done(m, &f);
-            rc = conn_dead(c, HEAPC_EOOM, "out of memory collecting the chunks of heapd's reply to %s; the "
-                           "connection was closed", body_name(req->body_case));
+            rc = conn_dead(c, HEAPC_EOOM,
+                           "out of memory collecting the chunks of heapd's reply to %s; the "
+                           "connection was closed",
+                           body_name(req->body_case));
             break;
         }
         *rep = m;
@@ -495,10 +529,7 @@ void hci_rpc_done(Heapd__Frame *rep, hw_frame *raw)
     hw_frame_free(raw);
 }
 
-heapc *heapc_connect(const char *socket_path)
-{
-    return heapc_connect_timeout(socket_path, -1);
-}
+heapc *heapc_connect(const char *socket_path) { return heapc_connect_timeout(socket_path, -1); }
 
 heapc *heapc_connect_timeout(const char *socket_path, int timeout_ms)
 {

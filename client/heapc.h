@@ -96,15 +96,15 @@ enum {
     HEAPC_ESTORE = -16,       /* cross-node store failure */
     HEAPC_EQUOTA = -17,       /* quota exceeded */
     /* Client-side errors. */
-    HEAPC_ECONN = -100,       /* cannot connect, or heapd closed the connection: the
-                                 context can no longer talk to heapd; connect again */
-    HEAPC_EMAP = -101,        /* mapping a chunk into this process failed */
-    HEAPC_EOOM = -102,        /* out of host memory in the client */
-    HEAPC_ENOREPLY = -103,    /* no reply within heapc_set_timeout's limit; the
-                                 connection was closed (its state is unknown) */
-    HEAPC_ESYNC = -104,       /* the device-sync hook failed before a collect */
-    HEAPC_EBUSY = -105,       /* heapc_status: the status page stayed mid-update
-                                 (heapd died or stopped while writing it) */
+    HEAPC_ECONN = -100,    /* cannot connect, or heapd closed the connection: the
+                              context can no longer talk to heapd; connect again */
+    HEAPC_EMAP = -101,     /* mapping a chunk into this process failed */
+    HEAPC_EOOM = -102,     /* out of host memory in the client */
+    HEAPC_ENOREPLY = -103, /* no reply within heapc_set_timeout's limit; the
+                              connection was closed (its state is unknown) */
+    HEAPC_ESYNC = -104,    /* the device-sync hook failed before a collect */
+    HEAPC_EBUSY = -105,    /* heapc_status: the status page stayed mid-update
+                              (heapd died or stopped while writing it) */
 };
 
 /* Short name of a code: "ERR_ASYMMETRY" for heapd's codes (as in
@@ -118,7 +118,7 @@ const char *heapc_errname(int code);
 typedef struct heapc heapc;
 
 /* Default socket when neither the argument nor $HEAPD_SOCKET names one. */
-#define HEAPC_DEFAULT_SOCKET "/run/heapd/heapd.sock"
+#define HEAPC_DEFAULT_SOCKET   "/run/heapd/heapd.sock"
 #define HEAPC_PROTOCOL_VERSION 1u
 
 /* Connects to heapd at socket_path (NULL or "": $HEAPD_SOCKET, else
@@ -173,9 +173,9 @@ int heapc_set_timeout(heapc *c, int timeout_ms);
 /* ---- attach ------------------------------------------------------------- */
 
 typedef enum heapc_policy {
-    HEAPC_POLICY_DEFAULT = 0,   /* heapd's default (coalesce) */
-    HEAPC_POLICY_COALESCE = 1,  /* exact sizes, free extents that merge; few collects */
-    HEAPC_POLICY_SEED = 2,      /* the seed policy: LIFO classes, bump, mapped/8 trigger */
+    HEAPC_POLICY_DEFAULT = 0,  /* heapd's default (coalesce) */
+    HEAPC_POLICY_COALESCE = 1, /* exact sizes, free extents that merge; few collects */
+    HEAPC_POLICY_SEED = 2,     /* the seed policy: LIFO classes, bump, mapped/8 trigger */
 } heapc_policy;
 
 /* "default", "coalesce", "seed"; "unknown" otherwise. */
@@ -186,12 +186,12 @@ const char *heapc_policy_name(heapc_policy p);
  * creates it; later attaches must give the same world size and the same
  * non-zero parameters, else HEAPC_EMISMATCH names the parameter. */
 typedef struct heapc_params {
-    uint64_t chunk_size;          /* growth unit; 0: default */
-    uint64_t initial_size;        /* mapped at creation; 0: one chunk */
-    uint64_t va_size;             /* maximum extent per rank; 0: default */
-    uint64_t min_block;           /* smallest block (power of two); 0: default */
+    uint64_t chunk_size;   /* growth unit; 0: default */
+    uint64_t initial_size; /* mapped at creation; 0: one chunk */
+    uint64_t va_size;      /* maximum extent per rank; 0: default */
+    uint64_t min_block;    /* smallest block (power of two); 0: default */
     heapc_policy policy;
-    uint32_t collect_timeout_ms;  /* collectives fail after this; 0: default */
+    uint32_t collect_timeout_ms; /* collectives fail after this; 0: default */
     /* cuda backend: this rank's GPU, "GPU-xxxxxxxx-..." (nvidia-smi -L).
      * NULL or "": the GPU of the calling thread's current CUDA context, else
      * device 0. Ignored (sent empty) on the host backend. */
@@ -212,8 +212,7 @@ typedef struct heapc_params {
  * Errors: HEAPC_ESTATE (this context is already attached, or the rank is
  * taken), HEAPC_EMISMATCH, HEAPC_EINVAL, HEAPC_EMAP (reserving or mapping
  * failed: nothing stays mapped), HEAPC_ECONN, ... */
-int heapc_attach(heapc *c, const char *heap, uint32_t rank, uint32_t world_size,
-                 const heapc_params *params);
+int heapc_attach(heapc *c, const char *heap, uint32_t rank, uint32_t world_size, const heapc_params *params);
 
 /* heapc_attach with the rank, world size and job taken from the launcher's
  * environment, so that a trainer started by torchrun or srun needs no
@@ -309,11 +308,11 @@ int heapc_free_async(heapc *c, uint64_t offset, void *stream);
  * thread). A block freed with heapc_free_async(c, off, s) is released once
  * every item begun before the free's marker is complete. Lock-free. */
 typedef struct heapc_hstream heapc_hstream;
-heapc_hstream *heapc_hstream_create(void);          /* NULL: out of memory */
-void heapc_hstream_destroy(heapc_hstream *s);       /* after the frees on it were sent */
+heapc_hstream *heapc_hstream_create(void);    /* NULL: out of memory */
+void heapc_hstream_destroy(heapc_hstream *s); /* after the frees on it were sent */
 uint64_t heapc_hstream_begin(heapc_hstream *s);
 void heapc_hstream_complete(heapc_hstream *s, uint64_t ticket);
-uint64_t heapc_hstream_pending(heapc_hstream *s);   /* items begun, not complete */
+uint64_t heapc_hstream_pending(heapc_hstream *s); /* items begun, not complete */
 
 /* heapc_free of the block that starts at ptr (a pointer heapc_alloc or
  * heapc_ptr gave for this rank's own copy). HEAPC_EINVAL when ptr is not in
@@ -389,18 +388,18 @@ int heapc_status_fd(heapc *c);
  * the device's memory on a timer (heapd.conf meminfo_interval_ms; host
  * backend: the host's MemAvailable/MemTotal). */
 typedef struct heapc_status_t {
-    uint64_t mapped;          /* heap bytes mapped per rank */
-    uint64_t live;            /* bytes of blocks some rank still holds */
-    uint64_t released;        /* bytes every rank released, awaiting collect */
-    uint64_t free;            /* bytes available to allocations */
-    uint64_t rank_held;       /* bytes this rank holds */
-    uint64_t rank_released;   /* bytes this rank released, not yet reclaimed */
+    uint64_t mapped;        /* heap bytes mapped per rank */
+    uint64_t live;          /* bytes of blocks some rank still holds */
+    uint64_t released;      /* bytes every rank released, awaiting collect */
+    uint64_t free;          /* bytes available to allocations */
+    uint64_t rank_held;     /* bytes this rank holds */
+    uint64_t rank_released; /* bytes this rank released, not yet reclaimed */
     uint64_t collects, growths;
-    uint64_t allocs;          /* allocations decided */
-    uint64_t epoch;           /* heap incarnation */
+    uint64_t allocs;                    /* allocations decided */
+    uint64_t epoch;                     /* heap incarnation */
     uint64_t device_free, device_total; /* sampled device memory */
     uint64_t device_sampled_ns;         /* CLOCK_MONOTONIC of that sample */
-    uint64_t updates;         /* writes heapd made to the page */
+    uint64_t updates;                   /* writes heapd made to the page */
     /* Issue 18 (0 from an older heapd). */
     uint64_t collects_skipped;     /* collects the coalesce policy did not ask for: one
                                       had just run, or no block existed */
@@ -424,20 +423,20 @@ int heapc_status(heapc *c, heapc_status_t *out);
 
 /* What this context did since it attached (serialised). */
 typedef struct heapc_counters {
-    uint64_t allocs;             /* successful heapc_alloc calls */
-    uint64_t frees;              /* heapc_free calls accepted (queued) */
-    uint64_t free_batches;       /* Free messages sent */
-    uint64_t collects;           /* collects this rank took part in */
-    uint64_t collects_needed;    /* of those, asked for by heapd during heapc_alloc */
-    uint64_t chunks_mapped;      /* chunks mapped (own and peers') */
-    uint64_t heap_collects;      /* the heap's collect count after the last collect */
+    uint64_t allocs;                /* successful heapc_alloc calls */
+    uint64_t frees;                 /* heapc_free calls accepted (queued) */
+    uint64_t free_batches;          /* Free messages sent */
+    uint64_t collects;              /* collects this rank took part in */
+    uint64_t collects_needed;       /* of those, asked for by heapd during heapc_alloc */
+    uint64_t chunks_mapped;         /* chunks mapped (own and peers') */
+    uint64_t heap_collects;         /* the heap's collect count after the last collect */
     uint64_t last_reclaimed_blocks; /* what the last collect reclaimed */
     uint64_t last_reclaimed_bytes;
-    uint64_t queued_frees;       /* frees queued now, not yet sent */
+    uint64_t queued_frees; /* frees queued now, not yet sent */
     /* Issue 18: stream-ordered frees. */
-    uint64_t stream_waiting;     /* blocks freed whose stream work has not completed
-                                    (or was not checked yet): not yet sent */
-    uint64_t stream_markers;     /* completion markers (CUDA events) recorded */
+    uint64_t stream_waiting;       /* blocks freed whose stream work has not completed
+                                      (or was not checked yet): not yet sent */
+    uint64_t stream_markers;       /* completion markers (CUDA events) recorded */
     uint64_t device_waits_avoided; /* collects without a device sync: no hook, and the
                                     cuda backend or blocks waiting for a stream */
 } heapc_counters;
@@ -445,13 +444,13 @@ int heapc_get_counters(heapc *c, heapc_counters *out);
 
 typedef struct heapc_rank_stats {
     uint32_t rank;
-    int attached;                /* 1 when the rank is connected and attached */
-    uint64_t live_bytes;         /* held by this rank */
-    uint64_t released_bytes;     /* released by this rank, not yet reclaimed */
-    uint64_t next_seq;           /* allocation number reached */
-    uint32_t pid;                /* 0 when unknown */
-    uint64_t stream_waiting;     /* issue 18: blocks waiting for their stream at the
-                                    rank's last collect */
+    int attached;                  /* 1 when the rank is connected and attached */
+    uint64_t live_bytes;           /* held by this rank */
+    uint64_t released_bytes;       /* released by this rank, not yet reclaimed */
+    uint64_t next_seq;             /* allocation number reached */
+    uint32_t pid;                  /* 0 when unknown */
+    uint64_t stream_waiting;       /* issue 18: blocks waiting for their stream at the
+                                      rank's last collect */
     uint64_t device_waits_avoided; /* the rank's collects without a device sync */
 } heapc_rank_stats;
 
@@ -459,8 +458,8 @@ typedef struct heapc_rank_stats {
  * above bounds[i-1]; not cumulative), counts[nbounds] above every bound. */
 #define HEAPC_HIST_MAX 16
 typedef struct heapc_hist {
-    size_t nbounds;              /* <= HEAPC_HIST_MAX - 1 */
-    double bounds[HEAPC_HIST_MAX];  /* seconds, ascending */
+    size_t nbounds;                /* <= HEAPC_HIST_MAX - 1 */
+    double bounds[HEAPC_HIST_MAX]; /* seconds, ascending */
     uint64_t counts[HEAPC_HIST_MAX];
     uint64_t count;
     double sum_seconds;
@@ -469,42 +468,42 @@ typedef struct heapc_hist {
 typedef struct heapc_heap_stats {
     char *name;
     uint32_t world_size;
-    heapc_params params;         /* params.device_uuid is NULL */
-    uint64_t mapped;             /* bytes mapped per rank */
-    uint64_t live_bytes;         /* blocks some rank still holds */
-    uint64_t released_bytes;     /* blocks every rank released, awaiting collect */
-    uint64_t free_bytes;         /* mapped bytes available to allocations */
+    heapc_params params;     /* params.device_uuid is NULL */
+    uint64_t mapped;         /* bytes mapped per rank */
+    uint64_t live_bytes;     /* blocks some rank still holds */
+    uint64_t released_bytes; /* blocks every rank released, awaiting collect */
+    uint64_t free_bytes;     /* mapped bytes available to allocations */
     uint64_t collects;
     uint64_t growths;
     uint32_t clients;
-    uint64_t next_seq;           /* allocations decided so far */
-    uint64_t epoch;              /* heap incarnation */
+    uint64_t next_seq;            /* allocations decided so far */
+    uint64_t epoch;               /* heap incarnation */
     uint64_t pending_collect_seq; /* collect owed at this seq (0 if none, or at 0:
                                      see collect_pending) */
-    uint64_t device_free;        /* the device's free and total bytes (host backend:
-                                    the host's MemAvailable and MemTotal; 0: no sample yet) */
+    uint64_t device_free;         /* the device's free and total bytes (host backend:
+                                     the host's MemAvailable and MemTotal; 0: no sample yet) */
     uint64_t device_total;
     size_t nranks;
     heapc_rank_stats *ranks;
-    uint64_t collects_skipped;   /* issue 18: collects the coalesce policy did not ask
-                                    for (one had just run, or no block existed) */
-    int collect_pending;         /* 1: a collect (forced or the allocator's) is owed
-                                    at pending_collect_seq, which may be 0 */
-    uint32_t owner_uid;          /* the uid that created the heap */
-    heapc_hist collect_wait;     /* seconds from the first rank's collect to the replies */
-    heapc_hist growth;           /* seconds heapd took to create a growth's chunks */
+    uint64_t collects_skipped; /* issue 18: collects the coalesce policy did not ask
+                                  for (one had just run, or no block existed) */
+    int collect_pending;       /* 1: a collect (forced or the allocator's) is owed
+                                  at pending_collect_seq, which may be 0 */
+    uint32_t owner_uid;        /* the uid that created the heap */
+    heapc_hist collect_wait;   /* seconds from the first rank's collect to the replies */
+    heapc_hist growth;         /* seconds heapd took to create a growth's chunks */
 } heapc_heap_stats;
 
 typedef struct heapc_daemon_stats {
-    char *version;               /* heapd's version */
-    char *backend;               /* "host" or "cuda" */
-    uint32_t clients;            /* connections heapd serves */
+    char *version;    /* heapd's version */
+    char *backend;    /* "host" or "cuda" */
+    uint32_t clients; /* connections heapd serves */
     size_t nheaps;
     heapc_heap_stats *heaps;
-    uint64_t uptime_ms;          /* since heapd started */
-    char *store;                 /* the store URL ("" : single node) */
-    int store_connected;         /* 1: connected and subscribed */
-    uint64_t quota_heap;         /* heapd.conf quotas in bytes (0: none) */
+    uint64_t uptime_ms;  /* since heapd started */
+    char *store;         /* the store URL ("" : single node) */
+    int store_connected; /* 1: connected and subscribed */
+    uint64_t quota_heap; /* heapd.conf quotas in bytes (0: none) */
     uint64_t quota_uid;
 } heapc_daemon_stats;
 

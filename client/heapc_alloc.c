@@ -144,8 +144,7 @@ int hci_flush_locked(heapc *c)
                 c->fq_n -= n;
                 char msg[ERRSTR_LEN];
                 snprintf(msg, sizeof msg, "%s", c->errstr);
-                hci_set_err(c, rc, "%s (heapd refused a batch of %zu frees; they were dropped)", msg,
-                            n);
+                hci_set_err(c, rc, "%s (heapd refused a batch of %zu frees; they were dropped)", msg, n);
             }
             return rc;
         }
@@ -175,10 +174,7 @@ static int fq_push(heapc *c, const uint64_t *offs, size_t n)
     return HEAPC_OK;
 }
 
-static int fence_emit(void *data, const uint64_t *offs, size_t n)
-{
-    return fq_push(data, offs, n);
-}
+static int fence_emit(void *data, const uint64_t *offs, size_t n) { return fq_push(data, offs, n); }
 
 /* The completion source of this context's backend, made on first use. */
 static int fence_start(heapc *c)
@@ -188,9 +184,7 @@ static int fence_start(heapc *c)
     hf_source src;
     if (c->kind == HM_CUDA) {
         view *v = atomic_load(&c->view);
-        void *ctx = v && c->local_index && c->local_index[v->rank] >= 0
-                        ? c->spaces[c->local_index[v->rank]].ctx
-                        : NULL;
+        void *ctx = v && c->local_index && c->local_index[v->rank] >= 0 ? c->spaces[c->local_index[v->rank]].ctx : NULL;
         char merr[320];
         if (hf_cuda_source(&src, ctx, merr, sizeof merr) != 0)
             return hci_set_err(c, HEAPC_EBACKEND, "stream-ordered free on heap %s: %s", c->heap, merr);
@@ -300,8 +294,7 @@ static int free_locked(heapc *c, uint64_t offset, void *stream, int on_stream)
     } else {
         if (fq_push(c, &offset, 1) != HEAPC_OK) {
             ls_insert(&c->live, offset);
-            return hci_set_err(c, HEAPC_EOOM, "heapc_free: out of memory queueing offset %" PRIu64,
-                               offset);
+            return hci_set_err(c, HEAPC_EOOM, "heapc_free: out of memory queueing offset %" PRIu64, offset);
         }
         c->ctr.frees++;
     }
@@ -343,7 +336,7 @@ int heapc_free_ptr(heapc *c, void *ptr)
             rc = hci_set_err(c, HEAPC_EINVAL,
                              "heapc_free_ptr: %p is not in this rank's copy of heap %s "
                              "[%p, +%" PRIu64 "); pass a pointer heapc_alloc returned",
-                         ptr, c->heap, (void *)base, m);
+                             ptr, c->heap, (void *)base, m);
         else
             rc = free_locked(c, (uint64_t)(p - base), NULL, 1);
     }
@@ -356,8 +349,7 @@ int heapc_set_free_batch(heapc *c, size_t n)
     pthread_mutex_lock(&c->mu);
     int rc;
     if (n == 0 || n > FREE_BATCH_MAX) {
-        rc = hci_set_err(c, HEAPC_EINVAL, "heapc_set_free_batch: %zu is not in 1..%u", n,
-                         FREE_BATCH_MAX);
+        rc = hci_set_err(c, HEAPC_EINVAL, "heapc_set_free_batch: %zu is not in 1..%u", n, FREE_BATCH_MAX);
     } else {
         c->fq_batch = n;
         if (c->fence_on)

@@ -47,8 +47,7 @@ void hci_teardown(heapc *c)
 }
 
 /* Maps every chunk in refs (fds from raw). Chunks already mapped are skipped. */
-int hci_map_chunks(heapc *c, const view *v, Heapd__ChunkRef **refs, size_t n,
-                      const hw_frame *raw)
+int hci_map_chunks(heapc *c, const view *v, Heapd__ChunkRef **refs, size_t n, const hw_frame *raw)
 {
     char merr[320];
     for (size_t i = 0; i < n; i++) {
@@ -69,8 +68,8 @@ int hci_map_chunks(heapc *c, const view *v, Heapd__ChunkRef **refs, size_t n,
         int rc = hm_map_chunk(s, r->index, raw->fds[r->fd_index], merr, sizeof merr);
         if (rc != HM_OK)
             return hci_set_err(c, rc == HM_ENOMEM ? HEAPC_EOOM : HEAPC_EMAP,
-                               "mapping chunk %" PRIu32 " of rank %" PRIu32 " of heap %s failed: %s",
-                               r->index, r->rank, c->heap, merr);
+                               "mapping chunk %" PRIu32 " of rank %" PRIu32 " of heap %s failed: %s", r->index, r->rank,
+                               c->heap, merr);
         c->ctr.chunks_mapped++;
     }
     return HEAPC_OK;
@@ -132,8 +131,7 @@ static int attach_check(heapc *c, const char *heap, uint32_t rank, uint32_t worl
     if (!heap || !*heap)
         return hci_set_err(c, HEAPC_EINVAL, "heapc_attach: the heap name is empty; name the heap");
     if (world == 0 || rank >= world)
-        return hci_set_err(c, HEAPC_EINVAL,
-                           "heapc_attach: rank %" PRIu32 " is not below world size %" PRIu32, rank,
+        return hci_set_err(c, HEAPC_EINVAL, "heapc_attach: rank %" PRIu32 " is not below world size %" PRIu32, rank,
                            world);
     if (c->fd < 0)
         return hci_set_err(c, HEAPC_ECONN, "%s", c->dead_msg);
@@ -165,9 +163,8 @@ static int attach_device(heapc *c, const heapc_params *p, char *uuid, int *ordin
 }
 
 /* attach, step 3: the Attach request and heapd's AttachReply. */
-static int attach_request(heapc *c, const char *heap, uint32_t rank, uint32_t world,
-                          const heapc_params *p, const char *uuid, Heapd__Frame **rep,
-                          hw_frame *raw)
+static int attach_request(heapc *c, const char *heap, uint32_t rank, uint32_t world, const heapc_params *p,
+                          const char *uuid, Heapd__Frame **rep, hw_frame *raw)
 {
     Heapd__HeapParams hp = HEAPD__HEAP_PARAMS__INIT;
     if (p) {
@@ -203,16 +200,14 @@ static int attach_request(heapc *c, const char *heap, uint32_t rank, uint32_t wo
 
 /* attach, step 4: validates what heapd sent before touching the address
  * space; sets c->kind from the reply's backend. */
-static int attach_reply_check(heapc *c, const Heapd__AttachReply *ar, const char *heap,
-                              uint32_t world)
+static int attach_reply_check(heapc *c, const Heapd__AttachReply *ar, const char *heap, uint32_t world)
 {
     if (!ar || !ar->params || ar->params->chunk_size == 0 || ar->params->va_size == 0)
-        return hci_set_err(c, HEAPC_EPROTOCOL,
-                           "heapd's AttachReply for heap %s has no chunk_size or va_size", heap);
+        return hci_set_err(c, HEAPC_EPROTOCOL, "heapd's AttachReply for heap %s has no chunk_size or va_size", heap);
     if (ar->world_size != world)
         return hci_set_err(c, HEAPC_EPROTOCOL,
-                           "heapd's AttachReply for heap %s says world size %" PRIu32 ", asked %" PRIu32,
-                           heap, ar->world_size, world);
+                           "heapd's AttachReply for heap %s says world size %" PRIu32 ", asked %" PRIu32, heap,
+                           ar->world_size, world);
     const char *backend = ar->backend && *ar->backend ? ar->backend : c->backend;
     if (strcmp(backend, "host") == 0) {
         c->kind = HM_HOST;
@@ -229,8 +224,8 @@ static int attach_reply_check(heapc *c, const Heapd__AttachReply *ar, const char
 
 /* attach, step 5: the view (*vp, not yet published) and c->local_index.
  * Local ranks: heapd's list, self included, sorted, no duplicates. */
-static int attach_view(heapc *c, const Heapd__AttachReply *ar, const char *heap, uint32_t rank,
-                       uint32_t world, view **vp)
+static int attach_view(heapc *c, const Heapd__AttachReply *ar, const char *heap, uint32_t rank, uint32_t world,
+                       view **vp)
 {
     c->heap = strdup(heap);
     view *v = *vp = calloc(1, sizeof *v);
@@ -250,8 +245,8 @@ static int attach_view(heapc *c, const Heapd__AttachReply *ar, const char *heap,
         uint32_t q = ar->local_ranks[i];
         if (q >= world)
             return hci_set_err(c, HEAPC_EPROTOCOL,
-                               "heapd lists local rank %" PRIu32 " of heap %s, beyond world size %" PRIu32,
-                               q, heap, world);
+                               "heapd lists local rank %" PRIu32 " of heap %s, beyond world size %" PRIu32, q, heap,
+                               world);
         if (c->local_index[q] >= 0)
             continue;
         c->local_index[q] = 0;
@@ -289,8 +284,7 @@ static int attach_spaces(heapc *c, view *v, const char *heap, int ordinal)
     if (!c->spaces)
         return hci_set_err(c, HEAPC_EOOM, "out of memory attaching heap %s", heap);
     for (uint32_t i = 0; i < v->nlocal; i++) {
-        int mr = hm_reserve(c->kind, c->params.va_size, c->params.chunk_size, &c->spaces[i], merr,
-                            sizeof merr);
+        int mr = hm_reserve(c->kind, c->params.va_size, c->params.chunk_size, &c->spaces[i], merr, sizeof merr);
         if (mr == HM_OK && c->kind == HM_CUDA)
             mr = hm_set_cuda_device(&c->spaces[i], ordinal, merr, sizeof merr);
         if (mr != HM_OK)
@@ -312,8 +306,7 @@ static void attach_status_page(heapc *c, const Heapd__AttachReply *ar, hw_frame 
     c->status_fd = raw->fds[ar->status_fd_index];
     raw->fds[ar->status_fd_index] = -1;
     void *pg = mmap(NULL, HS_PAGE_SIZE, PROT_READ, MAP_SHARED, c->status_fd, 0);
-    if (pg != MAP_FAILED && ((const hs_page *)pg)->magic == HS_MAGIC &&
-        ((const hs_page *)pg)->version == HS_VERSION)
+    if (pg != MAP_FAILED && ((const hs_page *)pg)->magic == HS_MAGIC && ((const hs_page *)pg)->version == HS_VERSION)
         atomic_store_explicit(&c->status_page, (const hs_page *)pg, memory_order_release);
     else if (pg != MAP_FAILED)
         munmap(pg, HS_PAGE_SIZE);
@@ -355,8 +348,7 @@ static int attach_undo(heapc *c, view *v)
     return keep;
 }
 
-int hci_attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world,
-                      const heapc_params *p)
+int hci_attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world, const heapc_params *p)
 {
     char uuid[64] = "";
     int ordinal;
@@ -401,8 +393,7 @@ fail:
     return attach_undo(c, v);
 }
 
-int heapc_attach(heapc *c, const char *heap, uint32_t rank, uint32_t world_size,
-                 const heapc_params *params)
+int heapc_attach(heapc *c, const char *heap, uint32_t rank, uint32_t world_size, const heapc_params *params)
 {
     pthread_mutex_lock(&c->mu);
     int rc = hci_attach_locked(c, heap, rank, world_size, params);

@@ -104,8 +104,8 @@ void hc_cuda_fail(char *err, size_t errlen, CUresult rc, const char *hint, const
         snprintf(num, sizeof num, "CUDA error %d", (int)rc);
         name = num;
     }
-    snprintf(err, errlen, "%s failed: %s (%s)%s%s", call, name, text ? text : "no description",
-             hint ? "; " : "", hint ? hint : "");
+    snprintf(err, errlen, "%s failed: %s (%s)%s%s", call, name, text ? text : "no description", hint ? "; " : "",
+             hint ? hint : "");
 }
 
 #endif /* HEAPD_HAVE_CUDA_H */

@@ -12,14 +12,16 @@ static int env_u32(heapc *c, const char *launcher, const char *name, uint32_t *o
     if (!v || !*v)
         return hci_set_err(c, HEAPC_EINVAL,
                            "heapc_attach_env: %s is not set, but the other %s variables are: "
-                           "start the job with %s, or set %s", name, launcher,
-                           launcher[0] == 't' ? "torchrun" : "srun", name);
+                           "start the job with %s, or set %s",
+                           name, launcher, launcher[0] == 't' ? "torchrun" : "srun", name);
     char *end;
     errno = 0;
     unsigned long long x = strtoull(v, &end, 10);
     if (errno || end == v || *end || x > UINT32_MAX || v[0] == '-')
-        return hci_set_err(c, HEAPC_EINVAL, "heapc_attach_env: %s=\"%s\" is not a rank count or "
-                           "rank number (want a decimal integer below 2^32)", name, v);
+        return hci_set_err(c, HEAPC_EINVAL,
+                           "heapc_attach_env: %s=\"%s\" is not a rank count or "
+                           "rank number (want a decimal integer below 2^32)",
+                           name, v);
     *out = (uint32_t)x;
     return 0;
 }
@@ -66,8 +68,7 @@ static int env_torchrun(heapc *c, launch *l)
 {
     int rc;
     l->launcher = "torchrun";
-    if ((rc = env_u32(c, l->launcher, "RANK", &l->rank)) ||
-        (rc = env_u32(c, l->launcher, "WORLD_SIZE", &l->world)) ||
+    if ((rc = env_u32(c, l->launcher, "RANK", &l->rank)) || (rc = env_u32(c, l->launcher, "WORLD_SIZE", &l->world)) ||
         (rc = env_u32(c, l->launcher, "LOCAL_WORLD_SIZE", &l->local)))
         return rc;
     const char *id = getenv("TORCHELASTIC_RUN_ID");
@@ -95,14 +96,16 @@ static int env_slurm(heapc *c, launch *l)
         if ((rc = env_u32(c, l->launcher, "SLURM_NODEID", &node)))
             return rc;
         if (!list || !(l->local = slurm_tasks_on_node(list, node)))
-            return hci_set_err(c, HEAPC_EINVAL, "heapc_attach_env: cannot tell how many Slurm tasks "
+            return hci_set_err(c, HEAPC_EINVAL,
+                               "heapc_attach_env: cannot tell how many Slurm tasks "
                                "run on node %" PRIu32 ": SLURM_NTASKS_PER_NODE is not set and "
                                "SLURM_TASKS_PER_NODE=\"%s\" does not say; set SLURM_NTASKS_PER_NODE",
                                node, list ? list : "(unset)");
     }
     const char *id = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
     if (!id || !*id)
-        return hci_set_err(c, HEAPC_EINVAL, "heapc_attach_env: SLURM_JOB_ID is not set, but "
+        return hci_set_err(c, HEAPC_EINVAL,
+                           "heapc_attach_env: SLURM_JOB_ID is not set, but "
                            "SLURM_PROCID is: start the job with srun, or set SLURM_JOB_ID");
     snprintf(l->job, sizeof l->job, "%s.%s", id, step && *step ? step : "0");
     snprintf(l->name, sizeof l->name, "slurm-%s", l->job);
@@ -118,7 +121,8 @@ static int env_launch(heapc *c, launch *l)
     else if (getenv("SLURM_PROCID") && *getenv("SLURM_PROCID"))
         rc = env_slurm(c, l);
     else
-        return hci_set_err(c, HEAPC_EINVAL, "heapc_attach_env: no launcher environment: RANK "
+        return hci_set_err(c, HEAPC_EINVAL,
+                           "heapc_attach_env: no launcher environment: RANK "
                            "(torchrun: RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, TORCHELASTIC_RUN_ID) and "
                            "SLURM_PROCID (srun: SLURM_PROCID, SLURM_NTASKS, SLURM_NTASKS_PER_NODE, "
                            "SLURM_JOB_ID) are both unset; start the job with torchrun or srun, or "
@@ -126,12 +130,15 @@ static int env_launch(heapc *c, launch *l)
     if (rc)
         return rc;
     if (l->world == 0 || l->rank >= l->world)
-        return hci_set_err(c, HEAPC_EINVAL, "heapc_attach_env: %s rank %" PRIu32 " is not below its "
-                           "world size %" PRIu32, l->launcher, l->rank, l->world);
+        return hci_set_err(c, HEAPC_EINVAL,
+                           "heapc_attach_env: %s rank %" PRIu32 " is not below its "
+                           "world size %" PRIu32,
+                           l->launcher, l->rank, l->world);
     if (l->local == 0 || l->local > l->world)
-        return hci_set_err(c, HEAPC_EINVAL, "heapc_attach_env: %s says %" PRIu32 " rank(s) on this node "
-                           "of a world of %" PRIu32 "; want 1 to the world size", l->launcher,
-                           l->local, l->world);
+        return hci_set_err(c, HEAPC_EINVAL,
+                           "heapc_attach_env: %s says %" PRIu32 " rank(s) on this node "
+                           "of a world of %" PRIu32 "; want 1 to the world size",
+                           l->launcher, l->local, l->world);
     return 0;
 }
 

@@ -27,10 +27,7 @@ heapc_hstream *heapc_hstream_create(void)
     return s;
 }
 
-void heapc_hstream_destroy(heapc_hstream *s)
-{
-    free(s);
-}
+void heapc_hstream_destroy(heapc_hstream *s) { free(s); }
 
 uint64_t heapc_hstream_begin(heapc_hstream *s)
 {
@@ -40,9 +37,8 @@ uint64_t heapc_hstream_begin(heapc_hstream *s)
 void heapc_hstream_complete(heapc_hstream *s, uint64_t ticket)
 {
     uint64_t cur = atomic_load_explicit(&s->completed, memory_order_acquire);
-    while (cur < ticket &&
-           !atomic_compare_exchange_weak_explicit(&s->completed, &cur, ticket, memory_order_acq_rel,
-                                                  memory_order_acquire))
+    while (cur < ticket && !atomic_compare_exchange_weak_explicit(&s->completed, &cur, ticket, memory_order_acq_rel,
+                                                                  memory_order_acquire))
         ;
 }
 
@@ -85,10 +81,7 @@ static void host_release(void *impl, void *marker)
     free(marker);
 }
 
-static void host_destroy(void *impl)
-{
-    (void)impl;
-}
+static void host_destroy(void *impl) { (void)impl; }
 
 static const hf_ops host_ops = {"host", host_record, host_query, host_release, host_destroy};
 
@@ -278,8 +271,7 @@ int hf_queue_add(hf_queue *q, void *stream, uint64_t offset, char *err, size_t e
         size_t ncap = g->cap ? 2 * g->cap : 64;
         uint64_t *no = realloc(g->offs, ncap * sizeof *no);
         if (!no) {
-            snprintf(err, errlen, "out of memory queueing offset %llu on its stream",
-                     (unsigned long long)offset);
+            snprintf(err, errlen, "out of memory queueing offset %llu on its stream", (unsigned long long)offset);
             return HF_ENOMEM;
         }
         g->offs = no;
@@ -300,8 +292,7 @@ static uint64_t mono_ns(void)
 
 /* Queries g's marker; a fresh one is polled until *deadline (set at the
  * first fresh marker of a reap, shared by the others). */
-static int query_group(hf_queue *q, hf_group *g, int poll, uint64_t *deadline, char *err,
-                       size_t errlen)
+static int query_group(hf_queue *q, hf_group *g, int poll, uint64_t *deadline, char *err, size_t errlen)
 {
     int done = q->src.ops->query(q->src.impl, g->marker, err, errlen);
     if (!poll)
@@ -316,8 +307,7 @@ static int query_group(hf_queue *q, hf_group *g, int poll, uint64_t *deadline, c
     return done;
 }
 
-int hf_queue_reap(hf_queue *q, int poll_fresh, hf_emit_fn emit, void *data, char *err,
-                  size_t errlen)
+int hf_queue_reap(hf_queue *q, int poll_fresh, hf_emit_fn emit, void *data, char *err, size_t errlen)
 {
     int rc = HF_OK;
     size_t keep = 0, i = 0;

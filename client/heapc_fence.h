@@ -60,20 +60,20 @@ int hf_cuda_source(hf_source *out, void *ctx, char *err, size_t errlen);
 
 typedef struct hf_group {
     void *stream;
-    void *marker;      /* NULL while the group is open */
-    int fresh;         /* recorded since the last reap */
+    void *marker; /* NULL while the group is open */
+    int fresh;    /* recorded since the last reap */
     uint64_t *offs;
     size_t n, cap;
 } hf_group;
 
 typedef struct hf_queue {
     hf_source src;
-    hf_group open;     /* n == 0: no open group */
-    hf_group *closed;  /* groups with a marker, oldest first */
+    hf_group open;    /* n == 0: no open group */
+    hf_group *closed; /* groups with a marker, oldest first */
     size_t nclosed, capclosed;
-    size_t batch;      /* an open group closes at this many offsets */
-    uint64_t waiting;  /* offsets in every group (open and closed) */
-    uint64_t markers;  /* markers recorded so far */
+    size_t batch;     /* an open group closes at this many offsets */
+    uint64_t waiting; /* offsets in every group (open and closed) */
+    uint64_t markers; /* markers recorded so far */
 } hf_queue;
 
 /* Error codes (codes cross modules; err holds the sentence). */
@@ -98,7 +98,6 @@ int hf_queue_close(hf_queue *q, char *err, size_t errlen);
  * HF_OK or an error. */
 #define HF_FRESH_POLL_NS 50000u
 typedef int (*hf_emit_fn)(void *data, const uint64_t *offs, size_t n);
-int hf_queue_reap(hf_queue *q, int poll_fresh, hf_emit_fn emit, void *data, char *err,
-                  size_t errlen);
+int hf_queue_reap(hf_queue *q, int poll_fresh, hf_emit_fn emit, void *data, char *err, size_t errlen);
 
 #endif

@@ -30,10 +30,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define ERRSTR_LEN 512
+#define ERRSTR_LEN         512
 #define FREE_BATCH_DEFAULT 1024u
-#define FREE_BATCH_MAX 65536u   /* 65536 varints of <= 10 bytes: far below HW_FRAME_MAX */
-#define ALLOC_MAX_ROUNDS 8      /* collect_needed answers tolerated for one allocation */
+#define FREE_BATCH_MAX     65536u /* 65536 varints of <= 10 bytes: far below HW_FRAME_MAX */
+#define ALLOC_MAX_ROUNDS   8      /* collect_needed answers tolerated for one allocation */
 
 /* ---- live-offset set ------------------------------------------------------
  * Open addressing, linear probing, backward-shift deletion. Keys are block
@@ -42,7 +42,7 @@
 
 typedef struct liveset {
     uint64_t *keys;
-    size_t cap, n;   /* cap: power of two or 0 */
+    size_t cap, n; /* cap: power of two or 0 */
 } liveset;
 
 /* ---- context ----------------------------------------------------------- */
@@ -51,8 +51,8 @@ typedef struct liveset {
 typedef struct view {
     uint32_t rank, world;
     uint32_t nlocal;
-    uint32_t *local;       /* ascending */
-    char **bases;          /* [world]: base of rank q's copy, NULL when not local */
+    uint32_t *local; /* ascending */
+    char **bases;    /* [world]: base of rank q's copy, NULL when not local */
 } view;
 
 /*
@@ -94,11 +94,11 @@ struct heapc {
     /* attach state */
     int attached;
     char *heap;
-    heapc_params params;       /* effective; params.device_uuid -> uuid */
+    heapc_params params; /* effective; params.device_uuid -> uuid */
     char uuid[64];
     hm_kind kind;
-    hm_space *spaces;          /* [nlocal], same order as view->local */
-    int32_t *local_index;      /* [world]: index into spaces, -1 when not local */
+    hm_space *spaces;     /* [nlocal], same order as view->local */
+    int32_t *local_index; /* [world]: index into spaces, -1 when not local */
     _Atomic(view *) view;
     _Atomic uint64_t mapped;
     uint64_t next_seq;
@@ -106,8 +106,8 @@ struct heapc {
     _Atomic(const hs_page *) status_page; /* mapped read-only, or NULL */
 
     liveset live;
-    int live_complete;         /* every live block of this rank is in `live` */
-    uint64_t *fq;              /* queued frees */
+    int live_complete; /* every live block of this rank is in `live` */
+    uint64_t *fq;      /* queued frees */
     size_t fq_n, fq_cap, fq_batch;
     /* Stream-ordered frees (issue 18): blocks freed on a stream whose work
      * may not have completed; they join fq once it has (heapc_fence.h).
@@ -128,8 +128,7 @@ struct heapc {
 /* heapc.c: the result of a call, and the one request/reply path. */
 int hci_set_err(heapc *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int hci_ok(heapc *c);
-int hci_rpc(heapc *c, Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__Frame **rep,
-            hw_frame *raw);
+int hci_rpc(heapc *c, Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__Frame **rep, hw_frame *raw);
 void hci_rpc_done(Heapd__Frame *rep, hw_frame *raw);
 /* Issue 16: asks heapd for a request ring after an attach (nlocal: the
  * node's ranks of the heap); without one the socket carries everything. */
@@ -139,8 +138,7 @@ void hci_ring_setup(heapc *c, uint32_t nlocal);
 void hci_teardown(heapc *c);
 int hci_map_chunks(heapc *c, const view *v, Heapd__ChunkRef **refs, size_t n, const hw_frame *raw);
 int hci_publish_extent(heapc *c, const view *v, uint64_t mapped, int strict);
-int hci_attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world,
-                      const heapc_params *p);
+int hci_attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world, const heapc_params *p);
 
 /* heapc_alloc.c */
 void hci_ls_clear(liveset *s);

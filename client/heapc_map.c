@@ -13,8 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
 {
     if (err && errlen) {
@@ -26,19 +25,12 @@ static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
     return code;
 }
 
-void *hm_base(const hm_space *s)
-{
-    return s ? s->base : NULL;
-}
+void *hm_base(const hm_space *s) { return s ? s->base : NULL; }
 
-int hm_is_mapped(const hm_space *s, uint32_t index)
-{
-    return s && s->mapped && index < s->nchunks && s->mapped[index];
-}
+int hm_is_mapped(const hm_space *s, uint32_t index) { return s && s->mapped && index < s->nchunks && s->mapped[index]; }
 
 /* Common checks and the bookkeeping arrays; fills everything but base. */
-static int space_init(hm_kind kind, uint64_t va_size, uint64_t chunk_size, hm_space *s,
-                      char *err, size_t errlen)
+static int space_init(hm_kind kind, uint64_t va_size, uint64_t chunk_size, hm_space *s, char *err, size_t errlen)
 {
     if (chunk_size == 0 || va_size == 0)
         return fail(err, errlen, HM_EINVAL,
@@ -62,8 +54,7 @@ static int space_init(hm_kind kind, uint64_t va_size, uint64_t chunk_size, hm_sp
         free(s->mapped);
         free(s->handles);
         memset(s, 0, sizeof *s);
-        return fail(err, errlen, HM_ENOMEM, "hm_reserve: out of host memory for %" PRIu64
-                    " chunk slots", n);
+        return fail(err, errlen, HM_ENOMEM, "hm_reserve: out of host memory for %" PRIu64 " chunk slots", n);
     }
     return HM_OK;
 }
@@ -83,8 +74,7 @@ static int host_reserve(hm_space *s, char *err, size_t errlen)
     if (page <= 0)
         page = 4096;
     if (s->chunk_size % (uint64_t)page != 0)
-        return fail(err, errlen, HM_EINVAL,
-                    "hm_reserve: chunk_size %" PRIu64 " is not a multiple of the page size %ld",
+        return fail(err, errlen, HM_EINVAL, "hm_reserve: chunk_size %" PRIu64 " is not a multiple of the page size %ld",
                     s->chunk_size, page);
     /* Align the base to the largest power of two dividing chunk_size, up to
      * 2 MiB, so that huge pages can back the chunks: over-reserve, then trim
@@ -117,8 +107,8 @@ static int host_map(hm_space *s, uint32_t index, int fd, char *err, size_t errle
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
-        return fail(err, errlen, HM_EINVAL, "hm_map_chunk: fd %d of chunk %" PRIu32
-                    " is not usable: %s", fd, index, strerror(e));
+        return fail(err, errlen, HM_EINVAL, "hm_map_chunk: fd %d of chunk %" PRIu32 " is not usable: %s", fd, index,
+                    strerror(e));
     }
     if (st.st_size < 0 || (uint64_t)st.st_size < s->chunk_size)
         return fail(err, errlen, HM_EINVAL,
@@ -130,11 +120,9 @@ static int host_map(hm_space *s, uint32_t index, int fd, char *err, size_t errle
     if (p == MAP_FAILED) {
         int e = errno;
         /* MAP_FIXED failed: the old PROT_NONE mapping may be gone; restore it. */
-        mmap(at, s->chunk_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
-             -1, 0);
+        mmap(at, s->chunk_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
         return fail(err, errlen, e == ENOMEM ? HM_ENOMEM : HM_ESYS,
-                    "mapping chunk %" PRIu32 " (%" PRIu64 " bytes) failed: %s", index,
-                    s->chunk_size, strerror(e));
+                    "mapping chunk %" PRIu32 " (%" PRIu64 " bytes) failed: %s", index, s->chunk_size, strerror(e));
     }
     return HM_OK;
 }
@@ -143,10 +131,7 @@ static int host_map(hm_space *s, uint32_t index, int fd, char *err, size_t errle
 
 #if HEAPD_HAVE_CUDA_H
 
-static int cu_code(CUresult rc)
-{
-    return rc == CUDA_ERROR_OUT_OF_MEMORY ? HM_ENOMEM : HM_ESYS;
-}
+static int cu_code(CUresult rc) { return rc == CUDA_ERROR_OUT_OF_MEMORY ? HM_ENOMEM : HM_ESYS; }
 
 /* When the thread has no current context, makes the space's primary context
  * current; *entered says whether cu_leave must undo it. */
@@ -187,8 +172,7 @@ static void cu_prop(int device, CUmemAllocationProp *prop)
 
 /* Checks chunk_size against device's granularity and retains its primary
  * context into *ctx. */
-static int cu_bind_device(const hc_cuda *cu, hm_space *s, int device, void **ctx, char *err,
-                          size_t errlen)
+static int cu_bind_device(const hc_cuda *cu, hm_space *s, int device, void **ctx, char *err, size_t errlen)
 {
     int n = 0;
     CUresult rc = cu->DeviceGetCount(&n);
@@ -261,8 +245,8 @@ static int cuda_reserve(hm_space *s, char *err, size_t errlen)
     CUresult rc = cu->MemAddressReserve(&va, s->va_size, 0, 0, 0);
     cu_leave(cu, entered);
     if (rc != CUDA_SUCCESS) {
-        hc_cuda_fail(err, errlen, rc, "give the heap a smaller va_size",
-                     "cuMemAddressReserve(%" PRIu64 " bytes)", s->va_size);
+        hc_cuda_fail(err, errlen, rc, "give the heap a smaller va_size", "cuMemAddressReserve(%" PRIu64 " bytes)",
+                     s->va_size);
         cu->DevicePrimaryCtxRelease(device);
         s->ctx = NULL;
         return cu_code(rc);
@@ -283,8 +267,7 @@ static int cuda_map(hm_space *s, uint32_t index, int fd, char *err, size_t errle
     CUdeviceptr at = (CUdeviceptr)(uintptr_t)s->base + (CUdeviceptr)index * s->chunk_size;
     CUmemGenericAllocationHandle h = 0;
     int mapped = 0;
-    CUresult rc = cu->MemImportFromShareableHandle(&h, (void *)(uintptr_t)fd,
-                                                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    CUresult rc = cu->MemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     if (rc != CUDA_SUCCESS) {
         hc_cuda_fail(err, errlen, rc, "the fd must come from heapd's cuda backend",
                      "cuMemImportFromShareableHandle(fd %d, chunk %" PRIu32 ")", fd, index);
@@ -293,8 +276,7 @@ static int cuda_map(hm_space *s, uint32_t index, int fd, char *err, size_t errle
     }
     rc = cu->MemMap(at, s->chunk_size, 0, h, 0);
     if (rc != CUDA_SUCCESS) {
-        hc_cuda_fail(err, errlen, rc,
-                     "the chunk may be smaller than the heap's chunk_size",
+        hc_cuda_fail(err, errlen, rc, "the chunk may be smaller than the heap's chunk_size",
                      "cuMemMap(chunk %" PRIu32 ", %" PRIu64 " bytes)", index, s->chunk_size);
         rcode = cu_code(rc);
         goto fail;
@@ -307,8 +289,7 @@ static int cuda_map(hm_space *s, uint32_t index, int fd, char *err, size_t errle
     ad.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     rc = cu->MemSetAccess(at, s->chunk_size, &ad, 1);
     if (rc != CUDA_SUCCESS) {
-        hc_cuda_fail(err, errlen, rc,
-                     "a peer's chunk needs peer access between the two GPUs (nvidia-smi topo -p2p rw)",
+        hc_cuda_fail(err, errlen, rc, "a peer's chunk needs peer access between the two GPUs (nvidia-smi topo -p2p rw)",
                      "cuMemSetAccess(chunk %" PRIu32 ", device %d, read/write)", index, s->device);
         rcode = cu_code(rc);
         goto fail;
@@ -406,8 +387,7 @@ int hm_cuda_device_by_uuid(const char *uuid, int *ordinal, char *err, size_t err
     for (int i = 0; i < n; i++) {
         CUdevice d;
         CUuuid u;
-        if ((rc = cu->DeviceGet(&d, i)) != CUDA_SUCCESS ||
-            (rc = cu->DeviceGetUuid(&u, d)) != CUDA_SUCCESS) {
+        if ((rc = cu->DeviceGet(&d, i)) != CUDA_SUCCESS || (rc = cu->DeviceGetUuid(&u, d)) != CUDA_SUCCESS) {
             hc_cuda_fail(err, errlen, rc, NULL, "cuDeviceGetUuid(device %d)", i);
             return cu_code(rc);
         }
@@ -424,15 +404,14 @@ int hm_cuda_device_by_uuid(const char *uuid, int *ordinal, char *err, size_t err
         }
     }
     return fail(err, errlen, HM_ENOTFOUND,
-                "this process sees no GPU with UUID %s (it sees %s); check CUDA_VISIBLE_DEVICES",
-                uuid, n ? seen : "none");
+                "this process sees no GPU with UUID %s (it sees %s); check CUDA_VISIBLE_DEVICES", uuid,
+                n ? seen : "none");
 }
 
 int hm_cuda_device_uuid(int ordinal, char *buf, size_t len, char *err, size_t errlen)
 {
     if (!buf || len < 41)
-        return fail(err, errlen, HM_EINVAL,
-                    "hm_cuda_device_uuid: the buffer must hold at least 41 bytes");
+        return fail(err, errlen, HM_EINVAL, "hm_cuda_device_uuid: the buffer must hold at least 41 bytes");
     const hc_cuda *cu = hc_cuda_get(err, errlen);
     if (!cu)
         return HM_EUNAVAIL;
@@ -443,13 +422,11 @@ int hm_cuda_device_uuid(int ordinal, char *buf, size_t len, char *err, size_t er
         return cu_code(rc);
     }
     if (ordinal < 0 || ordinal >= n)
-        return fail(err, errlen, HM_EINVAL,
-                    "CUDA device %d does not exist: this process sees %d GPU%s", ordinal, n,
+        return fail(err, errlen, HM_EINVAL, "CUDA device %d does not exist: this process sees %d GPU%s", ordinal, n,
                     n == 1 ? "" : "s");
     CUdevice d;
     CUuuid u;
-    if ((rc = cu->DeviceGet(&d, ordinal)) != CUDA_SUCCESS ||
-        (rc = cu->DeviceGetUuid(&u, d)) != CUDA_SUCCESS) {
+    if ((rc = cu->DeviceGet(&d, ordinal)) != CUDA_SUCCESS || (rc = cu->DeviceGetUuid(&u, d)) != CUDA_SUCCESS) {
         hc_cuda_fail(err, errlen, rc, NULL, "cuDeviceGetUuid(device %d)", ordinal);
         return cu_code(rc);
     }
@@ -486,8 +463,8 @@ int hm_cuda_current_device(int *ordinal, char *err, size_t errlen)
 
 #else /* !HEAPD_HAVE_CUDA_H */
 
-#define NO_CUDA_MSG                                                                        \
-    "libheapc was built without CUDA headers, so it cannot map GPU chunks: rebuild it with " \
+#define NO_CUDA_MSG                                                                                                    \
+    "libheapc was built without CUDA headers, so it cannot map GPU chunks: rebuild it with "                           \
     "the CUDA toolkit installed (CUDA_HOME=/usr/local/cuda), or use a host-backend heap"
 
 static int cuda_reserve(hm_space *s, char *err, size_t errlen)
@@ -542,8 +519,7 @@ int hm_cuda_current_device(int *ordinal, char *err, size_t errlen)
 
 /* ---- dispatch ----------------------------------------------------------- */
 
-int hm_reserve(hm_kind kind, uint64_t va_size, uint64_t chunk_size, hm_space *out,
-               char *err, size_t errlen)
+int hm_reserve(hm_kind kind, uint64_t va_size, uint64_t chunk_size, hm_space *out, char *err, size_t errlen)
 {
     if (!out)
         return fail(err, errlen, HM_EINVAL, "hm_reserve: out is NULL");
@@ -565,17 +541,14 @@ int hm_map_chunk(hm_space *s, uint32_t index, int fd, char *err, size_t errlen)
         return fail(err, errlen, HM_EINVAL, "hm_map_chunk: the space is not reserved");
     if (index >= s->nchunks)
         return fail(err, errlen, HM_EINVAL,
-                    "hm_map_chunk: chunk %" PRIu32 " is past the end of the range (%" PRIu32
-                    " chunks of %" PRIu64 " bytes); the heap would exceed its va_size",
+                    "hm_map_chunk: chunk %" PRIu32 " is past the end of the range (%" PRIu32 " chunks of %" PRIu64
+                    " bytes); the heap would exceed its va_size",
                     index, s->nchunks, s->chunk_size);
     if (s->mapped[index])
-        return fail(err, errlen, HM_EINVAL, "hm_map_chunk: chunk %" PRIu32 " is already mapped",
-                    index);
+        return fail(err, errlen, HM_EINVAL, "hm_map_chunk: chunk %" PRIu32 " is already mapped", index);
     if (fd < 0)
-        return fail(err, errlen, HM_EINVAL, "hm_map_chunk: chunk %" PRIu32 " has no fd (%d)",
-                    index, fd);
-    int rc = s->kind == HM_HOST ? host_map(s, index, fd, err, errlen)
-                                : cuda_map(s, index, fd, err, errlen);
+        return fail(err, errlen, HM_EINVAL, "hm_map_chunk: chunk %" PRIu32 " has no fd (%d)", index, fd);
+    int rc = s->kind == HM_HOST ? host_map(s, index, fd, err, errlen) : cuda_map(s, index, fd, err, errlen);
     if (rc == HM_OK) {
         s->mapped[index] = 1;
         s->nmapped++;

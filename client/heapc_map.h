@@ -45,25 +45,25 @@ typedef enum hm_kind { HM_HOST = 0, HM_CUDA = 1 } hm_kind;
 
 typedef enum hm_status {
     HM_OK = 0,
-    HM_EINVAL = -1,     /* a bad argument: sizes, index, fd, slot already mapped */
-    HM_ENOMEM = -2,     /* out of address space or device memory */
-    HM_EUNAVAIL = -3,   /* CUDA is not available (no driver, no GPU, no headers) */
-    HM_ENOTFOUND = -4,  /* no GPU has that UUID */
-    HM_ESYS = -5        /* a system or driver call failed */
+    HM_EINVAL = -1,    /* a bad argument: sizes, index, fd, slot already mapped */
+    HM_ENOMEM = -2,    /* out of address space or device memory */
+    HM_EUNAVAIL = -3,  /* CUDA is not available (no driver, no GPU, no headers) */
+    HM_ENOTFOUND = -4, /* no GPU has that UUID */
+    HM_ESYS = -5       /* a system or driver call failed */
 } hm_status;
 
 /* Fields are read-only for callers; set them only through this API. */
 typedef struct hm_space {
     hm_kind kind;
-    void *base;            /* start of the range; NULL when not reserved */
-    uint64_t va_size;      /* reserved bytes: nchunks * chunk_size */
+    void *base;       /* start of the range; NULL when not reserved */
+    uint64_t va_size; /* reserved bytes: nchunks * chunk_size */
     uint64_t chunk_size;
-    uint32_t nchunks;      /* slots in the range */
-    uint32_t nmapped;      /* slots mapped now */
-    int device;            /* HM_CUDA: ordinal given read/write access */
-    uint8_t *mapped;       /* per slot: 1 when mapped */
-    uint64_t *handles;     /* HM_CUDA: per slot, the imported allocation handle */
-    void *ctx;             /* HM_CUDA: the retained primary context of device */
+    uint32_t nchunks;  /* slots in the range */
+    uint32_t nmapped;  /* slots mapped now */
+    int device;        /* HM_CUDA: ordinal given read/write access */
+    uint8_t *mapped;   /* per slot: 1 when mapped */
+    uint64_t *handles; /* HM_CUDA: per slot, the imported allocation handle */
+    void *ctx;         /* HM_CUDA: the retained primary context of device */
 } hm_space;
 
 /* Reserves a range of va_size bytes, rounded up to whole chunks, with no
@@ -72,8 +72,7 @@ typedef struct hm_space {
  * HM_CUDA: access goes to the device of the calling thread's current CUDA
  * context, or device 0 when no context is current; hm_set_cuda_device
  * changes it. */
-int hm_reserve(hm_kind kind, uint64_t va_size, uint64_t chunk_size, hm_space *out,
-               char *err, size_t errlen);
+int hm_reserve(hm_kind kind, uint64_t va_size, uint64_t chunk_size, hm_space *out, char *err, size_t errlen);
 
 /* HM_CUDA: gives read/write access of the chunks mapped from now on to
  * device ordinal (as this process numbers its GPUs, e.g. from

@@ -24,10 +24,7 @@ static cu_meminfo_fn cu_meminfo;
 static pthread_once_t cuinit_once = PTHREAD_ONCE_INIT;
 static int cuinit_rc;
 
-static void do_cuinit(void)
-{
-    cuinit_rc = cu_init(0);
-}
+static void do_cuinit(void) { cuinit_rc = cu_init(0); }
 
 static int real_mem_get_info(size_t *free_bytes, size_t *total_bytes)
 {
@@ -37,16 +34,15 @@ static int real_mem_get_info(size_t *free_bytes, size_t *total_bytes)
     return cu_meminfo(free_bytes, total_bytes);
 }
 
-#define SYM(field, name, required)                                                              \
-    do {                                                                                        \
-        void *s_ = dlsym(h, name);                                                              \
-        if (!s_ && (required)) {                                                                \
-            snprintf(load_err, sizeof load_err,                                                 \
-                     "libnccl.so.2 has no symbol %s: NCCL too old or not NCCL (need 2.7 or newer)", \
-                     name);                                                                     \
-            return;                                                                             \
-        }                                                                                       \
-        memcpy(&real.field, &s_, sizeof s_);                                                    \
+#define SYM(field, name, required)                                                                                     \
+    do {                                                                                                               \
+        void *s_ = dlsym(h, name);                                                                                     \
+        if (!s_ && (required)) {                                                                                       \
+            snprintf(load_err, sizeof load_err,                                                                        \
+                     "libnccl.so.2 has no symbol %s: NCCL too old or not NCCL (need 2.7 or newer)", name);             \
+            return;                                                                                                    \
+        }                                                                                                              \
+        memcpy(&real.field, &s_, sizeof s_);                                                                           \
     } while (0)
 
 static void do_load(void)
@@ -160,15 +156,9 @@ void hnccl_free(hnccl_ctx *x)
     free(x);
 }
 
-int hnccl_err(const hnccl_ctx *x)
-{
-    return x ? atomic_load_explicit(&x->err, memory_order_relaxed) : HNCCL_EINVAL;
-}
+int hnccl_err(const hnccl_ctx *x) { return x ? atomic_load_explicit(&x->err, memory_order_relaxed) : HNCCL_EINVAL; }
 
-const char *hnccl_errstr(const hnccl_ctx *x)
-{
-    return x ? x->errstr : "hnccl: NULL context";
-}
+const char *hnccl_errstr(const hnccl_ctx *x) { return x ? x->errstr : "hnccl: NULL context"; }
 
 int hnccl_set_heapc(hnccl_ctx *x, heapc *c)
 {
@@ -209,7 +199,6 @@ const hnccl_table *hnccl_get_table(hnccl_ctx *x)
         hni_ok(x);
     return t;
 }
-
 
 /* ---- probe -------------------------------------------------------------------- */
 
@@ -258,17 +247,16 @@ int hnccl_set_probe_source(hnccl_ctx *x, hnccl_source source, uint64_t min_inter
                            "hnccl_set_probe_source(HNCCL_SOURCE_CUDA): no cuMemGetInfo (%s); keep the status page "
                            "source",
                            x->user_table ? "the function table set with hnccl_set_table has no MemGetInfo"
-                                     : "libcuda.so.1 could not be loaded");
+                                         : "libcuda.so.1 could not be loaded");
     x->source = source;
     x->min_interval_ns = min_interval_us * 1000;
     atomic_store_explicit(&x->cuda_at_ns, 0, memory_order_relaxed);
     return hni_ok(x);
 }
 
-
 /* ---- counters -------------------------------------------------------------------- */
 
-#define LD(field) atomic_load_explicit(&x->ctr.field, memory_order_relaxed)
+#define LD(field)   atomic_load_explicit(&x->ctr.field, memory_order_relaxed)
 #define ZERO(field) atomic_store_explicit(&x->ctr.field, 0, memory_order_relaxed)
 
 int hnccl_get_counters(const hnccl_ctx *x, hnccl_counters *out)

@@ -131,21 +131,48 @@
  * nccl.h before this header (or define HNCCL_USE_NCCL_H) to use NCCL's own. */
 typedef struct ncclComm *ncclComm_t;
 typedef struct CUstream_st *cudaStream_t;
-typedef struct { char internal[128]; } ncclUniqueId;
+typedef struct {
+    char internal[128];
+} ncclUniqueId;
 typedef enum {
-    ncclSuccess = 0, ncclUnhandledCudaError = 1, ncclSystemError = 2, ncclInternalError = 3,
-    ncclInvalidArgument = 4, ncclInvalidUsage = 5, ncclRemoteError = 6, ncclInProgress = 7,
+    ncclSuccess = 0,
+    ncclUnhandledCudaError = 1,
+    ncclSystemError = 2,
+    ncclInternalError = 3,
+    ncclInvalidArgument = 4,
+    ncclInvalidUsage = 5,
+    ncclRemoteError = 6,
+    ncclInProgress = 7,
     ncclNumResults = 8
 } ncclResult_t;
 typedef enum {
-    ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4, ncclNumOps = 5,
+    ncclSum = 0,
+    ncclProd = 1,
+    ncclMax = 2,
+    ncclMin = 3,
+    ncclAvg = 4,
+    ncclNumOps = 5,
     ncclMaxRedOp = 0x7fffffff
 } ncclRedOp_t;
 typedef enum {
-    ncclInt8 = 0, ncclChar = 0, ncclUint8 = 1, ncclInt32 = 2, ncclInt = 2, ncclUint32 = 3,
-    ncclInt64 = 4, ncclUint64 = 5, ncclFloat16 = 6, ncclHalf = 6, ncclFloat32 = 7,
-    ncclFloat = 7, ncclFloat64 = 8, ncclDouble = 8, ncclBfloat16 = 9, ncclFloat8e4m3 = 10,
-    ncclFloat8e5m2 = 11, ncclNumTypes = 12
+    ncclInt8 = 0,
+    ncclChar = 0,
+    ncclUint8 = 1,
+    ncclInt32 = 2,
+    ncclInt = 2,
+    ncclUint32 = 3,
+    ncclInt64 = 4,
+    ncclUint64 = 5,
+    ncclFloat16 = 6,
+    ncclHalf = 6,
+    ncclFloat32 = 7,
+    ncclFloat = 7,
+    ncclFloat64 = 8,
+    ncclDouble = 8,
+    ncclBfloat16 = 9,
+    ncclFloat8e4m3 = 10,
+    ncclFloat8e5m2 = 11,
+    ncclNumTypes = 12
 } ncclDataType_t;
 #endif
 
@@ -164,12 +191,12 @@ extern "C" {
 enum {
     HNCCL_OK = 0,
     /* 1 .. 7: the ncclResult_t NCCL returned (wrappers only). */
-    HNCCL_EINVAL = -1,   /* bad argument: unknown op name, NULL, unknown data type, ... */
-    HNCCL_ELOAD = -2,    /* libnccl.so.2 (or libcuda.so.1 for HNCCL_SOURCE_CUDA) could not
-                            be loaded, lacks a symbol, or the table lacks the function */
-    HNCCL_ESOURCE = -3,  /* hnccl_probe: memory could not be read (no status page: not
-                            attached; cuMemGetInfo failed) */
-    HNCCL_EOOM = -4,     /* out of host memory */
+    HNCCL_EINVAL = -1,  /* bad argument: unknown op name, NULL, unknown data type, ... */
+    HNCCL_ELOAD = -2,   /* libnccl.so.2 (or libcuda.so.1 for HNCCL_SOURCE_CUDA) could not
+                           be loaded, lacks a symbol, or the table lacks the function */
+    HNCCL_ESOURCE = -3, /* hnccl_probe: memory could not be read (no status page: not
+                           attached; cuMemGetInfo failed) */
+    HNCCL_EOOM = -4,    /* out of host memory */
 };
 
 /* "OK", "ERR_INVAL", "ERR_LOAD", "ERR_SOURCE", "ERR_OOM"; NCCL's codes by
@@ -193,13 +220,13 @@ typedef enum hnccl_op {
 } hnccl_op;
 
 typedef enum hnccl_mode {
-    HNCCL_SKIP = 0,   /* no probe before the call */
-    HNCCL_PROBE = 1,  /* probe (and maybe call the release callback) before the call */
+    HNCCL_SKIP = 0,  /* no probe before the call */
+    HNCCL_PROBE = 1, /* probe (and maybe call the release callback) before the call */
 } hnccl_mode;
 
 /* Bit (1u << op) for each op that probes by default (group_start, group_end). */
 #define HNCCL_DEFAULT_PROBE_MASK ((1u << HNCCL_OP_GROUP_START) | (1u << HNCCL_OP_GROUP_END))
-#define HNCCL_ALL_OPS_MASK ((1u << HNCCL_NOPS) - 1u)
+#define HNCCL_ALL_OPS_MASK       ((1u << HNCCL_NOPS) - 1u)
 
 /* The op's own name ("all_reduce", ..., "group_end"); NULL when out of range. */
 const char *hnccl_op_name(hnccl_op op);
@@ -221,26 +248,24 @@ const char *hnccl_valid_names(void);
  * with, CommCount for all_to_all, and GetErrorString for error messages; the
  * other members may be NULL. */
 typedef struct hnccl_table {
-    ncclResult_t (*AllReduce)(const void *send, void *recv, size_t count, ncclDataType_t dt,
-                              ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
-    ncclResult_t (*AllGather)(const void *send, void *recv, size_t sendcount, ncclDataType_t dt,
+    ncclResult_t (*AllReduce)(const void *send, void *recv, size_t count, ncclDataType_t dt, ncclRedOp_t op,
                               ncclComm_t comm, cudaStream_t stream);
-    ncclResult_t (*ReduceScatter)(const void *send, void *recv, size_t recvcount,
-                                  ncclDataType_t dt, ncclRedOp_t op, ncclComm_t comm,
-                                  cudaStream_t stream);
-    ncclResult_t (*Broadcast)(const void *send, void *recv, size_t count, ncclDataType_t dt,
-                              int root, ncclComm_t comm, cudaStream_t stream);
-    ncclResult_t (*Reduce)(const void *send, void *recv, size_t count, ncclDataType_t dt,
-                           ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
-    ncclResult_t (*Send)(const void *send, size_t count, ncclDataType_t dt, int peer,
-                         ncclComm_t comm, cudaStream_t stream);
-    ncclResult_t (*Recv)(void *recv, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm,
+    ncclResult_t (*AllGather)(const void *send, void *recv, size_t sendcount, ncclDataType_t dt, ncclComm_t comm,
+                              cudaStream_t stream);
+    ncclResult_t (*ReduceScatter)(const void *send, void *recv, size_t recvcount, ncclDataType_t dt, ncclRedOp_t op,
+                                  ncclComm_t comm, cudaStream_t stream);
+    ncclResult_t (*Broadcast)(const void *send, void *recv, size_t count, ncclDataType_t dt, int root, ncclComm_t comm,
+                              cudaStream_t stream);
+    ncclResult_t (*Reduce)(const void *send, void *recv, size_t count, ncclDataType_t dt, ncclRedOp_t op, int root,
+                           ncclComm_t comm, cudaStream_t stream);
+    ncclResult_t (*Send)(const void *send, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm,
                          cudaStream_t stream);
+    ncclResult_t (*Recv)(void *recv, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm, cudaStream_t stream);
     ncclResult_t (*GroupStart)(void);
     ncclResult_t (*GroupEnd)(void);
     ncclResult_t (*CommCount)(const ncclComm_t comm, int *count);
     const char *(*GetErrorString)(ncclResult_t result);
-    const char *(*GetLastError)(ncclComm_t comm);        /* NCCL >= 2.13; may be NULL */
+    const char *(*GetLastError)(ncclComm_t comm); /* NCCL >= 2.13; may be NULL */
     /* Communicator setup, for programs and tests that have no NCCL headers. */
     ncclResult_t (*GetVersion)(int *version);
     ncclResult_t (*GetUniqueId)(ncclUniqueId *id);
@@ -314,30 +339,30 @@ int hnccl_apply_env(hnccl_ctx *x);
 
 /* ---- probe ------------------------------------------------------------- */
 
-#define HNCCL_DEFAULT_THRESHOLD ((uint64_t)3 << 30)   /* 3 GiB */
+#define HNCCL_DEFAULT_THRESHOLD ((uint64_t)3 << 30) /* 3 GiB */
 
 /* Free bytes below which a probe calls the release callback (0: never). */
 int hnccl_set_threshold(hnccl_ctx *x, uint64_t bytes);
 uint64_t hnccl_get_threshold(const hnccl_ctx *x);
 
 typedef enum hnccl_source {
-    HNCCL_SOURCE_PAGE = 0,  /* heapd's status page: a few loads */
-    HNCCL_SOURCE_CUDA = 1,  /* cuMemGetInfo, at most once per min_interval_us */
+    HNCCL_SOURCE_PAGE = 0, /* heapd's status page: a few loads */
+    HNCCL_SOURCE_CUDA = 1, /* cuMemGetInfo, at most once per min_interval_us */
 } hnccl_source;
 
 /* What a probe saw; given to the release callback and by hnccl_probe. */
 typedef struct hnccl_probe_info {
     hnccl_op op;
-    const char *op_name;       /* hnccl_op_name(op) */
+    const char *op_name; /* hnccl_op_name(op) */
     hnccl_source source;
-    uint64_t device_free;      /* what was compared with the threshold */
+    uint64_t device_free; /* what was compared with the threshold */
     uint64_t device_total;
     uint64_t threshold;
-    int below;                 /* device_free < threshold */
-    int cuda_queried;          /* HNCCL_SOURCE_CUDA: 1 when this probe called cuMemGetInfo,
-                                  0 when it reused the last value */
-    int have_page;             /* page holds a snapshot of the status page */
-    heapc_status_t page;       /* read by every probe when the page exists */
+    int below;           /* device_free < threshold */
+    int cuda_queried;    /* HNCCL_SOURCE_CUDA: 1 when this probe called cuMemGetInfo,
+                            0 when it reused the last value */
+    int have_page;       /* page holds a snapshot of the status page */
+    heapc_status_t page; /* read by every probe when the page exists */
 } hnccl_probe_info;
 
 /* Called before the NCCL call when a probe finds free < threshold. It runs
@@ -361,14 +386,14 @@ int hnccl_probe(hnccl_ctx *x, hnccl_op op, hnccl_probe_info *out);
 /* ---- counters ------------------------------------------------------------ */
 
 typedef struct hnccl_counters {
-    uint64_t calls[HNCCL_NOPS];  /* wrapped calls per op */
-    uint64_t probes;             /* probes that read memory (wrappers and hnccl_probe) */
-    uint64_t probe_errors;       /* probes that could not */
-    uint64_t below;              /* probes that found free < threshold */
-    uint64_t callbacks;          /* release callbacks called */
-    uint64_t cuda_queries;       /* cuMemGetInfo calls (HNCCL_SOURCE_CUDA) */
-    uint64_t cuda_reused;        /* probes that reused the last cuMemGetInfo value */
-    uint64_t nccl_errors;        /* wrapped calls that NCCL failed */
+    uint64_t calls[HNCCL_NOPS]; /* wrapped calls per op */
+    uint64_t probes;            /* probes that read memory (wrappers and hnccl_probe) */
+    uint64_t probe_errors;      /* probes that could not */
+    uint64_t below;             /* probes that found free < threshold */
+    uint64_t callbacks;         /* release callbacks called */
+    uint64_t cuda_queries;      /* cuMemGetInfo calls (HNCCL_SOURCE_CUDA) */
+    uint64_t cuda_reused;       /* probes that reused the last cuMemGetInfo value */
+    uint64_t nccl_errors;       /* wrapped calls that NCCL failed */
 } hnccl_counters;
 
 /* A snapshot (each counter read atomically). */
@@ -378,25 +403,25 @@ int hnccl_reset_counters(hnccl_ctx *x);
 /* ---- wrapped NCCL calls -------------------------------------------------- */
 /* NCCL's signature plus the context; see Errors above for the result. */
 
-int hnccl_all_reduce(hnccl_ctx *x, const void *send, void *recv, size_t count, ncclDataType_t dt,
-                     ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
-int hnccl_all_gather(hnccl_ctx *x, const void *send, void *recv, size_t sendcount,
-                     ncclDataType_t dt, ncclComm_t comm, cudaStream_t stream);
-int hnccl_reduce_scatter(hnccl_ctx *x, const void *send, void *recv, size_t recvcount,
-                         ncclDataType_t dt, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
-int hnccl_broadcast(hnccl_ctx *x, const void *send, void *recv, size_t count, ncclDataType_t dt,
-                    int root, ncclComm_t comm, cudaStream_t stream);
-int hnccl_reduce(hnccl_ctx *x, const void *send, void *recv, size_t count, ncclDataType_t dt,
-                 ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
+int hnccl_all_reduce(hnccl_ctx *x, const void *send, void *recv, size_t count, ncclDataType_t dt, ncclRedOp_t op,
+                     ncclComm_t comm, cudaStream_t stream);
+int hnccl_all_gather(hnccl_ctx *x, const void *send, void *recv, size_t sendcount, ncclDataType_t dt, ncclComm_t comm,
+                     cudaStream_t stream);
+int hnccl_reduce_scatter(hnccl_ctx *x, const void *send, void *recv, size_t recvcount, ncclDataType_t dt,
+                         ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+int hnccl_broadcast(hnccl_ctx *x, const void *send, void *recv, size_t count, ncclDataType_t dt, int root,
+                    ncclComm_t comm, cudaStream_t stream);
+int hnccl_reduce(hnccl_ctx *x, const void *send, void *recv, size_t count, ncclDataType_t dt, ncclRedOp_t op, int root,
+                 ncclComm_t comm, cudaStream_t stream);
 /* ncclAlltoAll's contract (count elements to and from each rank, at
  * send + j * count and recv + i * count), done as one group of ncclSend and
  * ncclRecv per rank (ncclCommCount ranks), so it works on every NCCL 2.7+. */
-int hnccl_all_to_all(hnccl_ctx *x, const void *send, void *recv, size_t count,
-                     ncclDataType_t dt, ncclComm_t comm, cudaStream_t stream);
-int hnccl_send(hnccl_ctx *x, const void *send, size_t count, ncclDataType_t dt, int peer,
-               ncclComm_t comm, cudaStream_t stream);
-int hnccl_recv(hnccl_ctx *x, void *recv, size_t count, ncclDataType_t dt, int peer,
-               ncclComm_t comm, cudaStream_t stream);
+int hnccl_all_to_all(hnccl_ctx *x, const void *send, void *recv, size_t count, ncclDataType_t dt, ncclComm_t comm,
+                     cudaStream_t stream);
+int hnccl_send(hnccl_ctx *x, const void *send, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm,
+               cudaStream_t stream);
+int hnccl_recv(hnccl_ctx *x, void *recv, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm,
+               cudaStream_t stream);
 int hnccl_group_start(hnccl_ctx *x);
 int hnccl_group_end(hnccl_ctx *x);
 

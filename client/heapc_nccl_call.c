@@ -27,7 +27,7 @@ static int do_probe(hnccl_ctx *x, hnccl_op op, hnccl_probe_info *info, char *why
             if (why)
                 snprintf(why, whylen, "no status page: %s",
                          !c ? "the context has no heapc context (hnccl_new(NULL), or none set with hnccl_set_heapc)"
-                               : "the heapc context is not attached, or heapd sent no page");
+                            : "the heapc context is not attached, or heapd sent no page");
             return HNCCL_ESOURCE;
         }
         info->device_free = info->page.device_free;
@@ -96,7 +96,6 @@ int hnccl_probe(hnccl_ctx *x, hnccl_op op, hnccl_probe_info *out)
     return rc;
 }
 
-
 /* ---- wrappers --------------------------------------------------------------------- */
 
 /* "1073741824 B (1.0 GiB)" */
@@ -125,17 +124,16 @@ static void mem_state(hnccl_ctx *x, char *out, size_t len)
     heapc *hc = atomic_load_explicit(&x->c, memory_order_acquire);
     if (hc && heapc_status(hc, &st) == HEAPC_OK) {
         uint64_t now = now_ns();
-        double age_ms = st.device_sampled_ns && now >= st.device_sampled_ns
-                            ? (double)(now - st.device_sampled_ns) / 1e6
-                            : -1.0;
-        int w = snprintf(out, len,
-                         "memory at failure (heapd status page, rank %" PRIu32 ", epoch %" PRIu64
-                         "): device free %s of %s (sampled %.0f ms ago); heap mapped %s, live %s, "
-                         "released %s, free %s; this rank holds %s",
-                         heapc_rank(hc), st.epoch, bytes(st.device_free, a, sizeof a),
-                         bytes(st.device_total, b, sizeof b), age_ms, bytes(st.mapped, c, sizeof c),
-                         bytes(st.live, d, sizeof d), bytes(st.released, e, sizeof e),
-                         bytes(st.free, f, sizeof f), bytes(st.rank_held, g, sizeof g));
+        double age_ms =
+            st.device_sampled_ns && now >= st.device_sampled_ns ? (double)(now - st.device_sampled_ns) / 1e6 : -1.0;
+        int w =
+            snprintf(out, len,
+                     "memory at failure (heapd status page, rank %" PRIu32 ", epoch %" PRIu64
+                     "): device free %s of %s (sampled %.0f ms ago); heap mapped %s, live %s, "
+                     "released %s, free %s; this rank holds %s",
+                     heapc_rank(hc), st.epoch, bytes(st.device_free, a, sizeof a), bytes(st.device_total, b, sizeof b),
+                     age_ms, bytes(st.mapped, c, sizeof c), bytes(st.live, d, sizeof d),
+                     bytes(st.released, e, sizeof e), bytes(st.free, f, sizeof f), bytes(st.rank_held, g, sizeof g));
         n = w > 0 ? (size_t)w : 0;
     } else {
         int w = snprintf(out, len, "memory at failure: unknown (no status page: %s)",
@@ -147,15 +145,14 @@ static void mem_state(hnccl_ctx *x, char *out, size_t len)
         size_t fb = 0, tb = 0;
         int rc = t->MemGetInfo(&fb, &tb);
         if (rc == 0)
-            snprintf(out + n, len - n, "; cuMemGetInfo: free %s of %s", bytes(fb, a, sizeof a),
-                     bytes(tb, b, sizeof b));
+            snprintf(out + n, len - n, "; cuMemGetInfo: free %s of %s", bytes(fb, a, sizeof a), bytes(tb, b, sizeof b));
         else
             snprintf(out + n, len - n, "; cuMemGetInfo failed: CUresult %d", rc);
     }
 }
 
-static int nccl_failed(hnccl_ctx *x, const hnccl_table *t, hnccl_op op, const char *call,
-                       ncclResult_t r, ncclComm_t comm)
+static int nccl_failed(hnccl_ctx *x, const hnccl_table *t, hnccl_op op, const char *call, ncclResult_t r,
+                       ncclComm_t comm)
 {
     INC(nccl_errors);
     const char *es = t->GetErrorString ? t->GetErrorString(r) : NULL;
@@ -163,13 +160,12 @@ static int nccl_failed(hnccl_ctx *x, const hnccl_table *t, hnccl_op op, const ch
     char mem[1024];
     mem_state(x, mem, sizeof mem);
     return hni_set_err(x, (int)r, "%s (op %s) failed: %s (%d): %s%s%s%s; %s", call, hni_op_names[op],
-                       hnccl_errname((int)r), (int)r, es ? es : "no error string",
-                       last && *last ? "; NCCL: \"" : "", last && *last ? last : "",
-                       last && *last ? "\"" : "", mem);
+                       hnccl_errname((int)r), (int)r, es ? es : "no error string", last && *last ? "; NCCL: \"" : "",
+                       last && *last ? last : "", last && *last ? "\"" : "", mem);
 }
 
-static inline int finish(hnccl_ctx *x, const hnccl_table *t, hnccl_op op, const char *call,
-                         ncclResult_t r, ncclComm_t comm)
+static inline int finish(hnccl_ctx *x, const hnccl_table *t, hnccl_op op, const char *call, ncclResult_t r,
+                         ncclComm_t comm)
 {
     if (r == ncclSuccess || r == ncclInProgress) {
         hni_ok(x);
@@ -180,75 +176,73 @@ static inline int finish(hnccl_ctx *x, const hnccl_table *t, hnccl_op op, const 
 
 static int missing(hnccl_ctx *x, const char *call)
 {
-    return hni_set_err(x, HNCCL_ELOAD, "%s: the function table set with hnccl_set_table has no %s", call,
-                       call + 4);
+    return hni_set_err(x, HNCCL_ELOAD, "%s: the function table set with hnccl_set_table has no %s", call, call + 4);
 }
 
 /* Counts the call, finds the table and the function, probes when the op's
  * policy says so. NULL when the call cannot be made (error set). */
-#define PRE(op, fn, call)                                                                         \
-    if (!x)                                                                                       \
-        return HNCCL_EINVAL;                                                                      \
-    INC(calls[op]);                                                                               \
-    const hnccl_table *t = hni_table(x);                                                              \
-    if (!t)                                                                                       \
-        return HNCCL_ELOAD;                                                                       \
-    if (!t->fn)                                                                                   \
-        return missing(x, call);                                                                  \
-    if (atomic_load_explicit(&x->probe_mask, memory_order_relaxed) & OPBIT(op)) {                 \
-        hnccl_probe_info info_;                                                                   \
-        do_probe(x, op, &info_, NULL, 0);                                                         \
+#define PRE(op, fn, call)                                                                                              \
+    if (!x)                                                                                                            \
+        return HNCCL_EINVAL;                                                                                           \
+    INC(calls[op]);                                                                                                    \
+    const hnccl_table *t = hni_table(x);                                                                               \
+    if (!t)                                                                                                            \
+        return HNCCL_ELOAD;                                                                                            \
+    if (!t->fn)                                                                                                        \
+        return missing(x, call);                                                                                       \
+    if (atomic_load_explicit(&x->probe_mask, memory_order_relaxed) & OPBIT(op)) {                                      \
+        hnccl_probe_info info_;                                                                                        \
+        do_probe(x, op, &info_, NULL, 0);                                                                              \
     }
 
-int hnccl_all_reduce(hnccl_ctx *x, const void *send, void *recv, size_t count, ncclDataType_t dt,
-                     ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+int hnccl_all_reduce(hnccl_ctx *x, const void *send, void *recv, size_t count, ncclDataType_t dt, ncclRedOp_t op,
+                     ncclComm_t comm, cudaStream_t stream)
 {
     PRE(HNCCL_OP_ALL_REDUCE, AllReduce, "ncclAllReduce");
-    return finish(x, t, HNCCL_OP_ALL_REDUCE, "ncclAllReduce",
-                  t->AllReduce(send, recv, count, dt, op, comm, stream), comm);
+    return finish(x, t, HNCCL_OP_ALL_REDUCE, "ncclAllReduce", t->AllReduce(send, recv, count, dt, op, comm, stream),
+                  comm);
 }
 
-int hnccl_all_gather(hnccl_ctx *x, const void *send, void *recv, size_t sendcount,
-                     ncclDataType_t dt, ncclComm_t comm, cudaStream_t stream)
+int hnccl_all_gather(hnccl_ctx *x, const void *send, void *recv, size_t sendcount, ncclDataType_t dt, ncclComm_t comm,
+                     cudaStream_t stream)
 {
     PRE(HNCCL_OP_ALL_GATHER, AllGather, "ncclAllGather");
-    return finish(x, t, HNCCL_OP_ALL_GATHER, "ncclAllGather",
-                  t->AllGather(send, recv, sendcount, dt, comm, stream), comm);
+    return finish(x, t, HNCCL_OP_ALL_GATHER, "ncclAllGather", t->AllGather(send, recv, sendcount, dt, comm, stream),
+                  comm);
 }
 
-int hnccl_reduce_scatter(hnccl_ctx *x, const void *send, void *recv, size_t recvcount,
-                         ncclDataType_t dt, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+int hnccl_reduce_scatter(hnccl_ctx *x, const void *send, void *recv, size_t recvcount, ncclDataType_t dt,
+                         ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
     PRE(HNCCL_OP_REDUCE_SCATTER, ReduceScatter, "ncclReduceScatter");
     return finish(x, t, HNCCL_OP_REDUCE_SCATTER, "ncclReduceScatter",
                   t->ReduceScatter(send, recv, recvcount, dt, op, comm, stream), comm);
 }
 
-int hnccl_broadcast(hnccl_ctx *x, const void *send, void *recv, size_t count, ncclDataType_t dt,
-                    int root, ncclComm_t comm, cudaStream_t stream)
+int hnccl_broadcast(hnccl_ctx *x, const void *send, void *recv, size_t count, ncclDataType_t dt, int root,
+                    ncclComm_t comm, cudaStream_t stream)
 {
     PRE(HNCCL_OP_BROADCAST, Broadcast, "ncclBroadcast");
-    return finish(x, t, HNCCL_OP_BROADCAST, "ncclBroadcast",
-                  t->Broadcast(send, recv, count, dt, root, comm, stream), comm);
+    return finish(x, t, HNCCL_OP_BROADCAST, "ncclBroadcast", t->Broadcast(send, recv, count, dt, root, comm, stream),
+                  comm);
 }
 
-int hnccl_reduce(hnccl_ctx *x, const void *send, void *recv, size_t count, ncclDataType_t dt,
-                 ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
+int hnccl_reduce(hnccl_ctx *x, const void *send, void *recv, size_t count, ncclDataType_t dt, ncclRedOp_t op, int root,
+                 ncclComm_t comm, cudaStream_t stream)
 {
     PRE(HNCCL_OP_REDUCE, Reduce, "ncclReduce");
-    return finish(x, t, HNCCL_OP_REDUCE, "ncclReduce",
-                  t->Reduce(send, recv, count, dt, op, root, comm, stream), comm);
+    return finish(x, t, HNCCL_OP_REDUCE, "ncclReduce", t->Reduce(send, recv, count, dt, op, root, comm, stream), comm);
 }
 
-int hnccl_send(hnccl_ctx *x, const void *send, size_t count, ncclDataType_t dt, int peer,
-               ncclComm_t comm, cudaStream_t stream)
+int hnccl_send(hnccl_ctx *x, const void *send, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm,
+               cudaStream_t stream)
 {
     PRE(HNCCL_OP_SEND, Send, "ncclSend");
     return finish(x, t, HNCCL_OP_SEND, "ncclSend", t->Send(send, count, dt, peer, comm, stream), comm);
 }
 
-int hnccl_recv(hnccl_ctx *x, void *recv, size_t count, ncclDataType_t dt, int peer,
-               ncclComm_t comm, cudaStream_t stream)
+int hnccl_recv(hnccl_ctx *x, void *recv, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm,
+               cudaStream_t stream)
 {
     PRE(HNCCL_OP_RECV, Recv, "ncclRecv");
     return finish(x, t, HNCCL_OP_RECV, "ncclRecv", t->Recv(recv, count, dt, peer, comm, stream), comm);
@@ -266,8 +260,8 @@ int hnccl_group_end(hnccl_ctx *x)
     return finish(x, t, HNCCL_OP_GROUP_END, "ncclGroupEnd", t->GroupEnd(), NULL);
 }
 
-int hnccl_all_to_all(hnccl_ctx *x, const void *send, void *recv, size_t count,
-                     ncclDataType_t dt, ncclComm_t comm, cudaStream_t stream)
+int hnccl_all_to_all(hnccl_ctx *x, const void *send, void *recv, size_t count, ncclDataType_t dt, ncclComm_t comm,
+                     cudaStream_t stream)
 {
     if (!x)
         return HNCCL_EINVAL;
@@ -275,8 +269,7 @@ int hnccl_all_to_all(hnccl_ctx *x, const void *send, void *recv, size_t count,
     const hnccl_table *t = hni_table(x);
     if (!t)
         return HNCCL_ELOAD;
-    static const char *const need[] = {"ncclCommCount", "ncclGroupStart", "ncclSend", "ncclRecv",
-                                       "ncclGroupEnd"};
+    static const char *const need[] = {"ncclCommCount", "ncclGroupStart", "ncclSend", "ncclRecv", "ncclGroupEnd"};
     const int have[] = {!!t->CommCount, !!t->GroupStart, !!t->Send, !!t->Recv, !!t->GroupEnd};
     for (size_t i = 0; i < sizeof have / sizeof have[0]; i++)
         if (!have[i])
@@ -293,8 +286,10 @@ int hnccl_all_to_all(hnccl_ctx *x, const void *send, void *recv, size_t count,
     if (r != ncclSuccess)
         return nccl_failed(x, t, HNCCL_OP_ALL_TO_ALL, "ncclCommCount", r, comm);
     if (n <= 0 || count > SIZE_MAX / es / (size_t)n)
-        return hni_set_err(x, HNCCL_EINVAL, "hnccl_all_to_all: %zu elements of %zu bytes to each of %d ranks "
-                           "do not fit in size_t", count, es, n);
+        return hni_set_err(x, HNCCL_EINVAL,
+                           "hnccl_all_to_all: %zu elements of %zu bytes to each of %d ranks "
+                           "do not fit in size_t",
+                           count, es, n);
     size_t stride = count * es;
     r = t->GroupStart();
     if (r != ncclSuccess)

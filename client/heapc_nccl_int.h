@@ -38,9 +38,9 @@ typedef struct counters_a {
  * set before calls start.
  */
 struct hnccl_ctx {
-    _Atomic(heapc *) c;          /* hnccl_set_heapc may change it while calls probe */
+    _Atomic(heapc *) c; /* hnccl_set_heapc may change it while calls probe */
     _Atomic(const hnccl_table *) table;
-    const hnccl_table *user_table;     /* NULL: the real one */
+    const hnccl_table *user_table; /* NULL: the real one */
     _Atomic uint32_t probe_mask;
     _Atomic uint64_t threshold;
     hnccl_release_fn cb;
@@ -50,7 +50,7 @@ struct hnccl_ctx {
     /* HNCCL_SOURCE_CUDA: the last query (its time is 0 before the first) */
     _Atomic uint64_t cuda_at_ns, cuda_free, cuda_total;
     counters_a ctr;
-    pthread_mutex_t mu;                /* errstr */
+    pthread_mutex_t mu; /* errstr */
     _Atomic int err;
     char errstr[ERRSTR_LEN];
 };

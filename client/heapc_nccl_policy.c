@@ -22,7 +22,7 @@ const char *const hni_op_names[HNCCL_NOPS] = {
 
 /* Generic names first, then every op's own name followed by its aliases
  * (torch.distributed, then c10d ProcessGroup method names). */
-#define GEN_ALL UINT32_MAX
+#define GEN_ALL  UINT32_MAX
 #define GEN_NONE (UINT32_MAX - 1)
 static const struct alias {
     const char *name;
@@ -65,10 +65,7 @@ static const struct alias *find_alias(const char *name, size_t len)
     return NULL;
 }
 
-const char *hnccl_op_name(hnccl_op op)
-{
-    return (unsigned)op < HNCCL_NOPS ? hni_op_names[op] : NULL;
-}
+const char *hnccl_op_name(hnccl_op op) { return (unsigned)op < HNCCL_NOPS ? hni_op_names[op] : NULL; }
 
 int hnccl_ops_from_name(const char *name, uint32_t *mask)
 {
@@ -104,33 +101,58 @@ const char *hnccl_valid_names(void)
 const char *hnccl_errname(int code)
 {
     switch (code) {
-    case HNCCL_OK: return "OK";
-    case HNCCL_EINVAL: return "ERR_INVAL";
-    case HNCCL_ELOAD: return "ERR_LOAD";
-    case HNCCL_ESOURCE: return "ERR_SOURCE";
-    case HNCCL_EOOM: return "ERR_OOM";
-    case 1: return "ncclUnhandledCudaError";
-    case 2: return "ncclSystemError";
-    case 3: return "ncclInternalError";
-    case 4: return "ncclInvalidArgument";
-    case 5: return "ncclInvalidUsage";
-    case 6: return "ncclRemoteError";
-    case 7: return "ncclInProgress";
-    default: return "ERR_UNKNOWN";
+    case HNCCL_OK:
+        return "OK";
+    case HNCCL_EINVAL:
+        return "ERR_INVAL";
+    case HNCCL_ELOAD:
+        return "ERR_LOAD";
+    case HNCCL_ESOURCE:
+        return "ERR_SOURCE";
+    case HNCCL_EOOM:
+        return "ERR_OOM";
+    case 1:
+        return "ncclUnhandledCudaError";
+    case 2:
+        return "ncclSystemError";
+    case 3:
+        return "ncclInternalError";
+    case 4:
+        return "ncclInvalidArgument";
+    case 5:
+        return "ncclInvalidUsage";
+    case 6:
+        return "ncclRemoteError";
+    case 7:
+        return "ncclInProgress";
+    default:
+        return "ERR_UNKNOWN";
     }
 }
 
 size_t hnccl_type_size(ncclDataType_t dt)
 {
     switch ((int)dt) {
-    case 0: case 1: case 10: case 11: return 1;   /* int8, uint8, fp8 e4m3 / e5m2 */
-    case 6: case 9: return 2;                     /* float16, bfloat16 */
-    case 2: case 3: case 7: return 4;             /* int32, uint32, float32 */
-    case 4: case 5: case 8: return 8;             /* int64, uint64, float64 */
-    default: return 0;
+    case 0:
+    case 1:
+    case 10:
+    case 11:
+        return 1; /* int8, uint8, fp8 e4m3 / e5m2 */
+    case 6:
+    case 9:
+        return 2; /* float16, bfloat16 */
+    case 2:
+    case 3:
+    case 7:
+        return 4; /* int32, uint32, float32 */
+    case 4:
+    case 5:
+    case 8:
+        return 8; /* int64, uint64, float64 */
+    default:
+        return 0;
     }
 }
-
 
 /* ---- policies ---------------------------------------------------------------- */
 
@@ -190,8 +212,7 @@ int hnccl_set_policy(hnccl_ctx *x, const char *names, hnccl_mode mode)
     if (!x)
         return HNCCL_EINVAL;
     if (!names)
-        return hni_set_err(x, HNCCL_EINVAL, "hnccl_set_policy: names is NULL; valid names: %s",
-                           hnccl_valid_names());
+        return hni_set_err(x, HNCCL_EINVAL, "hnccl_set_policy: names is NULL; valid names: %s", hnccl_valid_names());
     if (mode != HNCCL_SKIP && mode != HNCCL_PROBE)
         return hni_set_err(x, HNCCL_EINVAL, "hnccl_set_policy: mode %d is neither HNCCL_SKIP nor HNCCL_PROBE",
                            (int)mode);
@@ -202,8 +223,7 @@ int hnccl_set_policy(hnccl_ctx *x, const char *names, hnccl_mode mode)
     if (parse_names(names, &p, where, e, sizeof e) != HNCCL_OK)
         return hni_set_err(x, HNCCL_EINVAL, "%s", e);
     if (!p.count)
-        return hni_set_err(x, HNCCL_EINVAL, "%s: no op name given; valid names: %s", where,
-                           hnccl_valid_names());
+        return hni_set_err(x, HNCCL_EINVAL, "%s: no op name given; valid names: %s", where, hnccl_valid_names());
     uint32_t m = atomic_load_explicit(&x->probe_mask, memory_order_relaxed);
     atomic_store_explicit(&x->probe_mask, apply_parsed(m, &p, mode), memory_order_relaxed);
     return hni_ok(x);
@@ -214,8 +234,7 @@ int hnccl_set_op_policy(hnccl_ctx *x, hnccl_op op, hnccl_mode mode)
     if (!x)
         return HNCCL_EINVAL;
     if ((unsigned)op >= HNCCL_NOPS)
-        return hni_set_err(x, HNCCL_EINVAL, "hnccl_set_op_policy: op %d out of range (0..%d)", (int)op,
-                           HNCCL_NOPS - 1);
+        return hni_set_err(x, HNCCL_EINVAL, "hnccl_set_op_policy: op %d out of range (0..%d)", (int)op, HNCCL_NOPS - 1);
     if (mode != HNCCL_SKIP && mode != HNCCL_PROBE)
         return hni_set_err(x, HNCCL_EINVAL, "hnccl_set_op_policy: mode %d is neither HNCCL_SKIP nor HNCCL_PROBE",
                            (int)mode);
@@ -229,8 +248,7 @@ int hnccl_get_policy(const hnccl_ctx *x, hnccl_op op)
 {
     if (!x || (unsigned)op >= HNCCL_NOPS)
         return HNCCL_EINVAL;
-    return (atomic_load_explicit(&x->probe_mask, memory_order_relaxed) & OPBIT(op)) ? HNCCL_PROBE
-                                                                                    : HNCCL_SKIP;
+    return (atomic_load_explicit(&x->probe_mask, memory_order_relaxed) & OPBIT(op)) ? HNCCL_PROBE : HNCCL_SKIP;
 }
 
 uint32_t hnccl_probe_mask(const hnccl_ctx *x)

@@ -41,20 +41,19 @@
 /* The entry points this library defines, with NCCL's signatures (nccl.h
  * declares them when it is included). */
 #if !defined(NCCL_H_)
-ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t dt,
-                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendcount, ncclDataType_t dt,
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t dt, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvcount, ncclDataType_t dt,
-                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t dt, int root,
-                           ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType_t dt,
-                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendcount, ncclDataType_t dt, ncclComm_t comm,
+                           cudaStream_t stream);
+ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvcount, ncclDataType_t dt, ncclRedOp_t op,
+                               ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t dt, int root, ncclComm_t comm,
+                           cudaStream_t stream);
+ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType_t dt, ncclRedOp_t op, int root,
+                        ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm,
                       cudaStream_t stream);
-ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm,
-                      cudaStream_t stream);
+ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm, cudaStream_t stream);
 #endif
 /* (nccl.h declares these two without a prototype) */
 ncclResult_t ncclGroupStart(void);
@@ -63,8 +62,8 @@ ncclResult_t ncclGroupEnd(void);
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static hnccl_ctx *ctx;
 static hnccl_table real;
-static char env_err[512];   /* what hnccl_new said about the environment */
-static char load_err[512];  /* the entry points that could not be found */
+static char env_err[512];  /* what hnccl_new said about the environment */
+static char load_err[512]; /* the entry points that could not be found */
 
 static void *next_sym(const char *name, void *self)
 {
@@ -85,12 +84,12 @@ static void *next_sym(const char *name, void *self)
     return p;
 }
 
-#define RESOLVE(field, name, self, required)                                         \
-    do {                                                                             \
-        *(void **)&real.field = next_sym(name, (void *)(self));                      \
-        if (!real.field && (required))                                               \
-            snprintf(load_err + strlen(load_err), sizeof load_err - strlen(load_err), \
-                     "%s%s", load_err[0] ? ", " : "", name);                         \
+#define RESOLVE(field, name, self, required)                                                                           \
+    do {                                                                                                               \
+        *(void **)&real.field = next_sym(name, (void *)(self));                                                        \
+        if (!real.field && (required))                                                                                 \
+            snprintf(load_err + strlen(load_err), sizeof load_err - strlen(load_err), "%s%s", load_err[0] ? ", " : "", \
+                     name);                                                                                            \
     } while (0)
 
 static void dump(void);
@@ -155,7 +154,7 @@ static inline hnccl_ctx *call_ctx(void)
 
 /* A wrapper's result as an ncclResult_t: NCCL's own, or ncclSystemError when
  * the wrapper could not call NCCL. */
-static char last_fail[1536];   /* the last failed call's message */
+static char last_fail[1536]; /* the last failed call's message */
 static pthread_mutex_t fail_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static ncclResult_t failed(int rc)
@@ -173,64 +172,53 @@ static inline ncclResult_t res(int rc)
     return failed(rc);
 }
 
-ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t dt,
-                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t dt, ncclRedOp_t op,
+                           ncclComm_t comm, cudaStream_t stream)
 {
     return res(hnccl_all_reduce(call_ctx(), send, recv, count, dt, op, comm, stream));
 }
 
-ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendcount, ncclDataType_t dt,
-                           ncclComm_t comm, cudaStream_t stream)
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendcount, ncclDataType_t dt, ncclComm_t comm,
+                           cudaStream_t stream)
 {
     return res(hnccl_all_gather(call_ctx(), send, recv, sendcount, dt, comm, stream));
 }
 
-ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvcount, ncclDataType_t dt,
-                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvcount, ncclDataType_t dt, ncclRedOp_t op,
+                               ncclComm_t comm, cudaStream_t stream)
 {
     return res(hnccl_reduce_scatter(call_ctx(), send, recv, recvcount, dt, op, comm, stream));
 }
 
-ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t dt, int root,
-                           ncclComm_t comm, cudaStream_t stream)
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t dt, int root, ncclComm_t comm,
+                           cudaStream_t stream)
 {
     return res(hnccl_broadcast(call_ctx(), send, recv, count, dt, root, comm, stream));
 }
 
-ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType_t dt,
-                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
+ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType_t dt, ncclRedOp_t op, int root,
+                        ncclComm_t comm, cudaStream_t stream)
 {
     return res(hnccl_reduce(call_ctx(), send, recv, count, dt, op, root, comm, stream));
 }
 
-ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm,
-                      cudaStream_t stream)
+ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm, cudaStream_t stream)
 {
     return res(hnccl_send(call_ctx(), send, count, dt, peer, comm, stream));
 }
 
-ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm,
-                      cudaStream_t stream)
+ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm, cudaStream_t stream)
 {
     return res(hnccl_recv(call_ctx(), recv, count, dt, peer, comm, stream));
 }
 
-ncclResult_t ncclGroupStart(void)
-{
-    return res(hnccl_group_start(call_ctx()));
-}
+ncclResult_t ncclGroupStart(void) { return res(hnccl_group_start(call_ctx())); }
 
-ncclResult_t ncclGroupEnd(void)
-{
-    return res(hnccl_group_end(call_ctx()));
-}
+ncclResult_t ncclGroupEnd(void) { return res(hnccl_group_end(call_ctx())); }
 
 /* ---- the library's own API (declared in heapc_nccl.h) ----------------------- */
 
-hnccl_ctx *hnccl_preload_ctx(void)
-{
-    return get();
-}
+hnccl_ctx *hnccl_preload_ctx(void) { return get(); }
 
 int hnccl_preload_bind(heapc *c)
 {
@@ -276,10 +264,12 @@ static void dump(void)
     fprintf(f, "heapc_nccl_preload: pid %ld", (long)getpid());
     for (int i = 0; i < HNCCL_NOPS; i++)
         fprintf(f, " %s=%" PRIu64, hnccl_op_name((hnccl_op)i), k.calls[i]);
-    fprintf(f, " probes=%" PRIu64 " probe_errors=%" PRIu64 " below=%" PRIu64 " callbacks=%" PRIu64
-            " nccl_errors=%" PRIu64 " probe_mask=%#x%s%s%s%s\n", k.probes, k.probe_errors, k.below,
-            k.callbacks, k.nccl_errors, hnccl_probe_mask(ctx), env_err[0] ? " env_error=\"" : "",
-            env_err, env_err[0] ? "\"" : "", load_err[0] ? " (NCCL functions not found)" : "");
+    fprintf(f,
+            " probes=%" PRIu64 " probe_errors=%" PRIu64 " below=%" PRIu64 " callbacks=%" PRIu64 " nccl_errors=%" PRIu64
+            " probe_mask=%#x%s%s%s%s\n",
+            k.probes, k.probe_errors, k.below, k.callbacks, k.nccl_errors, hnccl_probe_mask(ctx),
+            env_err[0] ? " env_error=\"" : "", env_err, env_err[0] ? "\"" : "",
+            load_err[0] ? " (NCCL functions not found)" : "");
     if (f != stderr)
         fclose(f);
 }

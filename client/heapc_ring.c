@@ -26,7 +26,7 @@ struct hcr_ring {
     hr_geom geom;
     int doorbell;
     uint64_t s;
-    uint64_t spin_ns;  /* 0: no spinning */
+    uint64_t spin_ns; /* 0: no spinning */
 };
 
 int hcr_wanted(char *why, size_t len)
@@ -56,8 +56,7 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-hcr_ring *hcr_open(int memfd, int doorbell, uint32_t nslots, uint32_t slot_size, uint32_t nlocal, char *why,
-                   size_t len)
+hcr_ring *hcr_open(int memfd, int doorbell, uint32_t nslots, uint32_t slot_size, uint32_t nlocal, char *why, size_t len)
 {
     hcr_ring *r = calloc(1, sizeof *r);
     struct stat st;
@@ -137,8 +136,8 @@ static int take_resp(hcr_ring *r, uint64_t s, uint64_t id, hw_frame *out, int *s
     uint32_t len, kind;
     int rc = hr_read_resp(sl, s, r->geom, buf, &rid, &len, &kind);
     if (rc == HR_OK && rid != id) {
-        snprintf(why, whylen, "heapd's ring answer %llu carries id %llu instead of %llu",
-                 (unsigned long long)s, (unsigned long long)rid, (unsigned long long)id);
+        snprintf(why, whylen, "heapd's ring answer %llu carries id %llu instead of %llu", (unsigned long long)s,
+                 (unsigned long long)rid, (unsigned long long)id);
         rc = HR_ESEQ;
     } else if (rc != HR_OK) {
         snprintf(why, whylen, "heapd's ring answer %llu: %s", (unsigned long long)s, hr_strerror(rc));
@@ -159,8 +158,8 @@ static int take_resp(hcr_ring *r, uint64_t s, uint64_t id, hw_frame *out, int *s
     return HR_OK;
 }
 
-int hcr_call(hcr_ring *r, int sock, uint64_t id, const void *req, size_t len, int timeout_ms, hw_frame *out,
-             char *why, size_t whylen)
+int hcr_call(hcr_ring *r, int sock, uint64_t id, const void *req, size_t len, int timeout_ms, hw_frame *out, char *why,
+             size_t whylen)
 {
     hr_header *h = r->mem;
     uint64_t s = r->s++;

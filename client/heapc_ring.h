@@ -25,12 +25,13 @@
 typedef struct hcr_ring hcr_ring;
 
 /* Results of hcr_call. */
-#define HCR_REPLY 0     /* *out holds the reply frame (no fds) */
-#define HCR_SOCKET 1    /* heapd said: the reply comes on the socket */
-#define HCR_READABLE 3  /* the socket has something to read (or hung up): read it, then
-                         * hcr_wait again unless it was the reply */
-#define HCR_TIMEOUT 2   /* nothing within timeout_ms */
-#define HCR_EPROTO (-1) /* the ring broke its invariants (why says how) */
+#define HCR_REPLY  0 /* *out holds the reply frame (no fds) */
+#define HCR_SOCKET 1 /* heapd said: the reply comes on the socket */
+#define HCR_READABLE                                                                                                   \
+    3                    /* the socket has something to read (or hung up): read it, then                               \
+                          * hcr_wait again unless it was the reply */
+#define HCR_TIMEOUT 2    /* nothing within timeout_ms */
+#define HCR_EPROTO  (-1) /* the ring broke its invariants (why says how) */
 
 /* 1 unless HEAPC_TRANSPORT=socket; -1 (why set) for another value. */
 int hcr_wanted(char *why, size_t len);
@@ -43,8 +44,8 @@ void hcr_close(hcr_ring *r);
 size_t hcr_payload_max(const hcr_ring *r);
 /* Sends request `id` (len bytes, <= hcr_payload_max) and waits for its
  * answer (timeout_ms < 0: no limit), watching socket `sock`. */
-int hcr_call(hcr_ring *r, int sock, uint64_t id, const void *req, size_t len, int timeout_ms, hw_frame *out,
-             char *why, size_t whylen);
+int hcr_call(hcr_ring *r, int sock, uint64_t id, const void *req, size_t len, int timeout_ms, hw_frame *out, char *why,
+             size_t whylen);
 /* Waits again for the answer to the last request hcr_call posted (after
  * HCR_READABLE and a frame on the socket that was not its reply). */
 int hcr_wait(hcr_ring *r, int sock, uint64_t id, int timeout_ms, hw_frame *out, char *why, size_t whylen);

@@ -28,15 +28,9 @@ void *heapc_base(heapc *c, uint32_t rank)
     return v->bases[rank];
 }
 
-uint64_t heapc_mapped(heapc *c)
-{
-    return atomic_load_explicit(&c->mapped, memory_order_acquire);
-}
+uint64_t heapc_mapped(heapc *c) { return atomic_load_explicit(&c->mapped, memory_order_acquire); }
 
-const char *heapc_heap_name(heapc *c)
-{
-    return c && c->attached && c->heap ? c->heap : "";
-}
+const char *heapc_heap_name(heapc *c) { return c && c->attached && c->heap ? c->heap : ""; }
 
 uint32_t heapc_rank(heapc *c)
 {
@@ -159,10 +153,7 @@ void heapc_stats_free(heapc_daemon_stats *s)
     free(s);
 }
 
-static char *dupstr(const char *s)
-{
-    return strdup(s ? s : "");
-}
+static char *dupstr(const char *s) { return strdup(s ? s : ""); }
 
 /* One heap of heapd's StatsReply into *o; -1 when out of memory. */
 static int copy_heap_stats(heapc_heap_stats *o, const Heapd__HeapStats *h)

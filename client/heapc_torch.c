@@ -65,7 +65,7 @@ static mapped_fn h_mapped;
 #define MAXHEAPS 16
 static struct {
     _Atomic(heapc *) c;
-    _Atomic uintptr_t lo, hi;   /* this rank's reserved range */
+    _Atomic uintptr_t lo, hi; /* this rank's reserved range */
 } heaps[MAXHEAPS];
 static _Atomic(heapc *) current;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -122,20 +122,11 @@ int heapc_torch_unregister(heapc *c)
     return 0;
 }
 
-heapc *heapc_torch_set_current(heapc *c)
-{
-    return atomic_exchange(&current, c);
-}
+heapc *heapc_torch_set_current(heapc *c) { return atomic_exchange(&current, c); }
 
-const char *heapc_torch_last_error(void)
-{
-    return last_err;
-}
+const char *heapc_torch_last_error(void) { return last_err; }
 
-int heapc_torch_last_code(void)
-{
-    return atomic_load(&last_code);
-}
+int heapc_torch_last_code(void) { return atomic_load(&last_code); }
 
 void heapc_torch_counters(uint64_t out[6])
 {
@@ -185,8 +176,7 @@ static int cu_ready(int device)
         if (cu_retain(&ctx, device) != 0 || cu_set(ctx) != 0)
             return 0;
     }
-    if (device >= 0 && device < 64 && !(atomic_load(&pool_done) & (1ull << device)) && cu_pool &&
-        cu_pool_attr) {
+    if (device >= 0 && device < 64 && !(atomic_load(&pool_done) & (1ull << device)) && cu_pool && cu_pool_attr) {
         void *pool;
         uint64_t max = UINT64_MAX;
         if (cu_pool(&pool, device) == 0)
@@ -211,8 +201,7 @@ void *heapc_torch_alloc(ssize_t size, int device, void *stream)
         /* Refused: counted and kept; the driver's memory below instead. */
         atomic_fetch_add_explicit(&ctr[2], 1, memory_order_relaxed);
         pthread_mutex_lock(&mu);
-        snprintf(last_err, sizeof last_err, "heapd allocation of %zd bytes failed: %s", size,
-                 h_errstr(c));
+        snprintf(last_err, sizeof last_err, "heapd allocation of %zd bytes failed: %s", size, h_errstr(c));
         atomic_store(&last_code, rc);
         pthread_mutex_unlock(&mu);
     }
@@ -220,8 +209,10 @@ void *heapc_torch_alloc(ssize_t size, int device, void *stream)
     int rc = -1;
     if (!cu_ready(device) || (rc = cu_alloc(&p, (size_t)size, stream)) != 0) {
         pthread_mutex_lock(&mu);
-        snprintf(last_err, sizeof last_err, "cuMemAllocAsync of %zd bytes on device %d failed: "
-                 "CUresult %d%s", size, device, rc, cu_alloc ? "" : " (libcuda.so.1 not loaded)");
+        snprintf(last_err, sizeof last_err,
+                 "cuMemAllocAsync of %zd bytes on device %d failed: "
+                 "CUresult %d%s",
+                 size, device, rc, cu_alloc ? "" : " (libcuda.so.1 not loaded)");
         pthread_mutex_unlock(&mu);
         return NULL;
     }

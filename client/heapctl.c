@@ -21,57 +21,56 @@
 #define DEFAULT_TIMEOUT_MS 5000
 
 #define EXIT_OPFAIL 1
-#define EXIT_USAGE 2
+#define EXIT_USAGE  2
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-"Usage: heapctl [--socket PATH] [--json] [--timeout SEC] COMMAND [ARGS]\n"
-"\n"
-"Inspect and steer heapd, the per-node symmetric heap daemon.\n"
-"\n"
-"Commands:\n"
-"  heaps           List the heaps heapd serves, one line each: name, world size,\n"
-"                  connected clients, bytes mapped per rank, allocation policy.\n"
-"  stats [HEAP]    Statistics of HEAP (default: every heap): per heap the bytes\n"
-"                  mapped, live (held by some rank), released (released by every\n"
-"                  rank, awaiting a collect) and free, collects, growths, clients,\n"
-"                  allocations decided, the pending forced collect, parameters and\n"
-"                  device memory, collects the allocator skipped (SKIPPED); per\n"
-"                  rank whether it is attached, its pid, live and released bytes,\n"
-"                  its next allocation number, its blocks waiting for their\n"
-"                  stream (STREAM_WAIT) and its collects without a device sync\n"
-"                  (NO_SYNC), both as of its last collect.\n"
-"  collect HEAP    Force a collect on HEAP: every rank collects at the same\n"
-"                  allocation number, which heapctl prints. Ranks reach it when\n"
-"                  they next allocate.\n"
-"  metrics [FILE]  Every figure in the Prometheus text exposition format\n"
-"                  (heapd_* families), on stdout or into FILE, replaced\n"
-"                  atomically (node_exporter's textfile collector). When heapd\n"
-"                  cannot be reached: heapd_up 0, exit status 1.\n"
-"\n"
-"Options:\n"
-"  -s, --socket PATH  heapd's socket (default: $HEAPD_SOCKET, else\n"
-"                     " HEAPC_DEFAULT_SOCKET ")\n"
-"  -j, --json         print one JSON object on stdout instead of text\n"
-"  -t, --timeout SEC  wait at most SEC seconds for each answer of heapd\n"
-"                     (default 5; 0: no limit); a stopped or hung heapd\n"
-"                     then fails with exit status 1\n"
-"  -h, --help         print this help and exit\n"
-"  -V, --version      print heapctl's version and exit\n"
-"\n"
-"Options may come before or after the command. Sizes in text output are\n"
-"binary (1 KiB = 1024 B); JSON gives every size in bytes.\n"
-"\n"
-"Exit status: 0 success, 1 heapd could not be reached or refused the\n"
-"operation (the message on stderr says why), 2 usage error.\n"
-"\n"
-"Examples:\n"
-"  heapctl heaps\n"
-"  heapctl stats trainer\n"
-"  heapctl --json stats | jq '.heaps[].collects'\n"
-"  heapctl --socket /tmp/heapd.sock collect trainer\n"
-"  heapctl metrics /var/lib/prometheus/node-exporter/heapd.prom\n");
+    fprintf(f, "Usage: heapctl [--socket PATH] [--json] [--timeout SEC] COMMAND [ARGS]\n"
+               "\n"
+               "Inspect and steer heapd, the per-node symmetric heap daemon.\n"
+               "\n"
+               "Commands:\n"
+               "  heaps           List the heaps heapd serves, one line each: name, world size,\n"
+               "                  connected clients, bytes mapped per rank, allocation policy.\n"
+               "  stats [HEAP]    Statistics of HEAP (default: every heap): per heap the bytes\n"
+               "                  mapped, live (held by some rank), released (released by every\n"
+               "                  rank, awaiting a collect) and free, collects, growths, clients,\n"
+               "                  allocations decided, the pending forced collect, parameters and\n"
+               "                  device memory, collects the allocator skipped (SKIPPED); per\n"
+               "                  rank whether it is attached, its pid, live and released bytes,\n"
+               "                  its next allocation number, its blocks waiting for their\n"
+               "                  stream (STREAM_WAIT) and its collects without a device sync\n"
+               "                  (NO_SYNC), both as of its last collect.\n"
+               "  collect HEAP    Force a collect on HEAP: every rank collects at the same\n"
+               "                  allocation number, which heapctl prints. Ranks reach it when\n"
+               "                  they next allocate.\n"
+               "  metrics [FILE]  Every figure in the Prometheus text exposition format\n"
+               "                  (heapd_* families), on stdout or into FILE, replaced\n"
+               "                  atomically (node_exporter's textfile collector). When heapd\n"
+               "                  cannot be reached: heapd_up 0, exit status 1.\n"
+               "\n"
+               "Options:\n"
+               "  -s, --socket PATH  heapd's socket (default: $HEAPD_SOCKET, else\n"
+               "                     " HEAPC_DEFAULT_SOCKET ")\n"
+               "  -j, --json         print one JSON object on stdout instead of text\n"
+               "  -t, --timeout SEC  wait at most SEC seconds for each answer of heapd\n"
+               "                     (default 5; 0: no limit); a stopped or hung heapd\n"
+               "                     then fails with exit status 1\n"
+               "  -h, --help         print this help and exit\n"
+               "  -V, --version      print heapctl's version and exit\n"
+               "\n"
+               "Options may come before or after the command. Sizes in text output are\n"
+               "binary (1 KiB = 1024 B); JSON gives every size in bytes.\n"
+               "\n"
+               "Exit status: 0 success, 1 heapd could not be reached or refused the\n"
+               "operation (the message on stderr says why), 2 usage error.\n"
+               "\n"
+               "Examples:\n"
+               "  heapctl heaps\n"
+               "  heapctl stats trainer\n"
+               "  heapctl --json stats | jq '.heaps[].collects'\n"
+               "  heapctl --socket /tmp/heapd.sock collect trainer\n"
+               "  heapctl metrics /var/lib/prometheus/node-exporter/heapd.prom\n");
 }
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -157,7 +156,7 @@ static const char *human(uint64_t v, char *buf, size_t len)
 typedef struct table {
     int ncol;
     const char *head[MAXCOL];
-    int right[MAXCOL];     /* right-align this column */
+    int right[MAXCOL]; /* right-align this column */
     char (*cells)[MAXCOL][CELL];
     size_t nrows, cap;
 } table;
@@ -282,13 +281,27 @@ static void json_str(const char *s)
             continue;
         }
         switch (*p) {
-        case '"': fputs("\\\"", stdout); break;
-        case '\\': fputs("\\\\", stdout); break;
-        case '\b': fputs("\\b", stdout); break;
-        case '\f': fputs("\\f", stdout); break;
-        case '\n': fputs("\\n", stdout); break;
-        case '\r': fputs("\\r", stdout); break;
-        case '\t': fputs("\\t", stdout); break;
+        case '"':
+            fputs("\\\"", stdout);
+            break;
+        case '\\':
+            fputs("\\\\", stdout);
+            break;
+        case '\b':
+            fputs("\\b", stdout);
+            break;
+        case '\f':
+            fputs("\\f", stdout);
+            break;
+        case '\n':
+            fputs("\\n", stdout);
+            break;
+        case '\r':
+            fputs("\\r", stdout);
+            break;
+        case '\t':
+            fputs("\\t", stdout);
+            break;
         default:
             if (*p < 0x20 || *p == 0x7f)
                 printf("\\u%04x", *p);
@@ -315,21 +328,20 @@ static void json_heap(const heapc_heap_stats *h)
     printf(", \"world_size\": %" PRIu32 ", \"params\": ", h->world_size);
     json_params(&h->params);
     printf(", \"mapped\": %" PRIu64 ", \"live_bytes\": %" PRIu64 ", \"released_bytes\": %" PRIu64
-           ", \"free_bytes\": %" PRIu64 ", \"collects\": %" PRIu64 ", \"growths\": %" PRIu64
-           ", \"clients\": %" PRIu32 ", \"next_seq\": %" PRIu64 ", \"epoch\": %" PRIu64
+           ", \"free_bytes\": %" PRIu64 ", \"collects\": %" PRIu64 ", \"growths\": %" PRIu64 ", \"clients\": %" PRIu32
+           ", \"next_seq\": %" PRIu64 ", \"epoch\": %" PRIu64
            ", \"collect_pending\": %s, \"pending_collect_seq\": %" PRIu64 ", \"device_free\": %" PRIu64
            ", \"device_total\": %" PRIu64 ", \"collects_skipped\": %" PRIu64 ", \"ranks\": [",
-           h->mapped, h->live_bytes, h->released_bytes, h->free_bytes, h->collects, h->growths,
-           h->clients, h->next_seq, h->epoch, h->collect_pending ? "true" : "false",
-           h->pending_collect_seq, h->device_free, h->device_total, h->collects_skipped);
+           h->mapped, h->live_bytes, h->released_bytes, h->free_bytes, h->collects, h->growths, h->clients, h->next_seq,
+           h->epoch, h->collect_pending ? "true" : "false", h->pending_collect_seq, h->device_free, h->device_total,
+           h->collects_skipped);
     for (size_t r = 0; r < h->nranks; r++) {
         const heapc_rank_stats *k = &h->ranks[r];
-        printf("%s{\"rank\": %" PRIu32 ", \"attached\": %s, \"pid\": %" PRIu32
-               ", \"live_bytes\": %" PRIu64 ", \"released_bytes\": %" PRIu64
-               ", \"next_seq\": %" PRIu64 ", \"stream_waiting\": %" PRIu64
+        printf("%s{\"rank\": %" PRIu32 ", \"attached\": %s, \"pid\": %" PRIu32 ", \"live_bytes\": %" PRIu64
+               ", \"released_bytes\": %" PRIu64 ", \"next_seq\": %" PRIu64 ", \"stream_waiting\": %" PRIu64
                ", \"device_waits_avoided\": %" PRIu64 "}",
-               r ? ", " : "", k->rank, k->attached ? "true" : "false", k->pid, k->live_bytes,
-               k->released_bytes, k->next_seq, k->stream_waiting, k->device_waits_avoided);
+               r ? ", " : "", k->rank, k->attached ? "true" : "false", k->pid, k->live_bytes, k->released_bytes,
+               k->next_seq, k->stream_waiting, k->device_waits_avoided);
     }
     fputs("]}", stdout);
 }
@@ -349,8 +361,7 @@ static void json_stats(const heapc_daemon_stats *s, int full)
         } else {
             fputs("{\"name\": ", stdout);
             json_str(h->name);
-            printf(", \"world_size\": %" PRIu32 ", \"clients\": %" PRIu32 ", \"mapped\": %" PRIu64
-                   ", \"policy\": ",
+            printf(", \"world_size\": %" PRIu32 ", \"clients\": %" PRIu32 ", \"mapped\": %" PRIu64 ", \"policy\": ",
                    h->world_size, h->clients, h->mapped);
             json_str(heapc_policy_name(h->params.policy));
             fputs("}", stdout);
@@ -390,8 +401,10 @@ static int cmd_metrics(const char *sock, int timeout_ms, const char *file)
         }
         f = fopen(tmp, "we");
         if (!f) {
-            fprintf(stderr, "heapctl: metrics: cannot create %s: %s (does the directory exist, and may "
-                    "this user write it?)\n", tmp, strerror(errno));
+            fprintf(stderr,
+                    "heapctl: metrics: cannot create %s: %s (does the directory exist, and may "
+                    "this user write it?)\n",
+                    tmp, strerror(errno));
             heapc_stats_free(s);
             heapc_free_ctx(c);
             return EXIT_OPFAIL;
@@ -431,9 +444,8 @@ static int cmd_heaps(heapc *c, int json)
             const heapc_heap_stats *h = &s->heaps[i];
             char m[32];
             cellname(name, h->name);
-            printf("%s%*s  world %" PRIu32 "  clients %" PRIu32 "  mapped %s  policy %s\n", name,
-                   wn - width(name), "", h->world_size, h->clients, human(h->mapped, m, sizeof m),
-                   heapc_policy_name(h->params.policy));
+            printf("%s%*s  world %" PRIu32 "  clients %" PRIu32 "  mapped %s  policy %s\n", name, wn - width(name), "",
+                   h->world_size, h->clients, human(h->mapped, m, sizeof m), heapc_policy_name(h->params.policy));
         }
     }
     heapc_stats_free(s);
@@ -508,14 +520,14 @@ static int stats_rank_rows(table *tr, const heapc_heap_stats *h)
 /* `stats` as text: the heap, parameter and rank tables. */
 static int stats_tables(const heapc_daemon_stats *s)
 {
-    static const char *hh[] = {"HEAP", "WORLD", "CLIENTS", "MAPPED", "LIVE", "RELEASED", "FREE",
-                               "COLLECTS", "GROWTHS", "ALLOCS", "COLLECT_AT"};
+    static const char *hh[] = {"HEAP", "WORLD",    "CLIENTS", "MAPPED", "LIVE",      "RELEASED",
+                               "FREE", "COLLECTS", "GROWTHS", "ALLOCS", "COLLECT_AT"};
     static const int hr[] = {0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
-    static const char *ph[] = {"HEAP", "POLICY", "CHUNK", "INITIAL", "VA", "MIN_BLOCK",
-                               "TIMEOUT", "EPOCH", "DEVICE_FREE", "DEVICE_TOTAL", "SKIPPED"};
+    static const char *ph[] = {"HEAP",    "POLICY", "CHUNK",       "INITIAL",      "VA",     "MIN_BLOCK",
+                               "TIMEOUT", "EPOCH",  "DEVICE_FREE", "DEVICE_TOTAL", "SKIPPED"};
     static const int pr[] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1};
-    static const char *rh[] = {"HEAP", "RANK", "ATTACHED", "PID", "LIVE", "RELEASED", "NEXT_SEQ",
-                               "STREAM_WAIT", "NO_SYNC"};
+    static const char *rh[] = {"HEAP",     "RANK",     "ATTACHED",    "PID",    "LIVE",
+                               "RELEASED", "NEXT_SEQ", "STREAM_WAIT", "NO_SYNC"};
     static const int rr[] = {0, 1, 0, 1, 1, 1, 1, 1, 1};
     table th, tp, tr;
     tbl_init(&th, 11, hh, hr);
@@ -523,8 +535,7 @@ static int stats_tables(const heapc_daemon_stats *s)
     tbl_init(&tr, 9, rh, rr);
     int rc = 0;
     for (size_t i = 0; i < s->nheaps && rc == 0; i++) {
-        if (stats_heap_rows(&th, &tp, &s->heaps[i]) != 0 ||
-            stats_rank_rows(&tr, &s->heaps[i]) != 0)
+        if (stats_heap_rows(&th, &tp, &s->heaps[i]) != 0 || stats_rank_rows(&tr, &s->heaps[i]) != 0)
             rc = EXIT_OPFAIL;
     }
     if (rc == 0) {
@@ -555,8 +566,8 @@ static int cmd_stats(heapc *c, const char *heap, int json)
         heapc_stats_free(s);
         return fflush(stdout) == 0 ? 0 : EXIT_OPFAIL;
     }
-    printf("heapd %s, backend %s, %" PRIu32 " client%s, %zu heap%s\n", s->version, s->backend,
-           s->clients, s->clients == 1 ? "" : "s", s->nheaps, s->nheaps == 1 ? "" : "s");
+    printf("heapd %s, backend %s, %" PRIu32 " client%s, %zu heap%s\n", s->version, s->backend, s->clients,
+           s->clients == 1 ? "" : "s", s->nheaps, s->nheaps == 1 ? "" : "s");
     int rc = s->nheaps ? stats_tables(s) : 0;
     heapc_stats_free(s);
     if (fflush(stdout) != 0)
@@ -623,27 +634,33 @@ static int command(const char *cmd, int nargs, char **args, int json)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"socket", required_argument, NULL, 's'},
-        {"json", no_argument, NULL, 'j'},
-        {"timeout", required_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
-        {NULL, 0, NULL, 0},
+        {"socket", required_argument, NULL, 's'},  {"json", no_argument, NULL, 'j'},
+        {"timeout", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},       {NULL, 0, NULL, 0},
     };
     const char *sock = NULL;
     int json = 0, o, timeout_ms = DEFAULT_TIMEOUT_MS;
     opterr = 0;
     while ((o = getopt_long(argc, argv, ":s:jt:hV", opts, NULL)) != -1) {
         switch (o) {
-        case 's': sock = optarg; break;
-        case 'j': json = 1; break;
+        case 's':
+            sock = optarg;
+            break;
+        case 'j':
+            json = 1;
+            break;
         case 't':
             if (parse_timeout(optarg, &timeout_ms))
                 return usage_error("--timeout %s: give seconds (0.5, 5, 30; 0: wait forever)", optarg);
             break;
-        case 'h': usage(stdout); return 0;
-        case 'V': printf("heapctl %s\n", HEAPD_VERSION); return 0;
-        case ':': return usage_error("option %s needs an argument", argv[optind - 1]);
+        case 'h':
+            usage(stdout);
+            return 0;
+        case 'V':
+            printf("heapctl %s\n", HEAPD_VERSION);
+            return 0;
+        case ':':
+            return usage_error("option %s needs an argument", argv[optind - 1]);
         default:
             return bad_option(opts, argv[optind - 1], optopt);
         }

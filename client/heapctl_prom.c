@@ -49,8 +49,7 @@ static void prom_heap(prom *m, const char *name, const heapc_heap_stats *h, cons
 {
     fprintf(m->f, "%s{heap=\"", name);
     prom_label(m->f, h->name);
-    fprintf(m->f, "\",owner_uid=\"%" PRIu32 "\"%s%s} %.17g\n", h->owner_uid, extra ? "," : "",
-            extra ? extra : "", v);
+    fprintf(m->f, "\",owner_uid=\"%" PRIu32 "\"%s%s} %.17g\n", h->owner_uid, extra ? "," : "", extra ? extra : "", v);
 }
 
 static void prom_hist(prom *m, const char *name, const heapc_heap_stats *h, const heapc_hist *g)
@@ -93,9 +92,11 @@ static void prom_daemon(prom *m, const heapc_daemon_stats *s)
     prom_family(m, "heapd_store_connected", "gauge",
                 "1 when the store is connected and subscribed, 0 when unreachable or not configured.");
     fprintf(f, "heapd_store_connected %d\n", s->store_connected ? 1 : 0);
-    prom_family(m, "heapd_quota_heap_bytes", "gauge", "heapd.conf quota_heap: most chunk memory of one heap (0: no limit).");
+    prom_family(m, "heapd_quota_heap_bytes", "gauge",
+                "heapd.conf quota_heap: most chunk memory of one heap (0: no limit).");
     fprintf(f, "heapd_quota_heap_bytes %" PRIu64 "\n", s->quota_heap);
-    prom_family(m, "heapd_quota_uid_bytes", "gauge", "heapd.conf quota_uid: most chunk memory of one uid's heaps (0: no limit).");
+    prom_family(m, "heapd_quota_uid_bytes", "gauge",
+                "heapd.conf quota_uid: most chunk memory of one uid's heaps (0: no limit).");
     fprintf(f, "heapd_quota_uid_bytes %" PRIu64 "\n", s->quota_uid);
 }
 
@@ -128,7 +129,8 @@ static void prom_heaps(prom *m, const heapc_daemon_stats *s)
         {"heapd_heap_world_size", "gauge", "Ranks of the heap."},
         {"heapd_heap_clients", "gauge", "Ranks attached to the heap on this node."},
         {"heapd_heap_mapped_bytes", "gauge", "Heap bytes mapped per rank."},
-        {"heapd_heap_chunk_bytes", "gauge", "Chunk memory of the heap on this node, all its ranks here (what quota_heap bounds)."},
+        {"heapd_heap_chunk_bytes", "gauge",
+         "Chunk memory of the heap on this node, all its ranks here (what quota_heap bounds)."},
         {"heapd_heap_live_bytes", "gauge", "Bytes of blocks some rank still holds."},
         {"heapd_heap_released_bytes", "gauge", "Bytes every rank released, awaiting a collect."},
         {"heapd_heap_free_bytes", "gauge", "Mapped bytes available to allocations."},
@@ -145,11 +147,19 @@ static void prom_heaps(prom *m, const heapc_daemon_stats *s)
         prom_family(m, fam[k].name, fam[k].type, fam[k].help);
         for (size_t i = 0; i < s->nheaps; i++) {
             const heapc_heap_stats *h = &s->heaps[i];
-            const double v[] = {h->world_size, h->clients, (double)h->mapped,
-                                (double)h->mapped * (double)(h->nranks ? h->nranks : 1), (double)h->live_bytes,
-                                (double)h->released_bytes, (double)h->free_bytes, (double)h->collects,
-                                (double)h->growths, (double)h->next_seq, h->collect_pending ? 1 : 0,
-                                (double)h->device_free, (double)h->device_total};
+            const double v[] = {h->world_size,
+                                h->clients,
+                                (double)h->mapped,
+                                (double)h->mapped * (double)(h->nranks ? h->nranks : 1),
+                                (double)h->live_bytes,
+                                (double)h->released_bytes,
+                                (double)h->free_bytes,
+                                (double)h->collects,
+                                (double)h->growths,
+                                (double)h->next_seq,
+                                h->collect_pending ? 1 : 0,
+                                (double)h->device_free,
+                                (double)h->device_total};
             prom_heap(m, fam[k].name, h, NULL, v[k]);
         }
     }
@@ -170,7 +180,8 @@ static void prom_hists_ranks(prom *m, const heapc_daemon_stats *s)
         {"heapd_rank_attached", "1 when a client is attached as this rank."},
         {"heapd_rank_live_bytes", "Bytes this rank holds."},
         {"heapd_rank_released_bytes", "Bytes this rank released, not yet reclaimed."},
-        {"heapd_rank_next_allocation", "This rank's next allocation number (a rank that trails is the one collectives wait for)."},
+        {"heapd_rank_next_allocation",
+         "This rank's next allocation number (a rank that trails is the one collectives wait for)."},
     };
     for (size_t k = 0; k < 4; k++) {
         prom_family(m, rf[k][0], "gauge", rf[k][1]);

@@ -46,24 +46,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define HR_MAGIC 0x474e5248u   /* "HRNG" little-endian */
-#define HR_VERSION 1u
-#define HR_HDR_SIZE 4096u
-#define HR_SLOT_HDR 32u
-#define HR_NSLOTS_DEFAULT 8u
+#define HR_MAGIC             0x474e5248u /* "HRNG" little-endian */
+#define HR_VERSION           1u
+#define HR_HDR_SIZE          4096u
+#define HR_SLOT_HDR          32u
+#define HR_NSLOTS_DEFAULT    8u
 #define HR_SLOT_SIZE_DEFAULT 2048u
-#define HR_NSLOTS_MAX 1024u
-#define HR_SLOT_SIZE_MAX 65536u
+#define HR_NSLOTS_MAX        1024u
+#define HR_SLOT_SIZE_MAX     65536u
 
 /* Response kinds. */
 #define HR_KIND_REQUEST 0u /* a request slot */
-#define HR_KIND_FRAME 1u   /* the payload is the reply Frame */
-#define HR_KIND_SOCKET 2u  /* the reply to `id` travels on the socket (it carries fds, or is too large) */
+#define HR_KIND_FRAME   1u /* the payload is the reply Frame */
+#define HR_KIND_SOCKET  2u /* the reply to `id` travels on the socket (it carries fds, or is too large) */
 
 typedef struct hr_header {
     uint32_t magic, version;
     uint32_t nslots, slot_size;
-    uint64_t size;                       /* bytes of the memfd */
+    uint64_t size; /* bytes of the memfd */
     _Alignas(64) _Atomic uint32_t srv_sleeping;
     _Alignas(64) _Atomic uint32_t resp_futex;
     _Atomic uint32_t cli_waiting;
@@ -88,12 +88,12 @@ typedef struct hr_geom {
 } hr_geom;
 
 /* Results of hr_take. */
-#define HR_OK 0
-#define HR_EMPTY 1      /* not posted yet */
-#define HR_ESEQ (-1)    /* a sequence number that is neither this lap's nor the previous one's */
-#define HR_ELEN (-2)    /* a length beyond the slot's payload */
-#define HR_ETORN (-3)   /* chk does not match, or seq changed while it was read */
-#define HR_EKIND (-4)   /* a request slot whose kind is not HR_KIND_REQUEST */
+#define HR_OK    0
+#define HR_EMPTY 1    /* not posted yet */
+#define HR_ESEQ  (-1) /* a sequence number that is neither this lap's nor the previous one's */
+#define HR_ELEN  (-2) /* a length beyond the slot's payload */
+#define HR_ETORN (-3) /* chk does not match, or seq changed while it was read */
+#define HR_EKIND (-4) /* a request slot whose kind is not HR_KIND_REQUEST */
 
 /* 0 if g is a geometry both sides accept; -1 otherwise. */
 int hr_geom_ok(hr_geom g);

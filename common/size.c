@@ -10,11 +10,8 @@ static const struct {
     const char *name;
     unsigned shift;
 } units[] = {
-    {"", 0},     {"B", 0},
-    {"K", 10},   {"k", 10},   {"KiB", 10},
-    {"M", 20},   {"m", 20},   {"MiB", 20},
-    {"G", 30},   {"g", 30},   {"GiB", 30},
-    {"T", 40},   {"t", 40},   {"TiB", 40},
+    {"", 0},     {"B", 0},  {"K", 10}, {"k", 10},   {"KiB", 10}, {"M", 20}, {"m", 20},
+    {"MiB", 20}, {"G", 30}, {"g", 30}, {"GiB", 30}, {"T", 40},   {"t", 40}, {"TiB", 40},
 };
 
 int hsz_parse_size(const char *s, uint64_t *out)

@@ -19,29 +19,29 @@
 
 #include <stdint.h>
 
-#define HS_MAGIC 0x68656170647374ULL   /* "heapdst" */
-#define HS_VERSION 1u
+#define HS_MAGIC     0x68656170647374ULL /* "heapdst" */
+#define HS_VERSION   1u
 #define HS_PAGE_SIZE 4096u
 
 typedef struct hs_page {
-    uint64_t magic;          /* HS_MAGIC */
-    uint64_t version;        /* HS_VERSION */
-    uint64_t seq;            /* seqlock: odd while heapd writes */
-    uint64_t rank;           /* the rank this page belongs to */
-    uint64_t mapped;         /* heap bytes mapped per rank */
-    uint64_t live;           /* bytes of blocks some rank still holds */
-    uint64_t released;       /* bytes every rank released, awaiting collect */
-    uint64_t free;           /* bytes available to allocations */
-    uint64_t rank_held;      /* bytes this rank holds */
-    uint64_t rank_released;  /* bytes this rank released, not yet reclaimed */
+    uint64_t magic;         /* HS_MAGIC */
+    uint64_t version;       /* HS_VERSION */
+    uint64_t seq;           /* seqlock: odd while heapd writes */
+    uint64_t rank;          /* the rank this page belongs to */
+    uint64_t mapped;        /* heap bytes mapped per rank */
+    uint64_t live;          /* bytes of blocks some rank still holds */
+    uint64_t released;      /* bytes every rank released, awaiting collect */
+    uint64_t free;          /* bytes available to allocations */
+    uint64_t rank_held;     /* bytes this rank holds */
+    uint64_t rank_released; /* bytes this rank released, not yet reclaimed */
     uint64_t collects;
     uint64_t growths;
-    uint64_t allocs;         /* allocations decided */
-    uint64_t epoch;          /* heap incarnation */
-    uint64_t device_free;    /* device (host backend: host) free bytes, sampled */
+    uint64_t allocs;      /* allocations decided */
+    uint64_t epoch;       /* heap incarnation */
+    uint64_t device_free; /* device (host backend: host) free bytes, sampled */
     uint64_t device_total;
     uint64_t device_sampled_ns; /* CLOCK_MONOTONIC time of that sample */
-    uint64_t updates;        /* number of completed writes */
+    uint64_t updates;           /* number of completed writes */
     /* Appended by issue 18 (still version 1: an older heapd leaves them 0,
      * an older reader stops before them). */
     uint64_t collects_skipped;     /* collects the allocator did not ask for */

@@ -17,8 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define HW_SCM_MAX_FD 253           /* kernel's SCM_MAX_FD */
-#define HW_IOV_MAX    64            /* iovecs gathered by one flush sendmsg */
+#define HW_SCM_MAX_FD 253 /* kernel's SCM_MAX_FD */
+#define HW_IOV_MAX    64  /* iovecs gathered by one flush sendmsg */
 
 _Static_assert(HW_FDS_PER_MSG <= HW_SCM_MAX_FD, "fd batch over the kernel cap");
 /* Each fd batch needs one byte of its frame; the header alone must suffice. */
@@ -59,8 +59,7 @@ static void put_u32(unsigned char *p, uint32_t v)
 
 static uint32_t get_u32(const unsigned char *p)
 {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
@@ -68,38 +67,52 @@ static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 const char *hw_strerror(int code)
 {
     switch (code) {
-    case HW_AGAIN: return "HW_AGAIN";
-    case HW_FRAME: return "HW_FRAME";
-    case HW_EOF: return "HW_EOF";
-    case HW_ESYS: return "HW_ESYS";
-    case HW_ENOMEM: return "HW_ENOMEM";
-    case HW_EINVAL: return "HW_EINVAL";
-    case HW_ETOOBIG: return "HW_ETOOBIG";
-    case HW_ETOOMANYFDS: return "HW_ETOOMANYFDS";
-    case HW_EFDS: return "HW_EFDS";
-    case HW_ECTRUNC: return "HW_ECTRUNC";
-    case HW_EPARTIAL: return "HW_EPARTIAL";
-    case HW_ETIMEDOUT: return "HW_ETIMEDOUT";
-    case HW_EADDRINUSE: return "HW_EADDRINUSE";
-    case HW_ENAMETOOLONG: return "HW_ENAMETOOLONG";
-    case HW_EBROKEN: return "HW_EBROKEN";
-    default: return "HW_E(unknown)";
+    case HW_AGAIN:
+        return "HW_AGAIN";
+    case HW_FRAME:
+        return "HW_FRAME";
+    case HW_EOF:
+        return "HW_EOF";
+    case HW_ESYS:
+        return "HW_ESYS";
+    case HW_ENOMEM:
+        return "HW_ENOMEM";
+    case HW_EINVAL:
+        return "HW_EINVAL";
+    case HW_ETOOBIG:
+        return "HW_ETOOBIG";
+    case HW_ETOOMANYFDS:
+        return "HW_ETOOMANYFDS";
+    case HW_EFDS:
+        return "HW_EFDS";
+    case HW_ECTRUNC:
+        return "HW_ECTRUNC";
+    case HW_EPARTIAL:
+        return "HW_EPARTIAL";
+    case HW_ETIMEDOUT:
+        return "HW_ETIMEDOUT";
+    case HW_EADDRINUSE:
+        return "HW_EADDRINUSE";
+    case HW_ENAMETOOLONG:
+        return "HW_ENAMETOOLONG";
+    case HW_EBROKEN:
+        return "HW_EBROKEN";
+    default:
+        return "HW_E(unknown)";
     }
 }
 
 /* Same checks on both sides; `who` starts the sentence. */
-static int check_limits(const char *who, uint64_t len, uint64_t nfds,
-                        char *err, size_t errlen)
+static int check_limits(const char *who, uint64_t len, uint64_t nfds, char *err, size_t errlen)
 {
     if (len > HW_FRAME_MAX) {
-        hw_seterr(err, errlen, "%s of %llu bytes exceeds the %u-byte limit", who,
-                  (unsigned long long)len, HW_FRAME_MAX);
+        hw_seterr(err, errlen, "%s of %llu bytes exceeds the %u-byte limit", who, (unsigned long long)len,
+                  HW_FRAME_MAX);
         return HW_ETOOBIG;
     }
     if (nfds > HW_FDS_MAX) {
-        hw_seterr(err, errlen,
-                  "%s with %llu file descriptors exceeds the limit of %u", who,
-                  (unsigned long long)nfds, HW_FDS_MAX);
+        hw_seterr(err, errlen, "%s with %llu file descriptors exceeds the limit of %u", who, (unsigned long long)nfds,
+                  HW_FDS_MAX);
         return HW_ETOOMANYFDS;
     }
     return 0;
@@ -118,10 +131,7 @@ void hw_frame_free(hw_frame *f)
 
 /* ---- reader ------------------------------------------------------------ */
 
-void hw_reader_init(hw_reader *r)
-{
-    memset(r, 0, sizeof(*r));
-}
+void hw_reader_init(hw_reader *r) { memset(r, 0, sizeof(*r)); }
 
 /* Received fds go to the reader's closer. */
 static void reader_close_fds(const hw_reader *r, const int *fds, size_t n)
@@ -214,7 +224,8 @@ static int check_extra_fds(hw_reader *r, char *err, size_t errlen)
     if (n > r->nfds) {
         hw_seterr(err, errlen,
                   "frame carried at least %zu file descriptors but its header "
-                  "announced %u; closed them", n, (unsigned)r->nfds);
+                  "announced %u; closed them",
+                  n, (unsigned)r->nfds);
         return reader_fail(r, HW_EFDS);
     }
     return 0;
@@ -228,8 +239,8 @@ static int finish_frame(hw_reader *r, hw_frame *out, char *err, size_t errlen)
     if (n != r->nfds) {
         hw_seterr(err, errlen,
                   "frame of %u bytes carried %zu file descriptors but its header "
-                  "announced %u; closed them", (unsigned)r->len, n,
-                  (unsigned)r->nfds);
+                  "announced %u; closed them",
+                  (unsigned)r->len, n, (unsigned)r->nfds);
         return reader_fail(r, HW_EFDS);
     }
     if (n > 0) {
@@ -281,14 +292,15 @@ static int parse(hw_reader *r, hw_frame *out, char *err, size_t errlen)
         if (rc < 0)
             return reader_fail(r, rc);
         if (r->max_len > 0 && r->len > r->max_len) {
-            hw_seterr(err, errlen, "frame of %u bytes exceeds this connection's "
-                   "%zu-byte limit", (unsigned)r->len, r->max_len);
+            hw_seterr(err, errlen,
+                      "frame of %u bytes exceeds this connection's "
+                      "%zu-byte limit",
+                      (unsigned)r->len, r->max_len);
             return reader_fail(r, HW_ETOOBIG);
         }
         r->data = malloc((size_t)r->len + 1);
         if (r->data == NULL) {
-            hw_seterr(err, errlen, "out of memory for a frame of %u bytes",
-                      (unsigned)r->len);
+            hw_seterr(err, errlen, "out of memory for a frame of %u bytes", (unsigned)r->len);
             return reader_fail(r, HW_ENOMEM);
         }
         r->got = 0;
@@ -329,10 +341,7 @@ static int pfd_push(hw_reader *r, const int *fds, size_t n, uint64_t pos)
     return 0;
 }
 
-static int in_frame(const hw_reader *r)
-{
-    return r->have_hdr || r->hdr_got > 0 || r->npfd > 0;
-}
+static int in_frame(const hw_reader *r) { return r->have_hdr || r->hdr_got > 0 || r->npfd > 0; }
 
 /* hw_read, step 1: where the next read goes (*iov). The rest of a large
  * payload goes straight into the frame (*direct); else into the read buffer,
@@ -365,13 +374,12 @@ static int read_target(hw_reader *r, struct iovec *iov, int *direct, char *err, 
 
 /* hw_read, step 2: one recvmsg into iov; its byte count in *n and its fds in
  * rfds (*nr of them). READ_DONE, HW_AGAIN (nothing to read) or an error code. */
-static int read_once(int fd, hw_reader *r, struct iovec *iov, ssize_t *n, int *rfds,
-                     size_t *nr, char *err, size_t errlen)
+static int read_once(int fd, hw_reader *r, struct iovec *iov, ssize_t *n, int *rfds, size_t *nr, char *err,
+                     size_t errlen)
 {
     union {
         struct cmsghdr align;
-        char buf[CMSG_SPACE(HW_SCM_MAX_FD * sizeof(int)) +
-                 CMSG_SPACE(sizeof(struct ucred))];
+        char buf[CMSG_SPACE(HW_SCM_MAX_FD * sizeof(int)) + CMSG_SPACE(sizeof(struct ucred))];
     } cbuf;
     struct msghdr msg;
     struct cmsghdr *c;
@@ -420,7 +428,8 @@ static int read_closed(hw_reader *r, const int *rfds, size_t nr, char *err, size
         reader_close_fds(r, rfds, nr);
         hw_seterr(err, errlen,
                   "%zu file descriptors arrived without any frame "
-                  "bytes; closed them", nr);
+                  "bytes; closed them",
+                  nr);
         return reader_fail(r, HW_EFDS);
     }
     if (!in_frame(r))
@@ -428,17 +437,18 @@ static int read_closed(hw_reader *r, const int *rfds, size_t nr, char *err, size
     if (r->have_hdr)
         hw_seterr(err, errlen,
                   "connection closed in the middle of a frame "
-                  "(%zu of %u payload bytes received)", r->got,
-                  (unsigned)r->len);
+                  "(%zu of %u payload bytes received)",
+                  r->got, (unsigned)r->len);
     else if (r->hdr_got > 0)
         hw_seterr(err, errlen,
                   "connection closed in the middle of a frame "
-                  "header (%zu of %u bytes received)", r->hdr_got,
-                  HW_HDR_SIZE);
+                  "header (%zu of %u bytes received)",
+                  r->hdr_got, HW_HDR_SIZE);
     else
         hw_seterr(err, errlen,
                   "connection closed with %zu file descriptors "
-                  "outside any frame", r->npfd);
+                  "outside any frame",
+                  r->npfd);
     return reader_fail(r, HW_EPARTIAL);
 }
 
@@ -449,9 +459,7 @@ int hw_read(int fd, hw_reader *r, hw_frame *out, char *err, size_t errlen)
 
     memset(out, 0, sizeof(*out));
     if (r->failed) {
-        hw_seterr(err, errlen,
-                  "connection framing is already broken (%s); close it",
-                  hw_strerror(r->failed));
+        hw_seterr(err, errlen, "connection framing is already broken (%s); close it", hw_strerror(r->failed));
         return HW_EBROKEN;
     }
     for (;;) {
@@ -489,10 +497,11 @@ int hw_read(int fd, hw_reader *r, hw_frame *out, char *err, size_t errlen)
         if (rc < 0)
             return rc;
         if (r->npfd > (r->max_fds > 0 ? r->max_fds : HW_FDS_MAX)) {
-            hw_seterr(err, errlen, "%zu file descriptors arrived for frames not "
-                   "yet complete, over this connection's limit of %zu; "
-                   "closed them", r->npfd,
-                   r->max_fds > 0 ? r->max_fds : (size_t)HW_FDS_MAX);
+            hw_seterr(err, errlen,
+                      "%zu file descriptors arrived for frames not "
+                      "yet complete, over this connection's limit of %zu; "
+                      "closed them",
+                      r->npfd, r->max_fds > 0 ? r->max_fds : (size_t)HW_FDS_MAX);
             return reader_fail(r, HW_ETOOMANYFDS);
         }
     }
@@ -507,16 +516,15 @@ struct hw_wframe {
     size_t len;
     int *fds;
     size_t nfds;
-    size_t off;                 /* bytes of hdr+data sent */
+    size_t off; /* bytes of hdr+data sent */
     size_t fds_sent;
-    int owned;                  /* heap frame: free it, close its fds */
+    int owned; /* heap frame: free it, close its fds */
 };
 
 static size_t wf_total(const struct hw_wframe *f) { return HW_HDR_SIZE + f->len; }
 
 /* Append iovecs for up to max unsent bytes of f. */
-static int wf_iov(const struct hw_wframe *f, struct iovec *iov, size_t max,
-                  size_t *bytes)
+static int wf_iov(const struct hw_wframe *f, struct iovec *iov, size_t max, size_t *bytes)
 {
     int n = 0;
     size_t off = f->off, k;
@@ -540,10 +548,7 @@ static int wf_iov(const struct hw_wframe *f, struct iovec *iov, size_t max,
     return n;
 }
 
-void hw_writer_init(hw_writer *w)
-{
-    memset(w, 0, sizeof(*w));
-}
+void hw_writer_init(hw_writer *w) { memset(w, 0, sizeof(*w)); }
 
 static void wf_free(struct hw_wframe *f)
 {
@@ -566,8 +571,7 @@ void hw_writer_free(hw_writer *w)
     memset(w, 0, sizeof(*w));
 }
 
-static int check_out(const void *data, size_t len, const int *fds,
-                     size_t nfds, char *err, size_t errlen)
+static int check_out(const void *data, size_t len, const int *fds, size_t nfds, char *err, size_t errlen)
 {
     int rc = check_limits("outgoing frame", len, nfds, err, errlen);
     if (rc < 0)
@@ -577,22 +581,19 @@ static int check_out(const void *data, size_t len, const int *fds,
         return HW_EINVAL;
     }
     if (nfds > 0 && fds == NULL) {
-        hw_seterr(err, errlen, "outgoing frame announces %zu fds but has none",
-                  nfds);
+        hw_seterr(err, errlen, "outgoing frame announces %zu fds but has none", nfds);
         return HW_EINVAL;
     }
     for (size_t i = 0; i < nfds; i++) {
         if (fds[i] < 0) {
-            hw_seterr(err, errlen, "outgoing frame: fd %zu of %zu is %d", i,
-                      nfds, fds[i]);
+            hw_seterr(err, errlen, "outgoing frame: fd %zu of %zu is %d", i, nfds, fds[i]);
             return HW_EINVAL;
         }
     }
     return 0;
 }
 
-static void wf_setup(struct hw_wframe *f, const unsigned char *data,
-                     size_t len, int *fds, size_t nfds, int owned)
+static void wf_setup(struct hw_wframe *f, const unsigned char *data, size_t len, int *fds, size_t nfds, int owned)
 {
     memset(f, 0, sizeof(*f));
     put_u32(f->hdr, (uint32_t)len);
@@ -616,8 +617,7 @@ static void writer_append(hw_writer *w, struct hw_wframe *f)
     w->bytes += wf_total(f) - f->off;
 }
 
-int hw_writer_push(hw_writer *w, const void *data, size_t len,
-                   const int *fds, size_t nfds, char *err, size_t errlen)
+int hw_writer_push(hw_writer *w, const void *data, size_t len, const int *fds, size_t nfds, char *err, size_t errlen)
 {
     struct hw_wframe *f;
     unsigned char *p;
@@ -698,13 +698,15 @@ static int writer_step(int fd, hw_writer *w, char *err, size_t errlen)
         if (errno == EAGAIN || errno == EWOULDBLOCK)
             return 0;
         if (errno == EPIPE || errno == ECONNRESET)
-            hw_seterr(err, errlen, "sendmsg failed: %s (peer closed the "
-                      "connection)", strerror(errno));
+            hw_seterr(err, errlen,
+                      "sendmsg failed: %s (peer closed the "
+                      "connection)",
+                      strerror(errno));
         else
             hw_seterr(err, errlen, "sendmsg failed: %s", strerror(errno));
         return HW_ESYS;
     }
-    if (n == 0) {               /* cannot happen: every sendmsg has bytes */
+    if (n == 0) { /* cannot happen: every sendmsg has bytes */
         errno = EIO;
         hw_seterr(err, errlen, "sendmsg sent nothing");
         return HW_ESYS;
@@ -765,16 +767,15 @@ static int64_t now_ms(void)
 }
 
 /* Wait for events on fd; timeout_ms < 0 forever. 1 ready, 0 timeout, <0. */
-static int wait_fd(int fd, short events, int timeout_ms, char *err,
-                   size_t errlen)
+static int wait_fd(int fd, short events, int timeout_ms, char *err, size_t errlen)
 {
-    struct pollfd p = { .fd = fd, .events = events, .revents = 0 };
+    struct pollfd p = {.fd = fd, .events = events, .revents = 0};
     int n;
 
     n = poll(&p, 1, timeout_ms);
     if (n < 0) {
         if (errno == EINTR)
-            return 1;               /* caller retries and re-waits */
+            return 1; /* caller retries and re-waits */
         hw_seterr(err, errlen, "poll failed: %s", strerror(errno));
         return HW_ESYS;
     }
@@ -786,8 +787,7 @@ static int wait_fd(int fd, short events, int timeout_ms, char *err,
     return n > 0;
 }
 
-int hw_send_frame(int fd, const void *data, size_t len, const int *fds,
-                  size_t nfds, char *err, size_t errlen)
+int hw_send_frame(int fd, const void *data, size_t len, const int *fds, size_t nfds, char *err, size_t errlen)
 {
     struct hw_wframe f;
     hw_writer w;
@@ -810,8 +810,7 @@ int hw_send_frame(int fd, const void *data, size_t len, const int *fds,
     }
 }
 
-int hw_recv_frame(int fd, hw_reader *r, hw_frame *out, int timeout_ms,
-                  char *err, size_t errlen)
+int hw_recv_frame(int fd, hw_reader *r, hw_frame *out, int timeout_ms, char *err, size_t errlen)
 {
     int64_t deadline = timeout_ms >= 0 ? now_ms() + timeout_ms : 0;
 
@@ -824,8 +823,7 @@ int hw_recv_frame(int fd, hw_reader *r, hw_frame *out, int timeout_ms,
         if (timeout_ms >= 0) {
             int64_t left = deadline - now_ms();
             if (left <= 0) {
-                hw_seterr(err, errlen, "no frame arrived within %d ms",
-                          timeout_ms);
+                hw_seterr(err, errlen, "no frame arrived within %d ms", timeout_ms);
                 return HW_ETIMEDOUT;
             }
             wait = left > INT32_MAX ? INT32_MAX : (int)left;

@@ -47,16 +47,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define HW_HDR_SIZE     8u              /* u32 length + u32 nfds, little-endian */
-#define HW_FRAME_MAX    (4u << 20)      /* max payload bytes of one frame (4 MiB) */
-#define HW_FDS_MAX      1024u           /* max fds attached to one frame */
-#define HW_FDS_PER_MSG  250u            /* fds per sendmsg (kernel cap: 253) */
-#define HW_READ_BUF     (64u << 10)     /* reader buffer size */
+#define HW_HDR_SIZE    8u          /* u32 length + u32 nfds, little-endian */
+#define HW_FRAME_MAX   (4u << 20)  /* max payload bytes of one frame (4 MiB) */
+#define HW_FDS_MAX     1024u       /* max fds attached to one frame */
+#define HW_FDS_PER_MSG 250u        /* fds per sendmsg (kernel cap: 253) */
+#define HW_READ_BUF    (64u << 10) /* reader buffer size */
 
 /* Results that are not errors. */
-#define HW_AGAIN        0   /* need more bytes: wait for readability */
-#define HW_FRAME        1   /* a complete frame is in *out */
-#define HW_EOF          2   /* peer closed cleanly between frames */
+#define HW_AGAIN 0 /* need more bytes: wait for readability */
+#define HW_FRAME 1 /* a complete frame is in *out */
+#define HW_EOF   2 /* peer closed cleanly between frames */
 
 /* Errors (negative). */
 #define HW_ESYS         (-1)  /* a system call failed; errno is preserved */
@@ -78,9 +78,9 @@ const char *hw_strerror(int code);
 /* ---- received frames ------------------------------------------------- */
 
 typedef struct hw_frame {
-    unsigned char *data;  /* malloc'd payload, never NULL; data[len] == 0 */
+    unsigned char *data; /* malloc'd payload, never NULL; data[len] == 0 */
     size_t len;
-    int *fds;             /* malloc'd (NULL when nfds == 0); owned by the caller */
+    int *fds; /* malloc'd (NULL when nfds == 0); owned by the caller */
     size_t nfds;
 } hw_frame;
 
@@ -92,22 +92,25 @@ void hw_frame_free(hw_frame *f);
 
 /* Per-connection receive state. The fields are private. */
 typedef struct hw_reader {
-    unsigned char *buf;         /* HW_READ_BUF bytes, allocated on first read */
-    size_t start, end;          /* unparsed bytes are buf[start..end) */
-    uint64_t pos;               /* stream offset of buf[start] */
+    unsigned char *buf; /* HW_READ_BUF bytes, allocated on first read */
+    size_t start, end;  /* unparsed bytes are buf[start..end) */
+    uint64_t pos;       /* stream offset of buf[start] */
     unsigned char hdr[HW_HDR_SIZE];
     size_t hdr_got;
     int have_hdr;
-    uint32_t len, nfds;         /* current frame's header */
+    uint32_t len, nfds; /* current frame's header */
     uint64_t frame_start, frame_end;
-    unsigned char *data;        /* current frame's payload */
+    unsigned char *data; /* current frame's payload */
     size_t got;
-    struct hw_pfd { int fd; uint64_t pos; } *pfd;  /* received fds not yet in a frame */
+    struct hw_pfd {
+        int fd;
+        uint64_t pos;
+    } * pfd; /* received fds not yet in a frame */
     size_t npfd, pfdcap;
-    int failed;                 /* first error code; sticky */
-    size_t max_len;             /* payload limit; 0: HW_FRAME_MAX */
-    size_t max_fds;             /* fds held at once; 0: HW_FDS_MAX */
-    void (*close_fd)(int fd, void *arg);  /* closes received fds; NULL: close() */
+    int failed;                          /* first error code; sticky */
+    size_t max_len;                      /* payload limit; 0: HW_FRAME_MAX */
+    size_t max_fds;                      /* fds held at once; 0: HW_FDS_MAX */
+    void (*close_fd)(int fd, void *arg); /* closes received fds; NULL: close() */
     void *close_arg;
 } hw_reader;
 
@@ -152,8 +155,8 @@ struct hw_wframe;
 /* Queue of outgoing frames for one connection. The fields are private. */
 typedef struct hw_writer {
     struct hw_wframe *head, *tail;
-    size_t frames;              /* frames not completely sent */
-    size_t bytes;               /* bytes (headers included) not yet sent */
+    size_t frames; /* frames not completely sent */
+    size_t bytes;  /* bytes (headers included) not yet sent */
 } hw_writer;
 
 void hw_writer_init(hw_writer *w);
@@ -166,8 +169,7 @@ void hw_writer_free(hw_writer *w);
  * HW_FDS_MAX and negative fds; on error nothing is queued and the caller
  * still owns the fds. Returns 0 or a negative error.
  */
-int hw_writer_push(hw_writer *w, const void *data, size_t len,
-                   const int *fds, size_t nfds, char *err, size_t errlen);
+int hw_writer_push(hw_writer *w, const void *data, size_t len, const int *fds, size_t nfds, char *err, size_t errlen);
 
 /*
  * Send as much of the queue as the socket takes (never blocks). Returns 1
@@ -189,8 +191,7 @@ size_t hw_writer_pending_bytes(const hw_writer *w);
  * partial writes. Does not take ownership of the fds. Same limits as
  * hw_writer_push. Returns 0 or a negative error.
  */
-int hw_send_frame(int fd, const void *data, size_t len,
-                  const int *fds, size_t nfds, char *err, size_t errlen);
+int hw_send_frame(int fd, const void *data, size_t len, const int *fds, size_t nfds, char *err, size_t errlen);
 
 /*
  * Wait (poll) for the next complete frame. timeout_ms < 0 waits forever; the
@@ -198,8 +199,7 @@ int hw_send_frame(int fd, const void *data, size_t len,
  * reader keeps any partial frame: calling again continues it) or another
  * negative error as hw_read.
  */
-int hw_recv_frame(int fd, hw_reader *r, hw_frame *out, int timeout_ms,
-                  char *err, size_t errlen);
+int hw_recv_frame(int fd, hw_reader *r, hw_frame *out, int timeout_ms, char *err, size_t errlen);
 
 /* ---- sockets ---------------------------------------------------------- */
 

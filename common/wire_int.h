@@ -9,7 +9,6 @@
 
 /* Formats an error message into err (errlen bytes; err may be NULL);
  * errno is kept. */
-__attribute__((format(printf, 3, 4)))
-void hw_seterr(char *err, size_t errlen, const char *fmt, ...);
+__attribute__((format(printf, 3, 4))) void hw_seterr(char *err, size_t errlen, const char *fmt, ...);
 
 #endif

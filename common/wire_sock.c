@@ -32,7 +32,8 @@ int hw_socket_path_ok(const char *path, char *err, size_t errlen)
     if (n >= sizeof(sa.sun_path)) {
         hw_seterr(err, errlen,
                   "socket path '%.60s...' is %zu bytes long; a Unix socket path "
-                  "must be shorter than %zu bytes", path, n, sizeof(sa.sun_path));
+                  "must be shorter than %zu bytes",
+                  path, n, sizeof(sa.sun_path));
         return HW_ENAMETOOLONG;
     }
     return 0;
@@ -59,12 +60,11 @@ static int probe_live(const char *path, char *err, size_t errlen)
     make_addr(&sa, path);
     rc = connect(s, (struct sockaddr *)&sa, sizeof(sa));
     if (rc == 0 || errno == EAGAIN || errno == EINPROGRESS || errno == EINTR) {
-        rc = 1;                 /* accepted, or a full backlog: alive */
+        rc = 1; /* accepted, or a full backlog: alive */
     } else if (errno == ECONNREFUSED || errno == ENOENT) {
         rc = 0;
     } else {
-        hw_seterr(err, errlen, "cannot check whether %s is in use: connect: %s",
-                  path, strerror(errno));
+        hw_seterr(err, errlen, "cannot check whether %s is in use: connect: %s", path, strerror(errno));
         rc = HW_ESYS;
     }
     close(s);
@@ -82,21 +82,24 @@ int hw_listen_unix(const char *path, int backlog, char *err, size_t errlen)
         return rc;
     if (lstat(path, &st) == 0) {
         if (!S_ISSOCK(st.st_mode)) {
-            hw_seterr(err, errlen, "%s exists and is not a socket; not removing "
-                      "it", path);
+            hw_seterr(err, errlen,
+                      "%s exists and is not a socket; not removing "
+                      "it",
+                      path);
             return HW_EADDRINUSE;
         }
         rc = probe_live(path, err, errlen);
         if (rc < 0)
             return rc;
         if (rc == 1) {
-            hw_seterr(err, errlen, "another process (a running heapd?) is "
-                      "already listening on %s", path);
+            hw_seterr(err, errlen,
+                      "another process (a running heapd?) is "
+                      "already listening on %s",
+                      path);
             return HW_EADDRINUSE;
         }
         if (unlink(path) < 0 && errno != ENOENT) {
-            hw_seterr(err, errlen, "cannot remove the stale socket %s: %s", path,
-                      strerror(errno));
+            hw_seterr(err, errlen, "cannot remove the stale socket %s: %s", path, strerror(errno));
             return HW_ESYS;
         }
     } else if (errno != ENOENT) {
@@ -115,8 +118,10 @@ int hw_listen_unix(const char *path, int backlog, char *err, size_t errlen)
         close(s);
         errno = e;
         if (e == EADDRINUSE) {
-            hw_seterr(err, errlen, "cannot bind %s: it was created by another "
-                      "process meanwhile", path);
+            hw_seterr(err, errlen,
+                      "cannot bind %s: it was created by another "
+                      "process meanwhile",
+                      path);
             return HW_EADDRINUSE;
         }
         hw_seterr(err, errlen, "cannot bind %s: %s", path, strerror(e));
@@ -154,15 +159,16 @@ static void connect_error(const char *path, int e, char *err, size_t errlen)
     int have = stat(path, &st) == 0;
     if (e == EACCES) {
         if (have && access(path, W_OK) != 0) {
-            hw_seterr(err, errlen, "cannot connect to heapd at %s: permission denied: the socket belongs to "
+            hw_seterr(err, errlen,
+                      "cannot connect to heapd at %s: permission denied: the socket belongs to "
                       "group %s (mode %04o); ask to be added to group %s (usermod -aG %s USER, then log in "
-                      "again)", path, group_name(st.st_gid, grp, sizeof grp), (unsigned)(st.st_mode & 07777),
-                      grp, grp);
+                      "again)",
+                      path, group_name(st.st_gid, grp, sizeof grp), (unsigned)(st.st_mode & 07777), grp, grp);
             return;
         }
         /* The socket is reachable by mode, or stat failed: a directory on
          * the way is what refuses. */
-        char dir[sizeof ((struct sockaddr_un *)0)->sun_path];
+        char dir[sizeof((struct sockaddr_un *)0)->sun_path];
         snprintf(dir, sizeof dir, "%s", path);
         char *slash = strrchr(dir, '/');
         if (slash && slash != dir)
@@ -170,35 +176,47 @@ static void connect_error(const char *path, int e, char *err, size_t errlen)
         else
             snprintf(dir, sizeof dir, "/");
         if (stat(dir, &st) == 0)
-            hw_seterr(err, errlen, "cannot connect to heapd at %s: permission denied by its directory %s "
+            hw_seterr(err, errlen,
+                      "cannot connect to heapd at %s: permission denied by its directory %s "
                       "(group %s, mode %04o); ask to be added to group %s (usermod -aG %s USER, then log in "
-                      "again)", path, dir, group_name(st.st_gid, grp, sizeof grp),
-                      (unsigned)(st.st_mode & 07777), grp, grp);
+                      "again)",
+                      path, dir, group_name(st.st_gid, grp, sizeof grp), (unsigned)(st.st_mode & 07777), grp, grp);
         else
-            hw_seterr(err, errlen, "cannot connect to heapd at %s: permission denied (%s); check the "
-                      "permissions of the path", path, strerror(errno));
+            hw_seterr(err, errlen,
+                      "cannot connect to heapd at %s: permission denied (%s); check the "
+                      "permissions of the path",
+                      path, strerror(errno));
         return;
     }
     if (have && !S_ISSOCK(st.st_mode)) {
-        hw_seterr(err, errlen, "cannot connect to heapd at %s: it is a %s, not a socket; point "
-                  "HEAPD_SOCKET or --socket at heapd's socket (heapd.conf `socket`)", path,
-                  S_ISDIR(st.st_mode) ? "directory" : S_ISREG(st.st_mode) ? "regular file" : "special file");
+        hw_seterr(err, errlen,
+                  "cannot connect to heapd at %s: it is a %s, not a socket; point "
+                  "HEAPD_SOCKET or --socket at heapd's socket (heapd.conf `socket`)",
+                  path,
+                  S_ISDIR(st.st_mode)   ? "directory"
+                  : S_ISREG(st.st_mode) ? "regular file"
+                                        : "special file");
         return;
     }
     if (e == ECONNREFUSED) {
-        hw_seterr(err, errlen, "cannot connect to heapd at %s: %s: the socket exists but nothing listens "
+        hw_seterr(err, errlen,
+                  "cannot connect to heapd at %s: %s: the socket exists but nothing listens "
                   "on it: is heapd running? (a heapd that stopped leaves its socket behind) check "
                   "systemctl status heapd.socket heapd",
                   path, strerror(e));
         return;
     }
     if (e == ENOENT) {
-        hw_seterr(err, errlen, "cannot connect to heapd at %s: %s: is heapd running? check systemctl status "
-                  "heapd.socket heapd, and the path (HEAPD_SOCKET, --socket)", path, strerror(e));
+        hw_seterr(err, errlen,
+                  "cannot connect to heapd at %s: %s: is heapd running? check systemctl status "
+                  "heapd.socket heapd, and the path (HEAPD_SOCKET, --socket)",
+                  path, strerror(e));
         return;
     }
-    hw_seterr(err, errlen, "cannot connect to heapd at %s: %s (is heapd running? check the socket path "
-              "and systemctl status heapd)", path, strerror(e));
+    hw_seterr(err, errlen,
+              "cannot connect to heapd at %s: %s (is heapd running? check the socket path "
+              "and systemctl status heapd)",
+              path, strerror(e));
 }
 
 int hw_connect_unix(const char *path, char *err, size_t errlen)
@@ -221,7 +239,7 @@ int hw_connect_unix(const char *path, char *err, size_t errlen)
         socklen_t sl = sizeof(int);
         int soerr = 0;
         for (;;) {
-            struct pollfd p = { .fd = s, .events = POLLOUT, .revents = 0 };
+            struct pollfd p = {.fd = s, .events = POLLOUT, .revents = 0};
             if (poll(&p, 1, -1) >= 0 || errno != EINTR)
                 break;
         }

@@ -33,15 +33,24 @@ static void debug_check(const ha_heap *h, const char *where)
 const char *ha_strerror(int code)
 {
     switch (code) {
-    case HA_OK: return "success";
-    case HA_NEED_COLLECT: return "a collect is needed before this allocation";
-    case HA_NEED_GROW: return "the heap must grow before this allocation";
-    case HA_EINVAL: return "invalid argument";
-    case HA_ENOMEM: return "out of memory for allocator bookkeeping";
-    case HA_EVA: return "the allocation does not fit in the heap's va_size";
-    case HA_ENOTHELD: return "no block held by this rank starts at this offset";
-    case HA_ESTATE: return "call not valid in the heap's current state";
-    default: return "unknown allocator error";
+    case HA_OK:
+        return "success";
+    case HA_NEED_COLLECT:
+        return "a collect is needed before this allocation";
+    case HA_NEED_GROW:
+        return "the heap must grow before this allocation";
+    case HA_EINVAL:
+        return "invalid argument";
+    case HA_ENOMEM:
+        return "out of memory for allocator bookkeeping";
+    case HA_EVA:
+        return "the allocation does not fit in the heap's va_size";
+    case HA_ENOTHELD:
+        return "no block held by this rank starts at this offset";
+    case HA_ESTATE:
+        return "call not valid in the heap's current state";
+    default:
+        return "unknown allocator error";
     }
 }
 
@@ -69,7 +78,11 @@ int ha_params_check(const ha_params *p, char *err, size_t errlen)
         set_err(err, errlen, "%s%llu", "no parameters given", 0);
         return HA_EINVAL;
     }
-#define BAD(fmt, what, v) do { set_err(err, errlen, fmt, what, (unsigned long long)(v)); return HA_EINVAL; } while (0)
+#define BAD(fmt, what, v)                                                                                              \
+    do {                                                                                                               \
+        set_err(err, errlen, fmt, what, (unsigned long long)(v));                                                      \
+        return HA_EINVAL;                                                                                              \
+    } while (0)
     if (p->ranks < 1 || p->ranks > HA_MAX_RANKS)
         BAD("%s must be between 1 and 4096, got %llu", "ranks", p->ranks);
     if (!is_pow2(p->min_block))
@@ -238,8 +251,8 @@ static int alloc_coalesce(ha_heap *h, uint64_t c, uint32_t k, ha_alloc_result *r
     if (!h->collect_answered && fit.size) {
         uint64_t handed = h->handed_since_collect;
         bool large = c >= h->mapped / CO_LARGE_DIV && handed >= h->mapped / CO_LARGE_DIV;
-        bool high = !down && handed >= h->mapped / CO_HIGH_DIV &&
-                    fit.off + c > h->used_at_collect + h->mapped / CO_HIGH_DIV;
+        bool high =
+            !down && handed >= h->mapped / CO_HIGH_DIV && fit.off + c > h->used_at_collect + h->mapped / CO_HIGH_DIV;
         if (large || high)
             return ask_collect(h, res, HA_COLLECT_TRIGGER);
     }
@@ -270,8 +283,7 @@ int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res)
         return HA_ENOMEM;
 
     uint64_t off = 0;
-    int rc = h->p.policy == HA_POLICY_SEED ? alloc_seed(h, c, k, res, &off)
-                                           : alloc_coalesce(h, c, k, res, &off);
+    int rc = h->p.policy == HA_POLICY_SEED ? alloc_seed(h, c, k, res, &off) : alloc_coalesce(h, c, k, res, &off);
     if (rc != HA_OK)
         return rc;
     hat_insert(&h->tab, off, c, h->p.ranks);

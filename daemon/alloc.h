@@ -84,40 +84,40 @@ typedef struct ha_params {
  * < 0: an error, nothing changed. */
 enum {
     HA_OK = 0,
-    HA_NEED_COLLECT = 1,   /* nothing allocated: collect, then call again */
-    HA_NEED_GROW = 2,      /* nothing allocated: grow by res.grow_chunks, call again */
-    HA_EINVAL = -1,        /* bad parameter or argument */
-    HA_ENOMEM = -2,        /* bookkeeping memory could not be allocated */
-    HA_EVA = -3,           /* the allocation does not fit even at va_size */
-    HA_ENOTHELD = -4,      /* free of an offset the rank does not hold */
-    HA_ESTATE = -5,        /* call not valid now (grow not requested, ...) */
+    HA_NEED_COLLECT = 1, /* nothing allocated: collect, then call again */
+    HA_NEED_GROW = 2,    /* nothing allocated: grow by res.grow_chunks, call again */
+    HA_EINVAL = -1,      /* bad parameter or argument */
+    HA_ENOMEM = -2,      /* bookkeeping memory could not be allocated */
+    HA_EVA = -3,         /* the allocation does not fit even at va_size */
+    HA_ENOTHELD = -4,    /* free of an offset the rank does not hold */
+    HA_ESTATE = -5,      /* call not valid now (grow not requested, ...) */
 };
 
 typedef struct ha_alloc_result {
-    uint64_t offset;       /* HA_OK: where the block starts (same on every rank) */
-    uint64_t block_size;   /* HA_OK: the size class reserved */
-    uint32_t grow_chunks;  /* HA_NEED_GROW: chunks to add */
-    uint8_t collect_reason;/* HA_NEED_COLLECT: HA_COLLECT_TRIGGER or HA_COLLECT_FULL */
+    uint64_t offset;        /* HA_OK: where the block starts (same on every rank) */
+    uint64_t block_size;    /* HA_OK: the size class reserved */
+    uint32_t grow_chunks;   /* HA_NEED_GROW: chunks to add */
+    uint8_t collect_reason; /* HA_NEED_COLLECT: HA_COLLECT_TRIGGER or HA_COLLECT_FULL */
 } ha_alloc_result;
 
 enum { HA_COLLECT_TRIGGER = 1, HA_COLLECT_FULL = 2 };
 
 typedef struct ha_stats {
-    uint64_t mapped;          /* current extent in bytes */
-    uint64_t live_bytes;      /* blocks at least one rank still holds */
-    uint64_t pending_bytes;   /* blocks every rank released, not yet reclaimed */
-    uint64_t free_bytes;      /* mapped bytes not in any block */
+    uint64_t mapped;        /* current extent in bytes */
+    uint64_t live_bytes;    /* blocks at least one rank still holds */
+    uint64_t pending_bytes; /* blocks every rank released, not yet reclaimed */
+    uint64_t free_bytes;    /* mapped bytes not in any block */
     uint64_t live_blocks;
     uint64_t pending_blocks;
-    uint64_t allocs;          /* successful ha_alloc calls */
-    uint64_t frees;           /* successful ha_free calls (one per rank per block) */
+    uint64_t allocs; /* successful ha_alloc calls */
+    uint64_t frees;  /* successful ha_free calls (one per rank per block) */
     uint64_t collects;
-    uint64_t growths;         /* ha_grow calls */
+    uint64_t growths;              /* ha_grow calls */
     uint64_t handed_since_collect; /* bytes handed out since the last collect */
-    uint64_t top;             /* highest byte in use or pending + 1 (seed: bump) */
-    uint64_t collects_skipped; /* coalesce: collects before a growth not asked for
-                                * because one had just run (explicit or forced
-                                * ones included) or no block existed; 0 (seed) */
+    uint64_t top;                  /* highest byte in use or pending + 1 (seed: bump) */
+    uint64_t collects_skipped;     /* coalesce: collects before a growth not asked for
+                                    * because one had just run (explicit or forced
+                                    * ones included) or no block existed; 0 (seed) */
 } ha_stats;
 
 typedef struct ha_heap ha_heap;
@@ -187,15 +187,13 @@ int ha_collect_candidates(const ha_heap *h, uint64_t **offsets, size_t *n);
 /* Reclaims exactly `offsets` (sorted ascending, each a current candidate:
  * HA_EINVAL otherwise, and nothing changes); the other candidates stay
  * pending. Counts as one collect. */
-int ha_collect_apply(ha_heap *h, const uint64_t *offsets, size_t n,
-                     uint64_t *reclaimed_bytes);
+int ha_collect_apply(ha_heap *h, const uint64_t *offsets, size_t n, uint64_t *reclaimed_bytes);
 
 /* Introspection ---------------------------------------------------------- */
 
 void ha_get_stats(const ha_heap *h, ha_stats *out);
 /* Bytes rank `rank` holds and has released but not yet seen reclaimed. */
-void ha_rank_stats(const ha_heap *h, uint32_t rank, uint64_t *held_bytes,
-                   uint64_t *released_bytes);
+void ha_rank_stats(const ha_heap *h, uint32_t rank, uint64_t *held_bytes, uint64_t *released_bytes);
 /* Bytes of bookkeeping memory the heap uses (for benchmarks). */
 size_t ha_memory_usage(const ha_heap *h);
 

@@ -117,7 +117,7 @@ void hac_insert_merge(ha_heap *h, uint64_t start, uint64_t len)
  * blocks among its many pinned the top of the heap at each growth, where
  * the next large block needed room (g683: 1.50 of the seed). */
 #define CO_HOT_PERMILLE 980
-#define CO_TOP_DIV 16
+#define CO_TOP_DIV      16
 
 bool hac_top_down(const ha_heap *h, uint32_t k, uint64_t c)
 {
@@ -184,8 +184,8 @@ hac_fx hac_find(ha_heap *h, uint64_t s, bool down)
         const hab_bits *bb = &h->freebits[ks];
         uint64_t i = co_bin_end(h, ks, down);
         for (unsigned n = 0; i != HA_EMPTY && (!best.size || n < CO_SCAN); n++) {
-            if (best.size && (down ? ((i + 1) << ks) + (UINT64_C(2) << ks) <= best.off + best.size
-                                   : i << ks >= best.off))
+            if (best.size &&
+                (down ? ((i + 1) << ks) + (UINT64_C(2) << ks) <= best.off + best.size : i << ks >= best.off))
                 break;
             hac_fx b = n == 0 ? co_end_fx(h, ks, down) : fx_at(h, ks, i);
             if (!b.size || (best.size && !co_better(b, best, down)))

@@ -28,8 +28,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define HA_EMPTY UINT64_MAX
-#define HA_MAX_VA (UINT64_C(1) << 56)
+#define HA_EMPTY    UINT64_MAX
+#define HA_MAX_VA   (UINT64_C(1) << 56)
 #define HA_DECAY_AT (UINT64_C(1) << 20)
 
 /* ---- small helpers ----------------------------------------------------- */
@@ -60,10 +60,7 @@ void hab_free(hab_bits *b);
 /* Resizes to nbits (only grows), keeping level 0, rebuilding the rest. */
 int hab_resize(hab_bits *b, uint64_t nbits);
 
-static inline bool hab_test(const hab_bits *b, uint64_t i)
-{
-    return i < b->nbits && (b->w[0][i / 64] >> (i % 64)) & 1;
-}
+static inline bool hab_test(const hab_bits *b, uint64_t i) { return i < b->nbits && (b->w[0][i / 64] >> (i % 64)) & 1; }
 
 static inline void hab_set(hab_bits *b, uint64_t i)
 {
@@ -185,21 +182,21 @@ static inline uint64_t hab_prev(const hab_bits *b, uint64_t i)
  *   count == number of records, count <= cap / 2, cap a power of two
  */
 typedef struct ha_blk {
-    uint64_t off;      /* HA_EMPTY: slot unused */
-    uint64_t size;     /* bytes */
-    uint64_t held;     /* ranks <= 64: bit r <=> rank r holds the block */
-    uint32_t nrel;     /* ranks that released this block */
+    uint64_t off;  /* HA_EMPTY: slot unused */
+    uint64_t size; /* bytes */
+    uint64_t held; /* ranks <= 64: bit r <=> rank r holds the block */
+    uint32_t nrel; /* ranks that released this block */
     uint8_t klog;
     uint8_t pending;
-    uint8_t mark;      /* scratch for collect_apply */
+    uint8_t mark; /* scratch for collect_apply */
     uint8_t pad;
 } ha_blk;
 
 typedef struct ha_table {
     ha_blk *slot;
-    uint64_t *xheld;   /* words > 1 only: cap * words holder bits */
+    uint64_t *xheld; /* words > 1 only: cap * words holder bits */
     size_t cap, count, words;
-    uint32_t shift;    /* 64 - log2(cap) */
+    uint32_t shift; /* 64 - log2(cap) */
     uint32_t kmin;
 } ha_table;
 
@@ -225,10 +222,7 @@ static inline size_t hat_hash(const ha_table *t, uint64_t off)
 
 /* Asks for the line a lookup or insert of off reads first (its home slot;
  * a second line for the rest of the probe run made no difference). */
-static inline void hat_prefetch(const ha_table *t, uint64_t off)
-{
-    __builtin_prefetch(&t->slot[hat_hash(t, off)], 1);
-}
+static inline void hat_prefetch(const ha_table *t, uint64_t off) { __builtin_prefetch(&t->slot[hat_hash(t, off)], 1); }
 
 static inline ha_blk *hat_find(const ha_table *t, uint64_t off)
 {
@@ -329,23 +323,23 @@ typedef struct hac_fx {
  */
 struct ha_heap {
     ha_params p;
-    uint32_t kmin, kmax;       /* sizes 2^kmin .. 2^kmax */
+    uint32_t kmin, kmax; /* sizes 2^kmin .. 2^kmax */
     uint64_t mapped;
     ha_table tab;
-    ha_vec pending;            /* offsets every rank released, unsorted */
+    ha_vec pending; /* offsets every rank released, unsorted */
     /* coalesce */
-    hab_bits fstart, fend;        /* free extent first / last min_block */
-    hab_bits freebits[64];        /* free extent starts by size bin */
+    hab_bits fstart, fend; /* free extent first / last min_block */
+    hab_bits freebits[64]; /* free extent starts by size bin */
     uint64_t nbin[64], nfree;
-    uint64_t binmask;          /* bit k <=> nbin[k] > 0 */
-    uint64_t bin_lo[64], bin_hi[64]; /* nbin[k] > 0: lowest / highest bit of
-                                      * freebits[k], or HA_EMPTY (not known) */
+    uint64_t binmask;                    /* bit k <=> nbin[k] > 0 */
+    uint64_t bin_lo[64], bin_hi[64];     /* nbin[k] > 0: lowest / highest bit of
+                                          * freebits[k], or HA_EMPTY (not known) */
     hac_fx bin_lo_fx[64], bin_hi_fx[64]; /* size != 0: the free extent of bin k
-                                      * that starts in window bin_lo[k] / bin_hi[k]
-                                      * (resolved once; size 0: not yet) */
-    uint64_t cls_alloc[64];    /* allocations of size bin k (decayed) */
-    uint64_t cls_reclaim[64];  /* reclaims of size bin k (decayed alike) */
-    uint64_t used_at_collect;  /* mapped - free_bytes after the last collect */
+                                          * that starts in window bin_lo[k] / bin_hi[k]
+                                          * (resolved once; size 0: not yet) */
+    uint64_t cls_alloc[64];              /* allocations of size bin k (decayed) */
+    uint64_t cls_reclaim[64];            /* reclaims of size bin k (decayed alike) */
+    uint64_t used_at_collect;            /* mapped - free_bytes after the last collect */
     /* seed */
     ha_vec lifo[64];
     uint64_t bump;
@@ -353,8 +347,8 @@ struct ha_heap {
     uint64_t live_bytes, pending_bytes, free_bytes;
     uint64_t allocs, frees, collects, growths, handed_since_collect;
     bool collect_asked, collect_answered, asked_answered;
-    bool skip_pending;         /* the last HA_NEED_GROW skipped a collect the seed's rule asks for */
-    uint64_t collects_skipped; /* coalesce: collects the seed's rule would have asked for */
+    bool skip_pending;                /* the last HA_NEED_GROW skipped a collect the seed's rule asks for */
+    uint64_t collects_skipped;        /* coalesce: collects the seed's rule would have asked for */
     uint64_t *held_bytes, *rel_bytes; /* per rank */
 };
 
@@ -366,7 +360,7 @@ struct ha_heap {
  * than mapped / CO_HIGH_DIV above what the last collect left in use, or a
  * block of at least mapped / CO_LARGE_DIV, once as many bytes were handed
  * out since the last collect. */
-#define CO_HIGH_DIV 2
+#define CO_HIGH_DIV  2
 #define CO_LARGE_DIV 8
 
 int hac_resize(ha_heap *h, uint64_t mapped);

@@ -18,7 +18,13 @@ static int cmp_iv(const void *a, const void *b)
     return (x->off > y->off) - (x->off < y->off);
 }
 
-#define VFAIL(...) do { if (err && errlen) snprintf(err, errlen, __VA_ARGS__); rc = HA_EINVAL; goto out; } while (0)
+#define VFAIL(...)                                                                                                     \
+    do {                                                                                                               \
+        if (err && errlen)                                                                                             \
+            snprintf(err, errlen, __VA_ARGS__);                                                                        \
+        rc = HA_EINVAL;                                                                                                \
+        goto out;                                                                                                      \
+    } while (0)
 
 int ha_validate(const ha_heap *h, char *err, size_t errlen)
 {
@@ -53,19 +59,19 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
         uint64_t sz = b->size;
         const char *what = "block";
         if (sz == 0 || sz % h->p.min_block || b->klog != log2u(sz))
-            VFAIL("%s at %llu has size %llu (class 2^%u): not a multiple of min_block or a wrong class",
-                  what, (unsigned long long)b->off, (unsigned long long)sz, b->klog);
+            VFAIL("%s at %llu has size %llu (class 2^%u): not a multiple of min_block or a wrong class", what,
+                  (unsigned long long)b->off, (unsigned long long)sz, b->klog);
         if (b->klog < h->kmin || b->klog > h->kmax)
-            VFAIL("%s at %llu has class 2^%u outside 2^%u..2^%u", what, (unsigned long long)b->off,
-                  b->klog, h->kmin, h->kmax);
+            VFAIL("%s at %llu has class 2^%u outside 2^%u..2^%u", what, (unsigned long long)b->off, b->klog, h->kmin,
+                  h->kmax);
         if (!co && sz != UINT64_C(1) << b->klog)
             VFAIL("seed block at %llu has size %llu, not a power of two", (unsigned long long)b->off,
                   (unsigned long long)sz);
         if (b->off % h->p.min_block)
             VFAIL("%s at %llu is not aligned to min_block", what, (unsigned long long)b->off);
         if (b->off + sz > (!co ? h->bump : h->mapped) || b->off + sz < b->off)
-            VFAIL("%s at %llu (+%llu) ends past the %s", what, (unsigned long long)b->off,
-                  (unsigned long long)sz, !co ? "bump pointer" : "extent");
+            VFAIL("%s at %llu (+%llu) ends past the %s", what, (unsigned long long)b->off, (unsigned long long)sz,
+                  !co ? "bump pointer" : "extent");
         if (hat_find(&h->tab, b->off) != b)
             VFAIL("%s at %llu is not reachable in the table", what, (unsigned long long)b->off);
         if (b->mark)
@@ -87,11 +93,11 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
                 VFAIL("block at %llu has held bits for ranks >= %u", (unsigned long long)b->off, h->p.ranks);
         }
         if (nheld + b->nrel != h->p.ranks)
-            VFAIL("block at %llu: %u holders + %u releases != %u ranks", (unsigned long long)b->off, nheld,
-                  b->nrel, h->p.ranks);
+            VFAIL("block at %llu: %u holders + %u releases != %u ranks", (unsigned long long)b->off, nheld, b->nrel,
+                  h->p.ranks);
         if ((b->nrel == h->p.ranks) != (b->pending == 1))
-            VFAIL("block at %llu: pending flag %u but %u of %u ranks released", (unsigned long long)b->off,
-                  b->pending, b->nrel, h->p.ranks);
+            VFAIL("block at %llu: pending flag %u but %u of %u ranks released", (unsigned long long)b->off, b->pending,
+                  b->nrel, h->p.ranks);
         if (b->pending) {
             pend += sz;
             npend++;
@@ -103,8 +109,7 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
     if (count != h->tab.count)
         VFAIL("table counts %zu records but holds %zu", h->tab.count, count);
     if (count * 2 > h->tab.cap || (h->tab.cap & (h->tab.cap - 1)))
-        VFAIL("table holds %zu records in %zu slots: over half full or not a power of two", count,
-              h->tab.cap);
+        VFAIL("table holds %zu records in %zu slots: over half full or not a power of two", count, h->tab.cap);
     if (npend != h->pending.n)
         VFAIL("%zu pending records but the pending list has %zu", npend, h->pending.n);
     for (size_t i = 0; i < h->pending.n; i++) {
@@ -177,12 +182,13 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
                     !hab_test(&h->fstart, u) || e == HA_EMPTY || ((e - u + 1) << h->kmin) != c->size ||
                     log2u(c->size) != k)
                     VFAIL("bin 2^%u: the cached %s extent (%llu, +%llu) is not the free extent of "
-                          "window %llu", k, d ? "highest" : "lowest", (unsigned long long)c->off,
-                          (unsigned long long)c->size, (unsigned long long)w);
+                          "window %llu",
+                          k, d ? "highest" : "lowest", (unsigned long long)c->off, (unsigned long long)c->size,
+                          (unsigned long long)w);
             }
             if (nbin[k] != h->nbin[k])
-                VFAIL("bin 2^%u holds %llu free extents but its count says %llu", k,
-                      (unsigned long long)nbin[k], (unsigned long long)h->nbin[k]);
+                VFAIL("bin 2^%u holds %llu free extents but its count says %llu", k, (unsigned long long)nbin[k],
+                      (unsigned long long)h->nbin[k]);
             all[na] = &h->freebits[k];
             want[na++] = nbin[k];
         }
@@ -198,15 +204,14 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
             for (size_t w = 0; w < b->nw[0]; w++)
                 bits += (uint64_t)__builtin_popcountll(b->w[0][w]);
             if (bits != want[a])
-                VFAIL("free bitmap %u has %llu bits set for %llu free extents", a,
-                      (unsigned long long)bits, (unsigned long long)want[a]);
+                VFAIL("free bitmap %u has %llu bits set for %llu free extents", a, (unsigned long long)bits,
+                      (unsigned long long)want[a]);
         }
     }
     if (live != h->live_bytes || pend != h->pending_bytes || fr != h->free_bytes)
-        VFAIL("counters live=%llu pending=%llu free=%llu, counted %llu %llu %llu",
-              (unsigned long long)h->live_bytes, (unsigned long long)h->pending_bytes,
-              (unsigned long long)h->free_bytes, (unsigned long long)live, (unsigned long long)pend,
-              (unsigned long long)fr);
+        VFAIL("counters live=%llu pending=%llu free=%llu, counted %llu %llu %llu", (unsigned long long)h->live_bytes,
+              (unsigned long long)h->pending_bytes, (unsigned long long)h->free_bytes, (unsigned long long)live,
+              (unsigned long long)pend, (unsigned long long)fr);
     for (uint32_t r = 0; r < h->p.ranks; r++)
         if (held[r] != h->held_bytes[r] || rel[r] != h->rel_bytes[r])
             VFAIL("rank %u: counters held=%llu released=%llu, counted %llu %llu", r,
@@ -217,13 +222,12 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
     uint64_t at = 0;
     for (size_t i = 0; i < n; i++) {
         if (v[i].off != at)
-            VFAIL("%s at %llu (+%llu) %s the previous region, which ends at %llu",
-                  v[i].kind ? "free block" : "block", (unsigned long long)v[i].off,
-                  (unsigned long long)v[i].size, v[i].off < at ? "overlaps" : "leaves a gap after",
-                  (unsigned long long)at);
+            VFAIL("%s at %llu (+%llu) %s the previous region, which ends at %llu", v[i].kind ? "free block" : "block",
+                  (unsigned long long)v[i].off, (unsigned long long)v[i].size,
+                  v[i].off < at ? "overlaps" : "leaves a gap after", (unsigned long long)at);
         if (co && i && v[i].kind && v[i - 1].kind)
-            VFAIL("free extents at %llu and %llu are adjacent (not merged)",
-                  (unsigned long long)v[i - 1].off, (unsigned long long)v[i].off);
+            VFAIL("free extents at %llu and %llu are adjacent (not merged)", (unsigned long long)v[i - 1].off,
+                  (unsigned long long)v[i].off);
         at += v[i].size;
     }
     if (at != h->mapped)

@@ -49,8 +49,7 @@ int hb_open(const char *kind, hb_backend **out, char *err, size_t errlen)
             return hb_host_open(out, err, errlen);
         return HB_OK;
     }
-    return hb_fail(err, errlen, HB_EINVAL,
-                   "unknown backend \"%s\": use \"auto\", \"cuda\" or \"host\"", kind);
+    return hb_fail(err, errlen, HB_EINVAL, "unknown backend \"%s\": use \"auto\", \"cuda\" or \"host\"", kind);
 }
 
 void hb_close(hb_backend *be)
@@ -59,18 +58,11 @@ void hb_close(hb_backend *be)
         be->ops->close(be);
 }
 
-const char *hb_name(const hb_backend *be)
-{
-    return be ? be->ops->name : "none";
-}
+const char *hb_name(const hb_backend *be) { return be ? be->ops->name : "none"; }
 
-int hb_device_count(const hb_backend *be)
-{
-    return be ? be->ops->device_count(be) : 0;
-}
+int hb_device_count(const hb_backend *be) { return be ? be->ops->device_count(be) : 0; }
 
-int hb_device_from_uuid(const hb_backend *be, const char *uuid, int *index,
-                        char *err, size_t errlen)
+int hb_device_from_uuid(const hb_backend *be, const char *uuid, int *index, char *err, size_t errlen)
 {
     if (!be || !index)
         return hb_fail(err, errlen, HB_EINVAL, "hb_device_from_uuid: backend or index is NULL");
@@ -97,14 +89,12 @@ static int check_device(const hb_backend *be, int device, char *err, size_t errl
 {
     int n = be->ops->device_count(be);
     if (device < 0 || device >= n)
-        return hb_fail(err, errlen, HB_EINVAL,
-                       "device index %d is out of range: the %s backend has %d device%s",
+        return hb_fail(err, errlen, HB_EINVAL, "device index %d is out of range: the %s backend has %d device%s",
                        device, be->ops->name, n, n == 1 ? "" : "s");
     return HB_OK;
 }
 
-int hb_chunk_create(hb_backend *be, int device, uint64_t size, hb_chunk *out,
-                    char *err, size_t errlen)
+int hb_chunk_create(hb_backend *be, int device, uint64_t size, hb_chunk *out, char *err, size_t errlen)
 {
     if (!out)
         return hb_fail(err, errlen, HB_EINVAL, "hb_chunk_create: out is NULL");
@@ -115,15 +105,13 @@ int hb_chunk_create(hb_backend *be, int device, uint64_t size, hb_chunk *out,
     if (rc)
         return rc;
     if (size == 0)
-        return hb_fail(err, errlen, HB_EINVAL,
-                       "chunk size is 0: give the heap a chunk_size of at least one granule");
+        return hb_fail(err, errlen, HB_EINVAL, "chunk size is 0: give the heap a chunk_size of at least one granule");
     uint64_t g = be->ops->granularity(be, device);
     if (g && size % g != 0)
         return hb_fail(err, errlen, HB_EINVAL,
                        "chunk size %llu is not a multiple of the allocation granularity "
                        "%llu of %s device %d: round the heap's chunk_size up to a multiple of %llu",
-                       (unsigned long long)size, (unsigned long long)g, be->ops->name,
-                       device, (unsigned long long)g);
+                       (unsigned long long)size, (unsigned long long)g, be->ops->name, device, (unsigned long long)g);
     rc = be->ops->chunk_create(be, device, size, out, err, errlen);
     if (rc)
         chunk_clear(out);
@@ -144,16 +132,14 @@ int hb_chunk_scrub(hb_backend *be, hb_chunk *c, char *err, size_t errlen)
     if (!be || !c)
         return hb_fail(err, errlen, HB_EINVAL, "hb_chunk_scrub: backend or chunk is NULL");
     if (c->size == 0 || c->fd < 0)
-        return hb_fail(err, errlen, HB_EINVAL,
-                       "hb_chunk_scrub: the chunk was released or never created");
+        return hb_fail(err, errlen, HB_EINVAL, "hb_chunk_scrub: the chunk was released or never created");
     int rc = check_device(be, c->device, err, errlen);
     if (rc)
         return rc;
     return be->ops->chunk_scrub(be, c, err, errlen);
 }
 
-int hb_meminfo(hb_backend *be, int device, uint64_t *free_bytes,
-               uint64_t *total_bytes, char *err, size_t errlen)
+int hb_meminfo(hb_backend *be, int device, uint64_t *free_bytes, uint64_t *total_bytes, char *err, size_t errlen)
 {
     if (!be || !free_bytes || !total_bytes)
         return hb_fail(err, errlen, HB_EINVAL, "hb_meminfo: a NULL argument");

@@ -47,11 +47,11 @@
 
 typedef enum hb_status {
     HB_OK = 0,
-    HB_EINVAL = -1,      /* a bad argument (size, device index, kind) */
-    HB_ENOMEM = -2,      /* the device or host is out of memory */
-    HB_EUNAVAIL = -3,    /* the backend cannot run here (no driver, no GPU, no headers) */
-    HB_ENOTFOUND = -4,   /* no device has that UUID */
-    HB_ESYS = -5         /* a system or driver call failed */
+    HB_EINVAL = -1,    /* a bad argument (size, device index, kind) */
+    HB_ENOMEM = -2,    /* the device or host is out of memory */
+    HB_EUNAVAIL = -3,  /* the backend cannot run here (no driver, no GPU, no headers) */
+    HB_ENOTFOUND = -4, /* no device has that UUID */
+    HB_ESYS = -5       /* a system or driver call failed */
 } hb_status;
 
 /* Longest UUID string plus its NUL ("GPU-" + 36). */
@@ -61,10 +61,10 @@ typedef struct hb_backend hb_backend;
 
 /* One physical chunk. Filled by hb_chunk_create; fd is -1 after release. */
 typedef struct hb_chunk {
-    int fd;            /* owned by the chunk: dup() it to hand it out */
-    int device;        /* device index the memory lives on */
-    uint64_t size;     /* bytes, a multiple of hb_granularity(device) */
-    uint64_t handle;   /* opaque: the CUmemGenericAllocationHandle (cuda), 0 (host) */
+    int fd;          /* owned by the chunk: dup() it to hand it out */
+    int device;      /* device index the memory lives on */
+    uint64_t size;   /* bytes, a multiple of hb_granularity(device) */
+    uint64_t handle; /* opaque: the CUmemGenericAllocationHandle (cuda), 0 (host) */
 } hb_chunk;
 
 /* kind: "auto", "cuda" or "host" (NULL means "auto"). On success *out is a
@@ -87,8 +87,7 @@ int hb_device_count(const hb_backend *be);
  * and a missing prefix are accepted, hex digits in either case). "" means
  * device 0, and is the only name the host backend accepts. An unknown UUID
  * is HB_ENOTFOUND with a message listing the UUIDs heapd sees. */
-int hb_device_from_uuid(const hb_backend *be, const char *uuid, int *index,
-                        char *err, size_t errlen);
+int hb_device_from_uuid(const hb_backend *be, const char *uuid, int *index, char *err, size_t errlen);
 
 /* Writes device index's UUID ("" for host) into buf. HB_EINVAL when index
  * is out of range or len is too small (HB_UUID_LEN is always enough). */
@@ -102,8 +101,7 @@ uint64_t hb_granularity(const hb_backend *be, int device);
 
 /* Creates a zero-filled chunk of size bytes on device and its fd. On
  * failure *out is {fd -1, size 0}: releasing it is harmless. */
-int hb_chunk_create(hb_backend *be, int device, uint64_t size, hb_chunk *out,
-                    char *err, size_t errlen);
+int hb_chunk_create(hb_backend *be, int device, uint64_t size, hb_chunk *out, char *err, size_t errlen);
 
 /* Closes c->fd and releases the memory handle; leaves c as {fd -1, size 0},
  * so a second release is a no-op. Only for chunks filled by hb_chunk_create. */
@@ -116,8 +114,7 @@ int hb_chunk_scrub(hb_backend *be, hb_chunk *c, char *err, size_t errlen);
 /* Free and total bytes: host: MemAvailable and MemTotal of /proc/meminfo
  * (sysinfo if it cannot be read); cuda: cuMemGetInfo in the device's primary
  * context (~35 us: call it from a timer, not on the allocation path). */
-int hb_meminfo(hb_backend *be, int device, uint64_t *free_bytes,
-               uint64_t *total_bytes, char *err, size_t errlen);
+int hb_meminfo(hb_backend *be, int device, uint64_t *free_bytes, uint64_t *total_bytes, char *err, size_t errlen);
 
 /* ---- Internal: the contract between backend.c and backend_host.c /
  * backend_cuda.c. Callers use the functions above. ------------------------ */
@@ -127,16 +124,13 @@ typedef struct hb_ops {
     const char *name;
     void (*close)(hb_backend *be);
     int (*device_count)(const hb_backend *be);
-    int (*device_from_uuid)(const hb_backend *be, const char *uuid, int *index,
-                            char *err, size_t errlen);
+    int (*device_from_uuid)(const hb_backend *be, const char *uuid, int *index, char *err, size_t errlen);
     int (*device_uuid)(const hb_backend *be, int index, char *buf, size_t len);
     uint64_t (*granularity)(const hb_backend *be, int device);
-    int (*chunk_create)(hb_backend *be, int device, uint64_t size, hb_chunk *out,
-                        char *err, size_t errlen);
+    int (*chunk_create)(hb_backend *be, int device, uint64_t size, hb_chunk *out, char *err, size_t errlen);
     void (*chunk_release)(hb_backend *be, hb_chunk *c);
     int (*chunk_scrub)(hb_backend *be, hb_chunk *c, char *err, size_t errlen);
-    int (*meminfo)(hb_backend *be, int device, uint64_t *free_bytes,
-                   uint64_t *total_bytes, char *err, size_t errlen);
+    int (*meminfo)(hb_backend *be, int device, uint64_t *free_bytes, uint64_t *total_bytes, char *err, size_t errlen);
 } hb_ops;
 
 /* Every backend's state starts with this header. */
@@ -151,8 +145,7 @@ int hb_host_open(hb_backend **out, char *err, size_t errlen);
 int hb_cuda_open(hb_backend **out, char *err, size_t errlen);
 
 /* snprintf into err when err is not NULL; returns code. */
-int hb_fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+int hb_fail(char *err, size_t errlen, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 #endif /* HEAPD_BACKEND_IMPL */
 

@@ -37,8 +37,8 @@ int hb_cuda_open(hb_backend **out, char *err, size_t errlen)
 /* ---- the driver entry points (the module's only global) ----------------- */
 
 static struct cu_api {
-    int status;                 /* HB_OK once loaded, else the open error */
-    char err[320];              /* why loading failed */
+    int status;    /* HB_OK once loaded, else the open error */
+    char err[320]; /* why loading failed */
     void *lib;
     __typeof__(cuGetErrorName) *GetErrorName;
     __typeof__(cuGetErrorString) *GetErrorString;
@@ -121,10 +121,9 @@ static void cu_load(void)
 
 /* "cuX(...) failed: CUDA_ERROR_Y (text)[; hint]" into err; returns the status
  * the CUDA error maps to. */
-static int cu_fail(char *err, size_t errlen, CUresult rc, const char *hint,
-                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static int cu_fail(char *err, size_t errlen, CUresult rc, const char *hint,
-                   const char *fmt, ...)
+static int cu_fail(char *err, size_t errlen, CUresult rc, const char *hint, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int cu_fail(char *err, size_t errlen, CUresult rc, const char *hint, const char *fmt, ...)
 {
     int code = rc == CUDA_ERROR_OUT_OF_MEMORY ? HB_ENOMEM : HB_ESYS;
     if (!err || !errlen)
@@ -144,8 +143,8 @@ static int cu_fail(char *err, size_t errlen, CUresult rc, const char *hint,
         snprintf(cuerr, sizeof cuerr, "CUDA error %d", (int)rc);
         name = cuerr;
     }
-    snprintf(err, errlen, "%s failed: %s (%s)%s%s", call, name, text ? text : "no description",
-             hint ? "; " : "", hint ? hint : "");
+    snprintf(err, errlen, "%s failed: %s (%s)%s%s", call, name, text ? text : "no description", hint ? "; " : "",
+             hint ? hint : "");
     return code;
 }
 
@@ -155,9 +154,9 @@ typedef struct cu_dev {
     CUdevice dev;
     unsigned char uuid_bytes[16];
     char uuid[HB_UUID_LEN];
-    uint64_t gran;              /* 0: heapd cannot use the device (why says why) */
-    int rdma;                   /* allocations may be GPUDirect RDMA capable */
-    CUcontext ctx;              /* retained primary context, NULL until first use */
+    uint64_t gran; /* 0: heapd cannot use the device (why says why) */
+    int rdma;      /* allocations may be GPUDirect RDMA capable */
+    CUcontext ctx; /* retained primary context, NULL until first use */
     char why[200];
 } cu_dev;
 
@@ -167,7 +166,7 @@ typedef struct cuda_backend {
     cu_dev *devs;
 } cuda_backend;
 
-#define CB(be) ((cuda_backend *)(be))
+#define CB(be)  ((cuda_backend *)(be))
 #define CCB(be) ((const cuda_backend *)(be))
 
 /* Makes device d's primary context current (retaining it on first use);
@@ -212,13 +211,9 @@ static void cuda_close(hb_backend *be)
     free(cb);
 }
 
-static int cuda_device_count(const hb_backend *be)
-{
-    return CCB(be)->ndev;
-}
+static int cuda_device_count(const hb_backend *be) { return CCB(be)->ndev; }
 
-static int cuda_device_from_uuid(const hb_backend *be, const char *uuid, int *index,
-                                 char *err, size_t errlen)
+static int cuda_device_from_uuid(const hb_backend *be, const char *uuid, int *index, char *err, size_t errlen)
 {
     const cuda_backend *cb = CCB(be);
     if (uuid[0] == '\0') {
@@ -237,8 +232,7 @@ static int cuda_device_from_uuid(const hb_backend *be, const char *uuid, int *in
     size_t off = 0;
     seen[0] = '\0';
     for (int i = 0; i < cb->ndev && off < sizeof seen; i++) {
-        int n = snprintf(seen + off, sizeof seen - off, "%s%d: %s", i ? ", " : "", i,
-                         cb->devs[i].uuid);
+        int n = snprintf(seen + off, sizeof seen - off, "%s%d: %s", i ? ", " : "", i, cb->devs[i].uuid);
         if (n < 0)
             break;
         off += (size_t)n;
@@ -263,10 +257,7 @@ static int cuda_device_uuid(const hb_backend *be, int index, char *buf, size_t l
     return HB_OK;
 }
 
-static uint64_t cuda_granularity(const hb_backend *be, int device)
-{
-    return CCB(be)->devs[device].gran;
-}
+static uint64_t cuda_granularity(const hb_backend *be, int device) { return CCB(be)->devs[device].gran; }
 
 static void alloc_prop(const cu_dev *dv, CUmemAllocationProp *prop)
 {
@@ -280,20 +271,17 @@ static void alloc_prop(const cu_dev *dv, CUmemAllocationProp *prop)
 
 /* Zeroes handle's size bytes through a temporary mapping; the device's
  * context must be current. */
-static int zero_handle(cuda_backend *cb, int d, CUmemGenericAllocationHandle h, uint64_t size,
-                       char *err, size_t errlen)
+static int zero_handle(cuda_backend *cb, int d, CUmemGenericAllocationHandle h, uint64_t size, char *err, size_t errlen)
 {
     cu_dev *dv = &cb->devs[d];
     CUdeviceptr va = 0;
     int mapped = 0, rcode = HB_OK;
     CUresult rc = cu.MemAddressReserve(&va, size, dv->gran, 0, 0);
     if (rc != CUDA_SUCCESS)
-        return cu_fail(err, errlen, rc, NULL, "cuMemAddressReserve(%" PRIu64 " bytes) to zero a chunk",
-                       size);
+        return cu_fail(err, errlen, rc, NULL, "cuMemAddressReserve(%" PRIu64 " bytes) to zero a chunk", size);
     rc = cu.MemMap(va, size, 0, h, 0);
     if (rc != CUDA_SUCCESS) {
-        rcode = cu_fail(err, errlen, rc, NULL, "cuMemMap(%" PRIu64 " bytes, device %d) to zero a chunk",
-                        size, d);
+        rcode = cu_fail(err, errlen, rc, NULL, "cuMemMap(%" PRIu64 " bytes, device %d) to zero a chunk", size, d);
         goto out;
     }
     mapped = 1;
@@ -304,8 +292,7 @@ static int zero_handle(cuda_backend *cb, int d, CUmemGenericAllocationHandle h, 
     ad.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     rc = cu.MemSetAccess(va, size, &ad, 1);
     if (rc != CUDA_SUCCESS) {
-        rcode = cu_fail(err, errlen, rc, NULL, "cuMemSetAccess(%" PRIu64 " bytes, device %d)",
-                        size, d);
+        rcode = cu_fail(err, errlen, rc, NULL, "cuMemSetAccess(%" PRIu64 " bytes, device %d)", size, d);
         goto out;
     }
     rc = cu.MemsetD8(va, 0, size);
@@ -324,8 +311,7 @@ out:
     return rcode;
 }
 
-static int cuda_chunk_create(hb_backend *be, int device, uint64_t size, hb_chunk *out,
-                             char *err, size_t errlen)
+static int cuda_chunk_create(hb_backend *be, int device, uint64_t size, hb_chunk *out, char *err, size_t errlen)
 {
     cuda_backend *cb = CB(be);
     cu_dev *dv = &cb->devs[device];
@@ -352,8 +338,7 @@ static int cuda_chunk_create(hb_backend *be, int device, uint64_t size, hb_chunk
     if (rc != CUDA_SUCCESS) {
         fd = -1;
         rcode = cu_fail(err, errlen, rc, "raise heapd's open-file limit if it is exhausted",
-                        "cuMemExportToShareableHandle(POSIX fd, %" PRIu64 " bytes, device %d)",
-                        size, device);
+                        "cuMemExportToShareableHandle(POSIX fd, %" PRIu64 " bytes, device %d)", size, device);
         goto out;
     }
     int fl = fcntl(fd, F_GETFD);
@@ -395,14 +380,13 @@ static int cuda_chunk_scrub(hb_backend *be, hb_chunk *c, char *err, size_t errle
     int rcode = ctx_enter(cb, c->device, &prev, err, errlen);
     if (rcode)
         return rcode;
-    rcode = zero_handle(cb, c->device, (CUmemGenericAllocationHandle)c->handle, c->size, err,
-                        errlen);
+    rcode = zero_handle(cb, c->device, (CUmemGenericAllocationHandle)c->handle, c->size, err, errlen);
     ctx_leave(cb, c->device, prev);
     return rcode;
 }
 
-static int cuda_meminfo(hb_backend *be, int device, uint64_t *free_bytes,
-                        uint64_t *total_bytes, char *err, size_t errlen)
+static int cuda_meminfo(hb_backend *be, int device, uint64_t *free_bytes, uint64_t *total_bytes, char *err,
+                        size_t errlen)
 {
     cuda_backend *cb = CB(be);
     CUcontext prev;
@@ -447,18 +431,14 @@ static int probe_device(cu_dev *dv, int i, char *err, size_t errlen)
     cd_uuid_format(dv->uuid_bytes, dv->uuid, sizeof dv->uuid);
 
     int vmm = 0, posix = 0, rdma = 0;
-    rc = cu.DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
-                               dv->dev);
+    rc = cu.DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dv->dev);
     if (rc != CUDA_SUCCESS)
-        return cu_fail(err, errlen, rc, NULL,
-                       "cuDeviceGetAttribute(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device %d)", i);
-    rc = cu.DeviceGetAttribute(&posix,
-                               CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
-                               dv->dev);
+        return cu_fail(err, errlen, rc, NULL, "cuDeviceGetAttribute(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device %d)",
+                       i);
+    rc = cu.DeviceGetAttribute(&posix, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dv->dev);
     if (rc != CUDA_SUCCESS)
         posix = 0;
-    rc = cu.DeviceGetAttribute(&rdma, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
-                               dv->dev);
+    rc = cu.DeviceGetAttribute(&rdma, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, dv->dev);
     if (rc != CUDA_SUCCESS)
         rdma = 0;
     dv->rdma = rdma;
@@ -481,8 +461,7 @@ static int probe_device(cu_dev *dv, int i, char *err, size_t errlen)
     size_t g = 0;
     rc = cu.MemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     if (rc != CUDA_SUCCESS || g == 0) {
-        cu_fail(dv->why, sizeof dv->why, rc, NULL,
-                "cuMemGetAllocationGranularity(pinned, POSIX fd, device %d)", i);
+        cu_fail(dv->why, sizeof dv->why, rc, NULL, "cuMemGetAllocationGranularity(pinned, POSIX fd, device %d)", i);
         return HB_OK;
     }
     dv->gran = g;

@@ -19,10 +19,7 @@ typedef struct host_backend {
     uint64_t page;
 } host_backend;
 
-static void host_close(hb_backend *be)
-{
-    free(be);
-}
+static void host_close(hb_backend *be) { free(be); }
 
 static int host_device_count(const hb_backend *be)
 {
@@ -30,8 +27,7 @@ static int host_device_count(const hb_backend *be)
     return 1;
 }
 
-static int host_device_from_uuid(const hb_backend *be, const char *uuid, int *index,
-                                 char *err, size_t errlen)
+static int host_device_from_uuid(const hb_backend *be, const char *uuid, int *index, char *err, size_t errlen)
 {
     (void)be;
     if (uuid[0] == '\0') {
@@ -64,8 +60,7 @@ static int errno_status(int e)
     return (e == ENOMEM || e == ENOSPC || e == EMFILE || e == ENFILE) ? HB_ENOMEM : HB_ESYS;
 }
 
-static int host_chunk_create(hb_backend *be, int device, uint64_t size, hb_chunk *out,
-                             char *err, size_t errlen)
+static int host_chunk_create(hb_backend *be, int device, uint64_t size, hb_chunk *out, char *err, size_t errlen)
 {
     (void)be;
     int fd = memfd_create("heapd-chunk", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -79,17 +74,15 @@ static int host_chunk_create(hb_backend *be, int device, uint64_t size, hb_chunk
     if (ftruncate(fd, (off_t)size) != 0) {
         int e = errno;
         close(fd);
-        return hb_fail(err, errlen, errno_status(e),
-                       "ftruncate of a %" PRIu64 "-byte host chunk failed: %s",
-                       size, strerror(e));
+        return hb_fail(err, errlen, errno_status(e), "ftruncate of a %" PRIu64 "-byte host chunk failed: %s", size,
+                       strerror(e));
     }
     /* A client holding a dup of the fd must not be able to shrink the chunk
      * under the other ranks (SIGBUS) or grow it. */
     if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
         int e = errno;
         close(fd);
-        return hb_fail(err, errlen, HB_ESYS,
-                       "sealing a host chunk memfd failed: %s; heapd needs Linux 3.17 or newer",
+        return hb_fail(err, errlen, HB_ESYS, "sealing a host chunk memfd failed: %s; heapd needs Linux 3.17 or newer",
                        strerror(e));
     }
     out->fd = fd;
@@ -115,14 +108,12 @@ static int host_chunk_scrub(hb_backend *be, hb_chunk *c, char *err, size_t errle
         return HB_OK;
     int e = errno;
     if (e != EOPNOTSUPP && e != ENOSYS && e != EPERM)
-        return hb_fail(err, errlen, HB_ESYS,
-                       "fallocate(PUNCH_HOLE) of a %" PRIu64 "-byte host chunk failed: %s",
+        return hb_fail(err, errlen, HB_ESYS, "fallocate(PUNCH_HOLE) of a %" PRIu64 "-byte host chunk failed: %s",
                        c->size, strerror(e));
     void *p = mmap(NULL, c->size, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
     if (p == MAP_FAILED) {
         e = errno;
-        return hb_fail(err, errlen, errno_status(e),
-                       "mapping a %" PRIu64 "-byte host chunk to zero it failed: %s",
+        return hb_fail(err, errlen, errno_status(e), "mapping a %" PRIu64 "-byte host chunk to zero it failed: %s",
                        c->size, strerror(e));
     }
     memset(p, 0, c->size);
@@ -152,8 +143,8 @@ static int read_proc_meminfo(uint64_t *avail, uint64_t *total)
     return found == 3 ? 0 : -1;
 }
 
-static int host_meminfo(hb_backend *be, int device, uint64_t *free_bytes,
-                        uint64_t *total_bytes, char *err, size_t errlen)
+static int host_meminfo(hb_backend *be, int device, uint64_t *free_bytes, uint64_t *total_bytes, char *err,
+                        size_t errlen)
 {
     (void)be;
     (void)device;

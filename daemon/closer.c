@@ -22,7 +22,7 @@ struct hd_closer {
     closer_item *q;
     size_t n, cap;
     long busy[HD_CLOSER_THREADS];
-    uid_t *done;                /* closed, not yet accounted by the loop */
+    uid_t *done; /* closed, not yet accounted by the loop */
     size_t ndone, donecap;
     bool stop;
     int alive;

@@ -64,10 +64,10 @@ enum { L_CHUNK, L_INITIAL, L_VA, L_MIN_BLOCK, L_N };
 typedef struct parse_state {
     FILE *f;
     int line;
-    int err_line;      /* the first error's line (0: none yet) */
-    int stop;          /* an error was found: the reader ends the file */
+    int err_line; /* the first error's line (0: none yet) */
+    int stop;     /* an error was found: the reader ends the file */
     int key_line[L_N];
-    int nkeys;         /* keys set by the file */
+    int nkeys; /* keys set by the file */
     hd_config cfg;
     char msg[512];
 } parse_state;
@@ -143,10 +143,10 @@ typedef int (*key_parse_fn)(parse_state *st, const key_desc *k, const char *valu
 struct key_desc {
     const char *name;
     key_parse_fn parse;
-    size_t off;          /* the field in hd_config (parsers with a field of their own ignore it) */
-    uint64_t lo, hi;     /* sizes: lo is the minimum; numbers: the range */
-    const char *what;    /* numbers: what the value counts ("a number of milliseconds") */
-    int line_slot;       /* L_* for the cross-key checks, or -1 */
+    size_t off;       /* the field in hd_config (parsers with a field of their own ignore it) */
+    uint64_t lo, hi;  /* sizes: lo is the minimum; numbers: the range */
+    const char *what; /* numbers: what the value counts ("a number of milliseconds") */
+    int line_slot;    /* L_* for the cross-key checks, or -1 */
 };
 
 #define FIELD(st, k, type) ((type *)((char *)&(st)->cfg + (k)->off))
@@ -165,8 +165,8 @@ static int parse_size_key(parse_state *st, const key_desc *k, const char *value)
 {
     uint64_t sz;
     if (hsz_parse_size(value, &sz) || !size_at_least(sz, k->lo))
-        return key_msg(st, "%s: \"%s\" is not a size (bytes with optional K, M, G, T suffix, >= %llu)",
-                       k->name, value, (unsigned long long)k->lo);
+        return key_msg(st, "%s: \"%s\" is not a size (bytes with optional K, M, G, T suffix, >= %llu)", k->name, value,
+                       (unsigned long long)k->lo);
     *FIELD(st, k, uint64_t) = sz;
     return 1;
 }
@@ -175,8 +175,8 @@ static int parse_u32_key(parse_state *st, const key_desc *k, const char *value)
 {
     uint32_t u;
     if (parse_u32(value, (uint32_t)k->lo, (uint32_t)k->hi, &u))
-        return key_msg(st, "%s: \"%s\" is not %s (%llu..%llu)", k->name, value, k->what,
-                       (unsigned long long)k->lo, (unsigned long long)k->hi);
+        return key_msg(st, "%s: \"%s\" is not %s (%llu..%llu)", k->name, value, k->what, (unsigned long long)k->lo,
+                       (unsigned long long)k->hi);
     *FIELD(st, k, uint32_t) = u;
     return 1;
 }
@@ -282,8 +282,10 @@ static int parse_admin_group(parse_state *st, const key_desc *k, const char *val
     }
     struct group *g = getgrnam(value);
     if (!g || strlen(value) >= sizeof c->admin_group)
-        return key_msg(st, "admin_group: no group named \"%s\" on this system (create it, or leave "
-                       "admin_group empty)", value);
+        return key_msg(st,
+                       "admin_group: no group named \"%s\" on this system (create it, or leave "
+                       "admin_group empty)",
+                       value);
     snprintf(c->admin_group, sizeof c->admin_group, "%s", value);
     c->admin_gid = (long)g->gr_gid;
     return 1;
@@ -311,8 +313,8 @@ static int ring_key(parse_state *st, const char *name, const char *value)
             return 1;
         }
         if (parse_u32(value, 0, 1000000, &u)) {
-            snprintf(st->msg, sizeof st->msg, "%s: \"%s\" is not auto or a number of microseconds (0..1000000)",
-                     name, value);
+            snprintf(st->msg, sizeof st->msg, "%s: \"%s\" is not auto or a number of microseconds (0..1000000)", name,
+                     value);
             return 0;
         }
         *field = (long)u;
@@ -369,7 +371,6 @@ static const key_desc *find_key(const char *name)
     return NULL;
 }
 
-
 static int handler(void *user, const char *section, const char *name, const char *value)
 {
     parse_state *st = user;
@@ -380,15 +381,16 @@ static int handler(void *user, const char *section, const char *name, const char
         return 0;
     }
     const key_desc *k = find_key(name);
-    int rc = k ? k->parse(st, k, value)
-               : key_msg(st, "unknown key \"%s\" (see heapd.conf(5) for the keys)", name);
+    int rc = k ? k->parse(st, k, value) : key_msg(st, "unknown key \"%s\" (see heapd.conf(5) for the keys)", name);
     if (rc == 0) {
         /* A value with a # in it may be a comment without a space before it. */
         char m[sizeof st->msg];
         snprintf(m, sizeof m, "%s", st->msg);
         st->msg[0] = 0;
-        fail_at(st, "%s%s", m, strchr(value, '#') ? " (a # starts a comment only after a space: "
-                                                     "`key = value # comment`)" : "");
+        fail_at(st, "%s%s", m,
+                strchr(value, '#') ? " (a # starts a comment only after a space: "
+                                     "`key = value # comment`)"
+                                   : "");
     } else {
         st->nkeys++;
         if (k->line_slot >= 0)
@@ -405,45 +407,49 @@ static int cross_check(const parse_state *st, const char *path, char *err, size_
     const hd_config *n = &st->cfg;
     const int *L = st->key_line;
     char a[40], b[40], cc[40];
-#define SZ(v, buf) (hsz_format_size((v), (buf), sizeof (buf)) ? (buf) : "?")
-#define WHERE(i) (L[i] ? "" : " (the default)")
+#define SZ(v, buf) (hsz_format_size((v), (buf), sizeof(buf)) ? (buf) : "?")
+#define WHERE(i)   (L[i] ? "" : " (the default)")
     if (n->min_block & (n->min_block - 1)) {
-        snprintf(err, errlen, "%s:%d: min_block = %s is not a power of two (512, 4K, 64K...)", path,
-                 L[L_MIN_BLOCK], SZ(n->min_block, a));
+        snprintf(err, errlen, "%s:%d: min_block = %s is not a power of two (512, 4K, 64K...)", path, L[L_MIN_BLOCK],
+                 SZ(n->min_block, a));
         return -1;
     }
     if (n->chunk_size % n->min_block) {
         int chunk = L[L_CHUNK] >= L[L_MIN_BLOCK];
-        snprintf(err, errlen, "%s:%d: chunk_size = %s%s is not a multiple of min_block = %s%s; change %s",
-                 path, chunk ? L[L_CHUNK] : L[L_MIN_BLOCK], SZ(n->chunk_size, a), WHERE(L_CHUNK),
-                 SZ(n->min_block, b), WHERE(L_MIN_BLOCK), chunk ? "chunk_size" : "min_block");
+        snprintf(err, errlen, "%s:%d: chunk_size = %s%s is not a multiple of min_block = %s%s; change %s", path,
+                 chunk ? L[L_CHUNK] : L[L_MIN_BLOCK], SZ(n->chunk_size, a), WHERE(L_CHUNK), SZ(n->min_block, b),
+                 WHERE(L_MIN_BLOCK), chunk ? "chunk_size" : "min_block");
         return -1;
     }
     if (n->initial_size && n->initial_size % n->chunk_size) {
         int init = L[L_INITIAL] >= L[L_CHUNK];
-        snprintf(err, errlen, "%s:%d: initial_size = %s%s is not a whole number of chunks of chunk_size = %s%s; "
-                 "change %s (or set initial_size = 0: one chunk)", path, init ? L[L_INITIAL] : L[L_CHUNK],
-                 SZ(n->initial_size, a), WHERE(L_INITIAL), SZ(n->chunk_size, b), WHERE(L_CHUNK),
-                 init ? "initial_size" : "chunk_size");
+        snprintf(err, errlen,
+                 "%s:%d: initial_size = %s%s is not a whole number of chunks of chunk_size = %s%s; "
+                 "change %s (or set initial_size = 0: one chunk)",
+                 path, init ? L[L_INITIAL] : L[L_CHUNK], SZ(n->initial_size, a), WHERE(L_INITIAL), SZ(n->chunk_size, b),
+                 WHERE(L_CHUNK), init ? "initial_size" : "chunk_size");
         return -1;
     }
     uint64_t init = n->initial_size ? n->initial_size : n->chunk_size;
     if (n->va_size % n->chunk_size) {
         if (L[L_VA] > L[L_CHUNK])
-            snprintf(err, errlen, "%s:%d: va_size = %s is not a whole number of chunks of chunk_size = %s%s; "
-                     "use a multiple of chunk_size", path, L[L_VA], SZ(n->va_size, a), SZ(n->chunk_size, b),
-                     WHERE(L_CHUNK));
+            snprintf(err, errlen,
+                     "%s:%d: va_size = %s is not a whole number of chunks of chunk_size = %s%s; "
+                     "use a multiple of chunk_size",
+                     path, L[L_VA], SZ(n->va_size, a), SZ(n->chunk_size, b), WHERE(L_CHUNK));
         else
-            snprintf(err, errlen, "%s:%d: chunk_size = %s does not divide va_size = %s%s (a heap maps whole "
+            snprintf(err, errlen,
+                     "%s:%d: chunk_size = %s does not divide va_size = %s%s (a heap maps whole "
                      "chunks); use a chunk_size that divides it (a power of two such as 2M, 4M or 64M) or "
-                     "change va_size", path, L[L_CHUNK], SZ(n->chunk_size, a), SZ(n->va_size, b), WHERE(L_VA));
+                     "change va_size",
+                     path, L[L_CHUNK], SZ(n->chunk_size, a), SZ(n->va_size, b), WHERE(L_VA));
         return -1;
     }
     if (n->va_size < init) {
         int va = L[L_VA] > (L[L_INITIAL] > L[L_CHUNK] ? L[L_INITIAL] : L[L_CHUNK]);
-        snprintf(err, errlen, "%s:%d: va_size = %s%s is below the initial mapping (%s%s); raise va_size",
-                 path, va ? L[L_VA] : (L[L_INITIAL] ? L[L_INITIAL] : L[L_CHUNK]), SZ(n->va_size, a),
-                 WHERE(L_VA), SZ(init, cc), n->initial_size ? ", initial_size" : ", one chunk_size");
+        snprintf(err, errlen, "%s:%d: va_size = %s%s is below the initial mapping (%s%s); raise va_size", path,
+                 va ? L[L_VA] : (L[L_INITIAL] ? L[L_INITIAL] : L[L_CHUNK]), SZ(n->va_size, a), WHERE(L_VA),
+                 SZ(init, cc), n->initial_size ? ", initial_size" : ", one chunk_size");
         return -1;
     }
 #undef SZ
@@ -463,8 +469,10 @@ static FILE *open_config(const char *path, bool reload, char *err, size_t errlen
     struct stat sb;
     if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         close(fd);
-        snprintf(err, errlen, "%s: is a directory, not a configuration file; give the path of heapd.conf "
-                 "(e.g. %s/heapd.conf)", path, path);
+        snprintf(err, errlen,
+                 "%s: is a directory, not a configuration file; give the path of heapd.conf "
+                 "(e.g. %s/heapd.conf)",
+                 path, path);
         return NULL;
     }
     /* A FIFO or socket would block the loop; at start /dev/null is fine. */
@@ -509,18 +517,23 @@ static int load(const char *path, bool reload, hd_config *c, char *err, size_t e
         return -1;
     }
     if (reload && !st.nkeys) {
-        snprintf(err, errlen, "%s: has no keys (empty, or only comments); a reload would set every key, "
+        snprintf(err, errlen,
+                 "%s: has no keys (empty, or only comments); a reload would set every key, "
                  "quota_uid and admin_group too, to its built-in default. Write the configuration, then "
-                 "send SIGHUP again", path);
+                 "send SIGHUP again",
+                 path);
         return -1;
     }
     /* Cross-key checks: the defaults must make a valid heap. */
     hd_config *n = &st.cfg;
     if (cross_check(&st, path, err, errlen))
         return -1;
-    ha_params p = {.ranks = 1, .chunk_size = n->chunk_size,
+    ha_params p = {.ranks = 1,
+                   .chunk_size = n->chunk_size,
                    .initial_size = n->initial_size ? n->initial_size : n->chunk_size,
-                   .va_size = n->va_size, .min_block = n->min_block, .policy = n->policy};
+                   .va_size = n->va_size,
+                   .min_block = n->min_block,
+                   .policy = n->policy};
     char why[200];
     if (ha_params_check(&p, why, sizeof why)) {
         snprintf(err, errlen, "%s: the heap defaults are inconsistent: %s", path, why);
@@ -528,8 +541,10 @@ static int load(const char *path, bool reload, hd_config *c, char *err, size_t e
     }
     if (n->va_size / n->chunk_size > n->max_chunks || n->va_size / n->min_block > n->max_blocks) {
         bool chunks = n->va_size / n->chunk_size > n->max_chunks;
-        snprintf(err, errlen, "%s: the heap defaults are over heapd's limits: va_size / %s = %llu, over %s = %u; "
-                 "lower va_size, raise %s or %s", path, chunks ? "chunk_size" : "min_block",
+        snprintf(err, errlen,
+                 "%s: the heap defaults are over heapd's limits: va_size / %s = %llu, over %s = %u; "
+                 "lower va_size, raise %s or %s",
+                 path, chunks ? "chunk_size" : "min_block",
                  (unsigned long long)(n->va_size / (chunks ? n->chunk_size : n->min_block)),
                  chunks ? "max_chunks" : "max_blocks", chunks ? n->max_chunks : n->max_blocks,
                  chunks ? "chunk_size" : "min_block", chunks ? "max_chunks" : "max_blocks");

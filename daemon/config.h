@@ -19,13 +19,13 @@
 
 typedef struct hd_config {
     char socket_path[108];
-    unsigned socket_mode;           /* permissions of the socket file */
-    char backend[16];               /* auto | cuda | host */
-    int log_level;                  /* HD_LOG_* */
-    int log_format;                 /* HD_LOG_FMT_*: text or json (off the journal) */
+    unsigned socket_mode; /* permissions of the socket file */
+    char backend[16];     /* auto | cuda | host */
+    int log_level;        /* HD_LOG_* */
+    int log_format;       /* HD_LOG_FMT_*: text or json (off the journal) */
     /* Defaults for heaps whose Attach leaves a parameter at 0. */
     uint64_t chunk_size;
-    uint64_t initial_size;          /* 0: one chunk */
+    uint64_t initial_size; /* 0: one chunk */
     uint64_t va_size;
     uint64_t min_block;
     ha_policy policy;
@@ -33,21 +33,21 @@ typedef struct hd_config {
     /* Limits. */
     uint32_t max_clients;
     /* Transport limits (issue 15): per uid (root is exempt), per connection. */
-    uint32_t max_clients_per_uid;   /* connections of one uid at once */
-    uint32_t max_fds_per_uid;       /* received fds one uid's connections hold (partial frames, closing) */
-    uint64_t max_queue_per_uid;     /* unsent reply bytes of one uid's connections */
-    uint32_t hello_timeout_ms;      /* a connection without Hello by then is closed */
+    uint32_t max_clients_per_uid;    /* connections of one uid at once */
+    uint32_t max_fds_per_uid;        /* received fds one uid's connections hold (partial frames, closing) */
+    uint64_t max_queue_per_uid;      /* unsent reply bytes of one uid's connections */
+    uint32_t hello_timeout_ms;       /* a connection without Hello by then is closed */
     uint32_t max_frame_before_hello; /* payload bytes of a frame before Hello */
-    uint32_t max_fds_per_conn;      /* received fds one connection holds for partial frames */
-    uint64_t max_queue_per_conn;    /* unsent reply bytes of one connection */
+    uint32_t max_fds_per_conn;       /* received fds one connection holds for partial frames */
+    uint64_t max_queue_per_conn;     /* unsent reply bytes of one connection */
     /* Per heap and rank: va_size / chunk_size (chunks: fds, records) and
      * va_size / min_block (the allocator's bitmaps: ~4 bits each). */
     uint32_t max_chunks;
     uint32_t max_blocks;
     /* Access: members of admin_group (and root) may attach to any heap and
      * force collects on any heap; others only on heaps their uid created. */
-    char admin_group[64];           /* "" : none */
-    long admin_gid;                 /* resolved at load, -1: none */
+    char admin_group[64]; /* "" : none */
+    long admin_gid;       /* resolved at load, -1: none */
     /* Quotas in bytes of chunk memory (every rank's chunks); 0: none.
      * quota_uid also counts the allocator's bookkeeping of the uid's heaps. */
     uint64_t quota_heap;
@@ -56,7 +56,7 @@ typedef struct hd_config {
      * and this node's name in it (default: the host name). */
     char store[256];
     char node[65];
-    uint32_t meminfo_interval_ms;   /* device memory sampling period */
+    uint32_t meminfo_interval_ms; /* device memory sampling period */
     /* Request rings (issue 16, daemon/ring.h): offered at RingSetup when
      * ring is 1; after a ring's last request heapd busy-polls it for
      * ring_spin_us, then polls it between yields of its core for

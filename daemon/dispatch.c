@@ -16,7 +16,7 @@ struct hd_dispatch {
     hd_registry *reg;
     hd_server *srv;
     char backend[16];
-    hd_rings *rings;          /* NULL: rings are off (heapd.conf ring = off) */
+    hd_rings *rings; /* NULL: rings are off (heapd.conf ring = off) */
 };
 
 /* Per client. Invariant: peer.bind.heap != NULL => hello; ops != NULL. */
@@ -24,7 +24,7 @@ struct hd_session {
     hd_peer peer;
     const hd_client_ops *ops;
     bool hello;
-    hd_ring *ring;            /* issue 16: its request ring, or NULL */
+    hd_ring *ring; /* issue 16: its request ring, or NULL */
 };
 
 hd_session *hd_dispatch_session_new(const hd_peer *p, const hd_client_ops *ops)
@@ -154,9 +154,9 @@ static void handle_hello(hd_dispatch *d, hd_session *s, uint64_t id, const Heapd
 {
     if (m->version != HEAPD__CONST__PROTOCOL_VERSION) {
         hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_VERSION,
-                       "protocol version %u is not supported: this heapd speaks version %d; use a libheapc "
-                       "built from the same heapd release",
-                       m->version, HEAPD__CONST__PROTOCOL_VERSION);
+                      "protocol version %u is not supported: this heapd speaks version %d; use a libheapc "
+                      "built from the same heapd release",
+                      m->version, HEAPD__CONST__PROTOCOL_VERSION);
         s->ops->close_after_flush(&s->peer);
         return;
     }
@@ -166,7 +166,6 @@ static void handle_hello(hd_dispatch *d, hd_session *s, uint64_t id, const Heapd
 
 /* The request in f, to the heap wing. */
 /* ---- request rings (issue 16) ------------------------------------------- */
-
 
 static void ring_setup(hd_dispatch *d, hd_session *s, uint64_t id)
 {
@@ -232,7 +231,8 @@ static void ring_request(void *arg, hd_ring *r, void *data, uint64_t id, const u
              f->body_case != HEAPD__FRAME__BODY_COLLECT)
         hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_PROTOCOL,
                       "message type %d does not travel on a request ring (Alloc, Free and Collect do): send it "
-                      "on the socket", (int)f->body_case);
+                      "on the socket",
+                      (int)f->body_case);
     else
         handle_request(d, s, f);
 #ifdef HEAPD_DEBUG
@@ -290,7 +290,7 @@ static void handle_request(hd_dispatch *d, hd_session *s, const Heapd__Frame *f)
         break;
     default:
         hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "message type %d is not a request heapd accepts",
-                       (int)f->body_case);
+                      (int)f->body_case);
         break;
     }
 }
@@ -301,21 +301,22 @@ void hd_dispatch_frame(hd_dispatch *d, hd_session *s, const uint8_t *data, size_
     log_ctx(s, f);
     if (!f) {
         hd_peer_error(&s->peer, 0, HEAPD__ERR_CODE__ERR_PROTOCOL, "a %zu-byte frame is not a valid heapd.Frame message",
-                       len);
+                      len);
         hd_log_ctx_set(NULL);
         return;
     }
     uint64_t id = f->id;
     if (nfds) {
         hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_PROTOCOL,
-                       "clients send no file descriptors: %zu received with this message were closed", nfds);
+                      "clients send no file descriptors: %zu received with this message were closed", nfds);
         goto out;
     }
     const char *field;
     if (hd_pbstr_nul(&heapd__frame__descriptor, data, len, &field)) {
         hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_INVALID,
                       "string field %s contains a NUL byte; heap names, jobs and other strings are UTF-8 text "
-                      "without NUL", field);
+                      "without NUL",
+                      field);
         goto out;
     }
     if (d->srv && hd_server_stopping(d->srv)) {
@@ -349,15 +350,15 @@ static void on_refuse(void *arg, hd_conn *c, hd_refusal why, uint64_t limit)
     p.data = c;
     if (why == HD_REFUSE_UID_CLIENTS)
         hd_peer_error(&p, 0, HEAPD__ERR_CODE__ERR_QUOTA,
-                       "heapd refuses this connection: uid %ld already has %llu connections open, the limit per "
-                       "uid (heapd.conf max_clients_per_uid = %llu); close idle connections, or ask the operator "
-                       "to raise max_clients_per_uid",
-                       (long)hd_conn_uid(c), (unsigned long long)limit, (unsigned long long)limit);
+                      "heapd refuses this connection: uid %ld already has %llu connections open, the limit per "
+                      "uid (heapd.conf max_clients_per_uid = %llu); close idle connections, or ask the operator "
+                      "to raise max_clients_per_uid",
+                      (long)hd_conn_uid(c), (unsigned long long)limit, (unsigned long long)limit);
     else
         hd_peer_error(&p, 0, HEAPD__ERR_CODE__ERR_QUOTA,
-                       "heapd refuses this connection: %llu connections are open, its limit (heapd.conf "
-                       "max_clients = %llu); retry later, or ask the operator to raise max_clients",
-                       (unsigned long long)limit, (unsigned long long)limit);
+                      "heapd refuses this connection: %llu connections are open, its limit (heapd.conf "
+                      "max_clients = %llu); retry later, or ask the operator to raise max_clients",
+                      (unsigned long long)limit, (unsigned long long)limit);
 }
 
 static const hd_server_handlers handlers = {

@@ -18,23 +18,22 @@
 #include "server.h"
 #include "store.h"
 
-static const char usage[] =
-    "usage: heapd [options]\n"
-    "\n"
-    "heapd owns GPU memory (or host memory) on this node and serves it to the ranks of\n"
-    "distributed jobs as a symmetric heap over a Unix socket.\n"
-    "\n"
-    "options:\n"
-    "  -c, --config FILE     configuration file (default " HD_DEFAULT_CONFIG " if it exists)\n"
-    "      --check-config    check the configuration, print the effective values, and exit\n"
-    "  -s, --socket PATH     Unix socket to listen on (overrides `socket`)\n"
-    "  -b, --backend KIND    auto, cuda or host (overrides `backend`)\n"
-    "  -l, --log-level LVL   error, warn, info or debug (overrides `log_level`)\n"
-    "  -h, --help            this help\n"
-    "  -V, --version         print the version\n"
-    "\n"
-    "signals: SIGTERM/SIGINT stop cleanly, SIGHUP reloads the configuration.\n"
-    "See heapd(8) and heapd.conf(5).\n";
+static const char usage[] = "usage: heapd [options]\n"
+                            "\n"
+                            "heapd owns GPU memory (or host memory) on this node and serves it to the ranks of\n"
+                            "distributed jobs as a symmetric heap over a Unix socket.\n"
+                            "\n"
+                            "options:\n"
+                            "  -c, --config FILE     configuration file (default " HD_DEFAULT_CONFIG " if it exists)\n"
+                            "      --check-config    check the configuration, print the effective values, and exit\n"
+                            "  -s, --socket PATH     Unix socket to listen on (overrides `socket`)\n"
+                            "  -b, --backend KIND    auto, cuda or host (overrides `backend`)\n"
+                            "  -l, --log-level LVL   error, warn, info or debug (overrides `log_level`)\n"
+                            "  -h, --help            this help\n"
+                            "  -V, --version         print the version\n"
+                            "\n"
+                            "signals: SIGTERM/SIGINT stop cleanly, SIGHUP reloads the configuration.\n"
+                            "See heapd(8) and heapd.conf(5).\n";
 
 typedef struct daemon_state {
     uv_loop_t *loop;
@@ -45,7 +44,7 @@ typedef struct daemon_state {
     hd_dispatch *disp;
     hd_server *srv;
     hd_store *store;
-    uv_timer_t store_watch;       /* reconnects and resubscribes to the store */
+    uv_timer_t store_watch; /* reconnects and resubscribes to the store */
     int store_was_ready;
     uv_signal_t sigterm, sigint, sighup;
     uv_timer_t status;
@@ -153,8 +152,8 @@ static void print_config(const char *path, const hd_config *c)
            c->socket_mode, c->backend, (const char *const[]){"error", "warn", "info", "debug"}[c->log_level & 3],
            c->log_format == HD_LOG_FMT_JSON ? "json" : "text");
     printf("chunk_size = %llu\ninitial_size = %llu\nva_size = %llu\nmin_block = %llu\npolicy = %s\n",
-           (unsigned long long)c->chunk_size, (unsigned long long)c->initial_size,
-           (unsigned long long)c->va_size, (unsigned long long)c->min_block, ha_policy_name(c->policy));
+           (unsigned long long)c->chunk_size, (unsigned long long)c->initial_size, (unsigned long long)c->va_size,
+           (unsigned long long)c->min_block, ha_policy_name(c->policy));
     printf("collect_timeout_ms = %u\nmax_clients = %u\nmeminfo_interval_ms = %u\n", c->collect_timeout_ms,
            c->max_clients, c->meminfo_interval_ms);
     printf("max_clients_per_uid = %u\nmax_fds_per_uid = %u\nmax_queue_per_uid = %llu\n", c->max_clients_per_uid,
@@ -163,8 +162,8 @@ static void print_config(const char *path, const hd_config *c)
            c->hello_timeout_ms, c->max_frame_before_hello, c->max_fds_per_conn,
            (unsigned long long)c->max_queue_per_conn);
     printf("max_chunks = %u\nmax_blocks = %u\n", c->max_chunks, c->max_blocks);
-    printf("admin_group = %s\nquota_heap = %llu\nquota_uid = %llu\n", c->admin_group,
-           (unsigned long long)c->quota_heap, (unsigned long long)c->quota_uid);
+    printf("admin_group = %s\nquota_heap = %llu\nquota_uid = %llu\n", c->admin_group, (unsigned long long)c->quota_heap,
+           (unsigned long long)c->quota_uid);
     printf("store = %s\nnode = %s\n", c->store, c->node);
     printf("ring = %s\n", c->ring ? "on" : "off");
     if (c->ring_spin_us < 0)
@@ -191,21 +190,37 @@ typedef struct cli_opts {
 static int parse_args(int argc, char **argv, daemon_state *d, cli_opts *cli)
 {
     static const struct option opts[] = {
-        {"config", required_argument, 0, 'c'}, {"check-config", no_argument, 0, 'C'},
-        {"socket", required_argument, 0, 's'}, {"backend", required_argument, 0, 'b'},
+        {"config", required_argument, 0, 'c'},    {"check-config", no_argument, 0, 'C'},
+        {"socket", required_argument, 0, 's'},    {"backend", required_argument, 0, 'b'},
         {"log-level", required_argument, 0, 'l'}, {"help", no_argument, 0, 'h'},
-        {"version", no_argument, 0, 'V'},      {0, 0, 0, 0}};
+        {"version", no_argument, 0, 'V'},         {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "c:s:b:l:hV", opts, NULL)) != -1) {
         switch (o) {
-        case 'c': d->config_path = optarg; break;
-        case 'C': cli->check = 1; break;
-        case 's': cli->socket = optarg; break;
-        case 'b': cli->backend = optarg; break;
-        case 'l': cli->level = optarg; break;
-        case 'h': fputs(usage, stdout); return 0;
-        case 'V': printf("heapd %s (protocol %d)\n", HEAPD_VERSION, HEAPD__CONST__PROTOCOL_VERSION); return 0;
-        default: fputs("heapd: try `heapd --help`\n", stderr); return 2;
+        case 'c':
+            d->config_path = optarg;
+            break;
+        case 'C':
+            cli->check = 1;
+            break;
+        case 's':
+            cli->socket = optarg;
+            break;
+        case 'b':
+            cli->backend = optarg;
+            break;
+        case 'l':
+            cli->level = optarg;
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        case 'V':
+            printf("heapd %s (protocol %d)\n", HEAPD_VERSION, HEAPD__CONST__PROTOCOL_VERSION);
+            return 0;
+        default:
+            fputs("heapd: try `heapd --help`\n", stderr);
+            return 2;
         }
     }
     if (optind < argc) {
@@ -283,7 +298,8 @@ static int create_heaps(daemon_state *d)
     }
     if (err[0]) /* backend = auto fell back to host memory: say why */
         hd_warn("backend auto: using host memory, not the GPU: %s (set backend = host where that is "
-                "intended, or backend = cuda to refuse to start without a GPU)", err);
+                "intended, or backend = cuda to refuse to start without a GPU)",
+                err);
     d->loop = uv_default_loop();
     if (hd_registry_create(d->loop, d->be, &d->cfg, &d->reg)) {
         hd_error("out of memory");
@@ -355,8 +371,7 @@ static int run(daemon_state *d)
 {
     hd_info("heapd %s ready: socket %s, backend %s (%d device%s)", HEAPD_VERSION,
             hd_server_socket_activated(d->srv) ? "fd 3 from systemd (socket activation)" : d->cfg.socket_path,
-            hb_name(d->be), hb_device_count(d->be),
-            hb_device_count(d->be) == 1 ? "" : "s");
+            hb_name(d->be), hb_device_count(d->be), hb_device_count(d->be) == 1 ? "" : "s");
     char ready[256];
     snprintf(ready, sizeof ready, "READY=1\nSTATUS=0 heaps, 0 clients, backend %s\nMAINPID=%ld", hb_name(d->be),
              (long)getpid());

@@ -165,7 +165,6 @@ static void idmap_remove(id_map *m, id_entry *e)
 
 /* ---- the replay --------------------------------------------------------- */
 
-
 /* A bad trace line: message, exit status 2. */
 static int bad_line(const sim *s, const char *fmt, ...)
 {
@@ -226,16 +225,14 @@ static int split(char *line, char **tok)
         if (n == MAX_TOKENS)
             return MAX_TOKENS + 1;
         tok[n++] = p;
-        while (*p && !(*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n' || *p == '\v' ||
-                       *p == '\f'))
+        while (*p && !(*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n' || *p == '\v' || *p == '\f'))
             p++;
         if (*p)
             *p++ = '\0';
     }
 }
 
-static const char heap_syntax[] =
-    "heap ranks=R chunk=SIZE initial=SIZE min_block=SIZE [va=SIZE]";
+static const char heap_syntax[] = "heap ranks=R chunk=SIZE initial=SIZE min_block=SIZE [va=SIZE]";
 
 static int do_heap(sim *s, char **tok, int n)
 {
@@ -255,8 +252,7 @@ static int do_heap(sim *s, char **tok, int n)
         if (strcmp(k, "ranks") == 0) {
             have = &have_ranks;
             if (sim_parse_u64(v, &r64) != 0 || r64 == 0 || r64 > HA_MAX_RANKS)
-                return bad_line(s, "ranks=%s: give a whole number of ranks from 1 to %u", v,
-                                HA_MAX_RANKS);
+                return bad_line(s, "ranks=%s: give a whole number of ranks from 1 to %u", v, HA_MAX_RANKS);
             p.ranks = (uint32_t)r64;
         } else if (strcmp(k, "chunk") == 0) {
             have = &have_chunk;
@@ -277,8 +273,9 @@ static int do_heap(sim *s, char **tok, int n)
             return bad_line(s, "heap key '%s' given twice: keep one", k);
         *have = 1;
         if (dst && hsz_parse_size(v, dst) != 0)
-            return bad_line(s, "%s=%s is not a size: write bytes with an optional K, M, G or T "
-                               "suffix, e.g. %s=256M",
+            return bad_line(s,
+                            "%s=%s is not a size: write bytes with an optional K, M, G or T "
+                            "suffix, e.g. %s=256M",
                             k, v, k);
     }
     const char *missing = !have_ranks     ? "ranks"
@@ -359,25 +356,27 @@ static int do_alloc(sim *s, char **tok, int n)
     const char *id = tok[1];
     uint64_t size;
     if (strlen(id) > MAX_ID_LEN)
-        return bad_line(s, "ID '%.20s...' is longer than %d characters: use a shorter name", id,
-                        MAX_ID_LEN);
+        return bad_line(s, "ID '%.20s...' is longer than %d characters: use a shorter name", id, MAX_ID_LEN);
     if (hsz_parse_size(tok[2], &size) != 0)
-        return bad_line(s, "'%s' is not a size: write bytes with an optional K, M, G or T "
-                           "suffix, e.g. 1M",
+        return bad_line(s,
+                        "'%s' is not a size: write bytes with an optional K, M, G or T "
+                        "suffix, e.g. 1M",
                         tok[2]);
     if (size == 0)
         return bad_line(s, "a %s 0: an allocation needs at least 1 byte", id);
     if (idmap_find(&s->ids, id))
-        return bad_line(s, "ID '%s' names a block some rank still holds: free it on every rank "
-                           "first (f * %s) or use another ID",
+        return bad_line(s,
+                        "ID '%s' names a block some rank still holds: free it on every rank "
+                        "first (f * %s) or use another ID",
                         id, id);
     ha_alloc_result res;
     int rc = 0;
     for (int step = 0;; step++) {
         if (step == MAX_PROTOCOL_STEPS)
-            return failed_at(s, "a %s %s: the allocator asked for more than %d collect/grow "
-                                "steps; this is a bug in the allocator core, please report it "
-                                "with this trace",
+            return failed_at(s,
+                             "a %s %s: the allocator asked for more than %d collect/grow "
+                             "steps; this is a bug in the allocator core, please report it "
+                             "with this trace",
                              id, tok[2], MAX_PROTOCOL_STEPS);
         memset(&res, 0, sizeof res);
         rc = ha_alloc(s->heap, size, &res);
@@ -392,8 +391,9 @@ static int do_alloc(sim *s, char **tok, int n)
             if (g < 0) {
                 ha_stats st;
                 ha_get_stats(s->heap, &st);
-                return failed_at(s, "a %s %s: growing the heap by %" PRIu32 " chunks (mapped "
-                                    "%" PRIu64 " bytes) failed: %s",
+                return failed_at(s,
+                                 "a %s %s: growing the heap by %" PRIu32 " chunks (mapped "
+                                 "%" PRIu64 " bytes) failed: %s",
                                  id, tok[2], res.grow_chunks, st.mapped, ha_strerror(g));
             }
             continue;
@@ -404,10 +404,10 @@ static int do_alloc(sim *s, char **tok, int n)
         ha_stats st;
         ha_get_stats(s->heap, &st);
         const ha_params *p = ha_get_params(s->heap);
-        return failed_at(s, "a %s %s: allocation of %" PRIu64 " bytes failed: %s (mapped %" PRIu64
-                            ", live %" PRIu64 ", pending %" PRIu64 ", va=%" PRIu64 ")%s",
-                         id, tok[2], size, ha_strerror(rc), st.mapped, st.live_bytes,
-                         st.pending_bytes, p->va_size,
+        return failed_at(s,
+                         "a %s %s: allocation of %" PRIu64 " bytes failed: %s (mapped %" PRIu64 ", live %" PRIu64
+                         ", pending %" PRIu64 ", va=%" PRIu64 ")%s",
+                         id, tok[2], size, ha_strerror(rc), st.mapped, st.live_bytes, st.pending_bytes, p->va_size,
                          rc == HA_EVA ? "; raise va= in the heap line or free more blocks "
                                         "before this line"
                                       : "");
@@ -421,9 +421,10 @@ static int do_alloc(sim *s, char **tok, int n)
     uint64_t hits = occ_mark(s, res.offset, res.block_size, 1);
     if (hits) {
         s->overlaps++;
-        fprintf(stderr, "heapsim: %s:%lu: a %s %s: block [%" PRIu64 ", +%" PRIu64 ") overlaps "
-                        "a block some rank holds or that no collect has reclaimed (%" PRIu64
-                        " units of %" PRIu64 " bytes); this is a bug in the allocator core\n",
+        fprintf(stderr,
+                "heapsim: %s:%lu: a %s %s: block [%" PRIu64 ", +%" PRIu64 ") overlaps "
+                "a block some rank holds or that no collect has reclaimed (%" PRIu64 " units of %" PRIu64
+                " bytes); this is a bug in the allocator core\n",
                 s->name, s->line, id, tok[2], res.offset, res.block_size, hits, s->unit);
     }
     if (s->offsets)
@@ -435,11 +436,9 @@ static int free_one(sim *s, id_entry *e, uint32_t rank, const char *id)
 {
     int rc = ha_free(s->heap, rank, e->offset);
     if (rc == HA_ENOTHELD)
-        return bad_line(s, "rank %" PRIu32 " already freed '%s': free it once per rank", rank,
-                        id);
+        return bad_line(s, "rank %" PRIu32 " already freed '%s': free it once per rank", rank, id);
     if (rc < 0)
-        return failed_at(s, "f %" PRIu32 " %s (offset %" PRIu64 ") failed: %s", rank, id,
-                         e->offset, ha_strerror(rc));
+        return failed_at(s, "f %" PRIu32 " %s (offset %" PRIu64 ") failed: %s", rank, id, e->offset, ha_strerror(rc));
     e->holders--;
     return 0;
 }
@@ -451,16 +450,18 @@ static int do_free(sim *s, char **tok, int n)
     const char *id = tok[2];
     id_entry *e = idmap_find(&s->ids, id);
     if (e == NULL)
-        return bad_line(s, "no live block is named '%s' (never allocated, or freed by every "
-                           "rank already): check the ID",
+        return bad_line(s,
+                        "no live block is named '%s' (never allocated, or freed by every "
+                        "rank already): check the ID",
                         id);
     int rc;
     if (strcmp(tok[1], "*") == 0) {
         /* Check first, so the message names the rank that already freed it. */
         for (uint32_t r = 0; r < s->ranks; r++)
             if (!ha_rank_holds(s->heap, r, e->offset))
-                return bad_line(s, "f * %s: rank %" PRIu32 " already freed '%s': free it on "
-                                   "the remaining ranks one by one",
+                return bad_line(s,
+                                "f * %s: rank %" PRIu32 " already freed '%s': free it on "
+                                "the remaining ranks one by one",
                                 id, r, id);
         for (uint32_t r = 0; r < s->ranks; r++)
             if ((rc = free_one(s, e, r, id)) != 0)
@@ -470,9 +471,8 @@ static int do_free(sim *s, char **tok, int n)
         if (sim_parse_u64(tok[1], &r) != 0)
             return bad_line(s, "'%s' is not a rank: write a rank number or *", tok[1]);
         if (r >= s->ranks)
-            return bad_line(s, "rank %s is out of range: the heap has %" PRIu32
-                               " ranks (0..%" PRIu32 ")",
-                            tok[1], s->ranks, s->ranks - 1);
+            return bad_line(s, "rank %s is out of range: the heap has %" PRIu32 " ranks (0..%" PRIu32 ")", tok[1],
+                            s->ranks, s->ranks - 1);
         if ((rc = free_one(s, e, (uint32_t)r, id)) != 0)
             return rc;
     }
@@ -504,8 +504,7 @@ static int do_line(sim *s, char *line)
     if (strcmp(tok[0], "heap") == 0)
         return do_heap(s, tok, n);
     if (s->heap == NULL)
-        return bad_line(s, "'%s' before the heap line: the trace must start with %s", tok[0],
-                        heap_syntax);
+        return bad_line(s, "'%s' before the heap line: the trace must start with %s", tok[0], heap_syntax);
     if (strcmp(tok[0], "a") == 0)
         return do_alloc(s, tok, n);
     if (strcmp(tok[0], "f") == 0)
@@ -530,14 +529,12 @@ static int replay(sim *s, FILE *in)
             break;
     }
     if (rc == 0 && ferror(in)) {
-        fprintf(stderr, "heapsim: %s: read error after line %lu: %s\n", s->name, s->line,
-                strerror(errno));
+        fprintf(stderr, "heapsim: %s: read error after line %lu: %s\n", s->name, s->line, strerror(errno));
         rc = 1;
     }
     free(line);
     if (rc == 0 && s->heap == NULL) {
-        fprintf(stderr, "heapsim: %s: no heap line: start the trace with %s\n", s->name,
-                heap_syntax);
+        fprintf(stderr, "heapsim: %s: no heap line: start the trace with %s\n", s->name, heap_syntax);
         rc = 2;
     }
     return rc;
@@ -547,13 +544,11 @@ void sim_print_summary(const sim *s)
 {
     ha_stats st;
     ha_get_stats(s->heap, &st);
-    printf("mapped=%" PRIu64 " growths=%" PRIu64 " collects=%" PRIu64 " live=%" PRIu64
-           " pending=%" PRIu64 " free=%" PRIu64 " allocs=%" PRIu64 " frees=%" PRIu64
-           " triggered=%" PRIu64 " overlaps=%" PRIu64 " policy=%s empty=%" PRIu64
-           " skipped=%" PRIu64 "\n",
-           st.mapped, st.growths, st.collects, st.live_bytes, st.pending_bytes, st.free_bytes,
-           st.allocs, st.frees, s->triggered, s->overlaps, ha_policy_name(s->policy), s->empty,
-           st.collects_skipped);
+    printf("mapped=%" PRIu64 " growths=%" PRIu64 " collects=%" PRIu64 " live=%" PRIu64 " pending=%" PRIu64
+           " free=%" PRIu64 " allocs=%" PRIu64 " frees=%" PRIu64 " triggered=%" PRIu64 " overlaps=%" PRIu64
+           " policy=%s empty=%" PRIu64 " skipped=%" PRIu64 "\n",
+           st.mapped, st.growths, st.collects, st.live_bytes, st.pending_bytes, st.free_bytes, st.allocs, st.frees,
+           s->triggered, s->overlaps, ha_policy_name(s->policy), s->empty, st.collects_skipped);
 }
 
 void sim_free(sim *s)
@@ -665,8 +660,9 @@ int main(int argc, char **argv)
         } else if (path == NULL) {
             path = a;
         } else {
-            fprintf(stderr, "heapsim: more than one trace given ('%s' and '%s'); replay one "
-                            "at a time\n",
+            fprintf(stderr,
+                    "heapsim: more than one trace given ('%s' and '%s'); replay one "
+                    "at a time\n",
                     path, a);
             return 2;
         }

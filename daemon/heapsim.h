@@ -13,7 +13,7 @@
 /* ---- ID map: open addressing, linear probing, backward-shift delete ---- */
 
 typedef struct id_entry {
-    char *key;        /* NULL: empty slot */
+    char *key; /* NULL: empty slot */
     uint64_t hash;
     uint64_t offset;
     uint64_t size;    /* block size handed out */
@@ -41,10 +41,10 @@ typedef struct sim {
     /* The overlap checker, independent of the allocator core: one bit per
      * min_block of the blocks handed out and not yet reclaimed (a block
      * every rank freed is reclaimed at the next collect). */
-    uint64_t unit;      /* min_block */
-    uint64_t *occ;      /* occupancy bits */
+    uint64_t unit; /* min_block */
+    uint64_t *occ; /* occupancy bits */
     size_t occ_words;
-    uint64_t *rel;      /* (offset, size) pairs every rank freed since the last collect */
+    uint64_t *rel; /* (offset, size) pairs every rank freed since the last collect */
     size_t nrel, caprel;
     uint64_t overlaps;
 } sim;

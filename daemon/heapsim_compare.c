@@ -47,8 +47,7 @@ static int cmp_replay(cmp_row *r, const char *path)
         sim s = {.policy = cmp_pols[k]};
         int rc = sim_replay_path(&s, path);
         if (rc != 0) {
-            fprintf(stderr, "heapsim: --compare: %s failed under the %s policy\n", path,
-                    ha_policy_name(cmp_pols[k]));
+            fprintf(stderr, "heapsim: --compare: %s failed under the %s policy\n", path, ha_policy_name(cmp_pols[k]));
             failed++;
         }
         if (s.heap) {
@@ -71,8 +70,7 @@ static int cmp_replay(cmp_row *r, const char *path)
 /* The markdown table of the `worst` first rows (sorted, n > 0). */
 static void cmp_print_worst(const cmp_row *rows, int n, int worst)
 {
-    printf("\nworst %d by mapped, coalesce / seed (ties: by collects, coalesce / seed):\n\n",
-           worst < n ? worst : n);
+    printf("\nworst %d by mapped, coalesce / seed (ties: by collects, coalesce / seed):\n\n", worst < n ? worst : n);
     printf("| trace | ranks | chunk / initial | mapped coalesce | mapped seed | ratio | collects "
            "coalesce | collects seed |\n");
     printf("|---|---|---|---|---|---|---|---|\n");
@@ -80,8 +78,7 @@ static void cmp_print_worst(const cmp_row *rows, int n, int worst)
         const cmp_row *r = &rows[i];
         printf("| %s | %" PRIu32 " | %" PRIu64 " / %" PRIu64 " MiB | %.0f MiB | %.0f MiB | %.3f | %" PRIu64
                " | %" PRIu64 " |\n",
-               base_name(r->name), r->ranks, r->chunk >> 20, r->initial >> 20,
-               (double)r->mapped[0] / 1048576.0,
+               base_name(r->name), r->ranks, r->chunk >> 20, r->initial >> 20, (double)r->mapped[0] / 1048576.0,
                (double)r->mapped[1] / 1048576.0, r->ratio, r->collects[0], r->collects[1]);
     }
     printf("\n");
@@ -96,10 +93,10 @@ int cmp_traces(int n, char **paths, int worst)
     }
     int failed = 0;
     uint64_t tm[NPOL] = {0}, tg[NPOL] = {0}, tc[NPOL] = {0}, tov = 0;
-    printf("%-24s %12s %12s %6s  %7s %7s  %8s %8s %6s\n", "trace", "mapped MiB", "", "ratio",
-           "growths", "", "collects", "", "ratio");
-    printf("%-24s %12s %12s %6s  %7s %7s  %8s %8s %6s\n", "", "coalesce", "seed", "", "coalesce",
-           "seed", "coalesce", "seed", "");
+    printf("%-24s %12s %12s %6s  %7s %7s  %8s %8s %6s\n", "trace", "mapped MiB", "", "ratio", "growths", "", "collects",
+           "", "ratio");
+    printf("%-24s %12s %12s %6s  %7s %7s  %8s %8s %6s\n", "", "coalesce", "seed", "", "coalesce", "seed", "coalesce",
+           "seed", "");
     for (int i = 0; i < n; i++) {
         cmp_row *r = &rows[i];
         failed += cmp_replay(r, paths[i]);
@@ -110,17 +107,15 @@ int cmp_traces(int n, char **paths, int worst)
             tc[k] += r->collects[k];
         }
         r->ratio = r->mapped[1] ? (double)r->mapped[0] / (double)r->mapped[1] : 0;
-        printf("%-24s %12.1f %12.1f %6.3f  %7" PRIu64 " %7" PRIu64 "  %8" PRIu64 " %8" PRIu64
-               " %6.2f\n",
-               base_name(r->name), (double)r->mapped[0] / 1048576.0,
-               (double)r->mapped[1] / 1048576.0, r->ratio, r->growths[0], r->growths[1],
-               r->collects[0], r->collects[1],
+        printf("%-24s %12.1f %12.1f %6.3f  %7" PRIu64 " %7" PRIu64 "  %8" PRIu64 " %8" PRIu64 " %6.2f\n",
+               base_name(r->name), (double)r->mapped[0] / 1048576.0, (double)r->mapped[1] / 1048576.0, r->ratio,
+               r->growths[0], r->growths[1], r->collects[0], r->collects[1],
                r->collects[1] ? (double)r->collects[0] / (double)r->collects[1] : 0.0);
     }
     double tr = tm[1] ? (double)tm[0] / (double)tm[1] : 0;
-    printf("%-24s %12.1f %12.1f %6.3f  %7" PRIu64 " %7" PRIu64 "  %8" PRIu64 " %8" PRIu64 " %6.2f\n",
-           "total", (double)tm[0] / 1048576.0, (double)tm[1] / 1048576.0, tr, tg[0], tg[1], tc[0],
-           tc[1], tc[1] ? (double)tc[0] / (double)tc[1] : 0.0);
+    printf("%-24s %12.1f %12.1f %6.3f  %7" PRIu64 " %7" PRIu64 "  %8" PRIu64 " %8" PRIu64 " %6.2f\n", "total",
+           (double)tm[0] / 1048576.0, (double)tm[1] / 1048576.0, tr, tg[0], tg[1], tc[0], tc[1],
+           tc[1] ? (double)tc[0] / (double)tc[1] : 0.0);
     qsort(rows, (size_t)n, sizeof *rows, cmp_by_ratio);
     int more = 0, less = 0;
     for (int i = 0; i < n; i++) {
@@ -131,11 +126,9 @@ int cmp_traces(int n, char **paths, int worst)
         cmp_print_worst(rows, n, worst);
     printf("compare: traces=%d mapped_total_ratio=%.4f mapped_max_ratio=%.4f worst=%s "
            "coalesce_more=%d coalesce_less=%d collects_coalesce=%" PRIu64 " collects_seed=%" PRIu64
-           " growths_coalesce=%" PRIu64 " growths_seed=%" PRIu64 " overlaps=%" PRIu64
-           " failed=%d\n",
-           n, tr, n ? rows[0].ratio : 0.0, n ? base_name(rows[0].name) : "-", more, less, tc[0],
-           tc[1], tg[0], tg[1], tov, failed);
+           " growths_coalesce=%" PRIu64 " growths_seed=%" PRIu64 " overlaps=%" PRIu64 " failed=%d\n",
+           n, tr, n ? rows[0].ratio : 0.0, n ? base_name(rows[0].name) : "-", more, less, tc[0], tc[1], tg[0], tg[1],
+           tov, failed);
     free(rows);
     return failed || tov ? 1 : 0;
 }
-

@@ -18,7 +18,7 @@
  * delay (0-15 allocations), and sometimes explicit collects. */
 
 typedef struct gen_ev {
-    uint64_t t;        /* allocation number at which the free happens */
+    uint64_t t; /* allocation number at which the free happens */
     uint32_t seq, rank, id;
 } gen_ev;
 
@@ -30,15 +30,9 @@ static uint64_t gen_next(uint64_t *x)
     return z ^ (z >> 31);
 }
 
-static uint64_t gen_below(uint64_t *x, uint64_t n)
-{
-    return n ? gen_next(x) % n : 0;
-}
+static uint64_t gen_below(uint64_t *x, uint64_t n) { return n ? gen_next(x) % n : 0; }
 
-static int ev_less(const gen_ev *a, const gen_ev *b)
-{
-    return a->t != b->t ? a->t < b->t : a->seq < b->seq;
-}
+static int ev_less(const gen_ev *a, const gen_ev *b) { return a->t != b->t ? a->t < b->t : a->seq < b->seq; }
 
 /* The earliest event of the heap h[0..*n) (a binary min-heap), removed. */
 static gen_ev gen_pop(gen_ev *h, size_t *n)
@@ -91,7 +85,7 @@ int gen_trace(uint64_t seed, uint64_t max_steps, FILE *out)
     uint64_t steps = 1000 + gen_below(&x, 2001);
     static const unsigned maxbits_of[4] = {16, 20, 24, 28};
     unsigned maxbits = maxbits_of[gen_below(&x, 4)];
-    uint64_t p_long = gen_below(&x, 50);          /* percent */
+    uint64_t p_long = gen_below(&x, 50); /* percent */
     uint64_t scratch_life = 1 + gen_below(&x, 32);
     uint64_t skew = gen_below(&x, 16);
     uint64_t p_collect = gen_below(&x, 3) == 0 ? 1 + gen_below(&x, 10) : 0; /* per 1000 */
@@ -109,13 +103,12 @@ int gen_trace(uint64_t seed, uint64_t max_steps, FILE *out)
         return 1;
     }
     uint32_t seq = 0;
-    fprintf(out, "# heapsim --generate %" PRIu64 ": ranks=%" PRIu32 " steps=%" PRIu64
-                 " max=2^%u long=%" PRIu64 "%% scratch<=%" PRIu64 " skew<=%" PRIu64
-                 " collects=%" PRIu64 "/1000\n",
+    fprintf(out,
+            "# heapsim --generate %" PRIu64 ": ranks=%" PRIu32 " steps=%" PRIu64 " max=2^%u long=%" PRIu64
+            "%% scratch<=%" PRIu64 " skew<=%" PRIu64 " collects=%" PRIu64 "/1000\n",
             seed, ranks, steps, maxbits, p_long, scratch_life, skew, p_collect);
-    fprintf(out, "heap ranks=%" PRIu32 " chunk=%" PRIu64 "M initial=%" PRIu64 "M min_block=%" PRIu64
-                 " va=1T\n",
-            ranks, chunk >> 20, initial >> 20, min_block);
+    fprintf(out, "heap ranks=%" PRIu32 " chunk=%" PRIu64 "M initial=%" PRIu64 "M min_block=%" PRIu64 " va=1T\n", ranks,
+            chunk >> 20, initial >> 20, min_block);
     for (uint64_t t = 0; t < steps; t++) {
         while (n && h[0].t <= t) {
             gen_ev e = gen_pop(h, &n);
@@ -156,4 +149,3 @@ int gen_trace(uint64_t seed, uint64_t max_steps, FILE *out)
     }
     return 0;
 }
-

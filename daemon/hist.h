@@ -10,8 +10,7 @@
 
 #define HD_HIST_N 12
 /* Upper bounds in seconds; the +Inf bucket is implicit (index HD_HIST_N - 1). */
-static const double hd_hist_bounds[HD_HIST_N - 1] = {0.0005, 0.001, 0.005, 0.01, 0.05, 0.1,
-                                                     0.5,    1,     5,     10,   30};
+static const double hd_hist_bounds[HD_HIST_N - 1] = {0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30};
 
 typedef struct hd_hist {
     uint64_t n[HD_HIST_N];

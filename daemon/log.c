@@ -17,8 +17,8 @@
 
 static int log_level = HD_LOG_INFO;
 static int log_format = HD_LOG_FMT_TEXT;
-static int log_journal;                 /* 1: native protocol */
-static int jfd = -1;                    /* datagram socket to the journal */
+static int log_journal; /* 1: native protocol */
+static int jfd = -1;    /* datagram socket to the journal */
 static struct sockaddr_un jaddr;
 static hd_log_ctx ctx = HD_LOG_CTX_NONE;
 
@@ -70,8 +70,8 @@ int hd_log_setup(void)
     unsigned long long dev, ino;
     struct stat st;
     log_journal = 0;
-    if (!js || sscanf(js, "%llu:%llu", &dev, &ino) != 2 || fstat(2, &st) != 0 ||
-        (unsigned long long)st.st_dev != dev || (unsigned long long)st.st_ino != ino)
+    if (!js || sscanf(js, "%llu:%llu", &dev, &ino) != 2 || fstat(2, &st) != 0 || (unsigned long long)st.st_dev != dev ||
+        (unsigned long long)st.st_ino != ino)
         return 0;
     const char *path = getenv("HEAPD_JOURNAL_SOCKET");
     if (!path || !*path)

@@ -50,7 +50,10 @@ typedef struct hd_log_ctx {
     const char *err;
     const char *req;
 } hd_log_ctx;
-#define HD_LOG_CTX_NONE {NULL, -1, -1, -1, NULL, NULL}
+#define HD_LOG_CTX_NONE                                                                                                \
+    {                                                                                                                  \
+        NULL, -1, -1, -1, NULL, NULL                                                                                   \
+    }
 /* NULL clears. The context is copied. */
 void hd_log_ctx_set(const hd_log_ctx *ctx);
 /* The error code name of the event being logged (hd_conn_error), or NULL. */
@@ -59,8 +62,12 @@ void hd_log_ctx_err(const char *err);
 void hd_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define hd_error(...) hd_log(HD_LOG_ERROR, __VA_ARGS__)
-#define hd_warn(...) hd_log(HD_LOG_WARN, __VA_ARGS__)
-#define hd_info(...) hd_log(HD_LOG_INFO, __VA_ARGS__)
-#define hd_debug(...) do { if (hd_log_get_level() >= HD_LOG_DEBUG) hd_log(HD_LOG_DEBUG, __VA_ARGS__); } while (0)
+#define hd_warn(...)  hd_log(HD_LOG_WARN, __VA_ARGS__)
+#define hd_info(...)  hd_log(HD_LOG_INFO, __VA_ARGS__)
+#define hd_debug(...)                                                                                                  \
+    do {                                                                                                               \
+        if (hd_log_get_level() >= HD_LOG_DEBUG)                                                                        \
+            hd_log(HD_LOG_DEBUG, __VA_ARGS__);                                                                         \
+    } while (0)
 
 #endif

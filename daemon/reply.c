@@ -32,7 +32,8 @@ static void send_frame(hd_conn *c, const Heapd__Frame *f, int *fds, size_t nfds)
  * in the frame's oneof: the field descriptor gives where it goes. */
 static void send_body(hd_conn *c, uint64_t id, Heapd__Frame__BodyCase bc, const void *msg, int *fds, size_t nfds)
 {
-    const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field(&heapd__frame__descriptor, (unsigned)bc);
+    const ProtobufCFieldDescriptor *fd =
+        protobuf_c_message_descriptor_get_field(&heapd__frame__descriptor, (unsigned)bc);
     Heapd__Frame f = HEAPD__FRAME__INIT;
     f.id = id;
     f.body_case = bc;
@@ -111,8 +112,7 @@ static Heapd__ChunkRef **chunk_refs(const hd_chunk_ref *refs, size_t n, Heapd__C
  * reply's frame (docs/protocol.md). Returns how many chunks went out; out of
  * memory: every fd not sent (fds[sent..n + extra)) is closed and SIZE_MAX
  * returned. */
-static size_t send_chunk_batches(hd_conn *c, uint64_t id, const hd_chunk_ref *refs, size_t n, int *fds,
-                                 size_t extra)
+static size_t send_chunk_batches(hd_conn *c, uint64_t id, const hd_chunk_ref *refs, size_t n, int *fds, size_t extra)
 {
     size_t sent = 0;
     while (n - sent + extra > HW_FDS_MAX) {
@@ -244,9 +244,8 @@ static Heapd__Histogram *fill_hist(Heapd__Histogram *g, uint64_t *counts, const 
 }
 
 /* hg: two Histograms (collect wait, growth), hn: their counts. */
-static void heap_stats(const hd_heap_info *in, Heapd__HeapStats *s, Heapd__HeapParams *pp,
-                       Heapd__RankStats *rs, Heapd__RankStats **rsp, Heapd__Histogram *hg,
-                       uint64_t (*hn)[HD_HIST_N])
+static void heap_stats(const hd_heap_info *in, Heapd__HeapStats *s, Heapd__HeapParams *pp, Heapd__RankStats *rs,
+                       Heapd__RankStats **rsp, Heapd__Histogram *hg, uint64_t (*hn)[HD_HIST_N])
 {
     heapd__heap_stats__init(s);
     if (in->collect_wait)

@@ -32,13 +32,13 @@ struct hd_ring {
     hr_geom geom;
     int memfd, efd;
     uv_poll_t poll;
-    uint64_t head;            /* next request to take */
-    uint64_t last_ns;         /* last request taken (awake) */
+    uint64_t head;    /* next request to take */
+    uint64_t last_ns; /* last request taken (awake) */
     pend *pend;
     uint32_t npend;
     int awake, stopped;
-    hd_ring *next, *prev;     /* awake list */
-    unsigned char *buf;       /* a slot's payload, copied */
+    hd_ring *next, *prev; /* awake list */
+    unsigned char *buf;   /* a slot's payload, copied */
 };
 
 /* Invariants: awake lists exactly the rings with awake == 1; the idle

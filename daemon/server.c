@@ -254,13 +254,15 @@ static void conn_check_queue(hd_conn *c)
     if (c->dead)
         return;
     if (c->queued > s->cfg.max_queue_per_conn)
-        hd_server_conn_kill_limit(c, "%zu bytes of replies are not read, over max_queue_per_conn = %llu (a client must "
-                           "read its replies; raise max_queue_per_conn in heapd.conf if this one is legitimate)",
-                        c->queued, (unsigned long long)s->cfg.max_queue_per_conn);
+        hd_server_conn_kill_limit(c,
+                                  "%zu bytes of replies are not read, over max_queue_per_conn = %llu (a client must "
+                                  "read its replies; raise max_queue_per_conn in heapd.conf if this one is legitimate)",
+                                  c->queued, (unsigned long long)s->cfg.max_queue_per_conn);
     else if (c->u && c->u->queued > s->cfg.max_queue_per_uid)
-        hd_server_conn_kill_limit(c, "the uid's %u connections leave %zu bytes of replies unread, over max_queue_per_uid "
-                           "= %llu (raise max_queue_per_uid in heapd.conf if this is legitimate)",
-                        c->u->conns, c->u->queued, (unsigned long long)s->cfg.max_queue_per_uid);
+        hd_server_conn_kill_limit(c,
+                                  "the uid's %u connections leave %zu bytes of replies unread, over max_queue_per_uid "
+                                  "= %llu (raise max_queue_per_uid in heapd.conf if this is legitimate)",
+                                  c->u->conns, c->u->queued, (unsigned long long)s->cfg.max_queue_per_uid);
 }
 
 static void conn_flush(hd_conn *c)
@@ -435,7 +437,7 @@ static void idle_cb(uv_idle_t *i)
 
 static int mkdir_parent(const char *path)
 {
-    char dir[sizeof ((hd_config *)0)->socket_path];
+    char dir[sizeof((hd_config *)0)->socket_path];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
     if (!slash || slash == dir)
@@ -517,7 +519,8 @@ int hd_server_create(uv_loop_t *loop, const hd_config *cfg, const hd_server_hand
     s->handles_open = 3;
     if (closer_start(s))
         hd_warn("cannot start the threads that close received fds (%s): heapd closes them itself, and a "
-                "client-passed socket that lingers will block it", strerror(errno));
+                "client-passed socket that lingers will block it",
+                strerror(errno));
     *out = s;
     return 0;
 }

@@ -42,8 +42,8 @@ struct hd_config;
 
 /* Why a new connection is refused (on_refuse). */
 typedef enum hd_refusal {
-    HD_REFUSE_MAX_CLIENTS = 1,     /* max_clients connections are open */
-    HD_REFUSE_UID_CLIENTS = 2,     /* its uid has max_clients_per_uid open */
+    HD_REFUSE_MAX_CLIENTS = 1, /* max_clients connections are open */
+    HD_REFUSE_UID_CLIENTS = 2, /* its uid has max_clients_per_uid open */
 } hd_refusal;
 
 #define HD_FRAMES_PER_TURN 64

@@ -16,7 +16,7 @@
  * (backpressure); max_queue_per_conn closes it. */
 #define HD_CONN_PAUSE_QUEUED (256u << 10)
 /* malloc_trim once this many bytes were freed since the last trim. */
-#define HD_TRIM_BYTES (8u << 20)
+#define HD_TRIM_BYTES  (8u << 20)
 #define HD_UID_BUCKETS 64
 /* Refusals and limit disconnects logged per second; the rest are counted. */
 #define HD_LIMIT_LOGS_PER_S 10
@@ -52,13 +52,13 @@ struct hd_conn {
     pid_t pid;
     uid_t uid;
     gid_t gid;
-    gid_t *groups;              /* supplementary groups at connect time */
+    gid_t *groups; /* supplementary groups at connect time */
     int ngroups;
     hd_uid *u;
-    size_t held, queued;        /* what u counts of this connection */
-    uint64_t opened_ms;         /* uv_now at accept */
-    void *data;                 /* the handlers' */
-    hd_conn *next, *prev;       /* server's list */
+    size_t held, queued;  /* what u counts of this connection */
+    uint64_t opened_ms;   /* uv_now at accept */
+    void *data;           /* the handlers' */
+    hd_conn *next, *prev; /* server's list */
     hd_conn *next_dead, *next_busy;
 };
 
@@ -70,18 +70,18 @@ struct hd_server {
     int lfd;
     bool activated, listening, shutting, accept_paused, destroyed;
     uv_poll_t lpoll;
-    uv_idle_t idle;             /* closes dead connections, reads busy ones */
-    uv_timer_t sweep;           /* Hello timeouts, malloc_trim */
-    uv_timer_t resume;          /* accepting again after EMFILE */
-    hd_closer *closer;          /* NULL: no thread started (closes inline) */
-    uv_async_t closer_async;    /* closed fds to account */
+    uv_idle_t idle;          /* closes dead connections, reads busy ones */
+    uv_timer_t sweep;        /* Hello timeouts, malloc_trim */
+    uv_timer_t resume;       /* accepting again after EMFILE */
+    hd_closer *closer;       /* NULL: no thread started (closes inline) */
+    uv_async_t closer_async; /* closed fds to account */
     bool async_open;
-    int handles_open;           /* handles hd_server_destroy waits for */
+    int handles_open; /* handles hd_server_destroy waits for */
     hd_conn *conns, *dead, *busy;
     uint32_t nconns;
     hd_uid *uids[HD_UID_BUCKETS];
-    size_t freed;               /* bytes freed since the last malloc_trim */
-    uint64_t log_window;        /* second of the last limit log */
+    size_t freed;        /* bytes freed since the last malloc_trim */
+    uint64_t log_window; /* second of the last limit log */
     unsigned logs, suppressed;
 };
 

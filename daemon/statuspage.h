@@ -12,7 +12,7 @@
 #include "status.h"
 
 typedef struct hd_status {
-    int fd;          /* -1 when not created */
+    int fd; /* -1 when not created */
     hs_page *page;
 } hd_status;
 

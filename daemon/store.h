@@ -51,8 +51,7 @@ typedef struct hd_store hd_store;
  * per node: 1 to 64 of [A-Za-z0-9._-]. Connects asynchronously on `loop` (a
  * host name is resolved with uv_getaddrinfo); failures surface at the first
  * collect. Returns 0, or <0 with err filled. */
-int hd_store_open(uv_loop_t *loop, const char *url, const char *node, hd_store **out, char *err,
-                  size_t errlen);
+int hd_store_open(uv_loop_t *loop, const char *url, const char *node, hd_store **out, char *err, size_t errlen);
 /* Checks url with hd_store_open's parser (nothing connects): 0, or -1 with
  * err saying what is wrong (credentials, port out of 1..65535, a database
  * number, no host). heapd --check-config uses it. */
@@ -65,17 +64,17 @@ void hd_store_close(hd_store *s);
 /* Why a collect failed: the callback's status (0: it completed). Codes cross
  * the module boundary (and the store, between nodes); the message is for
  * people. */
-#define HD_STORE_EFAIL (-1)    /* the store: Redis unreachable or refusing, heapd stopping, nodes that
+#define HD_STORE_EFAIL                                                                                                 \
+    (-1)                       /* the store: Redis unreachable or refusing, heapd stopping, nodes that                 \
                                   disagree (world size, ranks served twice), out of memory */
 #define HD_STORE_ETIMEOUT (-2) /* a rank never arrived; the message names the missing ranks */
-#define HD_STORE_EGONE (-3)    /* a node gave up: one of its ranks disconnected or detached */
-#define HD_STORE_EASYM (-4)    /* a node gave up: its ranks collected at different allocations */
+#define HD_STORE_EGONE    (-3) /* a node gave up: one of its ranks disconnected or detached */
+#define HD_STORE_EASYM    (-4) /* a node gave up: its ranks collected at different allocations */
 
 /* offsets (n of them, sorted ascending) are the intersection; they belong to
  * the store and are valid during the call only. */
 typedef void (*hd_store_cb)(void *arg, int status /* 0 ok, <0 an HD_STORE_E* code */,
-                            const char *errmsg /* NULL when ok */, const uint64_t *offsets,
-                            size_t n);
+                            const char *errmsg /* NULL when ok */, const uint64_t *offsets, size_t n);
 
 /* Contribute and wait (asynchronously). One pending collect per (heap,
  * incarnation) at a time. local_ranks: this node's ranks (each < world_size,
@@ -86,10 +85,9 @@ typedef void (*hd_store_cb)(void *arg, int status /* 0 ok, <0 an HD_STORE_E* cod
  * of the collect's keys (e.g. 10x the timeout). Returns 0 (cb will be called
  * exactly once, never from inside this call) or <0 with err filled (cb never
  * called). */
-int hd_store_collect(hd_store *s, const char *heap, const char *incarnation, uint64_t cnum,
-                     uint32_t world_size, const uint32_t *local_ranks, size_t nlocal,
-                     const uint64_t *offsets, size_t n, uint32_t timeout_ms, uint32_t ttl_s,
-                     hd_store_cb cb, void *arg, char *err, size_t errlen);
+int hd_store_collect(hd_store *s, const char *heap, const char *incarnation, uint64_t cnum, uint32_t world_size,
+                     const uint32_t *local_ranks, size_t nlocal, const uint64_t *offsets, size_t n, uint32_t timeout_ms,
+                     uint32_t ttl_s, hd_store_cb cb, void *arg, char *err, size_t errlen);
 
 /* The most a timed-out collect's callback comes after its timeout_ms. */
 #define HD_STORE_GRACE_MS 1000
@@ -101,8 +99,7 @@ int hd_store_collect(hd_store *s, const char *heap, const char *incarnation, uin
  * Redis, the callback gets the result instead, like every other node). The
  * keys live for the pending collect's ttl_s, else HD_STORE_ABORT_TTL_S.
  * Returns 0, or <0 (bad arguments, store closing, no memory). */
-int hd_store_collect_abort(hd_store *s, const char *heap, const char *incarnation, uint64_t cnum,
-                           const char *msg);
+int hd_store_collect_abort(hd_store *s, const char *heap, const char *incarnation, uint64_t cnum, const char *msg);
 /* Same, with the code every node's callback gets (HD_STORE_E*; the plain
  * call gives HD_STORE_EFAIL). */
 int hd_store_collect_abort_code(hd_store *s, const char *heap, const char *incarnation, uint64_t cnum, int code,
@@ -129,20 +126,16 @@ void hd_store_connect(hd_store *s);
  * included; each node's fn is called once per request (from a timer of the
  * store). A node whose subscription is down at that moment misses it
  * (pub/sub does not queue). fn NULL: requests are dropped. */
-void hd_store_on_force(hd_store *s,
-                       void (*fn)(void *arg, const char *heap, const char *incarnation),
-                       void *arg);
+void hd_store_on_force(hd_store *s, void (*fn)(void *arg, const char *heap, const char *incarnation), void *arg);
 /* Publishes once this node is subscribed (so that it gets its own request).
  * Returns 0 when queued, <0 with err filled. Failures after that are not
  * reported; use hd_store_publish_force_cb to learn them. */
-int hd_store_publish_force(hd_store *s, const char *heap, const char *incarnation, char *err,
-                           size_t errlen);
+int hd_store_publish_force(hd_store *s, const char *heap, const char *incarnation, char *err, size_t errlen);
 /* Same; cb gets status 0 and the number of nodes the request reached
  * (PUBLISH's count of subscribers), or <0 and a message (Redis unreachable,
  * not published within timeout_ms, heapd stopping). */
 typedef void (*hd_store_force_cb)(void *arg, int status, const char *errmsg, uint64_t receivers);
-int hd_store_publish_force_cb(hd_store *s, const char *heap, const char *incarnation,
-                              uint32_t timeout_ms, hd_store_force_cb cb, void *arg, char *err,
-                              size_t errlen);
+int hd_store_publish_force_cb(hd_store *s, const char *heap, const char *incarnation, uint32_t timeout_ms,
+                              hd_store_force_cb cb, void *arg, char *err, size_t errlen);
 
 #endif

@@ -57,10 +57,7 @@ static conn *conn_of(hd_store *s, const redisAsyncContext *ac)
     return NULL;
 }
 
-int hd_store_can_send(const hd_store *s)
-{
-    return s->cmd.ac && s->sub.ac && s->sub.nsubs >= 2;
-}
+int hd_store_can_send(const hd_store *s) { return s->cmd.ac && s->sub.ac && s->sub.nsubs >= 2; }
 
 /* Connection `c` is gone (or never came): fail whatever depended on it. The
  * caller frees (or hiredis is freeing) the context. */
@@ -71,7 +68,7 @@ static void conn_lost(hd_store *s, conn *c, const char *why)
     c->ac = NULL;
     c->connected = c->nsubs = c->script_sent = 0;
     if (!was && !s->host_is_ip)
-        s->have_addr = 0;   /* resolve again next time: the address may have moved */
+        s->have_addr = 0; /* resolve again next time: the address may have moved */
     if (s->closing)
         return;
     for (req *q = s->reqs; q; q = q->next) {
@@ -87,9 +84,9 @@ static void conn_lost(hd_store *s, conn *c, const char *why)
         } else if (q->state == ST_QUEUED)
             hd_store_req_fail_conn(q, was, why);
         else if (q->kind == RQ_COLLECT && is_sub)
-            hd_store_req_fail_conn(q, was, why);   /* its result can no longer reach us */
+            hd_store_req_fail_conn(q, was, why); /* its result can no longer reach us */
         else if (!is_sub && (q->state == ST_SENT || q->state == ST_TIMING))
-            hd_store_req_fail_conn(q, was, why);   /* its reply is lost */
+            hd_store_req_fail_conn(q, was, why); /* its reply is lost */
     }
 }
 
@@ -158,7 +155,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
     if (status != REDIS_OK) {
         char why[160];
         snprintf(why, sizeof why, "%s", ac->c.err ? ac->c.errstr : "connect failed");
-        conn_lost(s, c, why);   /* hiredis frees the context after this returns */
+        conn_lost(s, c, why); /* hiredis frees the context after this returns */
         return;
     }
     c->connected = 1;
@@ -172,7 +169,9 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     if (!c)
         return;
     snprintf(why, sizeof why, "%s",
-             ac->c.err ? ac->c.errstr : s->drop_reason ? s->drop_reason : "the connection was closed");
+             ac->c.err        ? ac->c.errstr
+             : s->drop_reason ? s->drop_reason
+                              : "the connection was closed");
     conn_lost(s, c, why);
 }
 
@@ -219,8 +218,8 @@ static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
 
 /* EVALSHA (EVAL the first time on a connection) of the script for request q,
  * op-specific arguments extra[0..nextra). Returns 0 or -1 (nothing sent). */
-int hd_store_send_script(hd_store *s, req *q, redisCallbackFn *fn, const char *op, int nextra,
-                       const char *const *extra, const size_t *extralen)
+int hd_store_send_script(hd_store *s, req *q, redisCallbackFn *fn, const char *op, int nextra, const char *const *extra,
+                         const size_t *extralen)
 {
     const char *argv[16];
     size_t len[16];
@@ -333,8 +332,10 @@ static int parse_url(hd_store *s, const char *url, char *err, size_t errlen)
     }
     p = url + sizeof scheme - 1;
     if (strchr(p, '@')) {
-        hd_store_seterr(err, errlen, "store URL \"%s\": credentials in the URL are not supported; give Redis access "
-                        "by network (bind, firewall) instead", url);
+        hd_store_seterr(err, errlen,
+                        "store URL \"%s\": credentials in the URL are not supported; give Redis access "
+                        "by network (bind, firewall) instead",
+                        url);
         return -1;
     }
     if (*p == '[') {
@@ -367,8 +368,10 @@ static int parse_url(hd_store *s, const char *url, char *err, size_t errlen)
         rest = end;
     }
     if (*rest && strcmp(rest, "/") && strcmp(rest, "/0")) {
-        hd_store_seterr(err, errlen, "store URL \"%s\": unexpected \"%s\" after the port (database selection is not "
-                        "supported: heapd uses database 0)", url, rest);
+        hd_store_seterr(err, errlen,
+                        "store URL \"%s\": unexpected \"%s\" after the port (database selection is not "
+                        "supported: heapd uses database 0)",
+                        url, rest);
         return -1;
     }
     s->port = (int)port;
@@ -409,8 +412,9 @@ int hd_store_open(uv_loop_t *loop, const char *url, const char *node, hd_store *
         hd_store_seterr(err, errlen, "hd_store_open: loop and out must not be NULL");
         return -1;
     }
-    if (nl == 0 || nl > HD_STORE_NODE_MAX || strspn(node, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                                      "0123456789._-") != nl) {
+    if (nl == 0 || nl > HD_STORE_NODE_MAX ||
+        strspn(node, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                     "0123456789._-") != nl) {
         hd_store_seterr(err, errlen,
                         "node name \"%s\" is not valid: use 1 to %d of A-Z a-z 0-9 . _ - (e.g. the host name), "
                         "unique per node",
@@ -434,7 +438,7 @@ int hd_store_open(uv_loop_t *loop, const char *url, const char *node, hd_store *
     s->defer.data = s;
     s->nhandles = 1;
     *out = s;
-    hd_store_kick(s);   /* connect and subscribe now; errors surface at the first collect */
+    hd_store_kick(s); /* connect and subscribe now; errors surface at the first collect */
     return 0;
 }
 
@@ -491,20 +495,11 @@ void hd_store_counters(const hd_store *s, uint64_t *commands, uint64_t *messages
         *messages = s ? s->messages : 0;
 }
 
-const char *hd_store_url(const hd_store *s)
-{
-    return s ? s->url : "";
-}
+const char *hd_store_url(const hd_store *s) { return s ? s->url : ""; }
 
-const char *hd_store_node(const hd_store *s)
-{
-    return s ? s->node : "";
-}
+const char *hd_store_node(const hd_store *s) { return s ? s->node : ""; }
 
-int hd_store_ready(const hd_store *s)
-{
-    return s && !s->closing && hd_store_can_send(s) && s->cmd.connected;
-}
+int hd_store_ready(const hd_store *s) { return s && !s->closing && hd_store_can_send(s) && s->cmd.connected; }
 
 void hd_store_connect(hd_store *s)
 {

@@ -96,8 +96,8 @@ int hd_store_send_timeout(hd_store *s, req *q)
     const char *extra[2];
     size_t len[2];
     snprintf(world, sizeof world, "%" PRIu32, q->world);
-    snprintf(head, sizeof head, "collect %" PRIu64 " of heap \"%s\" timed out after %" PRIu32 " ms",
-             q->cnum, q->heap, q->timeout_ms);
+    snprintf(head, sizeof head, "collect %" PRIu64 " of heap \"%s\" timed out after %" PRIu32 " ms", q->cnum, q->heap,
+             q->timeout_ms);
     extra[0] = world, len[0] = strlen(world);
     extra[1] = head, len[1] = strlen(head);
     return hd_store_send_script(s, q, on_timeout_reply, "t", 2, extra, len);
@@ -169,8 +169,10 @@ void hd_store_finish_with_blob(req *q, const char *p, size_t len)
         v[i] = get_be64(p + 8 * i);
         if (i && v[i] <= v[i - 1]) {
             free(v);
-            hd_store_req_failf(q, "collect %" PRIu64 " of heap \"%s\": Redis returned offsets out of order "
-                               "(another program writing heapd keys?)", q->cnum, q->heap);
+            hd_store_req_failf(q,
+                               "collect %" PRIu64 " of heap \"%s\": Redis returned offsets out of order "
+                               "(another program writing heapd keys?)",
+                               q->cnum, q->heap);
             return;
         }
     }
@@ -198,9 +200,10 @@ static void on_contrib_reply(redisAsyncContext *ac, void *reply, void *priv)
         return;
     }
     if (r->type == REDIS_REPLY_ERROR) {
-        hd_store_req_failf(q, "collect %" PRIu64 " of heap \"%s\": Redis at %s refused heapd's collect script: %.*s; "
-                           "heapd needs Redis 4.0 or later with scripting enabled", q->cnum, q->heap, s->hostport,
-                           (int)r->len, r->str);
+        hd_store_req_failf(q,
+                           "collect %" PRIu64 " of heap \"%s\": Redis at %s refused heapd's collect script: %.*s; "
+                           "heapd needs Redis 4.0 or later with scripting enabled",
+                           q->cnum, q->heap, s->hostport, (int)r->len, r->str);
         return;
     }
     if (reply_is(r, 0, "ok") && (e = hd_store_reply_str(r, 1)) != NULL) {
@@ -311,9 +314,8 @@ static req *pending_collect(hd_store *s, const char *heap, const char *inc)
 /* hd_store_collect's arguments, the store and the callback aside: 0, or -1
  * with err filled. */
 static int collect_args_check(hd_store *s, const char *heap, const char *incarnation, uint64_t cnum,
-                              uint32_t world_size, const uint32_t *local_ranks, size_t nlocal,
-                              const uint64_t *offsets, size_t n, uint32_t timeout_ms, uint32_t ttl_s, char *err,
-                              size_t errlen)
+                              uint32_t world_size, const uint32_t *local_ranks, size_t nlocal, const uint64_t *offsets,
+                              size_t n, uint32_t timeout_ms, uint32_t ttl_s, char *err, size_t errlen)
 {
     req *q;
 
@@ -344,8 +346,10 @@ static int collect_args_check(hd_store *s, const char *heap, const char *incarna
         return -1;
     }
     if (timeout_ms == 0 || ttl_s == 0) {
-        hd_store_seterr(err, errlen, "collect %" PRIu64 " of heap \"%s\": timeout_ms and ttl_s must be at least 1 "
-                        "(ttl_s should be well above the timeout, e.g. 10x)", cnum, heap);
+        hd_store_seterr(err, errlen,
+                        "collect %" PRIu64 " of heap \"%s\": timeout_ms and ttl_s must be at least 1 "
+                        "(ttl_s should be well above the timeout, e.g. 10x)",
+                        cnum, heap);
         return -1;
     }
     if ((q = pending_collect(s, heap, incarnation)) != NULL) {
@@ -385,8 +389,8 @@ static int sort_offsets(const uint64_t *offsets, size_t *np, uint64_t **out)
 }
 
 int hd_store_collect(hd_store *s, const char *heap, const char *incarnation, uint64_t cnum, uint32_t world_size,
-                     const uint32_t *local_ranks, size_t nlocal, const uint64_t *offsets, size_t n,
-                     uint32_t timeout_ms, uint32_t ttl_s, hd_store_cb cb, void *arg, char *err, size_t errlen)
+                     const uint32_t *local_ranks, size_t nlocal, const uint64_t *offsets, size_t n, uint32_t timeout_ms,
+                     uint32_t ttl_s, hd_store_cb cb, void *arg, char *err, size_t errlen)
 {
     req *q;
     uint64_t *sorted = NULL;
@@ -396,8 +400,8 @@ int hd_store_collect(hd_store *s, const char *heap, const char *incarnation, uin
         hd_store_seterr(err, errlen, "hd_store_collect: store and callback must not be NULL");
         return -1;
     }
-    if (collect_args_check(s, heap, incarnation, cnum, world_size, local_ranks, nlocal, offsets, n, timeout_ms,
-                           ttl_s, err, errlen) != 0)
+    if (collect_args_check(s, heap, incarnation, cnum, world_size, local_ranks, nlocal, offsets, n, timeout_ms, ttl_s,
+                           err, errlen) != 0)
         return -1;
     if (sort_offsets(offsets, &n, &sorted) != 0) {
         hd_store_seterr(err, errlen, "collect %" PRIu64 " of heap \"%s\": out of memory sorting %zu offsets", cnum,
@@ -425,7 +429,7 @@ int hd_store_collect(hd_store *s, const char *heap, const char *incarnation, uin
     q->set = n ? malloc(q->set_len) : NULL;
     if (!q->heap || !q->inc || !q->prefix || !q->ranks || (n && !q->set)) {
         free(sorted);
-        hd_store_req_discard(q);   /* cb never called: we return an error */
+        hd_store_req_discard(q); /* cb never called: we return an error */
         hd_store_seterr(err, errlen, "collect %" PRIu64 " of heap \"%s\": out of memory (%zu offsets)", cnum, heap, n);
         return -1;
     }
@@ -477,9 +481,9 @@ int hd_store_collect_abort_code(hd_store *s, const char *heap, const char *incar
     }
     if (t) {
         if (t->state == ST_QUEUED)
-            hd_store_req_failc(t, code, "%s", msg);   /* not contributed: nothing in Redis can complete it */
+            hd_store_req_failc(t, code, "%s", msg); /* not contributed: nothing in Redis can complete it */
         else
-            q->target = t->id;         /* decided by the abort's reply */
+            q->target = t->id; /* decided by the abort's reply */
     }
     hd_store_kick(s);
     return 0;

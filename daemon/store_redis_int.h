@@ -30,9 +30,9 @@
 
 #include "store.h"
 
-#define HD_STORE_FORCE_CHANNEL "heapd:force"
-#define HD_STORE_NODE_CHANNEL "heapd:node:"
-#define HD_STORE_ABORT_REQ_TIMEOUT_MS 10000
+#define HD_STORE_FORCE_CHANNEL            "heapd:force"
+#define HD_STORE_NODE_CHANNEL             "heapd:node:"
+#define HD_STORE_ABORT_REQ_TIMEOUT_MS     10000
 #define HD_STORE_FORCE_DEFAULT_TIMEOUT_MS 10000
 
 /* ---- state ------------------------------------------------------------- */
@@ -40,12 +40,12 @@
 enum req_kind { RQ_COLLECT, RQ_ABORT, RQ_FORCE };
 
 enum req_state {
-    ST_QUEUED,  /* waiting for both connections (and the subscription) */
-    ST_SENT,    /* command sent, reply pending */
-    ST_WAIT,    /* collect: Redis said wait; the result comes as a message */
-    ST_TIMING,  /* collect: timed out here; the timeout op is in flight */
-    ST_GRACE,   /* collect: Redis said it completed; the message is due */
-    ST_DONE     /* result parked; delivered from the timer */
+    ST_QUEUED, /* waiting for both connections (and the subscription) */
+    ST_SENT,   /* command sent, reply pending */
+    ST_WAIT,   /* collect: Redis said wait; the result comes as a message */
+    ST_TIMING, /* collect: timed out here; the timeout op is in flight */
+    ST_GRACE,  /* collect: Redis said it completed; the message is due */
+    ST_DONE    /* result parked; delivered from the timer */
 };
 
 /* One request: a collect contribution, an abort, or a force PUBLISH.
@@ -72,19 +72,19 @@ typedef struct req {
     uv_timer_t timer;
     char *heap, *inc;
     uint64_t cnum;
-    char *prefix;         /* heapd:HEAP:INC:cN */
+    char *prefix; /* heapd:HEAP:INC:cN */
     uint32_t world, timeout_ms, ttl_s;
-    char *ranks;          /* big-endian u32 */
+    char *ranks; /* big-endian u32 */
     size_t ranks_len;
-    char *set;            /* big-endian u64, ascending */
+    char *set; /* big-endian u64, ascending */
     size_t set_len;
-    char *msg;            /* RQ_ABORT: the message */
-    int code;             /* RQ_ABORT: its HD_STORE_E* code */
-    uint64_t target;      /* RQ_ABORT: our collect that waits for this abort's reply */
+    char *msg;       /* RQ_ABORT: the message */
+    int code;        /* RQ_ABORT: its HD_STORE_E* code */
+    uint64_t target; /* RQ_ABORT: our collect that waits for this abort's reply */
     hd_store_cb cb;
     hd_store_force_cb fcb;
     void *arg;
-    int status;           /* result */
+    int status; /* result */
     char *errmsg;
     uint64_t *res;
     size_t nres;
@@ -98,9 +98,9 @@ typedef struct req {
  *   script_sent == 1 <=> EVAL carried the script on this ac (EVALSHA next). */
 typedef struct conn {
     redisAsyncContext *ac;
-    int connected;      /* the connect callback said OK */
-    int nsubs;          /* sub: subscriptions confirmed */
-    int script_sent;    /* cmd: the script was sent with EVAL on this connection */
+    int connected;   /* the connect callback said OK */
+    int nsubs;       /* sub: subscriptions confirmed */
+    int script_sent; /* cmd: the script was sent with EVAL on this connection */
 } conn;
 
 typedef struct force_note {
@@ -128,26 +128,26 @@ struct hd_store {
     uv_loop_t *loop;
     char url[320];
     char host[256];
-    char hostport[300];   /* for messages: HOST:PORT */
+    char hostport[300]; /* for messages: HOST:PORT */
     int port;
     char node[HD_STORE_NODE_MAX + 1];
     char node_chan[sizeof HD_STORE_NODE_CHANNEL + HD_STORE_NODE_MAX];
-    char addr[256];         /* numeric address connected to */
+    char addr[256]; /* numeric address connected to */
     int have_addr, host_is_ip;
     uv_getaddrinfo_t gai;
     int resolving;
     conn cmd, sub;
     char sha[41];
-    req *reqs;              /* live requests, oldest first */
+    req *reqs; /* live requests, oldest first */
     req *reqs_tail;
     uint64_t next_id;
     uint64_t commands, messages;
-    uv_timer_t defer;       /* delivers force notifications */
+    uv_timer_t defer; /* delivers force notifications */
     force_note *fq, *fq_tail;
     void (*force_fn)(void *arg, const char *heap, const char *incarnation);
     void *force_arg;
     int closing;
-    int nhandles;           /* defer + request timers + getaddrinfo in flight */
+    int nhandles; /* defer + request timers + getaddrinfo in flight */
     const char *drop_reason;
 };
 
@@ -163,8 +163,8 @@ void hd_store_kick(hd_store *s);
 void hd_store_conn_drop(hd_store *s, conn *c, const char *why);
 /* EVALSHA (EVAL the first time on a connection) of the script for q, with
  * the op-specific arguments extra[0..nextra). Returns 0 or -1 (nothing sent). */
-int hd_store_send_script(hd_store *s, req *q, redisCallbackFn *fn, const char *op, int nextra,
-                         const char *const *extra, const size_t *extralen);
+int hd_store_send_script(hd_store *s, req *q, redisCallbackFn *fn, const char *op, int nextra, const char *const *extra,
+                         const size_t *extralen);
 
 /* ---- store_redis_req.c: requests --------------------------------------- */
 

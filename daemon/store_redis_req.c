@@ -206,8 +206,7 @@ void hd_store_req_deliver(req *q)
     uv_timer_stop(&q->timer);
     if (q->kind == RQ_COLLECT && q->cb) {
         static const uint64_t none[1] = {0};
-        q->cb(q->arg, q->status, q->status < 0 ? q->errmsg : NULL, q->res ? q->res : none,
-              q->status < 0 ? 0 : q->nres);
+        q->cb(q->arg, q->status, q->status < 0 ? q->errmsg : NULL, q->res ? q->res : none, q->status < 0 ? 0 : q->nres);
     } else if (q->kind == RQ_FORCE && q->fcb) {
         q->fcb(q->arg, q->status, q->status < 0 ? q->errmsg : NULL, q->receivers);
     }
@@ -249,10 +248,9 @@ static void queued_expired(req *q)
 {
     hd_store *s = q->s;
     char what[400];
-    const char *why = s->resolving ? "resolving its host name did not finish"
-                      : !s->cmd.connected || !(s->sub.ac && s->sub.connected)
-                          ? "the connection was not established"
-                          : "the subscription was not confirmed";
+    const char *why = s->resolving                                            ? "resolving its host name did not finish"
+                      : !s->cmd.connected || !(s->sub.ac && s->sub.connected) ? "the connection was not established"
+                                                                              : "the subscription was not confirmed";
     char reason[200];
     hd_store_req_what(q, what, sizeof what);
     snprintf(reason, sizeof reason, "%s within %" PRIu32 " ms", why, q->timeout_ms);

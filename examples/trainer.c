@@ -20,7 +20,7 @@
  * failure (the message says which rank and what), 2 on a usage error.
  */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE   /* fdopen, getopt_long: the example builds on its own with cc -std=c11 */
+#define _GNU_SOURCE /* fdopen, getopt_long: the example builds on its own with cc -std=c11 */
 #endif
 #include "heapc.h"
 
@@ -36,9 +36,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define BLOCKS_PER_STEP 16
+#define BLOCKS_PER_STEP   16
 #define FREES_PER_COLLECT 4
-#define MAX_RANKS 64
+#define MAX_RANKS         64
 
 typedef struct opts {
     const char *sock;
@@ -52,24 +52,24 @@ typedef struct opts {
 static void usage(FILE *f)
 {
     fprintf(f,
-"Usage: trainer [--socket PATH] [--heap NAME] [--ranks N] [--steps N] [--chunk SIZE]\n"
-"               [--stats-cmd CMD]\n"
-"\n"
-"heapd's demo: forks N rank processes that share heap NAME, write into each\n"
-"other's copies of symmetric blocks, verify what they read, free in different\n"
-"orders, and grow the heap. Prints what was verified; exits 1 on any failure.\n"
-"\n"
-"  --socket PATH   heapd's socket (default: $HEAPD_SOCKET, else " HEAPC_DEFAULT_SOCKET ")\n"
-"  --heap NAME     heap to use (default: trainer)\n"
-"  --ranks N       ranks to fork, 1..%d (default 4)\n"
-"  --steps N       allocate/write/check/free rounds (default 3)\n"
-"  --chunk SIZE    heap chunk size in bytes, K or M (default 4M); the heap\n"
-"                  starts with one chunk and may grow to 64 chunks\n"
-"  --stats-cmd CMD run CMD with /bin/sh once everything is verified, while\n"
-"                  every rank is still attached (e.g. \"heapctl stats trainer\");\n"
-"                  its failure fails the trainer\n"
-"\n"
-"Needs heapd with backend = host (the ranks write with CPU stores).\n",
+            "Usage: trainer [--socket PATH] [--heap NAME] [--ranks N] [--steps N] [--chunk SIZE]\n"
+            "               [--stats-cmd CMD]\n"
+            "\n"
+            "heapd's demo: forks N rank processes that share heap NAME, write into each\n"
+            "other's copies of symmetric blocks, verify what they read, free in different\n"
+            "orders, and grow the heap. Prints what was verified; exits 1 on any failure.\n"
+            "\n"
+            "  --socket PATH   heapd's socket (default: $HEAPD_SOCKET, else " HEAPC_DEFAULT_SOCKET ")\n"
+            "  --heap NAME     heap to use (default: trainer)\n"
+            "  --ranks N       ranks to fork, 1..%d (default 4)\n"
+            "  --steps N       allocate/write/check/free rounds (default 3)\n"
+            "  --chunk SIZE    heap chunk size in bytes, K or M (default 4M); the heap\n"
+            "                  starts with one chunk and may grow to 64 chunks\n"
+            "  --stats-cmd CMD run CMD with /bin/sh once everything is verified, while\n"
+            "                  every rank is still attached (e.g. \"heapctl stats trainer\");\n"
+            "                  its failure fails the trainer\n"
+            "\n"
+            "Needs heapd with backend = host (the ranks write with CPU stores).\n",
             MAX_RANKS);
 }
 
@@ -77,10 +77,10 @@ static void usage(FILE *f)
 
 typedef struct rank_ctx {
     heapc *c;
-    FILE *out;          /* to the parent */
-    int go_fd;          /* from the parent: a byte or EOF releases the rank */
+    FILE *out; /* to the parent */
+    int go_fd; /* from the parent: a byte or EOF releases the rank */
     uint32_t r, n;
-    uint64_t verified;  /* bytes written by peers, checked here */
+    uint64_t verified; /* bytes written by peers, checked here */
 } rank_ctx;
 
 static int rank_fail(rank_ctx *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -137,8 +137,10 @@ static int write_peers(rank_ctx *k, const blk *bs, int nb)
         for (uint32_t q = 0; q < k->n; q++) {
             unsigned char *p = heapc_peer_ptr(k->c, q, bs[i].off);
             if (!p)
-                return rank_fail(k, "rank %" PRIu32 "'s copy of offset %" PRIu64 " is not mapped "
-                                 "here: every rank must run on this node", q, bs[i].off);
+                return rank_fail(k,
+                                 "rank %" PRIu32 "'s copy of offset %" PRIu64 " is not mapped "
+                                 "here: every rank must run on this node",
+                                 q, bs[i].off);
             memset(p + st, pattern(k->r, q, bs[i].seq), len);
         }
     }
@@ -158,9 +160,9 @@ static int check_own(rank_ctx *k, const blk *bs, int nb)
             unsigned char want = pattern(w, k->r, bs[i].seq);
             for (uint64_t j = 0; j < len; j++)
                 if (p[st + j] != want)
-                    return rank_fail(k, "allocation %" PRIu64 " (offset %" PRIu64 ", %" PRIu64
-                                     " bytes): byte +%" PRIu64 " written by rank %" PRIu32
-                                     " is 0x%02x, expected 0x%02x",
+                    return rank_fail(k,
+                                     "allocation %" PRIu64 " (offset %" PRIu64 ", %" PRIu64 " bytes): byte +%" PRIu64
+                                     " written by rank %" PRIu32 " is 0x%02x, expected 0x%02x",
                                      bs[i].seq, bs[i].off, bs[i].size, st + j, w, p[st + j], want);
             if (w != k->r)
                 k->verified += len;
@@ -177,10 +179,7 @@ static uint64_t rng_next(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static int collect(rank_ctx *k)
-{
-    return heapc_collect(k->c) == HEAPC_OK ? 0 : heapc_fail(k, "heapc_collect");
-}
+static int collect(rank_ctx *k) { return heapc_collect(k->c) == HEAPC_OK ? 0 : heapc_fail(k, "heapc_collect"); }
 
 /* Frees blocks in an order shuffled with this rank's seed, collecting after
  * every FREES_PER_COLLECT frees (the same number of collects on every rank). */
@@ -212,8 +211,10 @@ static int rank_run(rank_ctx *k, const opts *o)
     if (heapc_err(c))
         return heapc_fail(k, "connecting to heapd");
     if (strcmp(heapc_backend(c), "host") != 0)
-        return rank_fail(k, "heapd serves the %s backend; the trainer writes with CPU stores and "
-                         "needs backend = host in heapd.conf", heapc_backend(c));
+        return rank_fail(k,
+                         "heapd serves the %s backend; the trainer writes with CPU stores and "
+                         "needs backend = host in heapd.conf",
+                         heapc_backend(c));
     heapc_params p = {0};
     p.chunk_size = o->chunk;
     p.initial_size = o->chunk;
@@ -221,8 +222,10 @@ static int rank_run(rank_ctx *k, const opts *o)
     if (heapc_attach(c, o->heap, k->r, k->n, &p) != HEAPC_OK)
         return heapc_fail(k, "heapc_attach");
     if (heapc_local_ranks(c, NULL, 0) != k->n)
-        return rank_fail(k, "heapd serves %zu of the %" PRIu32 " ranks here; the trainer needs "
-                         "every rank on this node", heapc_local_ranks(c, NULL, 0), k->n);
+        return rank_fail(k,
+                         "heapd serves %zu of the %" PRIu32 " ranks here; the trainer needs "
+                         "every rank on this node",
+                         heapc_local_ranks(c, NULL, 0), k->n);
     uint64_t mapped0 = heapc_mapped(c);
     fprintf(k->out, "mapped0 %" PRIu64 "\n", mapped0);
 
@@ -255,8 +258,8 @@ static int rank_run(rank_ctx *k, const opts *o)
     }
     uint64_t mapped1 = heapc_mapped(c);
     if (mapped1 <= mapped0)
-        return rank_fail(k, "the heap did not grow: %d blocks of %" PRIu64 " bytes fit in %" PRIu64
-                         " bytes", nb, q, mapped0);
+        return rank_fail(k, "the heap did not grow: %d blocks of %" PRIu64 " bytes fit in %" PRIu64 " bytes", nb, q,
+                         mapped0);
     /* The new chunk: every rank writes into every peer's copy of it. */
     if (write_peers(k, bs + nb - 1, 1) || collect(k) || check_own(k, bs + nb - 1, 1))
         return 1;
@@ -302,9 +305,9 @@ static int rank_main(int fd, int go_fd, uint32_t r, const opts *o)
 /* ---- parent --------------------------------------------------------------- */
 
 typedef struct result {
-    char line[1024];    /* partial line */
+    char line[1024]; /* partial line */
     size_t llen;
-    uint64_t *offs;     /* by seq; UINT64_MAX: not reported */
+    uint64_t *offs; /* by seq; UINT64_MAX: not reported */
     size_t noffs, cap;
     uint64_t mapped0, mapped1, verified, collects, heap_collects;
     int ready, done, oom;
@@ -407,20 +410,21 @@ static int verify_and_report(const opts *o, result *res, int n)
         }
     for (int r = 1; r < n; r++) {
         if (res[r].noffs != res[0].noffs) {
-            fprintf(stderr, "trainer: FAILED: rank %d made %zu allocations, rank 0 made %zu\n", r,
-                    res[r].noffs, res[0].noffs);
+            fprintf(stderr, "trainer: FAILED: rank %d made %zu allocations, rank 0 made %zu\n", r, res[r].noffs,
+                    res[0].noffs);
             return 1;
         }
         for (size_t s = 0; s < res[0].noffs; s++)
             if (res[r].offs[s] != res[0].offs[s]) {
-                fprintf(stderr, "trainer: FAILED: allocation %zu is at offset %" PRIu64
-                        " on rank 0 but %" PRIu64 " on rank %d: the heap is not symmetric\n",
+                fprintf(stderr,
+                        "trainer: FAILED: allocation %zu is at offset %" PRIu64 " on rank 0 but %" PRIu64
+                        " on rank %d: the heap is not symmetric\n",
                         s, res[0].offs[s], res[r].offs[s], r);
                 return 1;
             }
         if (res[r].collects != res[0].collects) {
-            fprintf(stderr, "trainer: FAILED: rank %d took part in %" PRIu64 " collects, rank 0 in %"
-                    PRIu64 "\n", r, res[r].collects, res[0].collects);
+            fprintf(stderr, "trainer: FAILED: rank %d took part in %" PRIu64 " collects, rank 0 in %" PRIu64 "\n", r,
+                    res[r].collects, res[0].collects);
             return 1;
         }
     }
@@ -430,10 +434,8 @@ static int verify_and_report(const opts *o, result *res, int n)
     char a[32], b[32], v[32];
     printf("%d rank%s attached to heap \"%s\"\n", n, n == 1 ? "" : "s", o->heap);
     printf("%zu allocations: offsets identical on every rank\n", res[0].noffs);
-    printf("peer writes verified: %" PRIu64 " bytes (%s)\n", verified,
-           human(verified, v, sizeof v));
-    printf("heap grew from %s to %s\n", human(res[0].mapped0, a, sizeof a),
-           human(res[0].mapped1, b, sizeof b));
+    printf("peer writes verified: %" PRIu64 " bytes (%s)\n", verified, human(verified, v, sizeof v));
+    printf("heap grew from %s to %s\n", human(res[0].mapped0, a, sizeof a), human(res[0].mapped1, b, sizeof b));
     printf("collects: %" PRIu64 "\n", res[0].heap_collects);
     fflush(stdout);
     return 0;
@@ -462,18 +464,22 @@ int main(int argc, char **argv)
         char *e;
         long v;
         switch (ch) {
-        case 's': o.sock = optarg; break;
-        case 'H': o.heap = optarg; break;
-        case 'S': o.stats_cmd = optarg; break;
+        case 's':
+            o.sock = optarg;
+            break;
+        case 'H':
+            o.heap = optarg;
+            break;
+        case 'S':
+            o.stats_cmd = optarg;
+            break;
         case 'n':
         case 't':
             errno = 0;
             v = strtol(optarg, &e, 10);
-            if (errno || *e || e == optarg || v < (ch == 'n' ? 1 : 0) ||
-                v > (ch == 'n' ? MAX_RANKS : 1000000)) {
+            if (errno || *e || e == optarg || v < (ch == 'n' ? 1 : 0) || v > (ch == 'n' ? MAX_RANKS : 1000000)) {
                 fprintf(stderr, "trainer: --%s: '%s' is out of range (%s)\nTry 'trainer --help'.\n",
-                        ch == 'n' ? "ranks" : "steps", optarg,
-                        ch == 'n' ? "1..64" : "0..1000000");
+                        ch == 'n' ? "ranks" : "steps", optarg, ch == 'n' ? "1..64" : "0..1000000");
                 return 2;
             }
             if (ch == 'n')
@@ -483,13 +489,19 @@ int main(int argc, char **argv)
             break;
         case 'c':
             if (parse_size_arg(optarg, &o.chunk) != 0 || o.chunk < 4096 || o.chunk % 4096) {
-                fprintf(stderr, "trainer: --chunk: '%s' is not a multiple of 4096 bytes (e.g. "
-                        "4M)\nTry 'trainer --help'.\n", optarg);
+                fprintf(stderr,
+                        "trainer: --chunk: '%s' is not a multiple of 4096 bytes (e.g. "
+                        "4M)\nTry 'trainer --help'.\n",
+                        optarg);
                 return 2;
             }
             break;
-        case 'h': usage(stdout); return 0;
-        default: fprintf(stderr, "Try 'trainer --help'.\n"); return 2;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            fprintf(stderr, "Try 'trainer --help'.\n");
+            return 2;
         }
     }
     if (optind < argc) {

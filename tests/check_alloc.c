@@ -21,8 +21,7 @@ static const ha_policy policies[2] = {HA_POLICY_SEED, HA_POLICY_COALESCE};
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static ha_heap *mk(ha_policy pol, uint32_t ranks, uint64_t chunk, uint64_t initial, uint64_t va,
-                   uint64_t min_block)
+static ha_heap *mk(ha_policy pol, uint32_t ranks, uint64_t chunk, uint64_t initial, uint64_t va, uint64_t min_block)
 {
     ha_params p = {.ranks = ranks,
                    .chunk_size = chunk,
@@ -55,13 +54,11 @@ static ha_stats stats(const ha_heap *h)
 static void same_stats(const ha_stats *a, const ha_stats *b, const char *what)
 {
     ck_assert_msg(memcmp(a, b, sizeof *a) == 0,
-                  "%s changed the heap: mapped %" PRIu64 "->%" PRIu64 " live %" PRIu64
-                  "->%" PRIu64 " pending %" PRIu64 "->%" PRIu64 " free %" PRIu64 "->%" PRIu64
-                  " allocs %" PRIu64 "->%" PRIu64 " frees %" PRIu64 "->%" PRIu64
-                  " collects %" PRIu64 "->%" PRIu64,
-                  what, a->mapped, b->mapped, a->live_bytes, b->live_bytes, a->pending_bytes,
-                  b->pending_bytes, a->free_bytes, b->free_bytes, a->allocs, b->allocs, a->frees,
-                  b->frees, a->collects, b->collects);
+                  "%s changed the heap: mapped %" PRIu64 "->%" PRIu64 " live %" PRIu64 "->%" PRIu64 " pending %" PRIu64
+                  "->%" PRIu64 " free %" PRIu64 "->%" PRIu64 " allocs %" PRIu64 "->%" PRIu64 " frees %" PRIu64
+                  "->%" PRIu64 " collects %" PRIu64 "->%" PRIu64,
+                  what, a->mapped, b->mapped, a->live_bytes, b->live_bytes, a->pending_bytes, b->pending_bytes,
+                  a->free_bytes, b->free_bytes, a->allocs, b->allocs, a->frees, b->frees, a->collects, b->collects);
 }
 
 typedef struct loop_out {
@@ -82,10 +79,11 @@ static int alloc_loop(ha_heap *h, uint64_t size, ha_alloc_result *res, loop_out 
         memset(res, 0, sizeof *res);
         int rc = ha_alloc(h, size, res);
         if (rc == HA_NEED_COLLECT) {
-            ck_assert_msg(lo->collects == 0, "ha_alloc(%" PRIu64 ") asked for a second collect",
+            ck_assert_msg(lo->collects == 0, "ha_alloc(%" PRIu64 ") asked for a second collect", size);
+            ck_assert_msg(lo->grows == 0,
+                          "ha_alloc(%" PRIu64 ") asked for a collect after a "
+                          "growth",
                           size);
-            ck_assert_msg(lo->grows == 0, "ha_alloc(%" PRIu64 ") asked for a collect after a "
-                          "growth", size);
             lo->reason = res->collect_reason;
             ck_assert_int_eq(ha_collect(h, NULL, NULL), HA_OK);
             lo->collects++;
@@ -96,8 +94,7 @@ static int alloc_loop(ha_heap *h, uint64_t size, ha_alloc_result *res, loop_out 
             ck_assert_msg(lo->grows == 0, "ha_alloc(%" PRIu64 ") asked to grow twice", size);
             lo->grow_chunks = res->grow_chunks;
             int g = ha_grow(h, res->grow_chunks);
-            ck_assert_msg(g == HA_OK, "ha_grow(%" PRIu32 ") after HA_NEED_GROW: %s",
-                          res->grow_chunks, ha_strerror(g));
+            ck_assert_msg(g == HA_OK, "ha_grow(%" PRIu32 ") after HA_NEED_GROW: %s", res->grow_chunks, ha_strerror(g));
             lo->grows++;
             continue;
         }
@@ -124,8 +121,7 @@ static uint64_t direct_alloc(ha_heap *h, uint64_t size)
 {
     ha_alloc_result res;
     int rc = ha_alloc(h, size, &res);
-    ck_assert_msg(rc == HA_OK, "ha_alloc(%" PRIu64 ") = %d (%s), want HA_OK at once", size, rc,
-                  ha_strerror(rc));
+    ck_assert_msg(rc == HA_OK, "ha_alloc(%" PRIu64 ") = %d (%s), want HA_OK at once", size, rc, ha_strerror(rc));
     valid(h);
     return res.offset;
 }
@@ -163,15 +159,13 @@ static void bad_param(const ha_params *p, const char *name, const char *what)
     char err[256] = "";
     int rc = ha_params_check(p, err, sizeof err);
     ck_assert_msg(rc == HA_EINVAL, "ha_params_check accepted %s", what);
-    ck_assert_msg(strstr(err, name) != NULL, "error for %s does not name %s: \"%s\"", what, name,
-                  err);
+    ck_assert_msg(strstr(err, name) != NULL, "error for %s does not name %s: \"%s\"", what, name, err);
     ha_heap *h = NULL;
     char err2[256] = "";
     rc = ha_create(p, &h, err2, sizeof err2);
     ck_assert_msg(rc == HA_EINVAL, "ha_create accepted %s", what);
     ck_assert_ptr_null(h);
-    ck_assert_msg(strstr(err2, name) != NULL, "ha_create error for %s does not name %s: \"%s\"",
-                  what, name, err2);
+    ck_assert_msg(strstr(err2, name) != NULL, "ha_create error for %s does not name %s: \"%s\"", what, name, err2);
 }
 
 START_TEST(params_check)
@@ -194,34 +188,49 @@ START_TEST(params_check)
     p.policy = HA_POLICY_SEED;
     ck_assert_int_eq(ha_params_check(&p, err, sizeof err), HA_OK);
 
-    p = good_params(); p.ranks = 0;
+    p = good_params();
+    p.ranks = 0;
     bad_param(&p, "ranks", "ranks = 0");
-    p = good_params(); p.ranks = HA_MAX_RANKS + 1;
+    p = good_params();
+    p.ranks = HA_MAX_RANKS + 1;
     bad_param(&p, "ranks", "ranks = HA_MAX_RANKS + 1");
-    p = good_params(); p.min_block = 0;
+    p = good_params();
+    p.min_block = 0;
     bad_param(&p, "min_block", "min_block = 0");
-    p = good_params(); p.min_block = 1000;
+    p = good_params();
+    p.min_block = 1000;
     bad_param(&p, "min_block", "min_block = 1000 (not a power of two)");
-    p = good_params(); p.min_block = 3 * MiB;
+    p = good_params();
+    p.min_block = 3 * MiB;
     bad_param(&p, "min_block", "min_block = 3 MiB");
-    p = good_params(); p.chunk_size = 0;
+    p = good_params();
+    p.chunk_size = 0;
     bad_param(&p, "chunk", "chunk_size = 0");
-    p = good_params(); p.min_block = 4096; p.chunk_size = 6144; p.initial_size = 6144;
+    p = good_params();
+    p.min_block = 4096;
+    p.chunk_size = 6144;
+    p.initial_size = 6144;
     p.va_size = 6144 * 4;
     bad_param(&p, "chunk", "chunk_size not a multiple of min_block");
-    p = good_params(); p.initial_size = 0;
+    p = good_params();
+    p.initial_size = 0;
     bad_param(&p, "initial", "initial_size = 0");
-    p = good_params(); p.initial_size = 3 * MiB;
+    p = good_params();
+    p.initial_size = 3 * MiB;
     bad_param(&p, "initial", "initial_size not a multiple of chunk_size");
-    p = good_params(); p.va_size = 2 * MiB;
+    p = good_params();
+    p.va_size = 2 * MiB;
     bad_param(&p, "va", "va_size < initial_size");
-    p = good_params(); p.va_size = 65 * MiB;
+    p = good_params();
+    p.va_size = 65 * MiB;
     bad_param(&p, "va", "va_size not a multiple of chunk_size");
-    p = good_params(); p.policy = (ha_policy)7;
+    p = good_params();
+    p.policy = (ha_policy)7;
     bad_param(&p, "policy", "policy = 7");
 
     /* err may be NULL or tiny. */
-    p = good_params(); p.ranks = 0;
+    p = good_params();
+    p.ranks = 0;
     ck_assert_int_eq(ha_params_check(&p, NULL, 0), HA_EINVAL);
     char tiny[4] = "abc";
     ck_assert_int_eq(ha_params_check(&p, tiny, sizeof tiny), HA_EINVAL);
@@ -764,9 +773,7 @@ START_TEST(partial_release_not_reclaimed)
         uint64_t blk;
         uint64_t o = must_alloc(h, 64 * KiB, &blk);
         ck_assert_msg(o + blk <= a || o >= a + 64 * KiB,
-                      "block [%" PRIu64 ", +%" PRIu64 ") overlaps a at %" PRIu64
-                      " that rank 1 still holds",
-                      o, blk, a);
+                      "block [%" PRIu64 ", +%" PRIu64 ") overlaps a at %" PRIu64 " that rank 1 still holds", o, blk, a);
         free_all_ranks(h, 3, o);
         if (i % 3 == 0)
             collect(h);
@@ -849,8 +856,7 @@ START_TEST(collect_apply_subset)
     for (int i = 0; i < 8; i++) {
         uint64_t blk, off = must_alloc(h, cbytes[1], &blk);
         ck_assert_msg(off + blk <= cand[1] || off >= cand[1] + cbytes[1],
-                      "block at %" PRIu64 " overlaps the pending block at %" PRIu64, off,
-                      cand[1]);
+                      "block at %" PRIu64 " overlaps the pending block at %" PRIu64, off, cand[1]);
     }
     /* Applying a reclaimed offset again is refused. */
     before = stats(h);
@@ -966,8 +972,7 @@ START_TEST(seed_trigger_at_mapped_eighth)
         uint64_t req = cls == 512 ? 1 : cls / 2 + 1;
         ha_alloc_result res;
         int rc = ha_alloc(h, req, &res);
-        ck_assert_msg(rc == HA_OK, "ha_alloc(%" PRIu64 ") with %" PRIu64 " handed out: %d", req,
-                      handed, rc);
+        ck_assert_msg(rc == HA_OK, "ha_alloc(%" PRIu64 ") with %" PRIu64 " handed out: %d", req, handed, rc);
         handed += cls;
         ck_assert_uint_eq(stats(h).handed_since_collect, handed);
     }
@@ -1174,8 +1179,7 @@ START_TEST(seed_review_models)
     ck_assert_uint_eq(m.growths, 0);
     m = run_model(HA_POLICY_SEED, 2);
     ck_assert_msg(m.mapped == 256 * MiB && m.growths == 0 && m.collects == 625,
-                  "seed model 2: mapped %" PRIu64 " growths %" PRIu64 " collects %" PRIu64
-                  ", want 268435456 0 625",
+                  "seed model 2: mapped %" PRIu64 " growths %" PRIu64 " collects %" PRIu64 ", want 268435456 0 625",
                   m.mapped, m.growths, m.collects);
     m = run_model(HA_POLICY_COALESCE, 1);
     ck_assert_uint_eq(m.mapped, 256 * MiB);
@@ -1202,9 +1206,9 @@ typedef struct mblock {
 typedef struct model {
     mblock *b;
     size_t n, cap;
-    size_t *live;    /* indices of M_LIVE blocks */
+    size_t *live; /* indices of M_LIVE blocks */
     size_t nlive;
-    size_t *busy;    /* indices of M_LIVE and M_PENDING blocks */
+    size_t *busy; /* indices of M_LIVE and M_PENDING blocks */
     size_t nbusy;
     uint64_t live_bytes, pending_bytes, live_blocks, pending_blocks;
     uint64_t allocs, frees, collects;
@@ -1226,8 +1230,7 @@ static void model_check_new(const model *m, uint64_t off, uint64_t size, uint64_
         ck_assert_msg(off + size <= o->off || off >= o->off + o->size,
                       "step %" PRIu64 ": new block [%" PRIu64 ", %" PRIu64 ") overlaps %s "
                       "block [%" PRIu64 ", %" PRIu64 ")",
-                      step, off, off + size, o->state == M_LIVE ? "a held" : "a pending",
-                      o->off, o->off + o->size);
+                      step, off, off + size, o->state == M_LIVE ? "a held" : "a pending", o->off, o->off + o->size);
     }
 }
 
@@ -1274,10 +1277,10 @@ static void check_against_model(const ha_heap *h, const model *m, uint64_t step)
     ha_stats s = stats(h);
     ck_assert_msg(s.live_bytes == m->live_bytes && s.pending_bytes == m->pending_bytes &&
                       s.live_blocks == m->live_blocks && s.pending_blocks == m->pending_blocks,
-                  "step %" PRIu64 ": heap says live %" PRIu64 "/%" PRIu64 " pending %" PRIu64
-                  "/%" PRIu64 ", model %" PRIu64 "/%" PRIu64 " %" PRIu64 "/%" PRIu64,
-                  step, s.live_bytes, s.live_blocks, s.pending_bytes, s.pending_blocks,
-                  m->live_bytes, m->live_blocks, m->pending_bytes, m->pending_blocks);
+                  "step %" PRIu64 ": heap says live %" PRIu64 "/%" PRIu64 " pending %" PRIu64 "/%" PRIu64
+                  ", model %" PRIu64 "/%" PRIu64 " %" PRIu64 "/%" PRIu64,
+                  step, s.live_bytes, s.live_blocks, s.pending_bytes, s.pending_blocks, m->live_bytes, m->live_blocks,
+                  m->pending_bytes, m->pending_blocks);
     ck_assert_uint_eq(s.free_bytes, s.mapped - s.live_bytes - s.pending_bytes);
     ck_assert_uint_eq(s.allocs, m->allocs);
     ck_assert_uint_eq(s.frees, m->frees);
@@ -1359,9 +1362,8 @@ static void random_run(ha_policy pol, uint32_t ranks, uint64_t seed, int steps)
                 rc = ha_alloc(h, size, &res);
                 rc2 = ha_alloc(twin, size, &res2);
                 ck_assert_msg(rc == rc2 && memcmp(&res, &res2, sizeof res) == 0,
-                              "step %" PRIu64 ": twin heaps disagree: rc %d/%d offset %" PRIu64
-                              "/%" PRIu64,
-                              step, rc, rc2, res.offset, res2.offset);
+                              "step %" PRIu64 ": twin heaps disagree: rc %d/%d offset %" PRIu64 "/%" PRIu64, step, rc,
+                              rc2, res.offset, res2.offset);
                 if (rc == HA_NEED_COLLECT) {
                     ck_assert_int_eq(ha_collect(h, NULL, NULL), HA_OK);
                     ck_assert_int_eq(ha_collect(twin, NULL, NULL), HA_OK);
@@ -1377,15 +1379,13 @@ static void random_run(ha_policy pol, uint32_t ranks, uint64_t seed, int steps)
                 }
                 break;
             }
-            ck_assert_msg(rc == HA_OK, "step %" PRIu64 ": allocating %" PRIu64 ": %s", step, size,
-                          ha_strerror(rc));
+            ck_assert_msg(rc == HA_OK, "step %" PRIu64 ": allocating %" PRIu64 ": %s", step, size, ha_strerror(rc));
             ck_assert_uint_eq(res.block_size, ha_class_size(h, size));
             ck_assert_uint_eq(res.offset % p.min_block, 0);
             ck_assert_uint_le(res.offset + res.block_size, stats(h).mapped);
             model_check_new(&m, res.offset, res.block_size, step);
             mblock *nb = &m.b[m.n];
-            *nb = (mblock){.off = res.offset, .size = res.block_size, .req = size,
-                           .nheld = ranks, .state = M_LIVE};
+            *nb = (mblock){.off = res.offset, .size = res.block_size, .req = size, .nheld = ranks, .state = M_LIVE};
             memset(nb->held, 1, ranks);
             model_push(&m.live, &m.nlive, m.n, cap);
             model_push(&m.busy, &m.nbusy, m.n, cap);
@@ -1405,8 +1405,8 @@ static void random_run(ha_policy pol, uint32_t ranks, uint64_t seed, int steps)
                 q = (uint32_t)cku_rng_below(&rs, ranks);
             while (!o->held[q]);
             int rc = ha_free(h, q, o->off);
-            ck_assert_msg(rc == HA_OK, "step %" PRIu64 ": rank %u frees %" PRIu64 ": %s", step, q,
-                          o->off, ha_strerror(rc));
+            ck_assert_msg(rc == HA_OK, "step %" PRIu64 ": rank %u frees %" PRIu64 ": %s", step, q, o->off,
+                          ha_strerror(rc));
             ck_assert_int_eq(ha_free(twin, q, o->off), HA_OK);
             ck_assert_int_eq(ha_rank_holds(h, q, o->off), 0);
             o->held[q] = 0;
@@ -1433,8 +1433,7 @@ static void random_run(ha_policy pol, uint32_t ranks, uint64_t seed, int steps)
                 wrong = 1;
             }
             for (size_t i = 0; i < m.nbusy && wrong; i++) /* ...unless reused since */
-                if (m.b[m.busy[i]].off == off && m.b[m.busy[i]].state == M_LIVE &&
-                    m.b[m.busy[i]].held[q])
+                if (m.b[m.busy[i]].off == off && m.b[m.busy[i]].state == M_LIVE && m.b[m.busy[i]].held[q])
                     wrong = 0;
             if (wrong) {
                 ha_stats before = stats(h), after;
@@ -1476,11 +1475,11 @@ static void random_run(ha_policy pol, uint32_t ranks, uint64_t seed, int steps)
     }
     if (getenv("CHECK_ALLOC_VERBOSE"))
         fprintf(stderr,
-                "random %s ranks=%u seed=%" PRIu64 ": allocs %" PRIu64 " mapped %" PRIu64
-                " growths %" PRIu64 " (%" PRIu64 ") collects %" PRIu64 " (triggered %" PRIu64
-                ", explicit %" PRIu64 ", subset %" PRIu64 ")\n",
-                ha_policy_name(pol), ranks, seed, s.allocs, s.mapped, s.growths, grows,
-                s.collects, triggered, explicit_collects, subsets);
+                "random %s ranks=%u seed=%" PRIu64 ": allocs %" PRIu64 " mapped %" PRIu64 " growths %" PRIu64
+                " (%" PRIu64 ") collects %" PRIu64 " (triggered %" PRIu64 ", explicit %" PRIu64 ", subset %" PRIu64
+                ")\n",
+                ha_policy_name(pol), ranks, seed, s.allocs, s.mapped, s.growths, grows, s.collects, triggered,
+                explicit_collects, subsets);
     ha_destroy(h);
     ha_destroy(twin);
     free(m.b);
@@ -1518,8 +1517,8 @@ START_TEST(determinism_offsets)
             uint64_t size = 1 + cku_rng_below(&rs, (uint64_t)1 << cku_rng_below(&rs, 21));
             live_a[n] = must_alloc(a, size, NULL);
             live_b[n] = must_alloc(b, size, NULL);
-            ck_assert_msg(live_a[n] == live_b[n], "step %d: offsets %" PRIu64 " vs %" PRIu64,
-                          step, live_a[n], live_b[n]);
+            ck_assert_msg(live_a[n] == live_b[n], "step %d: offsets %" PRIu64 " vs %" PRIu64, step, live_a[n],
+                          live_b[n]);
             n++;
         } else {
             int k = (int)cku_rng_below(&rs, (uint64_t)n);
@@ -1586,7 +1585,4 @@ static Suite *alloc_suite(void)
     return s;
 }
 
-int main(void)
-{
-    return cku_run(alloc_suite());
-}
+int main(void) { return cku_run(alloc_suite()); }

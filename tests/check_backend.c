@@ -46,10 +46,7 @@ static hb_backend *open_host(void)
     return be;
 }
 
-static uint64_t page_size(void)
-{
-    return (uint64_t)sysconf(_SC_PAGESIZE);
-}
+static uint64_t page_size(void) { return (uint64_t)sysconf(_SC_PAGESIZE); }
 
 /* 1 when all n bytes at p are zero. */
 static int all_zero(const void *p, size_t n)
@@ -194,8 +191,7 @@ static void check_new_chunk(const hb_chunk *c, uint64_t size)
     ck_assert_int_ge(seals, 0);
     ck_assert(seals & F_SEAL_SHRINK);
     ck_assert(seals & F_SEAL_GROW);
-    ck_assert_msg(ftruncate(c->fd, (off_t)size / 2) != 0 && errno == EPERM,
-                  "a client could shrink the chunk");
+    ck_assert_msg(ftruncate(c->fd, (off_t)size / 2) != 0 && errno == EPERM, "a client could shrink the chunk");
     ck_assert_msg(fd_reads_zero(c->fd, size), "a new chunk does not read as zeros");
 }
 
@@ -284,9 +280,7 @@ START_TEST(host_release_closes_fd)
     char err[512] = "";
     hb_chunk c[3];
     for (int i = 0; i < 3; i++)
-        ck_assert_msg(hb_chunk_create(be, 0, (uint64_t)(i + 1) * pg, &c[i], err, sizeof err) ==
-                          HB_OK,
-                      "%s", err);
+        ck_assert_msg(hb_chunk_create(be, 0, (uint64_t)(i + 1) * pg, &c[i], err, sizeof err) == HB_OK, "%s", err);
     ck_assert_int_eq(cku_count_fds(), before + 3);
     int fd0 = c[0].fd;
     hb_chunk_release(be, &c[0]);
@@ -330,9 +324,7 @@ START_TEST(map_reserve_errors)
     if (!g_have_gpu) {
         err[0] = '\0';
         ck_assert_int_eq(hm_reserve(HM_CUDA, 64 * MiB, 2 * MiB, &s, err, sizeof err), HM_EUNAVAIL);
-        ck_assert_msg(strstr(err, "NVIDIA driver") || strstr(err, "GPU") ||
-                          strstr(err, "CUDA headers"),
-                      "%s", err);
+        ck_assert_msg(strstr(err, "NVIDIA driver") || strstr(err, "GPU") || strstr(err, "CUDA headers"), "%s", err);
         ck_assert_ptr_null(hm_base(&s));
         int ord = -1;
         ck_assert_int_eq(hm_cuda_device_by_uuid("", &ord, err, sizeof err), HM_EUNAVAIL);
@@ -350,8 +342,7 @@ static int child_rank(int fd0, int fd2)
     char err[512];
     if (hm_reserve(HM_HOST, 64 * MiB, MiB, &s, err, sizeof err) != HM_OK)
         return 10;
-    if (hm_map_chunk(&s, 0, fd0, err, sizeof err) != HM_OK ||
-        hm_map_chunk(&s, 2, fd2, err, sizeof err) != HM_OK)
+    if (hm_map_chunk(&s, 0, fd0, err, sizeof err) != HM_OK || hm_map_chunk(&s, 2, fd2, err, sizeof err) != HM_OK)
         return 11;
     char *b = hm_base(&s);
     if (check_pattern(b, MiB, 0xa0) != -1 || check_pattern(b + 2 * MiB, MiB, 0xa2) != -1)
@@ -369,8 +360,7 @@ START_TEST(map_host_two_spaces_and_fork)
     hb_chunk c0, c2, small;
     ck_assert_msg(hb_chunk_create(be, 0, MiB, &c0, err, sizeof err) == HB_OK, "%s", err);
     ck_assert_msg(hb_chunk_create(be, 0, MiB, &c2, err, sizeof err) == HB_OK, "%s", err);
-    ck_assert_msg(hb_chunk_create(be, 0, hb_granularity(be, 0), &small, err, sizeof err) == HB_OK,
-                  "%s", err);
+    ck_assert_msg(hb_chunk_create(be, 0, hb_granularity(be, 0), &small, err, sizeof err) == HB_OK, "%s", err);
 
     /* Rank A maps the chunks' own fds. */
     hm_space a, b;
@@ -425,8 +415,7 @@ START_TEST(map_host_two_spaces_and_fork)
         _exit(child_rank(c0.fd, c2.fd));
     int status = 0;
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                  "the forked rank failed (status 0x%x)", status);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the forked rank failed (status 0x%x)", status);
     ck_assert_int_eq(check_pattern(pa + 2 * MiB, MiB, 0xc2), -1);
     ck_assert_int_eq(check_pattern(pb + 2 * MiB, MiB, 0xc2), -1);
 
@@ -495,8 +484,8 @@ static int tcu_enter(void)
     *(void **)&tcu.CtxSynchronize = dlsym(lib, "cuCtxSynchronize");
     *(void **)&tcu.MemsetD32 = dlsym(lib, "cuMemsetD32_v2");
     *(void **)&tcu.MemcpyDtoH = dlsym(lib, "cuMemcpyDtoH_v2");
-    if (!(tcu.PrimaryCtxRetain && tcu.PrimaryCtxRelease && tcu.DeviceGet && tcu.CtxSetCurrent &&
-          tcu.CtxSynchronize && tcu.MemsetD32 && tcu.MemcpyDtoH))
+    if (!(tcu.PrimaryCtxRetain && tcu.PrimaryCtxRelease && tcu.DeviceGet && tcu.CtxSetCurrent && tcu.CtxSynchronize &&
+          tcu.MemsetD32 && tcu.MemcpyDtoH))
         return -1;
     CUdevice dev;
     CUcontext ctx;
@@ -591,8 +580,7 @@ START_TEST(cuda_chunks_map_and_copy)
     /* Out of memory: named call, CUDA error, HB_ENOMEM. */
     uint64_t huge = (2 * t + g - 1) / g * g;
     ck_assert_int_eq(hb_chunk_create(be, 0, huge, &bad, err, sizeof err), HB_ENOMEM);
-    ck_assert_msg(strstr(err, "cuMemCreate(") && strstr(err, "CUDA_ERROR_OUT_OF_MEMORY"), "%s",
-                  err);
+    ck_assert_msg(strstr(err, "cuMemCreate(") && strstr(err, "CUDA_ERROR_OUT_OF_MEMORY"), "%s", err);
 
     /* Two "ranks" in one process, different layouts of the same chunks. The
      * test thread has no current context: the mapper brings its own. */
@@ -660,8 +648,8 @@ static int send_fds(int sock, const int *fds, int n)
         struct cmsghdr align;
     } u;
     memset(&u, 0, sizeof u);
-    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                       .msg_controllen = CMSG_SPACE((size_t)n * sizeof(int))};
+    struct msghdr m = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = CMSG_SPACE((size_t)n * sizeof(int))};
     struct cmsghdr *c = CMSG_FIRSTHDR(&m);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
@@ -678,8 +666,7 @@ static int recv_fds(int sock, int *fds, int n)
         char buf[CMSG_SPACE(4 * sizeof(int))];
         struct cmsghdr align;
     } u;
-    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                       .msg_controllen = sizeof u.buf};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
     if (recvmsg(sock, &m, 0) != 1)
         return -1;
     struct cmsghdr *c = CMSG_FIRSTHDR(&m);
@@ -700,8 +687,7 @@ static int cuda_peer(int sock, uint64_t size)
     hm_space s;
     if (hm_reserve(HM_CUDA, 2 * size, size, &s, err, sizeof err) != HM_OK)
         return 21;
-    if (hm_map_chunk(&s, 0, fds[0], err, sizeof err) != HM_OK ||
-        hm_map_chunk(&s, 1, fds[1], err, sizeof err) != HM_OK)
+    if (hm_map_chunk(&s, 0, fds[0], err, sizeof err) != HM_OK || hm_map_chunk(&s, 1, fds[1], err, sizeof err) != HM_OK)
         return 22;
     close(fds[0]);
     close(fds[1]);
@@ -713,8 +699,7 @@ static int cuda_peer(int sock, uint64_t size)
     for (size_t i = 0; i < size / 4; i++)
         if (buf[i] != 0xC0FFEE00u)
             return 24;
-    if (tcu.MemsetD32(dptr(&s, 1), 0xBEEF0001u, size / 4) != CUDA_SUCCESS ||
-        tcu.CtxSynchronize() != CUDA_SUCCESS)
+    if (tcu.MemsetD32(dptr(&s, 1), 0xBEEF0001u, size / 4) != CUDA_SUCCESS || tcu.CtxSynchronize() != CUDA_SUCCESS)
         return 25;
     free(buf);
     test_cuda_leave();
@@ -759,9 +744,8 @@ START_TEST(cuda_fds_across_processes)
     ssize_t r = read(sv[0], &reply, 1);
     int status = 0;
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                  "the peer process failed (status 0x%x: exit code %d)", status,
-                  WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the peer process failed (status 0x%x: exit code %d)",
+                  status, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     ck_assert_int_eq(r, 1);
     ck_assert_int_eq(reply, 'K');
 

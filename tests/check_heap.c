@@ -17,7 +17,7 @@
 #include "heap.h"
 
 #define MAXREC 256
-#define NPEER 8
+#define NPEER  8
 
 /* ---- the recording sink ------------------------------------------------- */
 
@@ -91,10 +91,7 @@ static void s_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
     close_all(a->fds, a->nchunks);
 }
 
-static void s_free(hd_peer *p, uint64_t id, uint32_t accepted)
-{
-    record(p, id, R_FREE)->blocks = accepted;
-}
+static void s_free(hd_peer *p, uint64_t id, uint32_t accepted) { record(p, id, R_FREE)->blocks = accepted; }
 
 static void s_collect(hd_peer *p, uint64_t id, uint64_t blocks, uint64_t bytes, uint64_t collects)
 {
@@ -328,8 +325,7 @@ START_TEST(asymmetry)
     const rec *x = last(1);
     ck_assert_int_eq(x->kind, R_ERROR);
     ck_assert_int_eq(x->code, HEAPD__ERR_CODE__ERR_ASYMMETRY);
-    ck_assert_msg(strstr(x->msg, "allocation 0 ") && strstr(x->msg, "8192") && strstr(x->msg, "4096"), "%s",
-                  x->msg);
+    ck_assert_msg(strstr(x->msg, "allocation 0 ") && strstr(x->msg, "8192") && strstr(x->msg, "4096"), "%s", x->msg);
     /* Nothing changed: the right size still gets the decision. */
     alloc(1, 0, 4096);
     ck_assert_int_eq(last(1)->kind, R_ALLOC);

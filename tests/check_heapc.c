@@ -32,8 +32,8 @@ typedef struct fake {
     hw_reader rd;
     pthread_t th;
     void (*script)(struct fake *);
-    char fail[512];          /* first script failure */
-    int chunks[2][4];        /* memfds: [rank][index] */
+    char fail[512];   /* first script failure */
+    int chunks[2][4]; /* memfds: [rank][index] */
     /* what the client sent */
     uint64_t free_offsets[64];
     size_t nfree, free_msgs;
@@ -141,7 +141,7 @@ static int fattach(fake *f)
     Heapd__ChunkRef c0 = HEAPD__CHUNK_REF__INIT, c1 = HEAPD__CHUNK_REF__INIT;
     c0.rank = 0;
     c0.index = 0;
-    c0.fd_index = 1;   /* fds deliberately not in rank order */
+    c0.fd_index = 1; /* fds deliberately not in rank order */
     c1.rank = 1;
     c1.index = 0;
     c1.fd_index = 0;
@@ -168,8 +168,8 @@ static int fattach(fake *f)
     return 0;
 }
 
-static void falloc_reply(fake *f, uint64_t id, uint64_t seq, uint64_t off, uint64_t bs,
-                         uint64_t mapped, int collect, int grow_index)
+static void falloc_reply(fake *f, uint64_t id, uint64_t seq, uint64_t off, uint64_t bs, uint64_t mapped, int collect,
+                         int grow_index)
 {
     Heapd__AllocReply ar = HEAPD__ALLOC_REPLY__INIT;
     Heapd__ChunkRef c0 = HEAPD__CHUNK_REF__INIT, c1 = HEAPD__CHUNK_REF__INIT;
@@ -343,8 +343,7 @@ static void script_session(fake *f)
     if (!m)
         return;
     if (m->alloc->seq != 0 || m->alloc->size != 100)
-        ffail(f, "alloc 0: seq %lu size %lu", (unsigned long)m->alloc->seq,
-              (unsigned long)m->alloc->size);
+        ffail(f, "alloc 0: seq %lu size %lu", (unsigned long)m->alloc->seq, (unsigned long)m->alloc->size);
     falloc_reply(f, m->id, 0, 0, 512, CHUNK, 0, 0);
     heapd__frame__free_unpacked(m, NULL);
     /* alloc 1: collect_needed, then (after the client's Free + Collect) growth */
@@ -447,8 +446,7 @@ START_TEST(test_session)
 
     /* heapd's error keeps its code and message; the sequence stays. */
     ck_assert_int_eq(heapc_alloc(c, 8, NULL, NULL), HEAPC_EASYMMETRY);
-    ck_assert_str_eq(heapc_errstr(c),
-                     "asymmetric allocation 2 on heap \"h\": rank 1 asked for 7 bytes, rank 0 for 8");
+    ck_assert_str_eq(heapc_errstr(c), "asymmetric allocation 2 on heap \"h\": rank 1 asked for 7 bytes, rank 0 for 8");
     ck_assert_uint_eq(heapc_next_seq(c), 2);
 
     /* Batch size: validated; one queued free then goes out with the collect. */

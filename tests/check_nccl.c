@@ -94,8 +94,8 @@ static int daemon_start(daemon_proc *d, const char *tag, const char *extra, char
         snprintf(why, whylen, "cannot write %s: %s", d->conf, strerror(errno));
         return -1;
     }
-    fprintf(f, "socket = %s\nlog_level = warn\ncollect_timeout_ms = 5000\nmeminfo_interval_ms = 10\n%s",
-            d->sock, extra);
+    fprintf(f, "socket = %s\nlog_level = warn\ncollect_timeout_ms = 5000\nmeminfo_interval_ms = 10\n%s", d->sock,
+            extra);
     fclose(f);
     const char *bin = heapd_path();
     if (access(bin, X_OK) != 0) {
@@ -167,10 +167,7 @@ static heapc *attach_on(const char *sock, const char *heap, uint64_t chunk)
     return c;
 }
 
-static heapc *attach(const char *heap)
-{
-    return attach_on(g_heapd.sock, heap, 1 * MiB);
-}
+static heapc *attach(const char *heap) { return attach_on(g_heapd.sock, heap, 1 * MiB); }
 
 static heapc_status_t page(heapc *c)
 {
@@ -192,14 +189,13 @@ static char rec_log[LOG_MAX][96];
 static int rec_n;
 static ncclResult_t rec_result[HNCCL_NOPS + 2]; /* by call: index below */
 static int rec_nranks = 2;
-static const char *rec_sbase, *rec_rbase;        /* for Send/Recv offsets */
+static const char *rec_sbase, *rec_rbase; /* for Send/Recv offsets */
 static size_t rec_free = 1 * GiB, rec_total = 80 * GiB;
 static int rec_meminfo_calls, rec_meminfo_rc;
 static int rec_cb_calls;
-static hnccl_probe_info rec_info;                /* what the last callback saw */
+static hnccl_probe_info rec_info; /* what the last callback saw */
 
-enum { R_ALLREDUCE, R_ALLGATHER, R_REDSCAT, R_BCAST, R_REDUCE, R_SEND, R_RECV, R_GSTART, R_GEND, R_COUNT,
-       R_N };
+enum { R_ALLREDUCE, R_ALLGATHER, R_REDSCAT, R_BCAST, R_REDUCE, R_SEND, R_RECV, R_GSTART, R_GEND, R_COUNT, R_N };
 static ncclResult_t rec_fail[R_N];
 
 static void rec(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -247,22 +243,20 @@ static int rec_is(const char *const *want, int n)
             return 0;
     return 1;
 }
-#define REC_IS(...)                                                                        \
-    do {                                                                                   \
-        static const char *const want_[] = {__VA_ARGS__};                                  \
-        ck_assert_msg(rec_is(want_, (int)(sizeof want_ / sizeof want_[0])), "recorded: %s", \
-                      rec_joined());                                                       \
+#define REC_IS(...)                                                                                                    \
+    do {                                                                                                               \
+        static const char *const want_[] = {__VA_ARGS__};                                                              \
+        ck_assert_msg(rec_is(want_, (int)(sizeof want_ / sizeof want_[0])), "recorded: %s", rec_joined());             \
     } while (0)
 
-static ncclResult_t r_all_reduce(const void *s, void *r, size_t n, ncclDataType_t dt, ncclRedOp_t op,
-                                 ncclComm_t comm, cudaStream_t st)
+static ncclResult_t r_all_reduce(const void *s, void *r, size_t n, ncclDataType_t dt, ncclRedOp_t op, ncclComm_t comm,
+                                 cudaStream_t st)
 {
     (void)s, (void)r, (void)dt, (void)op, (void)comm, (void)st;
     rec("AllReduce n=%zu", n);
     return rec_fail[R_ALLREDUCE];
 }
-static ncclResult_t r_all_gather(const void *s, void *r, size_t n, ncclDataType_t dt, ncclComm_t comm,
-                                 cudaStream_t st)
+static ncclResult_t r_all_gather(const void *s, void *r, size_t n, ncclDataType_t dt, ncclComm_t comm, cudaStream_t st)
 {
     (void)s, (void)r, (void)dt, (void)comm, (void)st;
     rec("AllGather n=%zu", n);
@@ -275,8 +269,8 @@ static ncclResult_t r_reduce_scatter(const void *s, void *r, size_t n, ncclDataT
     rec("ReduceScatter n=%zu", n);
     return rec_fail[R_REDSCAT];
 }
-static ncclResult_t r_broadcast(const void *s, void *r, size_t n, ncclDataType_t dt, int root,
-                                ncclComm_t comm, cudaStream_t st)
+static ncclResult_t r_broadcast(const void *s, void *r, size_t n, ncclDataType_t dt, int root, ncclComm_t comm,
+                                cudaStream_t st)
 {
     (void)s, (void)r, (void)dt, (void)comm, (void)st;
     rec("Broadcast n=%zu root=%d", n, root);
@@ -289,8 +283,7 @@ static ncclResult_t r_reduce(const void *s, void *r, size_t n, ncclDataType_t dt
     rec("Reduce n=%zu root=%d", n, root);
     return rec_fail[R_REDUCE];
 }
-static ncclResult_t r_send(const void *s, size_t n, ncclDataType_t dt, int peer, ncclComm_t comm,
-                           cudaStream_t st)
+static ncclResult_t r_send(const void *s, size_t n, ncclDataType_t dt, int peer, ncclComm_t comm, cudaStream_t st)
 {
     (void)dt, (void)comm, (void)st;
     rec("Send peer=%d +%td n=%zu", peer, rec_sbase ? (const char *)s - rec_sbase : 0, n);
@@ -407,8 +400,8 @@ START_TEST(default_policy)
     hnccl_ctx *x = new_ctx(c);
     static const int probes[HNCCL_NOPS] = {[HNCCL_OP_GROUP_START] = 1, [HNCCL_OP_GROUP_END] = 1};
     for (int op = 0; op < HNCCL_NOPS; op++)
-        ck_assert_msg(hnccl_get_policy(x, (hnccl_op)op) == (probes[op] ? HNCCL_PROBE : HNCCL_SKIP),
-                      "op %s: policy %d", hnccl_op_name((hnccl_op)op), hnccl_get_policy(x, (hnccl_op)op));
+        ck_assert_msg(hnccl_get_policy(x, (hnccl_op)op) == (probes[op] ? HNCCL_PROBE : HNCCL_SKIP), "op %s: policy %d",
+                      hnccl_op_name((hnccl_op)op), hnccl_get_policy(x, (hnccl_op)op));
     ck_assert_uint_eq(hnccl_probe_mask(x), HNCCL_DEFAULT_PROBE_MASK);
     ck_assert_uint_eq(hnccl_get_threshold(x), 3 * GiB);
     ck_assert_int_eq(hnccl_get_policy(x, HNCCL_NOPS), HNCCL_EINVAL);
@@ -419,9 +412,9 @@ START_TEST(default_policy)
     ck_assert_int_eq(hnccl_set_threshold(x, UINT64_MAX), HNCCL_OK);
     call_all(x);
     REC_IS("AllReduce n=1", "AllGather n=2", "ReduceScatter n=3", "Broadcast n=4 root=1", "Reduce n=5 root=0",
-           "GroupStart", "Send peer=0 +0 n=6", "Recv peer=0 +0 n=6", "Send peer=1 +0 n=6",
-           "Recv peer=1 +0 n=6", "GroupEnd", "Send peer=1 +0 n=7", "Recv peer=1 +0 n=8", "cb:group_start",
-           "GroupStart", "cb:group_end", "GroupEnd");
+           "GroupStart", "Send peer=0 +0 n=6", "Recv peer=0 +0 n=6", "Send peer=1 +0 n=6", "Recv peer=1 +0 n=6",
+           "GroupEnd", "Send peer=1 +0 n=7", "Recv peer=1 +0 n=8", "cb:group_start", "GroupStart", "cb:group_end",
+           "GroupEnd");
     hnccl_counters k;
     ck_assert_int_eq(hnccl_get_counters(x, &k), HNCCL_OK);
     for (int op = 0; op < HNCCL_NOPS; op++)
@@ -455,20 +448,35 @@ static const struct {
 } names[] = {
 #define B(op) (1u << HNCCL_OP_##op)
     /* op names */
-    {"all_reduce", B(ALL_REDUCE)}, {"all_gather", B(ALL_GATHER)}, {"reduce_scatter", B(REDUCE_SCATTER)},
-    {"broadcast", B(BROADCAST)}, {"reduce", B(REDUCE)}, {"all_to_all", B(ALL_TO_ALL)}, {"send", B(SEND)},
-    {"recv", B(RECV)}, {"group_start", B(GROUP_START)}, {"group_end", B(GROUP_END)},
+    {"all_reduce", B(ALL_REDUCE)},
+    {"all_gather", B(ALL_GATHER)},
+    {"reduce_scatter", B(REDUCE_SCATTER)},
+    {"broadcast", B(BROADCAST)},
+    {"reduce", B(REDUCE)},
+    {"all_to_all", B(ALL_TO_ALL)},
+    {"send", B(SEND)},
+    {"recv", B(RECV)},
+    {"group_start", B(GROUP_START)},
+    {"group_end", B(GROUP_END)},
     /* torch.distributed */
-    {"all_gather_into_tensor", B(ALL_GATHER)}, {"reduce_scatter_tensor", B(REDUCE_SCATTER)},
-    {"all_to_all_single", B(ALL_TO_ALL)}, {"isend", B(SEND)}, {"irecv", B(RECV)},
+    {"all_gather_into_tensor", B(ALL_GATHER)},
+    {"reduce_scatter_tensor", B(REDUCE_SCATTER)},
+    {"all_to_all_single", B(ALL_TO_ALL)},
+    {"isend", B(SEND)},
+    {"irecv", B(RECV)},
     {"batch_isend_irecv", B(SEND) | B(RECV)},
     /* c10d ProcessGroup methods */
-    {"allreduce", B(ALL_REDUCE)}, {"allgather", B(ALL_GATHER)}, {"_allgather_base", B(ALL_GATHER)},
-    {"allgather_into_tensor_coalesced", B(ALL_GATHER)}, {"_reduce_scatter_base", B(REDUCE_SCATTER)},
-    {"reduce_scatter_tensor_coalesced", B(REDUCE_SCATTER)}, {"alltoall", B(ALL_TO_ALL)},
+    {"allreduce", B(ALL_REDUCE)},
+    {"allgather", B(ALL_GATHER)},
+    {"_allgather_base", B(ALL_GATHER)},
+    {"allgather_into_tensor_coalesced", B(ALL_GATHER)},
+    {"_reduce_scatter_base", B(REDUCE_SCATTER)},
+    {"reduce_scatter_tensor_coalesced", B(REDUCE_SCATTER)},
+    {"alltoall", B(ALL_TO_ALL)},
     {"alltoall_base", B(ALL_TO_ALL)},
     /* generic */
-    {"all", HNCCL_ALL_OPS_MASK}, {"none", 0},
+    {"all", HNCCL_ALL_OPS_MASK},
+    {"none", 0},
 #undef B
 };
 #define NNAMES (sizeof names / sizeof names[0])
@@ -487,12 +495,11 @@ START_TEST(aliases)
         /* Set alone: exactly its ops probe, or exactly its ops skip. */
         ck_assert_int_eq(hnccl_set_policy(x, "all", HNCCL_SKIP), HNCCL_OK);
         ck_assert_int_eq(hnccl_set_policy(x, names[i].name, HNCCL_PROBE), HNCCL_OK);
-        ck_assert_msg(hnccl_probe_mask(x) == names[i].mask, "%s: probe mask %#x", names[i].name,
-                      hnccl_probe_mask(x));
+        ck_assert_msg(hnccl_probe_mask(x) == names[i].mask, "%s: probe mask %#x", names[i].name, hnccl_probe_mask(x));
         ck_assert_int_eq(hnccl_set_policy(x, "all", HNCCL_PROBE), HNCCL_OK);
         ck_assert_int_eq(hnccl_set_policy(x, names[i].name, HNCCL_SKIP), HNCCL_OK);
-        ck_assert_msg(hnccl_probe_mask(x) == (HNCCL_ALL_OPS_MASK & ~names[i].mask), "%s: probe mask %#x",
-                      names[i].name, hnccl_probe_mask(x));
+        ck_assert_msg(hnccl_probe_mask(x) == (HNCCL_ALL_OPS_MASK & ~names[i].mask), "%s: probe mask %#x", names[i].name,
+                      hnccl_probe_mask(x));
     }
     /* Generic names: all / none, in both modes. */
     ck_assert_int_eq(hnccl_set_policy(x, "all", HNCCL_PROBE), HNCCL_OK);
@@ -579,7 +586,7 @@ START_TEST(environment)
             continue;
         x = env_ctx(NULL, "all", NULL);
         ck_assert_int_eq(hnccl_probe_mask(x), 0);
-        setenv("HEAPC_NCCL_SKIP", "none", 1); /* nothing skips ... */
+        setenv("HEAPC_NCCL_SKIP", "none", 1);  /* nothing skips ... */
         setenv("HEAPC_NCCL_PROBE", "none", 1); /* ... contradicts nothing probes */
         ck_assert_int_eq(hnccl_apply_env(x), HNCCL_EINVAL);
         ck_assert_msg(strstr(hnccl_errstr(x), "contradict"), "%s", hnccl_errstr(x));
@@ -932,8 +939,7 @@ START_TEST(error_message)
     rec_nranks = 3;
     ck_assert_int_eq(hnccl_all_to_all(x, buf, buf, 2, ncclFloat, NULL, NULL), ncclSystemError);
     REC_IS("GroupStart", "Send peer=0 +0 n=2", "Recv peer=0 +0 n=2", "GroupEnd");
-    ck_assert_msg(has(hnccl_errstr(x), "ncclRecv (op all_to_all) failed: ncclSystemError (2)"), "%s",
-                  hnccl_errstr(x));
+    ck_assert_msg(has(hnccl_errstr(x), "ncclRecv (op all_to_all) failed: ncclSystemError (2)"), "%s", hnccl_errstr(x));
     rec_fail[R_RECV] = ncclSuccess;
     rec_fail[R_COUNT] = ncclInvalidArgument;
     ck_assert_int_eq(hnccl_all_to_all(x, buf, buf, 2, ncclFloat, NULL, NULL), ncclInvalidArgument);
@@ -961,8 +967,8 @@ START_TEST(error_message)
     /* With the CUDA source the message also has a fresh cuMemGetInfo. */
     ck_assert_int_eq(hnccl_set_probe_source(x, HNCCL_SOURCE_CUDA, 1000000), HNCCL_OK);
     ck_assert_int_eq(hnccl_broadcast(x, buf, buf, 1, ncclFloat, 0, NULL, NULL), ncclInternalError);
-    ck_assert_msg(has(hnccl_errstr(x), "; cuMemGetInfo: free 1073741824 B (1.0 GiB) of 85899345920 B (80.0 GiB)"),
-                  "%s", hnccl_errstr(x));
+    ck_assert_msg(has(hnccl_errstr(x), "; cuMemGetInfo: free 1073741824 B (1.0 GiB) of 85899345920 B (80.0 GiB)"), "%s",
+                  hnccl_errstr(x));
     ck_assert_int_eq(hnccl_all_reduce(NULL, buf, buf, 1, ncclFloat, ncclSum, NULL, NULL), HNCCL_EINVAL);
     hnccl_free(x);
     heapc_free(c, off);
@@ -1152,14 +1158,14 @@ static int cuda_open(char *why, size_t len)
         snprintf(why, len, "%s", dlerror());
         return 0;
     }
-#define CU(field, name)                                                  \
-    do {                                                                 \
-        void *s_ = dlsym(h, name);                                       \
-        if (!s_) {                                                       \
-            snprintf(why, len, "libcuda.so.1 has no %s", name);          \
-            return 0;                                                    \
-        }                                                                \
-        memcpy(&cu.field, &s_, sizeof s_);                               \
+#define CU(field, name)                                                                                                \
+    do {                                                                                                               \
+        void *s_ = dlsym(h, name);                                                                                     \
+        if (!s_) {                                                                                                     \
+            snprintf(why, len, "libcuda.so.1 has no %s", name);                                                        \
+            return 0;                                                                                                  \
+        }                                                                                                              \
+        memcpy(&cu.field, &s_, sizeof s_);                                                                             \
     } while (0)
     CU(Init, "cuInit");
     CU(DeviceGetCount, "cuDeviceGetCount");

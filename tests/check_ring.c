@@ -22,7 +22,7 @@ START_TEST(geometry)
 {
     ck_assert_int_eq(hr_geom_ok(G), 0);
     ck_assert_int_eq(hr_geom_ok((hr_geom){0, 128}), -1);
-    ck_assert_int_eq(hr_geom_ok((hr_geom){4, 100}), -1);        /* not a multiple of 64 */
+    ck_assert_int_eq(hr_geom_ok((hr_geom){4, 100}), -1);         /* not a multiple of 64 */
     ck_assert_int_eq(hr_geom_ok((hr_geom){4, HR_SLOT_HDR}), -1); /* no payload */
     ck_assert_uint_eq(hr_size(G), HR_HDR_SIZE + 2 * 4 * 128);
     ck_assert_uint_eq(hr_payload_max(G), 128 - HR_SLOT_HDR);

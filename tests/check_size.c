@@ -16,18 +16,17 @@
 static void parse_ok(const char *s, uint64_t want)
 {
     uint64_t v = 12345;
-    ck_assert_msg(hsz_parse_size(s, &v) == 0, "hsz_parse_size(\"%s\") failed, want %llu", s,
+    ck_assert_msg(hsz_parse_size(s, &v) == 0, "hsz_parse_size(\"%s\") failed, want %llu", s, (unsigned long long)want);
+    ck_assert_msg(v == want, "hsz_parse_size(\"%s\") = %llu, want %llu", s, (unsigned long long)v,
                   (unsigned long long)want);
-    ck_assert_msg(v == want, "hsz_parse_size(\"%s\") = %llu, want %llu", s,
-                  (unsigned long long)v, (unsigned long long)want);
 }
 
 /* Parses s, expecting -1 and *out untouched. */
 static void parse_bad(const char *s)
 {
     uint64_t v = 12345;
-    ck_assert_msg(hsz_parse_size(s, &v) == -1, "hsz_parse_size(\"%s\") accepted (%llu)",
-                  s ? s : "(null)", (unsigned long long)v);
+    ck_assert_msg(hsz_parse_size(s, &v) == -1, "hsz_parse_size(\"%s\") accepted (%llu)", s ? s : "(null)",
+                  (unsigned long long)v);
     ck_assert_msg(v == 12345, "hsz_parse_size(\"%s\") wrote *out on failure", s ? s : "(null)");
 }
 
@@ -79,12 +78,12 @@ START_TEST(parse_overflow_at_2_64)
     parse_ok("18014398509481983K", UINT64_MAX - (KiB - 1));
     parse_bad("18014398509481984K"); /* 2^54 K = 2^64 */
     parse_ok("17592186044415M", UINT64_MAX - (MiB - 1));
-    parse_bad("17592186044416M");    /* 2^44 M */
+    parse_bad("17592186044416M"); /* 2^44 M */
     parse_ok("17179869183G", UINT64_MAX - (GiB - 1));
-    parse_bad("17179869184G");       /* 2^34 G */
+    parse_bad("17179869184G"); /* 2^34 G */
     parse_bad("17179869184GiB");
     parse_ok("16777215T", UINT64_MAX - (TiB - 1));
-    parse_bad("16777216T");          /* 2^24 T */
+    parse_bad("16777216T"); /* 2^24 T */
     parse_bad("16777216TiB");
     parse_bad("18446744073709551615K");
 }
@@ -168,15 +167,26 @@ END_TEST
 
 START_TEST(format_round_trips)
 {
-    const uint64_t vals[] = {0, 1, 7, 1000, KiB, 3 * KiB + 1, 512 * KiB, 64 * MiB, 3 * GiB,
-                             7 * TiB, UINT64_MAX, UINT64_MAX - (TiB - 1), (uint64_t)1 << 63};
+    const uint64_t vals[] = {0,
+                             1,
+                             7,
+                             1000,
+                             KiB,
+                             3 * KiB + 1,
+                             512 * KiB,
+                             64 * MiB,
+                             3 * GiB,
+                             7 * TiB,
+                             UINT64_MAX,
+                             UINT64_MAX - (TiB - 1),
+                             (uint64_t)1 << 63};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
         char buf[HSZ_SIZE_BUFLEN];
         ck_assert_ptr_nonnull(hsz_format_size(vals[i], buf, sizeof buf));
         uint64_t back = 0;
         ck_assert_msg(hsz_parse_size(buf, &back) == 0, "\"%s\" does not parse back", buf);
-        ck_assert_msg(back == vals[i], "\"%s\" parsed back as %llu, want %llu", buf,
-                      (unsigned long long)back, (unsigned long long)vals[i]);
+        ck_assert_msg(back == vals[i], "\"%s\" parsed back as %llu, want %llu", buf, (unsigned long long)back,
+                      (unsigned long long)vals[i]);
     }
 }
 END_TEST
@@ -215,7 +225,4 @@ static Suite *size_suite(void)
     return s;
 }
 
-int main(void)
-{
-    return cku_run(size_suite());
-}
+int main(void) { return cku_run(size_suite()); }

@@ -37,7 +37,7 @@
 
 /* ---- redis-server ------------------------------------------------------ */
 
-static char redis_dir[64];      /* made by main, shared by every test */
+static char redis_dir[64]; /* made by main, shared by every test */
 static pid_t redis_pid = -1;
 static int redis_port;
 
@@ -121,15 +121,15 @@ static int redis_start_on(int port)
             dup2(fd, 1);
             dup2(fd, 2);
         }
-        execlp("redis-server", "redis-server", "--port", p, "--bind", "127.0.0.1", "--save", "", "--appendonly",
-               "no", "--daemonize", "no", "--dir", redis_dir, "--logfile", "", (char *)NULL);
+        execlp("redis-server", "redis-server", "--port", p, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+               "--daemonize", "no", "--dir", redis_dir, "--logfile", "", (char *)NULL);
         _exit(127);
     }
     end = now_ms() + 10000;
     while (now_ms() < end) {
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid)
-            return -1;   /* port taken, or broken install */
+            return -1; /* port taken, or broken install */
         if (redis_ping(port)) {
             redis_pid = pid;
             redis_port = port;
@@ -225,10 +225,7 @@ typedef struct node {
 static node N[NNODES];
 static char url[64];
 
-static void on_tick(uv_timer_t *t)
-{
-    (void)t;
-}
+static void on_tick(uv_timer_t *t) { (void)t; }
 
 typedef int (*pred_fn)(void *);
 
@@ -248,10 +245,7 @@ static int never(void *arg)
     return 0;
 }
 
-static void run_for(uint32_t ms)
-{
-    run_until(never, NULL, ms);
-}
+static void run_for(uint32_t ms) { run_until(never, NULL, ms); }
 
 static int nodes_done(void *arg)
 {
@@ -262,10 +256,7 @@ static int nodes_done(void *arg)
     return 1;
 }
 
-static int node_done(void *arg)
-{
-    return ((node *)arg)->done > 0;
-}
+static int node_done(void *arg) { return ((node *)arg)->done > 0; }
 
 static int nodes_ready(void *arg)
 {
@@ -340,15 +331,15 @@ static void reset_node(node *nd)
     nd->nres = 0;
 }
 
-static void collect(int i, uint64_t cnum, uint32_t world, const uint32_t *ranks, size_t nranks,
-                    const uint64_t *offs, size_t n, uint32_t timeout_ms, const char *heap)
+static void collect(int i, uint64_t cnum, uint32_t world, const uint32_t *ranks, size_t nranks, const uint64_t *offs,
+                    size_t n, uint32_t timeout_ms, const char *heap)
 {
     char err[ERRLEN];
     reset_node(&N[i]);
-    ck_assert_msg(hd_store_collect(N[i].s, heap, "inc-1", cnum, world, ranks, nranks, offs, n, timeout_ms,
-                                   60, on_collect, &N[i], err, sizeof err) == 0,
+    ck_assert_msg(hd_store_collect(N[i].s, heap, "inc-1", cnum, world, ranks, nranks, offs, n, timeout_ms, 60,
+                                   on_collect, &N[i], err, sizeof err) == 0,
                   "collect on %s: %s", N[i].name, err);
-    ck_assert_int_eq(N[i].done, 0);   /* never from inside the call */
+    ck_assert_int_eq(N[i].done, 0); /* never from inside the call */
 }
 
 static void setup(void)
@@ -376,7 +367,7 @@ static void teardown(void)
     }
     uv_close((uv_handle_t *)&tick, NULL);
     uv_run(&loop, UV_RUN_DEFAULT);
-    ck_assert_int_eq(uv_loop_close(&loop), 0);   /* every handle of the store closed */
+    ck_assert_int_eq(uv_loop_close(&loop), 0); /* every handle of the store closed */
     redis_kill(SIGTERM);
 }
 
@@ -401,14 +392,11 @@ static void expect_result(int i, const uint64_t *want, size_t nwant)
     ck_assert_msg(N[i].status == 0, "%s: %s", N[i].name, N[i].msg);
     ck_assert_msg(N[i].nres == nwant, "%s: %zu offsets, want %zu", N[i].name, N[i].nres, nwant);
     for (size_t k = 0; k < nwant; k++)
-        ck_assert_msg(N[i].res[k] == want[k], "%s: offset %zu is %" PRIu64 ", want %" PRIu64, N[i].name, k,
-                      N[i].res[k], want[k]);
+        ck_assert_msg(N[i].res[k] == want[k], "%s: offset %zu is %" PRIu64 ", want %" PRIu64, N[i].name, k, N[i].res[k],
+                      want[k]);
 }
 
-static void counters(int i, uint64_t *cmd, uint64_t *msg)
-{
-    hd_store_counters(N[i].s, cmd, msg);
-}
+static void counters(int i, uint64_t *cmd, uint64_t *msg) { hd_store_counters(N[i].s, cmd, msg); }
 
 /* ---- tests --------------------------------------------------------------- */
 
@@ -434,8 +422,7 @@ START_TEST(t_three_nodes_intersection)
     for (int i = 0; i < NNODES; i++) {
         expect_result(i, want, 5);
         counters(i, &c1[i], &m1[i]);
-        ck_assert_msg(c1[i] - c0[i] == 1, "%s sent %" PRIu64 " commands for one collect", N[i].name,
-                      c1[i] - c0[i]);
+        ck_assert_msg(c1[i] - c0[i] == 1, "%s sent %" PRIu64 " commands for one collect", N[i].name, c1[i] - c0[i]);
         ck_assert_uint_le(m1[i] - m0[i], 1);
         msgs += m1[i] - m0[i];
     }
@@ -517,7 +504,7 @@ START_TEST(t_any_order)
                 if ((int)cku_rng_below(&rs, 100) < density)
                     sets[i][n++] = v * 4096;
             if (round % 5 == 4 && i == 1)
-                n = 0;   /* an empty set now and then */
+                n = 0; /* an empty set now and then */
             nset[i] = n;
             counters(i, &c0[i], NULL);
         }
@@ -610,7 +597,7 @@ START_TEST(t_large)
         s[i] = malloc(L * sizeof *s[i]);
         n[i] = 0;
         for (uint64_t v = 0; n[i] < L; v++)
-            if (i == 0 || v % (uint64_t)(i + 6) != 0)   /* each drops a different residue */
+            if (i == 0 || v % (uint64_t)(i + 6) != 0) /* each drops a different residue */
                 s[i][n[i]++] = v * 512;
         counters(i, &c0[i], NULL);
     }
@@ -650,7 +637,7 @@ START_TEST(t_timeout)
         counters(i, &c0[i], NULL);
     t0 = now_ms();
     collect(0, 7, 6, r[0], 2, a, 2, 600, "job");
-    run_for(50);   /* n0 arrives first: "nodes seen" is in arrival order */
+    run_for(50); /* n0 arrives first: "nodes seen" is in arrival order */
     collect(1, 7, 6, r[1], 2, a, 2, 3000, "job");
     ck_assert(run_until(nodes_done, &k, 600 + HD_STORE_GRACE_MS + 1000));
     for (int i = 0; i < 2; i++) {
@@ -659,20 +646,20 @@ START_TEST(t_timeout)
         ck_assert_msg(!strcmp(N[i].msg, want), "%s got \"%s\"", N[i].name, N[i].msg);
         /* n0 times out at 600 ms; n1 learns it then, long before its own 3000 */
         ck_assert_uint_ge(N[i].t_done - t0 + 2, 600);
-        ck_assert_uint_lt(N[i].t_done - t0, 3000);   /* n1: before its own 3000 ms timeout */
+        ck_assert_uint_lt(N[i].t_done - t0, 3000); /* n1: before its own 3000 ms timeout */
     }
-    printf("timeout: \"%s\" on n0 after %" PRIu64 " ms, on n1 after %" PRIu64 " ms\n", N[0].msg,
-           N[0].t_done - t0, N[1].t_done - t0);
+    printf("timeout: \"%s\" on n0 after %" PRIu64 " ms, on n1 after %" PRIu64 " ms\n", N[0].msg, N[0].t_done - t0,
+           N[1].t_done - t0);
     /* the late node sees the failure at once */
     t0 = now_ms();
     collect(2, 7, 6, r[2], 2, a, 2, 5000, "job");
     ck_assert(run_until(node_done, &N[2], 2000));
     ck_assert_int_lt(N[2].status, 0);
     ck_assert_str_eq(N[2].msg, want);
-    ck_assert_uint_lt(N[2].t_done - t0, 2500);   /* at once, not at its 5 s timeout */
+    ck_assert_uint_lt(N[2].t_done - t0, 2500); /* at once, not at its 5 s timeout */
     for (int i = 0; i < NNODES; i++)
         counters(i, &c1[i], NULL);
-    ck_assert_uint_eq(c1[0] - c0[0], 2);   /* the collect, and the timeout's decision + lookup */
+    ck_assert_uint_eq(c1[0] - c0[0], 2); /* the collect, and the timeout's decision + lookup */
     ck_assert_uint_eq(c1[1] - c0[1], 1);
     ck_assert_uint_eq(c1[2] - c0[2], 1);
 
@@ -701,9 +688,8 @@ START_TEST(t_timeout_redis_stopped)
     ck_assert(run_until(node_done, &N[0], 300 + HD_STORE_GRACE_MS + 1000));
     kill(redis_pid, SIGCONT);
     ck_assert_int_lt(N[0].status, 0);
-    ck_assert_msg(strstr(N[0].msg, "timed out after 300 ms") && strstr(N[0].msg, "did not answer"), "%s",
-                  N[0].msg);
-    ck_assert_uint_lt(N[0].t_done - t0, 300 + HD_STORE_GRACE_MS + 1000);   /* + slack for a loaded machine */
+    ck_assert_msg(strstr(N[0].msg, "timed out after 300 ms") && strstr(N[0].msg, "did not answer"), "%s", N[0].msg);
+    ck_assert_uint_lt(N[0].t_done - t0, 300 + HD_STORE_GRACE_MS + 1000); /* + slack for a loaded machine */
     printf("redis stopped: \"%s\" after %" PRIu64 " ms\n", N[0].msg, N[0].t_done - t0);
 }
 END_TEST
@@ -730,8 +716,8 @@ START_TEST(t_codes)
         k = 1;
         collect(0, 2 + (uint64_t)c, 6, r[0], 2, a, 1, 10000, "job");
         run_for(50);
-        ck_assert_int_eq(hd_store_collect_abort_code(N[2].s, "job", "inc-1", 2 + (uint64_t)c, codes[c],
-                                                     "rank 4 went away"), 0);
+        ck_assert_int_eq(
+            hd_store_collect_abort_code(N[2].s, "job", "inc-1", 2 + (uint64_t)c, codes[c], "rank 4 went away"), 0);
         ck_assert(run_until(nodes_done, &k, 2000));
         ck_assert_int_eq(N[0].status, codes[c]);
         ck_assert_str_eq(N[0].msg, "rank 4 went away");
@@ -756,7 +742,7 @@ START_TEST(t_abort)
     ck_assert(run_until(nodes_done, &k, 2000));
     ck_assert_int_lt(N[0].status, 0);
     ck_assert_str_eq(N[0].msg, msg);
-    ck_assert_uint_lt(N[0].t_done - t0, 5000);   /* at once, not at the 10 s timeout */
+    ck_assert_uint_lt(N[0].t_done - t0, 5000); /* at once, not at the 10 s timeout */
     t0 = now_ms();
     collect(1, 3, 6, r[1], 2, a, 1, 10000, "job");
     ck_assert(run_until(node_done, &N[1], 2000));
@@ -779,7 +765,7 @@ START_TEST(t_abort)
     ck_assert_str_eq(N[2].msg, "rank 4 died");
     ck_assert_int_eq(N[2].done, 1);
     counters(2, &c1, NULL);
-    ck_assert_uint_eq(c1 - c0, 2);   /* contribute + abort */
+    ck_assert_uint_eq(c1 - c0, 2); /* contribute + abort */
 
     /* Abort before contributing: the callback comes without a round trip. */
     collect(1, 5, 6, r[1], 2, a, 1, 10000, "job");
@@ -814,7 +800,7 @@ START_TEST(t_redis_killed)
         ck_assert_int_lt(N[i].status, 0);
         ck_assert_msg(strstr(N[i].msg, port) && strstr(N[i].msg, "heapd retries the connection at the next collect"),
                       "%s", N[i].msg);
-        ck_assert_uint_lt(N[i].t_done - t0, 5000);   /* at once, not at the 10 s timeout */
+        ck_assert_uint_lt(N[i].t_done - t0, 5000); /* at once, not at the 10 s timeout */
     }
     printf("redis killed: \"%s\" after %" PRIu64 " ms\n", N[0].msg, N[0].t_done - t0);
 
@@ -823,8 +809,7 @@ START_TEST(t_redis_killed)
     collect(2, 1, 6, r[2], 2, a, 2, 10000, "job");
     ck_assert(run_until(node_done, &N[2], 3000));
     ck_assert_int_lt(N[2].status, 0);
-    ck_assert_msg(strstr(N[2].msg, "is unreachable: Connection refused") && strstr(N[2].msg, port), "%s",
-                  N[2].msg);
+    ck_assert_msg(strstr(N[2].msg, "is unreachable: Connection refused") && strstr(N[2].msg, port), "%s", N[2].msg);
     ck_assert_uint_lt(N[2].t_done - t0, 5000);
     printf("redis down: \"%s\" after %" PRIu64 " ms\n", N[2].msg, N[2].t_done - t0);
 
@@ -896,8 +881,7 @@ START_TEST(t_force)
     char err[ERRLEN];
     int k = NNODES;
     open_nodes(NNODES);
-    ck_assert_int_eq(hd_store_publish_force_cb(N[1].s, "job", "inc-7", 2000, on_force_done, &N[1], err, sizeof err),
-                     0);
+    ck_assert_int_eq(hd_store_publish_force_cb(N[1].s, "job", "inc-7", 2000, on_force_done, &N[1], err, sizeof err), 0);
     ck_assert_int_eq(N[1].fdone, 0);
     {
         uint64_t end = now_ms() + 3000;
@@ -935,8 +919,7 @@ START_TEST(t_force)
         hd_store_connect(N[i].s);
     ck_assert(run_until(nodes_ready, &k, 5000));
     N[2].fdone = 0;
-    ck_assert_int_eq(hd_store_publish_force_cb(N[2].s, "job", "inc-8", 2000, on_force_done, &N[2], err, sizeof err),
-                     0);
+    ck_assert_int_eq(hd_store_publish_force_cb(N[2].s, "job", "inc-8", 2000, on_force_done, &N[2], err, sizeof err), 0);
     {
         uint64_t end = now_ms() + 3000;
         while (now_ms() < end && !(N[2].fdone && N[0].forces == 3 && N[1].forces == 3 && N[2].forces == 3))
@@ -996,7 +979,7 @@ START_TEST(t_close_pending)
     ck_assert_int_eq(hd_store_publish_force_cb(N[1].s, "job", "x", 5000, on_force_done, &N[1], err, sizeof err), 0);
     hd_store_close(N[0].s);
     N[0].s = NULL;
-    ck_assert_int_eq(N[0].done, 1);   /* called inside close */
+    ck_assert_int_eq(N[0].done, 1); /* called inside close */
     ck_assert_msg(strstr(N[0].msg, "heapd is stopping"), "%s", N[0].msg);
     hd_store_close(N[1].s);
     N[1].s = NULL;
@@ -1032,21 +1015,21 @@ START_TEST(t_args)
 
     open_nodes(1);
     ck_assert_str_eq(hd_store_node(N[0].s), "n0");
-    ck_assert_int_ne(hd_store_collect(N[0].s, "job", "i", 1, 4, r9, 1, NULL, 0, 100, 10, on_collect, &N[0], err,
-                                      sizeof err), 0);
+    ck_assert_int_ne(
+        hd_store_collect(N[0].s, "job", "i", 1, 4, r9, 1, NULL, 0, 100, 10, on_collect, &N[0], err, sizeof err), 0);
     ck_assert_msg(strstr(err, "rank 9"), "%s", err);
-    ck_assert_int_ne(hd_store_collect(N[0].s, "", "i", 1, 4, r0, 1, NULL, 0, 100, 10, on_collect, &N[0], err,
-                                      sizeof err), 0);
-    ck_assert_int_ne(hd_store_collect(N[0].s, "job", "i", 1, 4, r0, 0, NULL, 0, 100, 10, on_collect, &N[0], err,
-                                      sizeof err), 0);
-    ck_assert_int_ne(hd_store_collect(N[0].s, "job", "i", 1, 4, r0, 1, NULL, 3, 100, 10, on_collect, &N[0], err,
-                                      sizeof err), 0);
-    ck_assert_int_ne(hd_store_collect(N[0].s, "job", "i", 1, 4, r0, 1, NULL, 0, 0, 10, on_collect, &N[0], err,
-                                      sizeof err), 0);
+    ck_assert_int_ne(
+        hd_store_collect(N[0].s, "", "i", 1, 4, r0, 1, NULL, 0, 100, 10, on_collect, &N[0], err, sizeof err), 0);
+    ck_assert_int_ne(
+        hd_store_collect(N[0].s, "job", "i", 1, 4, r0, 0, NULL, 0, 100, 10, on_collect, &N[0], err, sizeof err), 0);
+    ck_assert_int_ne(
+        hd_store_collect(N[0].s, "job", "i", 1, 4, r0, 1, NULL, 3, 100, 10, on_collect, &N[0], err, sizeof err), 0);
+    ck_assert_int_ne(
+        hd_store_collect(N[0].s, "job", "i", 1, 4, r0, 1, NULL, 0, 0, 10, on_collect, &N[0], err, sizeof err), 0);
     /* one pending collect per heap incarnation */
     collect(0, 1, 4, r0, 1, NULL, 0, 300, "job");
-    ck_assert_int_ne(hd_store_collect(N[0].s, "job", "inc-1", 2, 4, r0, 1, NULL, 0, 100, 10, on_collect, &N[0],
-                                      err, sizeof err), 0);
+    ck_assert_int_ne(
+        hd_store_collect(N[0].s, "job", "inc-1", 2, 4, r0, 1, NULL, 0, 100, 10, on_collect, &N[0], err, sizeof err), 0);
     ck_assert_msg(strstr(err, "still pending"), "%s", err);
     ck_assert(run_until(node_done, &N[0], 300 + HD_STORE_GRACE_MS + 1000));
     ck_assert_msg(strstr(N[0].msg, "rank(s) 1, 2, 3 never arrived (nodes seen: n0)"), "%s", N[0].msg);
@@ -1109,10 +1092,12 @@ START_TEST(t_unreachable)
     t0 = now_ms();
     collect(0, 1, 2, r0, 1, NULL, 0, 10000, "job");
     ck_assert(run_until(node_done, &N[0], 3000));
-    ck_assert_msg(strstr(N[0].msg, "Redis at 127.0.0.1:") && strstr(N[0].msg, "is unreachable: Connection refused; "
-                  "collect 1 of heap \"job\" failed; heapd retries the connection at the next collect"), "%s",
-                  N[0].msg);
-    ck_assert_uint_lt(N[0].t_done - t0, 5000);   /* at once, not at the 10 s timeout */
+    ck_assert_msg(strstr(N[0].msg, "Redis at 127.0.0.1:") &&
+                      strstr(N[0].msg,
+                             "is unreachable: Connection refused; "
+                             "collect 1 of heap \"job\" failed; heapd retries the connection at the next collect"),
+                  "%s", N[0].msg);
+    ck_assert_uint_lt(N[0].t_done - t0, 5000); /* at once, not at the 10 s timeout */
     ck_assert(!hd_store_ready(N[0].s));
     /* and again: no stale state */
     collect(0, 2, 2, r0, 1, NULL, 0, 10000, "job");
@@ -1146,8 +1131,8 @@ START_TEST(t_silent_server)
         ck_assert(run_until(node_done, &N[0], 3000));
         ck_assert_msg(strstr(N[0].msg, "is unreachable: the subscription was not confirmed within 300 ms"), "%s",
                       N[0].msg);
-        ck_assert_uint_ge(N[0].t_done - t0 + 2, 300);   /* ms truncation on both clocks */
-        ck_assert_uint_lt(N[0].t_done - t0, 3000);   /* by its 300 ms timeout, long before run_until's 3 s */
+        ck_assert_uint_ge(N[0].t_done - t0 + 2, 300); /* ms truncation on both clocks */
+        ck_assert_uint_lt(N[0].t_done - t0, 3000);    /* by its 300 ms timeout, long before run_until's 3 s */
     }
     printf("silent server: \"%s\"\n", N[0].msg);
     hd_store_close(N[0].s);
@@ -1201,7 +1186,7 @@ int main(void)
         printf("skipped: redis-server not installed\n");
         return 0;
     }
-    signal(SIGPIPE, SIG_IGN);   /* as heapd does: hiredis writes with write(2) */
+    signal(SIGPIPE, SIG_IGN); /* as heapd does: hiredis writes with write(2) */
     snprintf(redis_dir, sizeof redis_dir, "/tmp/check_store.XXXXXX");
     if (!mkdtemp(redis_dir)) {
         perror("mkdtemp");

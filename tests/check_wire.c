@@ -44,14 +44,10 @@ static void raise_nofile(void)
     rl.rlim_cur = rl.rlim_max;
     ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
     if (rl.rlim_cur < 4 * HW_FDS_MAX + 64)
-        ck_abort_msg("RLIMIT_NOFILE hard limit %llu too low for the fd tests",
-                     (unsigned long long)rl.rlim_cur);
+        ck_abort_msg("RLIMIT_NOFILE hard limit %llu too low for the fd tests", (unsigned long long)rl.rlim_cur);
 }
 
-static void sockpair(int sv[2])
-{
-    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-}
+static void sockpair(int sv[2]) { ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0); }
 
 static void close_pair(int sv[2])
 {
@@ -110,14 +106,13 @@ static void put_hdr(unsigned char *p, uint32_t len, uint32_t nfds)
 }
 
 /* One sendmsg of buf with fds attached; asserts everything went out. */
-static void raw_send(int fd, const void *buf, size_t len, const int *fds,
-                     size_t nfds)
+static void raw_send(int fd, const void *buf, size_t len, const int *fds, size_t nfds)
 {
     union {
         struct cmsghdr align;
         char b[CMSG_SPACE(253 * sizeof(int))];
     } cb;
-    struct iovec iov = { .iov_base = (void *)(uintptr_t)buf, .iov_len = len };
+    struct iovec iov = {.iov_base = (void *)(uintptr_t)buf, .iov_len = len};
     struct msghdr msg;
 
     ck_assert_uint_le(nfds, 253);
@@ -138,10 +133,7 @@ static void raw_send(int fd, const void *buf, size_t len, const int *fds,
     ck_assert_int_eq(sendmsg(fd, &msg, MSG_NOSIGNAL), (ssize_t)len);
 }
 
-static unsigned char pattern(size_t i)
-{
-    return (unsigned char)((i * 131u + (i >> 12) * 7u + 1u) & 0xff);
-}
+static unsigned char pattern(size_t i) { return (unsigned char)((i * 131u + (i >> 12) * 7u + 1u) & 0xff); }
 
 static unsigned char *mk_payload(size_t len)
 {
@@ -158,15 +150,13 @@ static void check_payload(const hw_frame *f, size_t len)
     ck_assert_ptr_nonnull(f->data);
     for (size_t i = 0; i < len; i++)
         if (f->data[i] != pattern(i))
-            ck_abort_msg("payload byte %zu is %u, want %u", i, f->data[i],
-                         pattern(i));
+            ck_abort_msg("payload byte %zu is %u, want %u", i, f->data[i], pattern(i));
     ck_assert_uint_eq(f->data[len], 0);
 }
 
 /* Received fds are the sent ones (same inodes, same tags) and have
  * FD_CLOEXEC; writes through one are seen through the other. */
-static void check_same_fds(const int *sent_ino_fds, const ino_t *inos,
-                           uint32_t base, const hw_frame *f, size_t n)
+static void check_same_fds(const int *sent_ino_fds, const ino_t *inos, uint32_t base, const hw_frame *f, size_t n)
 {
     ck_assert_uint_eq(f->nfds, n);
     if (n == 0) {
@@ -198,10 +188,7 @@ static ino_t *inos_of(const int *fds, size_t n)
 }
 
 /* Read one frame, waiting up to 5 s. */
-static int recv5(int fd, hw_reader *r, hw_frame *f, char *err)
-{
-    return hw_recv_frame(fd, r, f, 5000, err, ERRLEN);
-}
+static int recv5(int fd, hw_reader *r, hw_frame *f, char *err) { return hw_recv_frame(fd, r, f, 5000, err, ERRLEN); }
 
 static int64_t mono_ms(void)
 {
@@ -210,8 +197,7 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-#define ck_assert_err_has(err, s) \
-    ck_assert_msg(strstr((err), (s)) != NULL, "error '%s' lacks '%s'", (err), (s))
+#define ck_assert_err_has(err, s) ck_assert_msg(strstr((err), (s)) != NULL, "error '%s' lacks '%s'", (err), (s))
 
 /* Sender thread: hw_send_frame while the test thread reads. */
 struct sender {
@@ -228,13 +214,11 @@ struct sender {
 static void *sender_main(void *arg)
 {
     struct sender *s = arg;
-    s->rc = hw_send_frame(s->fd, s->data, s->len, s->fds, s->nfds, s->err,
-                          sizeof(s->err));
+    s->rc = hw_send_frame(s->fd, s->data, s->len, s->fds, s->nfds, s->err, sizeof(s->err));
     return NULL;
 }
 
-static void sender_start(struct sender *s, int fd, const void *data,
-                         size_t len, const int *fds, size_t nfds)
+static void sender_start(struct sender *s, int fd, const void *data, size_t len, const int *fds, size_t nfds)
 {
     memset(s, 0, sizeof(*s));
     s->fd = fd;
@@ -291,7 +275,7 @@ START_TEST(test_small_payload)
     hw_frame f;
     char err[ERRLEN] = "";
     unsigned char raw[32];
-    const unsigned char want[] = { 5, 0, 0, 0, 0, 0, 0, 0, 'h', 'e', 'l', 'l', 'o' };
+    const unsigned char want[] = {5, 0, 0, 0, 0, 0, 0, 0, 'h', 'e', 'l', 'l', 'o'};
 
     sockpair(sv);
     hw_reader_init(&r);
@@ -350,11 +334,15 @@ END_TEST
 
 START_TEST(test_oversize_header)
 {
-    static const struct { uint32_t len, nfds; int rc; const char *msg; } cases[] = {
-        { HW_FRAME_MAX + 1, 0, HW_ETOOBIG, "frame of 4194305 bytes exceeds the 4194304-byte limit" },
-        { 0xFFFFFFFFu, 0, HW_ETOOBIG, "4294967295 bytes" },
-        { 10, HW_FDS_MAX + 1, HW_ETOOMANYFDS, "1025 file descriptors" },
-        { 10, 0xFFFFFFFFu, HW_ETOOMANYFDS, "limit of 1024" },
+    static const struct {
+        uint32_t len, nfds;
+        int rc;
+        const char *msg;
+    } cases[] = {
+        {HW_FRAME_MAX + 1, 0, HW_ETOOBIG, "frame of 4194305 bytes exceeds the 4194304-byte limit"},
+        {0xFFFFFFFFu, 0, HW_ETOOBIG, "4294967295 bytes"},
+        {10, HW_FDS_MAX + 1, HW_ETOOMANYFDS, "1025 file descriptors"},
+        {10, 0xFFFFFFFFu, HW_ETOOMANYFDS, "limit of 1024"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         int sv[2];
@@ -370,7 +358,7 @@ START_TEST(test_oversize_header)
         raw_send(sv[0], hdr, 8, NULL, 0);
         ck_assert_int_eq(hw_read(sv[1], &r, &f, err, ERRLEN), cases[i].rc);
         ck_assert_err_has(err, cases[i].msg);
-        ck_assert_ptr_null(r.data);          /* no payload buffer allocated */
+        ck_assert_ptr_null(r.data); /* no payload buffer allocated */
         ck_assert_ptr_null(f.data);
         /* The reader stays failed. */
         ck_assert_int_eq(hw_read(sv[1], &r, &f, err, ERRLEN), HW_EBROKEN);
@@ -405,8 +393,7 @@ START_TEST(test_oversize_no_alloc)
         hw_reader_init(&ra);
         hw_reader_init(&rb);
         /* Warm up: allocates the read buffers. */
-        if (hw_read(a[1], &ra, &f, err, ERRLEN) != HW_AGAIN ||
-            hw_read(b[1], &rb, &f, err, ERRLEN) != HW_AGAIN)
+        if (hw_read(a[1], &ra, &f, err, ERRLEN) != HW_AGAIN || hw_read(b[1], &rb, &f, err, ERRLEN) != HW_AGAIN)
             _exit(11);
         put_hdr(h1, HW_FRAME_MAX, 0);
         put_hdr(h2, HW_FRAME_MAX + 1, 0);
@@ -428,7 +415,8 @@ START_TEST(test_oversize_no_alloc)
     int st = 0;
     ck_assert_int_eq(waitpid(pid, &st, 0), pid);
     ck_assert_msg(WIFEXITED(st), "child died");
-    ck_assert_msg(WEXITSTATUS(st) == 0, "child exit %d (1: cap did not bite, "
+    ck_assert_msg(WEXITSTATUS(st) == 0,
+                  "child exit %d (1: cap did not bite, "
                   "2: oversize frame was not refused before allocating)",
                   WEXITSTATUS(st));
 #endif
@@ -518,12 +506,12 @@ static void fd_roundtrip(size_t n, size_t len, int use_writer)
     free(p);
 }
 
-static const size_t fd_counts[] = { 0, 1, 249, 250, 251, 253, 254, 500, 501, 1000, HW_FDS_MAX };
+static const size_t fd_counts[] = {0, 1, 249, 250, 251, 253, 254, 500, 501, 1000, HW_FDS_MAX};
 
 START_TEST(test_fds_counts)
 {
     size_t n = fd_counts[_i];
-    fd_roundtrip(n, 0, 0);      /* empty payload: batches share the header */
+    fd_roundtrip(n, 0, 0); /* empty payload: batches share the header */
     fd_roundtrip(n, 100, 0);
     fd_roundtrip(n, 0, 1);
     fd_roundtrip(n, 300000, 1); /* large payload: partial sendmsg with fds */
@@ -545,17 +533,13 @@ START_TEST(test_sender_refuses)
     fd = mk_memfd(1);
     for (size_t i = 0; i < HW_FDS_MAX + 1; i++)
         fds[i] = fd;
-    ck_assert_int_eq(hw_send_frame(sv[0], "x", 1, fds, HW_FDS_MAX + 1, err, ERRLEN),
-                     HW_ETOOMANYFDS);
+    ck_assert_int_eq(hw_send_frame(sv[0], "x", 1, fds, HW_FDS_MAX + 1, err, ERRLEN), HW_ETOOMANYFDS);
     ck_assert_err_has(err, "1025 file descriptors exceeds the limit of 1024");
-    ck_assert_int_eq(hw_writer_push(&w, "x", 1, fds, HW_FDS_MAX + 1, err, ERRLEN),
-                     HW_ETOOMANYFDS);
+    ck_assert_int_eq(hw_writer_push(&w, "x", 1, fds, HW_FDS_MAX + 1, err, ERRLEN), HW_ETOOMANYFDS);
     /* Length is checked before the data is touched. */
-    ck_assert_int_eq(hw_send_frame(sv[0], big, HW_FRAME_MAX + 1, NULL, 0, err, ERRLEN),
-                     HW_ETOOBIG);
+    ck_assert_int_eq(hw_send_frame(sv[0], big, HW_FRAME_MAX + 1, NULL, 0, err, ERRLEN), HW_ETOOBIG);
     ck_assert_err_has(err, "4194305 bytes exceeds the 4194304-byte limit");
-    ck_assert_int_eq(hw_writer_push(&w, big, HW_FRAME_MAX + 1, NULL, 0, err, ERRLEN),
-                     HW_ETOOBIG);
+    ck_assert_int_eq(hw_writer_push(&w, big, HW_FRAME_MAX + 1, NULL, 0, err, ERRLEN), HW_ETOOBIG);
     fds[1] = -1;
     ck_assert_int_eq(hw_writer_push(&w, "x", 1, fds, 2, err, ERRLEN), HW_EINVAL);
     ck_assert_int_eq(hw_send_frame(sv[0], NULL, 3, NULL, 0, err, ERRLEN), HW_EINVAL);
@@ -597,8 +581,7 @@ static void bad_fd_frame(uint32_t announced, size_t batches, size_t per)
     do
         rc = hw_read(sv[1], &r, &f, err, ERRLEN);
     while (rc == HW_AGAIN);
-    ck_assert_msg(rc == HW_EFDS, "announced %u, sent %zu: rc %d (%s)", announced,
-                  batches * per, rc, err);
+    ck_assert_msg(rc == HW_EFDS, "announced %u, sent %zu: rc %d (%s)", announced, batches * per, rc, err);
     ck_assert_err_has(err, "announced");
     ck_assert_ptr_null(f.fds);
     ck_assert_int_eq(cku_count_fds(), before);
@@ -611,11 +594,11 @@ static void bad_fd_frame(uint32_t announced, size_t batches, size_t per)
 
 START_TEST(test_fd_count_mismatch)
 {
-    bad_fd_frame(0, 1, 3);      /* fds on a frame that announced none */
-    bad_fd_frame(2, 1, 5);      /* more than announced */
-    bad_fd_frame(3, 1, 1);      /* fewer than announced */
-    bad_fd_frame(4, 2, 3);      /* more, spread over two batches */
-    bad_fd_frame(250, 3, 100);  /* more, found early in the second batch */
+    bad_fd_frame(0, 1, 3);     /* fds on a frame that announced none */
+    bad_fd_frame(2, 1, 5);     /* more than announced */
+    bad_fd_frame(3, 1, 1);     /* fewer than announced */
+    bad_fd_frame(4, 2, 3);     /* more, spread over two batches */
+    bad_fd_frame(250, 3, 100); /* more, found early in the second batch */
 }
 END_TEST
 
@@ -635,7 +618,7 @@ START_TEST(test_fds_outside_frame)
     before = cku_count_fds();
     fds = mk_memfds(4, 0);
     put_hdr(hdr, 0, 4);
-    raw_send(sv[0], hdr, 3, fds, 4);   /* 3 header bytes + 4 fds, then EOF */
+    raw_send(sv[0], hdr, 3, fds, 4); /* 3 header bytes + 4 fds, then EOF */
     close_all(fds, 4);
     close(sv[0]);
     sv[0] = -1;
@@ -813,7 +796,7 @@ END_TEST
 
 START_TEST(test_many_frames_one_write)
 {
-    static const size_t lens[] = { 0, 1, 100, 70000, 3, 0, 65536 };
+    static const size_t lens[] = {0, 1, 100, 70000, 3, 0, 65536};
     const size_t nf = sizeof(lens) / sizeof(lens[0]);
     int sv[2];
     hw_reader r;
@@ -838,8 +821,7 @@ START_TEST(test_many_frames_one_write)
     close(sv[0]);
     sv[0] = -1;
     for (size_t i = 0; i < nf; i++) {
-        ck_assert_msg(hw_read(sv[1], &r, &f, err, ERRLEN) == HW_FRAME,
-                      "frame %zu: %s", i, err);
+        ck_assert_msg(hw_read(sv[1], &r, &f, err, ERRLEN) == HW_FRAME, "frame %zu: %s", i, err);
         check_payload(&f, lens[i]);
         ck_assert_uint_eq(f.nfds, 0);
         hw_frame_free(&f);
@@ -855,8 +837,8 @@ END_TEST
 /* Frames with and without fds queued together: each frame gets its own fds. */
 START_TEST(test_writer_mixed_fds)
 {
-    static const size_t nfds[] = { 0, 2, 0, 0, 3, 300, 0, 1 };
-    static const size_t lens[] = { 10, 0, 5, 70000, 1, 0, 2, 4 };
+    static const size_t nfds[] = {0, 2, 0, 0, 3, 300, 0, 1};
+    static const size_t lens[] = {10, 0, 5, 70000, 1, 0, 2, 4};
     const size_t nf = sizeof(nfds) / sizeof(nfds[0]);
     int sv[2], before, *fds[8];
     ino_t *inos[8];
@@ -921,9 +903,9 @@ START_TEST(test_byte_at_a_time)
     inos = inos_of(fds, 3);
     for (size_t i = 0; i < total; i++) {
         if (i == 3)
-            raw_send(sv[0], buf + i, 1, fds, 2);        /* mid-header */
+            raw_send(sv[0], buf + i, 1, fds, 2); /* mid-header */
         else if (i == 200)
-            raw_send(sv[0], buf + i, 1, fds + 2, 1);    /* mid-payload */
+            raw_send(sv[0], buf + i, 1, fds + 2, 1); /* mid-payload */
         else
             raw_send(sv[0], buf + i, 1, NULL, 0);
         int rc = hw_read(sv[1], &r, &f, err, ERRLEN);
@@ -1053,7 +1035,7 @@ START_TEST(test_writer_full_socket)
             got++;
     }
     ck_assert_int_eq(done, 1);
-    ck_assert_int_gt(blocked, 10);     /* really went through many partial writes */
+    ck_assert_int_gt(blocked, 10); /* really went through many partial writes */
     ck_assert_uint_eq(hw_writer_pending(&w), 0);
     ck_assert_uint_eq(hw_writer_pending_bytes(&w), 0);
     ck_assert_int_eq(hw_writer_flush(sv[0], &w, err, ERRLEN), 1);
@@ -1097,7 +1079,7 @@ START_TEST(test_writer_free_closes)
     ck_assert_uint_eq(hw_writer_pending(&w), 2);
     hw_writer_free(&w);
     ck_assert_uint_eq(hw_writer_pending(&w), 0);
-    close_pair(sv);      /* drops the in-flight references too */
+    close_pair(sv); /* drops the in-flight references too */
     ck_assert_int_eq(cku_count_fds(), before - 2);
     free(fds);
     free(p);
@@ -1110,7 +1092,7 @@ START_TEST(test_peer_closed)
     hw_writer w;
     char err[ERRLEN] = "";
 
-    signal(SIGPIPE, SIG_DFL);   /* MSG_NOSIGNAL must keep us alive */
+    signal(SIGPIPE, SIG_DFL); /* MSG_NOSIGNAL must keep us alive */
     sockpair(sv);
     close(sv[1]);
     sv[1] = -1;
@@ -1123,7 +1105,7 @@ START_TEST(test_peer_closed)
     ck_assert_err_has(err, "peer closed");
     ck_assert_uint_eq(hw_writer_pending(&w), 1);
     hw_writer_free(&w);
-    ck_assert_int_eq(fcntl(fd, F_GETFD), -1);  /* closed by the writer */
+    ck_assert_int_eq(fcntl(fd, F_GETFD), -1); /* closed by the writer */
     ck_assert_int_eq(hw_send_frame(sv[0], "hi", 2, NULL, 0, err, ERRLEN), HW_ESYS);
     ck_assert_int_eq(errno, EPIPE);
     close_pair(sv);
@@ -1251,14 +1233,14 @@ START_TEST(test_listen_stale)
     snprintf(path, sizeof(path), "%s/heapd.sock", tmpdir);
     l = hw_listen_unix(path, 4, err, ERRLEN);
     ck_assert_msg(l >= 0, "%s", err);
-    close(l);                           /* daemon died: the file stays */
+    close(l); /* daemon died: the file stays */
     ck_assert_int_eq(lstat(path, &st), 0);
     ck_assert(S_ISSOCK(st.st_mode));
     c = hw_connect_unix(path, err, ERRLEN);
     ck_assert_int_lt(c, 0);
     ck_assert_err_has(err, path);
     ck_assert_err_has(err, "is heapd running");
-    l = hw_listen_unix(path, 4, err, ERRLEN);  /* removes the stale file */
+    l = hw_listen_unix(path, 4, err, ERRLEN); /* removes the stale file */
     ck_assert_msg(l >= 0, "%s", err);
     c = hw_connect_unix(path, err, ERRLEN);
     ck_assert_msg(c >= 0, "%s", err);
@@ -1308,7 +1290,7 @@ START_TEST(test_path_too_long)
 {
     struct sockaddr_un sa;
     char path[256], err[ERRLEN] = "";
-    size_t max = sizeof(sa.sun_path) - 1;   /* longest that fits: 107 */
+    size_t max = sizeof(sa.sun_path) - 1; /* longest that fits: 107 */
 
     memset(path, 'a', sizeof(path));
     path[0] = '/';
@@ -1342,8 +1324,7 @@ static Suite *wire_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("fds");
-    tcase_add_loop_test(tc, test_fds_counts, 0,
-                        (int)(sizeof(fd_counts) / sizeof(fd_counts[0])));
+    tcase_add_loop_test(tc, test_fds_counts, 0, (int)(sizeof(fd_counts) / sizeof(fd_counts[0])));
     tcase_add_test(tc, test_sender_refuses);
     tcase_add_test(tc, test_fd_count_mismatch);
     tcase_add_test(tc, test_fds_outside_frame);
@@ -1379,7 +1360,4 @@ static Suite *wire_suite(void)
     return s;
 }
 
-int main(void)
-{
-    return cku_run(wire_suite());
-}
+int main(void) { return cku_run(wire_suite()); }

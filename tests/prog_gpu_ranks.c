@@ -54,9 +54,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define X_SKIP 77
+#define X_SKIP    77
 #define MAX_RANKS 64
-#define NFREE 24
+#define NFREE     24
 
 static struct {
     const char *sock;
@@ -210,7 +210,7 @@ static int sync_hook(void *arg)
 
 /* ---- one rank ------------------------------------------------------------- */
 
-static int R = -1;        /* this rank, in the child */
+static int R = -1; /* this rank, in the child */
 static int report_fd = -1;
 
 static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -241,20 +241,20 @@ static void say(const char *fmt, ...)
     va_end(ap);
 }
 
-#define FAIL(...)                                                                  \
-    do {                                                                           \
-        printf("rank %d: FAIL ", R);                                               \
-        printf(__VA_ARGS__);                                                       \
-        printf("\n");                                                              \
-        fflush(stdout);                                                            \
-        report("E\n");                                                             \
-        return 1;                                                                  \
+#define FAIL(...)                                                                                                      \
+    do {                                                                                                               \
+        printf("rank %d: FAIL ", R);                                                                                   \
+        printf(__VA_ARGS__);                                                                                           \
+        printf("\n");                                                                                                  \
+        fflush(stdout);                                                                                                \
+        report("E\n");                                                                                                 \
+        return 1;                                                                                                      \
     } while (0)
 
-#define HC(call)                                                                   \
-    do {                                                                           \
-        if ((call) != HEAPC_OK)                                                    \
-            FAIL("%s: %s: %s", #call, heapc_errname(heapc_err(c)), heapc_errstr(c)); \
+#define HC(call)                                                                                                       \
+    do {                                                                                                               \
+        if ((call) != HEAPC_OK)                                                                                        \
+            FAIL("%s: %s: %s", #call, heapc_errname(heapc_err(c)), heapc_errstr(c));                                   \
     } while (0)
 
 static uint32_t pattern(int writer, int owner, int phase)
@@ -264,15 +264,13 @@ static uint32_t pattern(int writer, int owner, int phase)
 
 /* Rank R fills slot R of every rank's copy of the block at off with
  * pattern(R, q, phase); collect; checks its own copy. slot: bytes per rank. */
-static int peer_write_check(heapc *c, dev *d, uint64_t off, uint64_t slot, int phase,
-                            uint32_t *host)
+static int peer_write_check(heapc *c, dev *d, uint64_t off, uint64_t slot, int phase, uint32_t *host)
 {
     int n = o.ranks;
     for (int q = 0; q < n; q++) {
         char *p = heapc_peer_ptr(c, (uint32_t)q, off);
         if (!p)
-            FAIL("heapc_peer_ptr(rank %d, offset %" PRIu64 ") is NULL (mapped %" PRIu64 ")", q,
-                 off, heapc_mapped(c));
+            FAIL("heapc_peer_ptr(rank %d, offset %" PRIu64 ") is NULL (mapped %" PRIu64 ")", q, off, heapc_mapped(c));
         if (dev_fill32(d, p + (uint64_t)R * slot, pattern(R, q, phase), slot / 4))
             FAIL("writing rank %d's copy: %s", q, d->err);
     }
@@ -314,8 +312,7 @@ static int rank_main(int go_r)
     HC(heapc_err(c));
     const char *want_be = o.host ? "host" : "cuda";
     if (strcmp(heapc_backend(c), want_be) != 0)
-        FAIL("heapd at %s runs the %s backend; this test needs %s", o.sock, heapc_backend(c),
-             want_be);
+        FAIL("heapd at %s runs the %s backend; this test needs %s", o.sock, heapc_backend(c), want_be);
     heapc_set_timeout(c, (o.timeout_s + 10) * 1000);
 
     char uuid[64] = "", err[320];
@@ -337,8 +334,8 @@ static int rank_main(int go_r)
     uint64_t m0 = heapc_mapped(c);
     if (m0 < o.chunk)
         FAIL("mapped %" PRIu64 " after attach, want at least one chunk (%" PRIu64 ")", m0, o.chunk);
-    say("attached to heap %s (%s backend, GPU %s), %d local ranks, mapped %" PRIu64 " MiB",
-        o.heap, heapc_backend(c), o.host ? "-" : uuid, o.ranks, m0 >> 20);
+    say("attached to heap %s (%s backend, GPU %s), %d local ranks, mapped %" PRIu64 " MiB", o.heap, heapc_backend(c),
+        o.host ? "-" : uuid, o.ranks, m0 >> 20);
     report("T attach %.1f\n", t_attach);
 
     uint32_t *host = malloc(o.chunk);
@@ -373,8 +370,7 @@ static int rank_main(int go_r)
     if (heapc_mapped(c) != m0 || k1.collects_needed != k0.collects_needed)
         FAIL("the %d small allocations grew the heap or collected", m);
     double med = pct(lat, (size_t)m, 0.5), p99 = pct(lat, (size_t)m, 0.99);
-    say("%d allocations of 4 KiB (no growth, no collect): median %.1f us, p99 %.1f us", m, med,
-        p99);
+    say("%d allocations of 4 KiB (no growth, no collect): median %.1f us, p99 %.1f us", m, med, p99);
     report("T alloc_med %.1f\nT alloc_p99 %.1f\n", med, p99);
     for (int i = 0; i < m; i++)
         HC(heapc_free(c, offs[i]));
@@ -395,8 +391,8 @@ static int rank_main(int go_r)
     /* The heap is one extent: the block may begin in chunk 0's free tail and
      * run on into the new chunk (the mappings are contiguous on every rank). */
     if (off2 + o.chunk <= m0 || off2 + o.chunk > m1)
-        FAIL("the chunk-sized block [%" PRIu64 ", %" PRIu64 ") does not end in the new chunk [%" PRIu64
-             ", %" PRIu64 ")",
+        FAIL("the chunk-sized block [%" PRIu64 ", %" PRIu64 ") does not end in the new chunk [%" PRIu64 ", %" PRIu64
+             ")",
              off2, off2 + o.chunk, m0, m1);
     if (k1.chunks_mapped - k0.chunks_mapped != (uint64_t)o.ranks)
         FAIL("the growth mapped %" PRIu64 " chunks in this client, want %d (one per rank)",
@@ -440,8 +436,7 @@ static int rank_main(int go_r)
     HC(heapc_collect(c));
     HC(heapc_get_counters(c, &k1));
     if (k1.last_reclaimed_blocks != NFREE)
-        FAIL("the collect reclaimed %" PRIu64 " blocks, want %d", k1.last_reclaimed_blocks,
-             NFREE);
+        FAIL("the collect reclaimed %" PRIu64 " blocks, want %d", k1.last_reclaimed_blocks, NFREE);
     int reused = 0;
     for (int i = 0; i < NFREE; i++) {
         HC(heapc_alloc(c, (uint64_t)4096 << ((i * 3 + 2) % 5), NULL, &b[i]));
@@ -451,7 +446,10 @@ static int rank_main(int go_r)
     }
     say("freed %d blocks in %s order, collect reclaimed %" PRIu64
         ", re-allocated %d (%d at freed offsets): offsets sent to the parent",
-        NFREE, R == 0 ? "ascending" : R == 1 ? "descending" : "shuffled",
+        NFREE,
+        R == 0   ? "ascending"
+        : R == 1 ? "descending"
+                 : "shuffled",
         k1.last_reclaimed_blocks, NFREE, reused);
 
     /* 5. done: wait (attached) for the parent, then detach */
@@ -578,51 +576,76 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     enum { O_NOHOOK = 256, O_HOST, O_WHILE, O_TIMEOUT, O_NALLOC };
-    static const struct option lo[] = {
-        {"socket", required_argument, NULL, 's'},   {"ranks", required_argument, NULL, 'n'},
-        {"chunk", required_argument, NULL, 'c'},    {"heap", required_argument, NULL, 'H'},
-        {"nalloc", required_argument, NULL, O_NALLOC}, {"no-hook", no_argument, NULL, O_NOHOOK},
-        {"host", no_argument, NULL, O_HOST},        {"while-attached", required_argument, NULL, O_WHILE},
-        {"timeout", required_argument, NULL, O_TIMEOUT}, {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
+    static const struct option lo[] = {{"socket", required_argument, NULL, 's'},
+                                       {"ranks", required_argument, NULL, 'n'},
+                                       {"chunk", required_argument, NULL, 'c'},
+                                       {"heap", required_argument, NULL, 'H'},
+                                       {"nalloc", required_argument, NULL, O_NALLOC},
+                                       {"no-hook", no_argument, NULL, O_NOHOOK},
+                                       {"host", no_argument, NULL, O_HOST},
+                                       {"while-attached", required_argument, NULL, O_WHILE},
+                                       {"timeout", required_argument, NULL, O_TIMEOUT},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
     int opt;
     while ((opt = getopt_long(argc, argv, "s:n:c:H:h", lo, NULL)) != -1) {
         switch (opt) {
-        case 's': o.sock = optarg; break;
-        case 'n': o.ranks = atoi(optarg); break;
+        case 's':
+            o.sock = optarg;
+            break;
+        case 'n':
+            o.ranks = atoi(optarg);
+            break;
         case 'c':
             if (hsz_parse_size(optarg, &o.chunk)) {
                 fprintf(stderr, "prog_gpu_ranks: bad --chunk %s\n", optarg);
                 return 2;
             }
             break;
-        case 'H': o.heap = optarg; break;
-        case O_NALLOC: o.nalloc = atoi(optarg); break;
-        case O_NOHOOK: o.no_hook = 1; break;
-        case O_HOST: o.host = 1; break;
-        case O_WHILE: o.while_cmd = optarg; break;
-        case O_TIMEOUT: o.timeout_s = atoi(optarg); break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'H':
+            o.heap = optarg;
+            break;
+        case O_NALLOC:
+            o.nalloc = atoi(optarg);
+            break;
+        case O_NOHOOK:
+            o.no_hook = 1;
+            break;
+        case O_HOST:
+            o.host = 1;
+            break;
+        case O_WHILE:
+            o.while_cmd = optarg;
+            break;
+        case O_TIMEOUT:
+            o.timeout_s = atoi(optarg);
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
-    if (optind != argc || o.ranks < 1 || o.ranks > MAX_RANKS || o.nalloc < 1 ||
-        o.timeout_s < 1 || o.chunk < 65536 || (o.chunk & (o.chunk - 1))) {
+    if (optind != argc || o.ranks < 1 || o.ranks > MAX_RANKS || o.nalloc < 1 || o.timeout_s < 1 || o.chunk < 65536 ||
+        (o.chunk & (o.chunk - 1))) {
         usage(stderr);
         return 2;
     }
     uint64_t small = (uint64_t)o.nalloc * 4096 + ((uint64_t)o.ranks << 17);
     if (small > o.chunk / 2) {
-        fprintf(stderr, "prog_gpu_ranks: --nalloc %d does not fit in half a chunk of %" PRIu64
-                        " bytes; lower it or raise --chunk\n", o.nalloc, o.chunk);
+        fprintf(stderr,
+                "prog_gpu_ranks: --nalloc %d does not fit in half a chunk of %" PRIu64
+                " bytes; lower it or raise --chunk\n",
+                o.nalloc, o.chunk);
         return 2;
     }
     if (!o.sock || !*o.sock)
         o.sock = getenv("HEAPD_SOCKET");
 
-    printf("prog_gpu_ranks: %d ranks, heap %s, chunk %" PRIu64 " MiB, %s, socket %s\n", o.ranks,
-           o.heap, o.chunk >> 20, o.host ? "host backend" : "cuda backend, GPU 0",
-           o.sock ? o.sock : HEAPC_DEFAULT_SOCKET);
+    printf("prog_gpu_ranks: %d ranks, heap %s, chunk %" PRIu64 " MiB, %s, socket %s\n", o.ranks, o.heap, o.chunk >> 20,
+           o.host ? "host backend" : "cuda backend, GPU 0", o.sock ? o.sock : HEAPC_DEFAULT_SOCKET);
     fflush(stdout);
 
     /* No CUDA in the parent before the forks. */

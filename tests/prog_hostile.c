@@ -294,10 +294,12 @@ static int mode_linger(int sec, const char *gofile)
     int rc = hello_roundtrip(NULL);
     if (rc)
         bad("linger: no HelloReply to a second client within %d ms after sockets with a %d s linger were passed "
-            "(the loop is blocked in close())", BOUND_MS, sec);
+            "(the loop is blocked in close())",
+            BOUND_MS, sec);
     else
         ok("linger: heapd answered another client while %d passed sockets (%d s linger, %zu bytes unsent) were "
-           "still closing", LINGER_SOCKS, sec, queued);
+           "still closing",
+           LINGER_SOCKS, sec, queued);
     if (gofile) {
         /* The script checks other uids meanwhile; it creates gofile when done. */
         printf("lingering\n");

@@ -25,89 +25,88 @@
 #include <unistd.h>
 
 /* Exit codes. */
-#define X_SUCCESS 0
-#define X_ERROR 1      /* any other heapc error */
-#define X_USAGE 2
-#define X_CHECK 3      /* check / data verification failed */
-#define X_ASYM 4       /* ERR_ASYMMETRY */
-#define X_TIMEOUT 5    /* ERR_TIMEOUT (or ERR_NOREPLY) */
-#define X_PEERGONE 6   /* ERR_PEER_GONE */
-#define X_CONN 7       /* ERR_CONN: heapd unreachable or closed the connection */
-#define X_NOTHELD 8    /* ERR_NOT_HELD: double free */
-#define X_MISMATCH 9   /* ERR_MISMATCH: attach parameters differ */
-#define X_VA 10        /* ERR_VA_EXHAUSTED */
+#define X_SUCCESS  0
+#define X_ERROR    1 /* any other heapc error */
+#define X_USAGE    2
+#define X_CHECK    3  /* check / data verification failed */
+#define X_ASYM     4  /* ERR_ASYMMETRY */
+#define X_TIMEOUT  5  /* ERR_TIMEOUT (or ERR_NOREPLY) */
+#define X_PEERGONE 6  /* ERR_PEER_GONE */
+#define X_CONN     7  /* ERR_CONN: heapd unreachable or closed the connection */
+#define X_NOTHELD  8  /* ERR_NOT_HELD: double free */
+#define X_MISMATCH 9  /* ERR_MISMATCH: attach parameters differ */
+#define X_VA       10 /* ERR_VA_EXHAUSTED */
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-"Usage: prog_rank --socket PATH --heap NAME --rank R --world W [options] [CMD...]\n"
-"\n"
-"One rank of heap NAME: connects to heapd, attaches (collective) and runs the\n"
-"commands given on the command line, or, when there are none, those read from\n"
-"stdin (whitespace-separated, several per line allowed, '#' starts a comment).\n"
-"Output goes to stdout, one line per event, flushed at once.\n"
-"\n"
-"Options:\n"
-"  --socket PATH       heapd's socket (default: $HEAPD_SOCKET, else the default path)\n"
-"  --heap NAME         heap name (required)\n"
-"  --rank R            this rank (required)\n"
-"  --world W           world size (required)\n"
-"  --chunk SIZE        heap chunk_size     (sizes: 4096, 64K, 2M, 1G...)\n"
-"  --initial SIZE      heap initial_size\n"
-"  --va SIZE           heap va_size\n"
-"  --min-block SIZE    heap min_block\n"
-"  --policy P          default | coalesce | seed\n"
-"  --timeout-ms MS     heap collect_timeout_ms\n"
-"  --local-size N      ranks of the heap on this node (multi-node heaps)\n"
-"  --job ID            job incarnation (multi-node heaps)\n"
-"  --seed S            seed of 'random' (default 1): sizes and collect points\n"
-"                      depend on S only, free timing on S and the rank\n"
-"  --batch N           free batch size (heapc_set_free_batch)\n"
-"  --no-attach         connect only; use the 'attach' command\n"
-"  -h, --help          this text\n"
-"\n"
-"Commands (SEQ: an allocation number of this rank; BYTE: 0..255, decimal or 0x..):\n"
-"  alloc SIZE          allocate; prints 'a SEQ OFFSET'\n"
-"  free SEQ            free the block of allocation SEQ (deferred, batched)\n"
-"  freeoff OFFSET      free the block at OFFSET (e.g. one allocated before a\n"
-"                      reconnect, or a bogus one to provoke ERR_NOT_HELD)\n"
-"  flush               send the queued frees now\n"
-"  collect             collective collect; prints 'c COLLECTS BLOCKS BYTES' (the\n"
-"                      heap's collect count, what this collect reclaimed)\n"
-"  write SEQ PEER BYTE fill local rank PEER's copy of block SEQ with BYTE (host)\n"
-"  check SEQ BYTE      this rank's copy of block SEQ must be all BYTE (host), else\n"
-"                      exit 3\n"
-"  sleep MS            sleep MS milliseconds\n"
-"  touch PATH          create the file PATH (tells a test script a state was\n"
-"                      reached)\n"
-"  waitfile PATH       wait until the file PATH exists (the script's go-ahead;\n"
-"                      at most 300 s, then exit 1)\n"
-"  stats               print 's heap KEY=VALUE...', one 's rank KEY=VALUE...' per\n"
-"                      rank and 's client KEY=VALUE...' (this context's counters)\n"
-"  random N            N steps of a seeded workload: each step frees the blocks\n"
-"                      whose (per-rank random) lifetime ended, sometimes collects\n"
-"                      (same steps on every rank), and allocates a random size\n"
-"                      (same sizes on every rank); prints each 'a SEQ OFFSET' and\n"
-"                      'c ...'; on the host backend each block is filled and\n"
-"                      verified at its free (exit 3 on corruption)\n"
-"  batch N             set the free batch size\n"
-"  attach              attach again (after detach or --no-attach); prints\n"
-"                      'attached RANK WORLD MAPPED NEXT_SEQ'\n"
-"  detach              detach; prints 'detached'\n"
-"  mapped              print 'm MAPPED'\n"
-    "  status              print the status page: 'p mapped=.. live=.. ...'\n"
-"  statusstuck         make the status page look mid-write (its seq odd, as\n"
-"                      a heapd dead mid-update leaves it) and read it: 'busy'\n"
-"                      when heapc_status gives up with ERR_BUSY\n"
-"  try CMD ...         run CMD; on error print 'e CODE message' and go on\n"
-"  exit [CODE]         exit at once with CODE (default 0), without detaching\n"
-"\n"
-"At start (unless --no-attach) it prints 'attached RANK WORLD MAPPED NEXT_SEQ'.\n"
-"Errors print 'error: CODE: message' on stderr (CODE as ERR_ASYMMETRY).\n"
-"\n"
-"Exit status: 0 ok; 1 other error; 2 usage; 3 check failed; 4 ERR_ASYMMETRY;\n"
-"5 ERR_TIMEOUT or no reply; 6 ERR_PEER_GONE; 7 connection to heapd failed or\n"
-"closed; 8 ERR_NOT_HELD; 9 ERR_MISMATCH; 10 ERR_VA_EXHAUSTED.\n");
+    fprintf(f, "Usage: prog_rank --socket PATH --heap NAME --rank R --world W [options] [CMD...]\n"
+               "\n"
+               "One rank of heap NAME: connects to heapd, attaches (collective) and runs the\n"
+               "commands given on the command line, or, when there are none, those read from\n"
+               "stdin (whitespace-separated, several per line allowed, '#' starts a comment).\n"
+               "Output goes to stdout, one line per event, flushed at once.\n"
+               "\n"
+               "Options:\n"
+               "  --socket PATH       heapd's socket (default: $HEAPD_SOCKET, else the default path)\n"
+               "  --heap NAME         heap name (required)\n"
+               "  --rank R            this rank (required)\n"
+               "  --world W           world size (required)\n"
+               "  --chunk SIZE        heap chunk_size     (sizes: 4096, 64K, 2M, 1G...)\n"
+               "  --initial SIZE      heap initial_size\n"
+               "  --va SIZE           heap va_size\n"
+               "  --min-block SIZE    heap min_block\n"
+               "  --policy P          default | coalesce | seed\n"
+               "  --timeout-ms MS     heap collect_timeout_ms\n"
+               "  --local-size N      ranks of the heap on this node (multi-node heaps)\n"
+               "  --job ID            job incarnation (multi-node heaps)\n"
+               "  --seed S            seed of 'random' (default 1): sizes and collect points\n"
+               "                      depend on S only, free timing on S and the rank\n"
+               "  --batch N           free batch size (heapc_set_free_batch)\n"
+               "  --no-attach         connect only; use the 'attach' command\n"
+               "  -h, --help          this text\n"
+               "\n"
+               "Commands (SEQ: an allocation number of this rank; BYTE: 0..255, decimal or 0x..):\n"
+               "  alloc SIZE          allocate; prints 'a SEQ OFFSET'\n"
+               "  free SEQ            free the block of allocation SEQ (deferred, batched)\n"
+               "  freeoff OFFSET      free the block at OFFSET (e.g. one allocated before a\n"
+               "                      reconnect, or a bogus one to provoke ERR_NOT_HELD)\n"
+               "  flush               send the queued frees now\n"
+               "  collect             collective collect; prints 'c COLLECTS BLOCKS BYTES' (the\n"
+               "                      heap's collect count, what this collect reclaimed)\n"
+               "  write SEQ PEER BYTE fill local rank PEER's copy of block SEQ with BYTE (host)\n"
+               "  check SEQ BYTE      this rank's copy of block SEQ must be all BYTE (host), else\n"
+               "                      exit 3\n"
+               "  sleep MS            sleep MS milliseconds\n"
+               "  touch PATH          create the file PATH (tells a test script a state was\n"
+               "                      reached)\n"
+               "  waitfile PATH       wait until the file PATH exists (the script's go-ahead;\n"
+               "                      at most 300 s, then exit 1)\n"
+               "  stats               print 's heap KEY=VALUE...', one 's rank KEY=VALUE...' per\n"
+               "                      rank and 's client KEY=VALUE...' (this context's counters)\n"
+               "  random N            N steps of a seeded workload: each step frees the blocks\n"
+               "                      whose (per-rank random) lifetime ended, sometimes collects\n"
+               "                      (same steps on every rank), and allocates a random size\n"
+               "                      (same sizes on every rank); prints each 'a SEQ OFFSET' and\n"
+               "                      'c ...'; on the host backend each block is filled and\n"
+               "                      verified at its free (exit 3 on corruption)\n"
+               "  batch N             set the free batch size\n"
+               "  attach              attach again (after detach or --no-attach); prints\n"
+               "                      'attached RANK WORLD MAPPED NEXT_SEQ'\n"
+               "  detach              detach; prints 'detached'\n"
+               "  mapped              print 'm MAPPED'\n"
+               "  status              print the status page: 'p mapped=.. live=.. ...'\n"
+               "  statusstuck         make the status page look mid-write (its seq odd, as\n"
+               "                      a heapd dead mid-update leaves it) and read it: 'busy'\n"
+               "                      when heapc_status gives up with ERR_BUSY\n"
+               "  try CMD ...         run CMD; on error print 'e CODE message' and go on\n"
+               "  exit [CODE]         exit at once with CODE (default 0), without detaching\n"
+               "\n"
+               "At start (unless --no-attach) it prints 'attached RANK WORLD MAPPED NEXT_SEQ'.\n"
+               "Errors print 'error: CODE: message' on stderr (CODE as ERR_ASYMMETRY).\n"
+               "\n"
+               "Exit status: 0 ok; 1 other error; 2 usage; 3 check failed; 4 ERR_ASYMMETRY;\n"
+               "5 ERR_TIMEOUT or no reply; 6 ERR_PEER_GONE; 7 connection to heapd failed or\n"
+               "closed; 8 ERR_NOT_HELD; 9 ERR_MISMATCH; 10 ERR_VA_EXHAUSTED.\n");
 }
 
 /* ---- state ----------------------------------------------------------------- */
@@ -116,8 +115,8 @@ typedef struct block {
     uint64_t offset;
     uint64_t size;
     int live;
-    uint64_t death;   /* random: step at which it is freed; 0: never */
-    int filled;       /* random: own copy filled with fill */
+    uint64_t death; /* random: step at which it is freed; 0: never */
+    int filled;     /* random: own copy filled with fill */
     unsigned char fill;
 } block;
 
@@ -138,19 +137,28 @@ static struct {
     uint64_t step;
 } g;
 
-static int try_mode;   /* inside 'try' */
+static int try_mode; /* inside 'try' */
 
 static int exit_code(int err)
 {
     switch (err) {
-    case HEAPC_EASYMMETRY: return X_ASYM;
-    case HEAPC_ETIMEOUT: case HEAPC_ENOREPLY: return X_TIMEOUT;
-    case HEAPC_EPEER_GONE: return X_PEERGONE;
-    case HEAPC_ECONN: return X_CONN;
-    case HEAPC_ENOTHELD: return X_NOTHELD;
-    case HEAPC_EMISMATCH: return X_MISMATCH;
-    case HEAPC_EVA_EXHAUSTED: return X_VA;
-    default: return X_ERROR;
+    case HEAPC_EASYMMETRY:
+        return X_ASYM;
+    case HEAPC_ETIMEOUT:
+    case HEAPC_ENOREPLY:
+        return X_TIMEOUT;
+    case HEAPC_EPEER_GONE:
+        return X_PEERGONE;
+    case HEAPC_ECONN:
+        return X_CONN;
+    case HEAPC_ENOTHELD:
+        return X_NOTHELD;
+    case HEAPC_EMISMATCH:
+        return X_MISMATCH;
+    case HEAPC_EVA_EXHAUSTED:
+        return X_VA;
+    default:
+        return X_ERROR;
     }
 }
 
@@ -224,10 +232,7 @@ static int parse_u64(const char *s, uint64_t *out)
     return 0;
 }
 
-static int parse_size(const char *s, uint64_t *out)
-{
-    return hsz_parse_size(s, out) == 0 ? 0 : parse_u64(s, out);
-}
+static int parse_size(const char *s, uint64_t *out) { return hsz_parse_size(s, out) == 0 ? 0 : parse_u64(s, out); }
 
 /* splitmix64 */
 static uint64_t rnd(uint64_t *s)
@@ -248,8 +253,8 @@ static int do_attach(void)
     g.host = strcmp(heapc_backend(g.c), "host") == 0;
     if (g.batch && (rc = heapc_set_free_batch(g.c, g.batch)) != HEAPC_OK)
         return fail_heapc(rc);
-    printf("attached %" PRIu32 " %" PRIu32 " %" PRIu64 " %" PRIu64 "\n", g.rank, g.world,
-           heapc_mapped(g.c), heapc_next_seq(g.c));
+    printf("attached %" PRIu32 " %" PRIu32 " %" PRIu64 " %" PRIu64 "\n", g.rank, g.world, heapc_mapped(g.c),
+           heapc_next_seq(g.c));
     fflush(stdout);
     return 0;
 }
@@ -285,8 +290,7 @@ static int do_free(uint64_t seq)
             if (p[i] != b->fill)
                 return fail_local(X_CHECK,
                                   "block %" PRIu64 " (offset %" PRIu64 ", %" PRIu64 " bytes) was "
-                                  "overwritten while this rank held it: byte +%" PRIu64
-                                  " is 0x%02x, expected 0x%02x",
+                                  "overwritten while this rank held it: byte +%" PRIu64 " is 0x%02x, expected 0x%02x",
                                   seq, b->offset, b->size, i, p[i], b->fill);
     }
     int rc = heapc_free(g.c, off);
@@ -304,8 +308,7 @@ static int do_collect(void)
         return fail_heapc(rc);
     heapc_counters k;
     heapc_get_counters(g.c, &k);
-    printf("c %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", k.heap_collects, k.last_reclaimed_blocks,
-           k.last_reclaimed_bytes);
+    printf("c %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", k.heap_collects, k.last_reclaimed_blocks, k.last_reclaimed_bytes);
     fflush(stdout);
     return 0;
 }
@@ -313,8 +316,7 @@ static int do_collect(void)
 static int need_host(const char *cmd)
 {
     if (!g.host)
-        return fail_local(X_USAGE, "%s needs the host backend (heapd serves %s)", cmd,
-                          heapc_backend(g.c));
+        return fail_local(X_USAGE, "%s needs the host backend (heapd serves %s)", cmd, heapc_backend(g.c));
     return 0;
 }
 
@@ -325,14 +327,15 @@ static int do_write(uint64_t seq, uint64_t peer, uint64_t byte)
         return rc;
     block *b = blk(seq);
     if (!b || !b->live)
-        return fail_local(X_USAGE, "write: allocation %" PRIu64 " is not a live block of rank %"
-                          PRIu32, seq, g.rank);
+        return fail_local(X_USAGE, "write: allocation %" PRIu64 " is not a live block of rank %" PRIu32, seq, g.rank);
     if (peer > UINT32_MAX || byte > 255)
         return fail_local(X_USAGE, "write: PEER or BYTE out of range");
     unsigned char *p = heapc_peer_ptr(g.c, (uint32_t)peer, b->offset);
     if (!p)
-        return fail_local(X_USAGE, "write: rank %" PRIu64 " is not served by this heapd (or "
-                          "offset %" PRIu64 " is not mapped)", peer, b->offset);
+        return fail_local(X_USAGE,
+                          "write: rank %" PRIu64 " is not served by this heapd (or "
+                          "offset %" PRIu64 " is not mapped)",
+                          peer, b->offset);
     memset(p, (int)byte, (size_t)b->size);
     return 0;
 }
@@ -344,8 +347,7 @@ static int do_check(uint64_t seq, uint64_t byte)
         return rc;
     block *b = blk(seq);
     if (!b || !b->live)
-        return fail_local(X_USAGE, "check: allocation %" PRIu64 " is not a live block of rank %"
-                          PRIu32, seq, g.rank);
+        return fail_local(X_USAGE, "check: allocation %" PRIu64 " is not a live block of rank %" PRIu32, seq, g.rank);
     if (byte > 255)
         return fail_local(X_USAGE, "check: BYTE out of range");
     const unsigned char *p = heapc_ptr(g.c, b->offset);
@@ -354,8 +356,8 @@ static int do_check(uint64_t seq, uint64_t byte)
     for (uint64_t i = 0; i < b->size; i++)
         if (p[i] != byte)
             return fail_local(X_CHECK,
-                              "check failed: rank %" PRIu32 ", block %" PRIu64 " (offset %" PRIu64
-                              ", %" PRIu64 " bytes): byte +%" PRIu64 " is 0x%02x, expected 0x%02x",
+                              "check failed: rank %" PRIu32 ", block %" PRIu64 " (offset %" PRIu64 ", %" PRIu64
+                              " bytes): byte +%" PRIu64 " is 0x%02x, expected 0x%02x",
                               g.rank, seq, b->offset, b->size, i, p[i], (unsigned)byte);
     return 0;
 }
@@ -368,30 +370,26 @@ static int do_stats(void)
         return fail_heapc(rc);
     for (size_t i = 0; i < s->nheaps; i++) {
         const heapc_heap_stats *h = &s->heaps[i];
-        printf("s heap name=%s world=%" PRIu32 " mapped=%" PRIu64 " live=%" PRIu64
-               " released=%" PRIu64 " free=%" PRIu64 " collects=%" PRIu64 " growths=%" PRIu64
-               " clients=%" PRIu32 " next_seq=%" PRIu64 " epoch=%" PRIu64
-               " pending_collect_seq=%" PRIu64 " chunk=%" PRIu64 " va=%" PRIu64
-               " min_block=%" PRIu64 " policy=%s\n",
-               h->name, h->world_size, h->mapped, h->live_bytes, h->released_bytes, h->free_bytes,
-               h->collects, h->growths, h->clients, h->next_seq, h->epoch, h->pending_collect_seq,
-               h->params.chunk_size, h->params.va_size, h->params.min_block,
-               heapc_policy_name(h->params.policy));
+        printf("s heap name=%s world=%" PRIu32 " mapped=%" PRIu64 " live=%" PRIu64 " released=%" PRIu64 " free=%" PRIu64
+               " collects=%" PRIu64 " growths=%" PRIu64 " clients=%" PRIu32 " next_seq=%" PRIu64 " epoch=%" PRIu64
+               " pending_collect_seq=%" PRIu64 " chunk=%" PRIu64 " va=%" PRIu64 " min_block=%" PRIu64 " policy=%s\n",
+               h->name, h->world_size, h->mapped, h->live_bytes, h->released_bytes, h->free_bytes, h->collects,
+               h->growths, h->clients, h->next_seq, h->epoch, h->pending_collect_seq, h->params.chunk_size,
+               h->params.va_size, h->params.min_block, heapc_policy_name(h->params.policy));
         for (size_t r = 0; r < h->nranks; r++) {
             const heapc_rank_stats *k = &h->ranks[r];
-            printf("s rank rank=%" PRIu32 " attached=%d pid=%" PRIu32 " live=%" PRIu64
-                   " released=%" PRIu64 " next_seq=%" PRIu64 "\n",
+            printf("s rank rank=%" PRIu32 " attached=%d pid=%" PRIu32 " live=%" PRIu64 " released=%" PRIu64
+                   " next_seq=%" PRIu64 "\n",
                    k->rank, k->attached, k->pid, k->live_bytes, k->released_bytes, k->next_seq);
         }
     }
     heapc_stats_free(s);
     heapc_counters k;
     heapc_get_counters(g.c, &k);
-    printf("s client allocs=%" PRIu64 " frees=%" PRIu64 " free_batches=%" PRIu64
-           " collects=%" PRIu64 " collects_needed=%" PRIu64 " chunks_mapped=%" PRIu64
-           " queued_frees=%" PRIu64 " mapped=%" PRIu64 "\n",
-           k.allocs, k.frees, k.free_batches, k.collects, k.collects_needed, k.chunks_mapped,
-           k.queued_frees, heapc_mapped(g.c));
+    printf("s client allocs=%" PRIu64 " frees=%" PRIu64 " free_batches=%" PRIu64 " collects=%" PRIu64
+           " collects_needed=%" PRIu64 " chunks_mapped=%" PRIu64 " queued_frees=%" PRIu64 " mapped=%" PRIu64 "\n",
+           k.allocs, k.frees, k.free_batches, k.collects, k.collects_needed, k.chunks_mapped, k.queued_frees,
+           heapc_mapped(g.c));
     fflush(stdout);
     return 0;
 }
@@ -459,21 +457,19 @@ static int run_tokens(char **tok, int ntok, int *xcode)
             was_try = 1;
             cmd = tok[i++];
         }
-#define ARGS(n)                                                                  \
-    do {                                                                         \
-        if (i + (n) > ntok) {                                                    \
-            try_mode = 0;                                                        \
-            return fail_local(X_USAGE, "%s needs %d argument%s", cmd, (n),       \
-                              (n) == 1 ? "" : "s");                              \
-        }                                                                        \
+#define ARGS(n)                                                                                                        \
+    do {                                                                                                               \
+        if (i + (n) > ntok) {                                                                                          \
+            try_mode = 0;                                                                                              \
+            return fail_local(X_USAGE, "%s needs %d argument%s", cmd, (n), (n) == 1 ? "" : "s");                       \
+        }                                                                                                              \
     } while (0)
-#define NUM(idx, var, what)                                                      \
-    do {                                                                         \
-        if (parse_u64(tok[i + (idx)], &(var)) != 0) {                            \
-            try_mode = 0;                                                        \
-            return fail_local(X_USAGE, "%s: %s '%s' is not a number", cmd, what, \
-                              tok[i + (idx)]);                                   \
-        }                                                                        \
+#define NUM(idx, var, what)                                                                                            \
+    do {                                                                                                               \
+        if (parse_u64(tok[i + (idx)], &(var)) != 0) {                                                                  \
+            try_mode = 0;                                                                                              \
+            return fail_local(X_USAGE, "%s: %s '%s' is not a number", cmd, what, tok[i + (idx)]);                      \
+        }                                                                                                              \
     } while (0)
         if (!strcmp(cmd, "alloc")) {
             ARGS(1);
@@ -574,16 +570,15 @@ static int run_tokens(char **tok, int ntok, int *xcode)
                 fprintf(stderr, "error: no status page (not attached?)\n");
                 return 1;
             }
-            printf("p mapped=%" PRIu64 " live=%" PRIu64 " released=%" PRIu64 " free=%" PRIu64
-                   " rank_held=%" PRIu64 " rank_released=%" PRIu64 " collects=%" PRIu64 " growths=%" PRIu64
-                   " allocs=%" PRIu64 " device_free=%" PRIu64 " device_total=%" PRIu64 " updates=%" PRIu64 "\n",
-                   st.mapped, st.live, st.released, st.free, st.rank_held, st.rank_released, st.collects,
-                   st.growths, st.allocs, st.device_free, st.device_total, st.updates);
+            printf("p mapped=%" PRIu64 " live=%" PRIu64 " released=%" PRIu64 " free=%" PRIu64 " rank_held=%" PRIu64
+                   " rank_released=%" PRIu64 " collects=%" PRIu64 " growths=%" PRIu64 " allocs=%" PRIu64
+                   " device_free=%" PRIu64 " device_total=%" PRIu64 " updates=%" PRIu64 "\n",
+                   st.mapped, st.live, st.released, st.free, st.rank_held, st.rank_released, st.collects, st.growths,
+                   st.allocs, st.device_free, st.device_total, st.updates);
             fflush(stdout);
         } else if (!strcmp(cmd, "statusstuck")) {
             int sfd = heapc_status_fd(g.c);
-            uint64_t *pg = sfd < 0 ? MAP_FAILED
-                                   : mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
+            uint64_t *pg = sfd < 0 ? MAP_FAILED : mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
             if (pg == MAP_FAILED) {
                 fprintf(stderr, "error: cannot map the status page writable: %s\n", strerror(errno));
                 return 1;
@@ -619,8 +614,23 @@ static int run_tokens(char **tok, int ntok, int *xcode)
 
 int main(int argc, char **argv)
 {
-    enum { O_SOCKET = 256, O_HEAP, O_RANK, O_WORLD, O_CHUNK, O_INITIAL, O_VA, O_MINBLOCK,
-           O_POLICY, O_TIMEOUT, O_SEED, O_BATCH, O_NOATTACH, O_LOCAL, O_JOB };
+    enum {
+        O_SOCKET = 256,
+        O_HEAP,
+        O_RANK,
+        O_WORLD,
+        O_CHUNK,
+        O_INITIAL,
+        O_VA,
+        O_MINBLOCK,
+        O_POLICY,
+        O_TIMEOUT,
+        O_SEED,
+        O_BATCH,
+        O_NOATTACH,
+        O_LOCAL,
+        O_JOB
+    };
     static const struct option opts[] = {
         {"socket", required_argument, NULL, O_SOCKET},
         {"heap", required_argument, NULL, O_HEAP},
@@ -645,8 +655,12 @@ int main(int argc, char **argv)
     uint64_t v;
     while ((o = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
         switch (o) {
-        case O_SOCKET: g.sock = optarg; break;
-        case O_JOB: g.params.job = optarg; break;
+        case O_SOCKET:
+            g.sock = optarg;
+            break;
+        case O_JOB:
+            g.params.job = optarg;
+            break;
         case O_LOCAL:
             if (parse_u64(optarg, &v) != 0 || v > UINT32_MAX) {
                 fprintf(stderr, "prog_rank: --local-size: '%s' is not a number\n", optarg);
@@ -654,13 +668,18 @@ int main(int argc, char **argv)
             }
             g.params.local_size = (uint32_t)v;
             break;
-        case O_HEAP: g.heap = optarg; break;
+        case O_HEAP:
+            g.heap = optarg;
+            break;
         case O_RANK:
         case O_WORLD:
         case O_TIMEOUT:
             if (parse_u64(optarg, &v) != 0 || v > UINT32_MAX) {
                 fprintf(stderr, "prog_rank: %s: '%s' is not a number\n",
-                        o == O_RANK ? "--rank" : o == O_WORLD ? "--world" : "--timeout-ms", optarg);
+                        o == O_RANK    ? "--rank"
+                        : o == O_WORLD ? "--world"
+                                       : "--timeout-ms",
+                        optarg);
                 return X_USAGE;
             }
             if (o == O_RANK) {
@@ -698,8 +717,7 @@ int main(int argc, char **argv)
             else if (!strcmp(optarg, "seed"))
                 g.params.policy = HEAPC_POLICY_SEED;
             else {
-                fprintf(stderr, "prog_rank: --policy: '%s' is not default, coalesce or seed\n",
-                        optarg);
+                fprintf(stderr, "prog_rank: --policy: '%s' is not default, coalesce or seed\n", optarg);
                 return X_USAGE;
             }
             break;
@@ -716,8 +734,12 @@ int main(int argc, char **argv)
             }
             g.batch = (size_t)v;
             break;
-        case O_NOATTACH: no_attach = 1; break;
-        case 'h': usage(stdout); return 0;
+        case O_NOATTACH:
+            no_attach = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
         default:
             fprintf(stderr, "Try 'prog_rank --help'.\n");
             return X_USAGE;

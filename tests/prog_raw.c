@@ -39,8 +39,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define REPLY_MS 30000     /* how long a reply (or the close) may take: a bound, not a figure (ASan, loaded CI) */
-#define PROBE_MS 30000     /* how long heapd may take to close sent fds (a bound) */
+#define REPLY_MS 30000 /* how long a reply (or the close) may take: a bound, not a figure (ASan, loaded CI) */
+#define PROBE_MS 30000 /* how long heapd may take to close sent fds (a bound) */
 
 static const char *sock_path;
 static char why[4096];     /* the failing case's explanation */
@@ -51,8 +51,7 @@ static const char *victim_heap;
 static uint32_t victim_world;
 static uint64_t victim_chunk;
 
-__attribute__((format(printf, 1, 2)))
-static int fail(const char *fmt, ...)
+__attribute__((format(printf, 1, 2))) static int fail(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -67,7 +66,7 @@ typedef struct rconn {
     int fd;
     hw_reader rd;
     uint64_t next_id;
-    uint64_t last_id;      /* id of the last request sent */
+    uint64_t last_id; /* id of the last request sent */
 } rconn;
 
 static int rc_open(rconn *c)
@@ -177,9 +176,9 @@ enum { R_FRAME, R_CLOSED, R_TIMEOUT, R_BAD };
 
 typedef struct reply {
     int kind;
-    Heapd__Frame *f;       /* R_FRAME */
+    Heapd__Frame *f; /* R_FRAME */
     size_t nfds;
-    char desc[1400];       /* what arrived, for messages */
+    char desc[1400]; /* what arrived, for messages */
 } reply;
 
 static const char *errname(int code)
@@ -234,8 +233,8 @@ static void get_reply(rconn *c, int timeout_ms, reply *r)
     }
     r->kind = R_FRAME;
     if (r->f->body_case == HEAPD__FRAME__BODY_ERROR)
-        snprintf(r->desc, sizeof r->desc, "Error %s (id %" PRIu64 ") \"%.1200s\"", errname(r->f->error->code),
-                 r->f->id, r->f->error->message ? r->f->error->message : "");
+        snprintf(r->desc, sizeof r->desc, "Error %s (id %" PRIu64 ") \"%.1200s\"", errname(r->f->error->code), r->f->id,
+                 r->f->error->message ? r->f->error->message : "");
     else
         snprintf(r->desc, sizeof r->desc, "%s (id %" PRIu64 ")", bodyname(r->f->body_case), r->f->id);
 }
@@ -253,10 +252,7 @@ static int expect_error_id(rconn *c, int code, uint64_t id, const char *what)
     return ok ? 0 : -1;
 }
 
-static int expect_error(rconn *c, int code, const char *what)
-{
-    return expect_error_id(c, code, c->last_id, what);
-}
+static int expect_error(rconn *c, int code, const char *what) { return expect_error_id(c, code, c->last_id, what); }
 
 /* The next reply must have body `bc` for the last request; *out keeps it. */
 static int expect_body(rconn *c, int bc, const char *what, reply *out)
@@ -523,8 +519,8 @@ static int probe_check(probe *p, const char *what)
     while (n < 0 && errno == EINTR);
     int rc = 0;
     if (n <= 0) {
-        rc = fail("%s: heapd kept a file descriptor it was sent (a pipe's write end still open after %d ms)",
-                  what, PROBE_MS);
+        rc = fail("%s: heapd kept a file descriptor it was sent (a pipe's write end still open after %d ms)", what,
+                  PROBE_MS);
     } else {
         char b;
         ssize_t k = read(p->rd, &b, 1);
@@ -827,10 +823,14 @@ static int case_reply_bodies(void)
         int bc;
         void *m;
     } b[] = {
-        {HEAPD__FRAME__BODY_HELLO_REPLY, &hr},   {HEAPD__FRAME__BODY_ATTACH_REPLY, &ar},
-        {HEAPD__FRAME__BODY_ALLOC_REPLY, &alr},  {HEAPD__FRAME__BODY_FREE_REPLY, &fr},
-        {HEAPD__FRAME__BODY_COLLECT_REPLY, &cr}, {HEAPD__FRAME__BODY_STATS_REPLY, &sr},
-        {HEAPD__FRAME__BODY_FORCE_COLLECT_REPLY, &fcr}, {HEAPD__FRAME__BODY_DETACH_REPLY, &dr},
+        {HEAPD__FRAME__BODY_HELLO_REPLY, &hr},
+        {HEAPD__FRAME__BODY_ATTACH_REPLY, &ar},
+        {HEAPD__FRAME__BODY_ALLOC_REPLY, &alr},
+        {HEAPD__FRAME__BODY_FREE_REPLY, &fr},
+        {HEAPD__FRAME__BODY_COLLECT_REPLY, &cr},
+        {HEAPD__FRAME__BODY_STATS_REPLY, &sr},
+        {HEAPD__FRAME__BODY_FORCE_COLLECT_REPLY, &fcr},
+        {HEAPD__FRAME__BODY_DETACH_REPLY, &dr},
         {HEAPD__FRAME__BODY_ERROR, &er},
     };
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) {
@@ -953,8 +953,7 @@ static int case_fds_on_request(void)
     Heapd__Frame g = HEAPD__FRAME__INIT;
     g.body_case = HEAPD__FRAME__BODY_STATS;
     g.stats = &sm;
-    if (send_frame(&c, &g, fds, 3) == 0 &&
-        expect_error(&c, HEAPD__ERR_CODE__ERR_PROTOCOL, "Stats with 3 fds") == 0)
+    if (send_frame(&c, &g, fds, 3) == 0 && expect_error(&c, HEAPD__ERR_CODE__ERR_PROTOCOL, "Stats with 3 fds") == 0)
         rc = 0;
     close_rest(fds, 3);
     if (probe_check(&p, "fds attached to Stats"))
@@ -974,7 +973,8 @@ static int many_fds(size_t n, bool garbage)
     int *fds = calloc(n, sizeof *fds);
     int rc = -1;
     char what[128];
-    snprintf(what, sizeof what, "%s with %zu fds (the header announcing them)", garbage ? "invalid protobuf" : "Stats", n);
+    snprintf(what, sizeof what, "%s with %zu fds (the header announcing them)", garbage ? "invalid protobuf" : "Stats",
+             n);
     if (!fds)
         return fail("out of memory");
     if (open_hello(&c)) {
@@ -1116,8 +1116,7 @@ static int case_attach_invalid(void)
     }
     memset(longname, 'n', (1 << 20) - 1);
     longname[(1 << 20) - 1] = 0;
-    if (send_attach(&c, longname, 0, 1, &own) ||
-        expect_error(&c, HEAPD__ERR_CODE__ERR_INVALID, "a heap name of 1 MiB"))
+    if (send_attach(&c, longname, 0, 1, &own) || expect_error(&c, HEAPD__ERR_CODE__ERR_INVALID, "a heap name of 1 MiB"))
         goto out;
     longname[256] = 0;
     if (send_attach(&c, longname, 0, 1, &own) ||
@@ -1203,8 +1202,7 @@ out:
 
 /* ---- issue 15: names, jobs, policies, heap bounds, attach retry ---------------- */
 
-static int send_attach_job(rconn *c, const char *heap, uint32_t rank, uint32_t world, const aparams *p,
-                           const char *job)
+static int send_attach_job(rconn *c, const char *heap, uint32_t rank, uint32_t world, const aparams *p, const char *job)
 {
     Heapd__HeapParams hp = HEAPD__HEAP_PARAMS__INIT;
     Heapd__Attach a = HEAPD__ATTACH__INIT;
@@ -1279,7 +1277,7 @@ static int case_attach_text(void)
     heap_name(name, sizeof name, "text");
     static const char *const bad_tails[] = {"\xff\xfe", "\xc2\x85", "\x7f", "\xe2\x82", "\xc0\xaf", "\xed\xa0\x80"};
     static const char *const what[] = {"invalid UTF-8 (0xff)", "a C1 control (U+0085)", "DEL",
-                                       "a cut UTF-8 sequence", "an overlong '/'", "a surrogate"};
+                                       "a cut UTF-8 sequence", "an overlong '/'",       "a surrogate"};
     for (size_t i = 0; i < sizeof bad_tails / sizeof bad_tails[0]; i++) {
         snprintf(bad, sizeof bad, "%s%s", name, bad_tails[i]);
         char w[128];
@@ -1405,8 +1403,8 @@ static int case_attach_retry(void)
         goto out;
     /* c[1] is attached to the first heap: ERR_STATE; use c[2] for rank 1. */
     if (expect_error(&c[1], HEAPD__ERR_CODE__ERR_STATE, "rank 1's connection is attached elsewhere") ||
-        send_attach(&c[2], name, 1, 2, &slow) ||
-        attach_reply(&c[3], "rank 0's retry on a new connection") || attach_reply(&c[2], "rank 1 (new heap)"))
+        send_attach(&c[2], name, 1, 2, &slow) || attach_reply(&c[3], "rank 0's retry on a new connection") ||
+        attach_reply(&c[2], "rank 1 (new heap)"))
         goto out;
     rc = still_works(&c[3], "attach retries");
 out:
@@ -1431,8 +1429,7 @@ static int case_alloc_bad(void)
     if (send_alloc(&c, 0, own.va + 1) ||
         expect_error(&c, HEAPD__ERR_CODE__ERR_VA_EXHAUSTED, "Alloc of va_size + 1 bytes"))
         goto out;
-    if (send_alloc(&c, 0, UINT64_MAX) ||
-        expect_error(&c, HEAPD__ERR_CODE__ERR_VA_EXHAUSTED, "Alloc of 2^64-1 bytes"))
+    if (send_alloc(&c, 0, UINT64_MAX) || expect_error(&c, HEAPD__ERR_CODE__ERR_VA_EXHAUSTED, "Alloc of 2^64-1 bytes"))
         goto out;
     if (send_alloc(&c, 1, 4096) || expect_error(&c, HEAPD__ERR_CODE__ERR_PROTOCOL, "Alloc with seq 1 at seq 0"))
         goto out;
@@ -1513,8 +1510,7 @@ static int case_free_bad(void)
         goto out;
     o[0] = b;
     o[1] = 777;
-    if (send_free(&c, o, 2) ||
-        expect_error(&c, HEAPD__ERR_CODE__ERR_NOT_HELD, "a Free batch with one bad offset"))
+    if (send_free(&c, o, 2) || expect_error(&c, HEAPD__ERR_CODE__ERR_NOT_HELD, "a Free batch with one bad offset"))
         goto out;
     /* None of those batches freed anything: a and b free now. */
     o[0] = a;
@@ -1613,8 +1609,7 @@ static int case_free_foreign(void)
     if (send_free(&r0, &o, 1) || expect_body(&r0, HEAPD__FRAME__BODY_FREE_REPLY, "rank 0 frees its block", NULL))
         goto out;
     if (send_free(&r0, &o, 1) ||
-        expect_error(&r0, HEAPD__ERR_CODE__ERR_NOT_HELD,
-                     "rank 0 frees again a block that rank 1 still holds"))
+        expect_error(&r0, HEAPD__ERR_CODE__ERR_NOT_HELD, "rank 0 frees again a block that rank 1 still holds"))
         goto out;
     for (int i = 0; i < 3; i++) {
         if (y[i] == x0)
@@ -1683,8 +1678,7 @@ static int case_unknown_heap(void)
     heap_name(name, sizeof name, "nosuch");
     if (send_stats(&c, name) || expect_error(&c, HEAPD__ERR_CODE__ERR_NOT_FOUND, "Stats of an unknown heap"))
         goto out;
-    if (send_force(&c, name) ||
-        expect_error(&c, HEAPD__ERR_CODE__ERR_NOT_FOUND, "ForceCollect of an unknown heap"))
+    if (send_force(&c, name) || expect_error(&c, HEAPD__ERR_CODE__ERR_NOT_FOUND, "ForceCollect of an unknown heap"))
         goto out;
     if (send_force(&c, "") || expect_error(&c, HEAPD__ERR_CODE__ERR_NOT_FOUND, "ForceCollect of an empty name"))
         goto out;
@@ -1757,7 +1751,8 @@ static int case_partial_heap(void)
                             r.f->error->code == HEAPD__ERR_CODE__ERR_NOT_FOUND;
                 if (r.kind != R_FRAME)
                     rc = fail("round %d: a connection opened before a 4-rank heap (1 rank attached) was destroyed: "
-                              "%s", i + 1, r.desc);
+                              "%s",
+                              i + 1, r.desc);
                 reply_free(&r);
                 if (gone)
                     break;
@@ -1929,8 +1924,12 @@ int main(int argc, char **argv)
     int o;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (o) {
-        case 's': sock_path = optarg; break;
-        case 'r': repeat = strtol(optarg, NULL, 10); break;
+        case 's':
+            sock_path = optarg;
+            break;
+        case 'r':
+            repeat = strtol(optarg, NULL, 10);
+            break;
         case 'v': {
             static char buf[512];
             snprintf(buf, sizeof buf, "%s", optarg);
@@ -1949,8 +1948,12 @@ int main(int argc, char **argv)
             for (size_t i = 0; i < NCASES; i++)
                 printf("%-18s %s\n", cases[i].name, cases[i].what);
             return 0;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (!sock_path || optind >= argc) {

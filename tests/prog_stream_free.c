@@ -55,10 +55,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define X_SKIP 77
+#define X_SKIP    77
 #define MAX_RANKS 16
-#define MiB (1024ull * 1024ull)
-#define KPAT 0xdeadbeefu
+#define MiB       (1024ull * 1024ull)
+#define KPAT      0xdeadbeefu
 /* The next owners' size: another size bin than B's, so that the coalesce
  * policy places them bottom-up, on B's offset once B is free. */
 #define YSIZE (512 * 1024ull)
@@ -93,15 +93,15 @@ static void say(const char *fmt, ...)
     fflush(stdout);
 }
 
-#define FAIL(...)                                                                                  \
-    do {                                                                                           \
-        say("FAIL: " __VA_ARGS__);                                                                 \
-        return 1;                                                                                  \
+#define FAIL(...)                                                                                                      \
+    do {                                                                                                               \
+        say("FAIL: " __VA_ARGS__);                                                                                     \
+        return 1;                                                                                                      \
     } while (0)
-#define HC(call)                                                                                   \
-    do {                                                                                           \
-        if ((call) != HEAPC_OK)                                                                    \
-            FAIL("%s: %s: %s", #call, heapc_errname(heapc_err(c)), heapc_errstr(c));              \
+#define HC(call)                                                                                                       \
+    do {                                                                                                               \
+        if ((call) != HEAPC_OK)                                                                                        \
+            FAIL("%s: %s: %s", #call, heapc_errname(heapc_err(c)), heapc_errstr(c));                                   \
     } while (0)
 
 /* ---- the device: a spin kernel from embedded PTX, or a host thread -------- */
@@ -109,39 +109,38 @@ static void say(const char *fmt, ...)
 /* spin_write(ns, dst, words, val): one block spins on %globaltimer for ns
  * nanoseconds, then writes val into dst[0 .. words). No nvcc needed: the
  * driver compiles this text (cuModuleLoadData). */
-static const char spin_ptx[] =
-    ".version 6.0\n"
-    ".target sm_50\n"
-    ".address_size 64\n"
-    ".visible .entry spin_write(.param .u64 p_ns, .param .u64 p_dst, .param .u32 p_words,\n"
-    "                           .param .u32 p_val)\n"
-    "{\n"
-    "    .reg .pred %p<3>;\n"
-    "    .reg .b32 %r<6>;\n"
-    "    .reg .b64 %rd<8>;\n"
-    "    ld.param.u64 %rd1, [p_ns];\n"
-    "    ld.param.u64 %rd2, [p_dst];\n"
-    "    ld.param.u32 %r1, [p_words];\n"
-    "    ld.param.u32 %r2, [p_val];\n"
-    "    mov.u64 %rd3, %globaltimer;\n"
-    "    add.u64 %rd4, %rd3, %rd1;\n"
-    "WAIT:\n"
-    "    mov.u64 %rd5, %globaltimer;\n"
-    "    setp.lt.u64 %p1, %rd5, %rd4;\n"
-    "    @%p1 bra WAIT;\n"
-    "    mov.u32 %r3, %tid.x;\n"
-    "    mov.u32 %r4, %ntid.x;\n"
-    "LOOP:\n"
-    "    setp.ge.u32 %p2, %r3, %r1;\n"
-    "    @%p2 bra DONE;\n"
-    "    mul.wide.u32 %rd6, %r3, 4;\n"
-    "    add.u64 %rd7, %rd2, %rd6;\n"
-    "    st.global.u32 [%rd7], %r2;\n"
-    "    add.u32 %r3, %r3, %r4;\n"
-    "    bra LOOP;\n"
-    "DONE:\n"
-    "    ret;\n"
-    "}\n";
+static const char spin_ptx[] = ".version 6.0\n"
+                               ".target sm_50\n"
+                               ".address_size 64\n"
+                               ".visible .entry spin_write(.param .u64 p_ns, .param .u64 p_dst, .param .u32 p_words,\n"
+                               "                           .param .u32 p_val)\n"
+                               "{\n"
+                               "    .reg .pred %p<3>;\n"
+                               "    .reg .b32 %r<6>;\n"
+                               "    .reg .b64 %rd<8>;\n"
+                               "    ld.param.u64 %rd1, [p_ns];\n"
+                               "    ld.param.u64 %rd2, [p_dst];\n"
+                               "    ld.param.u32 %r1, [p_words];\n"
+                               "    ld.param.u32 %r2, [p_val];\n"
+                               "    mov.u64 %rd3, %globaltimer;\n"
+                               "    add.u64 %rd4, %rd3, %rd1;\n"
+                               "WAIT:\n"
+                               "    mov.u64 %rd5, %globaltimer;\n"
+                               "    setp.lt.u64 %p1, %rd5, %rd4;\n"
+                               "    @%p1 bra WAIT;\n"
+                               "    mov.u32 %r3, %tid.x;\n"
+                               "    mov.u32 %r4, %ntid.x;\n"
+                               "LOOP:\n"
+                               "    setp.ge.u32 %p2, %r3, %r1;\n"
+                               "    @%p2 bra DONE;\n"
+                               "    mul.wide.u32 %rd6, %r3, 4;\n"
+                               "    add.u64 %rd7, %rd2, %rd6;\n"
+                               "    st.global.u32 [%rd7], %r2;\n"
+                               "    add.u32 %r3, %r3, %r4;\n"
+                               "    bra LOOP;\n"
+                               "DONE:\n"
+                               "    ret;\n"
+                               "}\n";
 
 typedef struct dev {
     int host;
@@ -165,8 +164,8 @@ typedef struct dev {
     CUstream s, s2; /* the kernel's stream; the owners' writes */
     CUresult (*ModuleLoadData)(CUmodule *, const void *);
     CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
-    CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                             unsigned, unsigned, CUstream, void **, void **);
+    CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                             void **, void **);
     CUresult (*StreamCreate)(CUstream *, unsigned);
     CUresult (*StreamSynchronize)(CUstream);
     CUresult (*StreamQuery)(CUstream);
@@ -421,10 +420,8 @@ static int check_owner(dev *d, heapc *c, const char *what, uint64_t off, uint64_
     if (bad == -2)
         FAIL("reading %s: %s", what, d->err);
     if (bad >= 0)
-        FAIL("%s (offset %" PRIu64 ") lost its owner's data at word %ld: 0x%08x, want 0x%08x%s",
-             what, off, bad, got, pat,
-             got == KPAT ? " (the freed block's kernel wrote there: it was handed out too early)"
-                         : "");
+        FAIL("%s (offset %" PRIu64 ") lost its owner's data at word %ld: 0x%08x, want 0x%08x%s", what, off, bad, got,
+             pat, got == KPAT ? " (the freed block's kernel wrote there: it was handed out too early)" : "");
     return 0;
 }
 
@@ -470,15 +467,13 @@ static int round_main(dev *d, int hook)
     if (heapc_status(c, &sp) != HEAPC_OK)
         FAIL("heapc_status: no status page");
     if (sp.stream_waiting != k1.stream_waiting || sp.device_waits_avoided != k1.device_waits_avoided)
-        FAIL("status page: stream_waiting %" PRIu64 ", device_waits_avoided %" PRIu64
-             "; the rank sent %" PRIu64 " and %" PRIu64 " with its collect",
-             sp.stream_waiting, sp.device_waits_avoided, k1.stream_waiting,
-             k1.device_waits_avoided);
+        FAIL("status page: stream_waiting %" PRIu64 ", device_waits_avoided %" PRIu64 "; the rank sent %" PRIu64
+             " and %" PRIu64 " with its collect",
+             sp.stream_waiting, sp.device_waits_avoided, k1.stream_waiting, k1.device_waits_avoided);
     HC(heapc_alloc(c, YSIZE, NULL, &y));
     say("%s: B %" PRIu64 " freed on the kernel's stream; trigger alloc %.1f us, kernel %s after "
         "it; stream_waiting %" PRIu64 ", device_waits_avoided %" PRIu64 ", next owner Y at %" PRIu64,
-        name, b, t_alloc, running ? "still running" : "finished", k1.stream_waiting,
-        k1.device_waits_avoided, y);
+        name, b, t_alloc, running ? "still running" : "finished", k1.stream_waiting, k1.device_waits_avoided, y);
     if (!hook) {
         /* Without a hook the collect did not wait: on the host the kernel
          * cannot have finished (it waits for us), so B must still wait. */
@@ -487,20 +482,17 @@ static int round_main(dev *d, int hook)
                  "running and 1",
                  running ? "runs" : "finished", k1.stream_waiting);
         if (k1.device_waits_avoided <= k0.device_waits_avoided && d->host)
-            FAIL("stream round: device_waits_avoided did not move (%" PRIu64 ")",
-                 k1.device_waits_avoided);
+            FAIL("stream round: device_waits_avoided did not move (%" PRIu64 ")", k1.device_waits_avoided);
     } else if (running || k1.stream_waiting != 0) {
         FAIL("hook round: after the hook the kernel %s and %" PRIu64 " blocks wait, want finished "
              "and 0",
              running ? "runs" : "finished", k1.stream_waiting);
     }
     if (running && y == b)
-        FAIL("%s: block %" PRIu64 " was handed out again while the kernel that writes it runs", name,
-             b);
+        FAIL("%s: block %" PRIu64 " was handed out again while the kernel that writes it runs", name, b);
     /* The owners write now, while the kernel may still run. */
     uint32_t ypat = 0x59000000u | (uint32_t)R, lpat = 0x4c000000u | (uint32_t)R;
-    if (dev_fill(d, heapc_ptr(c, y), ypat, YSIZE / 4) ||
-        dev_fill(d, heapc_ptr(c, l), lpat, 8 * MiB / 4))
+    if (dev_fill(d, heapc_ptr(c, y), ypat, YSIZE / 4) || dev_fill(d, heapc_ptr(c, l), lpat, 8 * MiB / 4))
         FAIL("owner writes: %s", d->err);
     if (dev_kernel_wait(d))
         FAIL("waiting for the kernel: %s", d->err);
@@ -515,10 +507,9 @@ static int round_main(dev *d, int hook)
     heapc_counters k2;
     HC(heapc_get_counters(c, &k2));
     if (k2.stream_waiting != 0)
-        FAIL("%s: %" PRIu64 " blocks still wait for their stream after the kernel finished", name,
-             k2.stream_waiting);
-    say("%s: after the kernel: Z at %" PRIu64 " (%s B); owners' data intact; markers %" PRIu64,
-        name, z, z == b ? "reuses" : "not", k2.stream_markers);
+        FAIL("%s: %" PRIu64 " blocks still wait for their stream after the kernel finished", name, k2.stream_waiting);
+    say("%s: after the kernel: Z at %" PRIu64 " (%s B); owners' data intact; markers %" PRIu64, name, z,
+        z == b ? "reuses" : "not", k2.stream_markers);
     printf("t alloc_%s_us %.1f\n", name, t_alloc);
     printf("t kernel_running_after_alloc_%s %d\n", name, running);
     fflush(stdout);
@@ -560,20 +551,35 @@ int main(int argc, char **argv)
     int ch;
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (ch) {
-        case 's': o.sock = optarg; break;
-        case 'n': o.ranks = atoi(optarg); break;
-        case 'H': o.host = 1; break;
-        case 'm': o.spin_ms = atoi(optarg); break;
-        case 'p': o.heap = optarg; break;
-        case 't': o.timeout_s = atoi(optarg); break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 's':
+            o.sock = optarg;
+            break;
+        case 'n':
+            o.ranks = atoi(optarg);
+            break;
+        case 'H':
+            o.host = 1;
+            break;
+        case 'm':
+            o.spin_ms = atoi(optarg);
+            break;
+        case 'p':
+            o.heap = optarg;
+            break;
+        case 't':
+            o.timeout_s = atoi(optarg);
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (!o.sock || o.ranks < 1 || o.ranks > MAX_RANKS || o.spin_ms < 1 || o.timeout_s < 1) {
         usage(stderr);
-        fprintf(stderr, "prog_stream_free: give --socket, --ranks 1..%d, --spin-ms >= 1\n",
-                MAX_RANKS);
+        fprintf(stderr, "prog_stream_free: give --socket, --ranks 1..%d, --spin-ms >= 1\n", MAX_RANKS);
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);

@@ -151,16 +151,19 @@ static int heap_limits(const hd_registry *r, const ha_params *ap, char *why, siz
     char b1[32], b2[32];
     uint64_t chunks = ap->va_size / ap->chunk_size, blocks = ap->va_size / ap->min_block;
     if (chunks > r->cfg.max_chunks) {
-        snprintf(why, len, "va_size %s / chunk_size %s = %llu chunks per rank, over heapd's limit of %u "
+        snprintf(why, len,
+                 "va_size %s / chunk_size %s = %llu chunks per rank, over heapd's limit of %u "
                  "(heapd.conf max_chunks); use a larger chunk_size or a smaller va_size",
                  hh_human(ap->va_size, b1, sizeof b1), hh_human(ap->chunk_size, b2, sizeof b2),
                  (unsigned long long)chunks, r->cfg.max_chunks);
         return -1;
     }
     if (blocks > r->cfg.max_blocks) {
-        snprintf(why, len, "va_size %s / min_block %s = %llu blocks per rank, over heapd's limit of %u "
+        snprintf(why, len,
+                 "va_size %s / min_block %s = %llu blocks per rank, over heapd's limit of %u "
                  "(heapd.conf max_blocks; the allocator keeps ~4 bits per block); use a larger min_block or "
-                 "a smaller va_size", hh_human(ap->va_size, b1, sizeof b1), hh_human(ap->min_block, b2, sizeof b2),
+                 "a smaller va_size",
+                 hh_human(ap->va_size, b1, sizeof b1), hh_human(ap->min_block, b2, sizeof b2),
                  (unsigned long long)blocks, r->cfg.max_blocks);
         return -1;
     }
@@ -177,8 +180,8 @@ static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint6
     memset(&ap, 0, sizeof ap);
     uint32_t local_size = m->local_size ? m->local_size : m->world_size;
     if (local_size > m->world_size) {
-        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "local_size %u is larger than world_size %u",
-                      local_size, m->world_size);
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "local_size %u is larger than world_size %u", local_size,
+                      m->world_size);
         return -1;
     }
     if (local_size < m->world_size && !hd_registry_has_store(r)) {
@@ -215,8 +218,8 @@ static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint6
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap \"%s\": %s", m->heap, why);
         return -1;
     }
-    if (hh_quota_check(r, m->heap, hd_peer_uid(c), 0, ap.initial_size * local_size,
-                    ha_meta_bytes(&ap, ap.initial_size), why, sizeof why)) {
+    if (hh_quota_check(r, m->heap, hd_peer_uid(c), 0, ap.initial_size * local_size, ha_meta_bytes(&ap, ap.initial_size),
+                       why, sizeof why)) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_QUOTA, "%s", why);
         return -1;
     }
@@ -247,13 +250,12 @@ static void heap_fingerprint(hd_heap *h, const ha_params *pa)
      * force the collects of a heap it does not own on another node. */
     ha_params ap = *pa;
     uint64_t fp = UINT64_C(1469598103934665603);
-    uint64_t v[7] = {ap.chunk_size, ap.initial_size, ap.va_size, ap.min_block, (uint64_t)ap.policy,
-                     0, 0};
+    uint64_t v[7] = {ap.chunk_size, ap.initial_size, ap.va_size, ap.min_block, (uint64_t)ap.policy, 0, 0};
     for (int i = 0; i < 6; i++)
         for (int b = 0; b < 8; b++)
             fp = (fp ^ ((v[i] >> (8 * b)) & 0xff)) * UINT64_C(1099511628211);
-    snprintf(h->inc, sizeof h->inc, "%s~%08llx~u%ld~%s", h->job, (unsigned long long)(fp & 0xffffffffu),
-             (long)h->owner, h->secret);
+    snprintf(h->inc, sizeof h->inc, "%s~%08llx~u%ld~%s", h->job, (unsigned long long)(fp & 0xffffffffu), (long)h->owner,
+             h->secret);
 }
 
 static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint64_t id)
@@ -266,8 +268,7 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_peer *c, 
     uint32_t local_size = ap.ranks;
     char why[512];
     hd_heap *h = calloc(1, sizeof *h);
-    if (!h || !(h->ranks = calloc(m->world_size, sizeof *h->ranks)) ||
-        ha_create(&ap, &h->core, why, sizeof why)) {
+    if (!h || !(h->ranks = calloc(m->world_size, sizeof *h->ranks)) || ha_create(&ap, &h->core, why, sizeof why)) {
         if (h)
             free(h->ranks);
         free(h);
@@ -294,9 +295,8 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_peer *c, 
     r->heaps = h;
     r->nheaps++;
     char b1[32], b2[32], b3[32];
-    hd_info("heap \"%s\" created: %u ranks (%u here), chunk %s, initial %s, va %s, policy %s", h->name,
-            h->world_size, h->local_size,
-            hh_human(ap.chunk_size, b1, sizeof b1), hh_human(ap.initial_size, b2, sizeof b2),
+    hd_info("heap \"%s\" created: %u ranks (%u here), chunk %s, initial %s, va %s, policy %s", h->name, h->world_size,
+            h->local_size, hh_human(ap.chunk_size, b1, sizeof b1), hh_human(ap.initial_size, b2, sizeof b2),
             hh_human(ap.va_size, b3, sizeof b3), ha_policy_name(ap.policy));
     return h;
 }
@@ -321,18 +321,20 @@ static bool params_differ(const hd_heap *h, const Heapd__Attach *m, char *why, s
     char sh[17];
     secret_hash(&m->job_secret, sh);
     if (strcmp(sh, h->secret)) {
-        snprintf(why, len, "the job secret (HEAPC_JOB_SECRET) differs from the one the heap was created with%s; "
-                 "give every rank of the job the same secret", h->secret[0] == '-' ? " (none)" : "");
+        snprintf(why, len,
+                 "the job secret (HEAPC_JOB_SECRET) differs from the one the heap was created with%s; "
+                 "give every rank of the job the same secret",
+                 h->secret[0] == '-' ? " (none)" : "");
         return true;
     }
     const Heapd__HeapParams *p = m->params;
     if (!p)
         return false;
-#define CHK(field, name, have)                                                                      \
-    if (p->field && p->field != (have)) {                                                           \
-        snprintf(why, len, "%s %llu differs from the heap's %llu", name, (unsigned long long)p->field,   \
-                 (unsigned long long)(have));                                                       \
-        return true;                                                                                \
+#define CHK(field, name, have)                                                                                         \
+    if (p->field && p->field != (have)) {                                                                              \
+        snprintf(why, len, "%s %llu differs from the heap's %llu", name, (unsigned long long)p->field,                 \
+                 (unsigned long long)(have));                                                                          \
+        return true;                                                                                                   \
     }
     CHK(chunk_size, "chunk_size", h->ap.chunk_size)
     CHK(initial_size, "initial_size", h->ap.initial_size)
@@ -365,8 +367,7 @@ static int text_check(const char *s, char *why, size_t len)
         }
         if ((n == 1 && (p[i] < 0x20 || p[i] == 0x7f)) || (n == 2 && p[i] == 0xc2 && p[i + 1] < 0xa0)) {
             unsigned cp = n == 1 ? p[i] : p[i + 1];
-            snprintf(why, len, "contains the control character U+%04X at offset %zu; use printable characters",
-                     cp, i);
+            snprintf(why, len, "contains the control character U+%04X at offset %zu; use printable characters", cp, i);
             return -1;
         }
         i += (size_t)n;
@@ -380,8 +381,8 @@ static int attach_check(hd_peer *c, uint64_t id, const Heapd__Attach *m)
     hd_binding *b = hd_peer_binding(c);
     if (b->heap) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE,
-                      "this connection is already attached to heap \"%s\" as rank %u; detach first",
-                      b->heap->name, b->rank);
+                      "this connection is already attached to heap \"%s\" as rank %u; detach first", b->heap->name,
+                      b->rank);
         return -1;
     }
     if (!m->heap || !m->heap[0] || strlen(m->heap) > HD_NAME_MAX) {
@@ -442,8 +443,8 @@ static hd_heap *attach_heap(hd_registry *r, hd_peer *c, uint64_t id, const Heapd
                       h->name, (long)h->owner, (long)hd_peer_uid(c));
         return NULL;
     } else if (params_differ(h, m, err, sizeof err)) {
-        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_MISMATCH, "heap \"%s\" exists with other parameters: %s",
-                      h->name, err);
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_MISMATCH, "heap \"%s\" exists with other parameters: %s", h->name,
+                      err);
         return NULL;
     }
     return h;
@@ -451,8 +452,7 @@ static hd_heap *attach_heap(hd_registry *r, hd_peer *c, uint64_t id, const Heapd
 
 /* A rank's first attach: its chunks and status page. Returns 0, or -1 once
  * the peer got the error (and a heap created for it is gone). */
-static int rank_join(hd_heap *h, hd_rank *k, hd_peer *c, uint64_t id, const Heapd__Attach *m, int device,
-                     bool created)
+static int rank_join(hd_heap *h, hd_rank *k, hd_peer *c, uint64_t id, const Heapd__Attach *m, int device, bool created)
 {
     hd_registry *r = h->reg;
     char err[512];
@@ -463,16 +463,16 @@ static int rank_join(hd_heap *h, hd_rank *k, hd_peer *c, uint64_t id, const Heap
     ha_get_stats(h->core, &st);
     if (hh_rank_add_chunks(h, k, hh_heap_chunks(h, st.mapped), err, sizeof err)) {
         hh_rank_trim_chunks(h, k, 0);
-        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "could not create the chunks of rank %u: %s",
-                      m->rank, err);
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "could not create the chunks of rank %u: %s", m->rank,
+                      err);
         if (created && h->nattached == 0)
             hh_heap_destroy(h);
         return -1;
     }
     if (hd_status_create(&k->status, m->rank, err, sizeof err)) {
         hh_rank_trim_chunks(h, k, 0);
-        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "could not create the status page of rank %u: %s",
-                      m->rank, err);
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "could not create the status page of rank %u: %s", m->rank,
+                      err);
         if (created && h->nattached == 0)
             hh_heap_destroy(h);
         return -1;
@@ -530,8 +530,8 @@ void hd_heap_attach(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Attach
     hd_rank *k = &h->ranks[m->rank];
     if (k->conn) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE,
-                      "rank %u of heap \"%s\" is already attached by pid %ld; each rank attaches once",
-                      m->rank, h->name, (long)k->pid);
+                      "rank %u of heap \"%s\" is already attached by pid %ld; each rank attaches once", m->rank,
+                      h->name, (long)k->pid);
         return;
     }
     if (!k->joined && h->njoined == h->local_size) {
@@ -546,8 +546,8 @@ void hd_heap_attach(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Attach
             return;
     } else if (k->next_seq < h->log_base) {
         hd_warn("heap \"%s\": rank %u re-attached at allocation %llu, which is no longer logged; "
-                "it continues at %llu", h->name, m->rank, (unsigned long long)k->next_seq,
-                (unsigned long long)h->decided);
+                "it continues at %llu",
+                h->name, m->rank, (unsigned long long)k->next_seq, (unsigned long long)h->decided);
         k->next_seq = h->decided;
     }
     k->conn = c;
@@ -640,4 +640,3 @@ void hd_heap_conn_closed(hd_registry *r, hd_peer *c)
     b->heap = NULL;
     rank_leave(h, b->rank, false);
 }
-

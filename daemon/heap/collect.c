@@ -16,7 +16,7 @@ static void heap_timeout(uv_timer_t *t);
 void hh_arm_timer(hd_heap *h, bool attach)
 {
     h->timer_attach = attach;
-    uv_update_time(h->timer.loop);   /* from now, not from the start of the loop turn */
+    uv_update_time(h->timer.loop); /* from now, not from the start of the loop turn */
     uv_timer_start(&h->timer, heap_timeout, h->timeout_ms, 0);
 }
 
@@ -147,8 +147,8 @@ static void store_collect_cb(void *arg, int status, const char *errmsg, const ui
     uint64_t bytes = 0;
     if (ha_collect_apply(h->core, offsets, n, &bytes) != HA_OK) {
         hh_collect_fail(h, HEAPD__ERR_CODE__ERR_STORE,
-                     "the store's collect result holds offsets this node did not release: the nodes disagree "
-                     "(different heap parameters or allocation sequences?); restart the job");
+                        "the store's collect result holds offsets this node did not release: the nodes disagree "
+                        "(different heap parameters or allocation sequences?); restart the job");
         return;
     }
     collect_reply_all(h, n, bytes);
@@ -176,8 +176,8 @@ static void collect_finish(hd_heap *h)
     size_t nl = hh_local_ranks(h, lr);
     uv_timer_stop(&h->timer);
     h->store_wait = true;
-    int rc = hd_store_collect(h->reg->store, h->name, h->inc, h->cnum, h->world_size, lr, nl, offs, n,
-                              h->timeout_ms, hh_store_ttl_s(h), store_collect_cb, x, err, sizeof err);
+    int rc = hd_store_collect(h->reg->store, h->name, h->inc, h->cnum, h->world_size, lr, nl, offs, n, h->timeout_ms,
+                              hh_store_ttl_s(h), store_collect_cb, x, err, sizeof err);
     free(lr);
     free(offs);
     if (rc < 0) {
@@ -233,8 +233,8 @@ void hd_heap_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Colle
     }
     if (m->seq != k->next_seq) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL,
-                      "collect at allocation %llu, but rank %u is at allocation %llu",
-                      (unsigned long long)m->seq, b->rank, (unsigned long long)k->next_seq);
+                      "collect at allocation %llu, but rank %u is at allocation %llu", (unsigned long long)m->seq,
+                      b->rank, (unsigned long long)k->next_seq);
         return;
     }
     for (uint32_t q = 0; q < h->world_size; q++)
@@ -281,4 +281,3 @@ void hd_heap_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Colle
     if (h->coll_waiting == h->local_size)
         collect_finish(h);
 }
-

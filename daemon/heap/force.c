@@ -69,10 +69,9 @@ static void force_cb(void *arg, int status, const char *errmsg, const uint64_t *
             (h->nforce == 0 || at > h->force_at[h->nforce - 1]))
             h->force_at[h->nforce++] = at;
         else
-            hd_warn("heap \"%s\": forced collect at %llu dropped: %u forced collects are already pending",
-                    h->name, (unsigned long long)at, h->nforce);
-        hd_info("heap \"%s\": forced collect agreed by every node at allocation %llu", h->name,
-                (unsigned long long)at);
+            hd_warn("heap \"%s\": forced collect at %llu dropped: %u forced collects are already pending", h->name,
+                    (unsigned long long)at, h->nforce);
+        hd_info("heap \"%s\": forced collect agreed by every node at allocation %llu", h->name, (unsigned long long)at);
         force_reply(h, 1, at, NULL);
     }
     force_thaw(h);
@@ -129,10 +128,7 @@ static void on_force(void *arg, const char *heap, const char *incarnation)
     force_start(h);
 }
 
-void hh_force_on_store(hd_registry *r, hd_store *store)
-{
-    hd_store_on_force(store, on_force, r);
-}
+void hh_force_on_store(hd_registry *r, hd_store *store) { hd_store_on_force(store, on_force, r); }
 
 void hd_heap_force_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__ForceCollect *m)
 {
@@ -163,8 +159,7 @@ void hd_heap_force_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd_
         /* The reply comes once the nodes agreed on the allocation number. */
         h->force_conn = c;
         h->force_id = id;
-        hd_info("heap \"%s\": forced collect requested by pid %ld; asking every node", h->name,
-                (long)hd_peer_pid(c));
+        hd_info("heap \"%s\": forced collect requested by pid %ld; asking every node", h->name, (long)hd_peer_pid(c));
         return;
     }
     h->collect_at = h->decided;
@@ -173,4 +168,3 @@ void hd_heap_force_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd_
             (unsigned long long)h->decided);
     c->out->force(c, id, h->decided);
 }
-

@@ -103,7 +103,7 @@ typedef struct hd_stats_out {
     const char *backend;
     uint32_t clients;
     uint64_t uptime_ms;
-    const char *store;        /* "" without a store */
+    const char *store; /* "" without a store */
     bool store_connected;
     uint64_t quota_heap, quota_uid;
 } hd_stats_out;
@@ -122,9 +122,9 @@ typedef struct hd_reply_ops {
 
 /* What the heap wing keeps per client. */
 typedef struct hd_binding {
-    hd_heap *heap;            /* NULL: not attached */
+    hd_heap *heap; /* NULL: not attached */
     uint32_t rank;
-    const char *name;         /* the heap's name while heap != NULL (log fields) */
+    const char *name; /* the heap's name while heap != NULL (log fields) */
 } hd_binding;
 
 /* A client as the heap wing sees it; its owner (dispatch.c: one per
@@ -135,8 +135,8 @@ struct hd_peer {
     uid_t uid;
     /* 1 if the peer is root or in group `gid` (gid < 0: only root). */
     int (*privileged)(const hd_peer *p, long gid);
-    const hd_reply_ops *out;  /* where its replies go */
-    void *data;               /* the owner's (dispatch: the connection) */
+    const hd_reply_ops *out; /* where its replies go */
+    void *data;              /* the owner's (dispatch: the connection) */
 };
 
 int hd_registry_create(uv_loop_t *loop, hb_backend *be, const hd_config *cfg, hd_registry **out);
@@ -157,8 +157,8 @@ void hd_heap_alloc(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Alloc *
 void hd_heap_free(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Free *m);
 void hd_heap_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Collect *m);
 void hd_heap_detach(hd_registry *r, hd_peer *c, uint64_t id);
-void hd_heap_stats(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Stats *m,
-                   const char *backend_name, uint32_t clients);
+void hd_heap_stats(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Stats *m, const char *backend_name,
+                   uint32_t clients);
 void hd_heap_force_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__ForceCollect *m);
 /* The client is going away: detach it, fail collectives it was part of. */
 void hd_heap_conn_closed(hd_registry *r, hd_peer *c);

@@ -16,14 +16,14 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #define HD_NAME_MAX 255
-#define HD_JOB_MAX 127  /* bytes of a job string (h->job holds it with its NUL) */
+#define HD_JOB_MAX  127  /* bytes of a job string (h->job holds it with its NUL) */
 #define HD_LOG_TRIM 4096 /* decisions kept before trying to trim the log */
 
 /* One decision of the allocation sequence.
  * Invariant: offset + block_size <= mapped, mapped % chunk_size == 0. */
 typedef struct hd_decision {
     uint64_t size, offset, block_size, mapped;
-    uint32_t rank;            /* the rank that asked first */
+    uint32_t rank; /* the rank that asked first */
 } hd_decision;
 
 /* A rank's slot in a heap.
@@ -31,22 +31,22 @@ typedef struct hd_decision {
  *             attached (joined); conn != NULL <=> a client is attached as
  *             this rank; known_chunks <= nchunks. */
 typedef struct hd_rank {
-    bool joined;              /* attached at least once: chunks exist */
-    uint32_t lidx;            /* index among this node's ranks (allocator core rank) */
+    bool joined;   /* attached at least once: chunks exist */
+    uint32_t lidx; /* index among this node's ranks (allocator core rank) */
     hd_peer *conn;
     pid_t pid;
     int device;
     char uuid[HB_UUID_LEN];
-    uint64_t next_seq;        /* next allocation number of this rank */
+    uint64_t next_seq; /* next allocation number of this rank */
     hb_chunk *chunks;
     uint32_t nchunks, capchunks;
-    uint32_t known_chunks;    /* chunk indices the attached client was sent */
-    bool attach_wait;         /* waiting for the heap to form */
+    uint32_t known_chunks; /* chunk indices the attached client was sent */
+    bool attach_wait;      /* waiting for the heap to form */
     uint64_t attach_id;
     bool in_collect;
     uint64_t collect_id;
-    hd_status status;         /* the rank's status page (fd -1 until joined) */
-    uint64_t dev_free, dev_total, dev_ns; /* last device memory sample */
+    hd_status status;                           /* the rank's status page (fd -1 until joined) */
+    uint64_t dev_free, dev_total, dev_ns;       /* last device memory sample */
     uint64_t stream_waiting, dev_waits_avoided; /* from the rank's last Collect */
 } hd_rank;
 
@@ -65,7 +65,7 @@ struct hd_heap {
     ha_params ap;
     uint32_t timeout_ms;
     uint64_t epoch;
-    uid_t owner;              /* the uid that created the heap */
+    uid_t owner; /* the uid that created the heap */
     ha_heap *core;
     hd_rank *ranks;
     uint32_t njoined, nattached;
@@ -74,34 +74,37 @@ struct hd_heap {
     size_t nlog, caplog;
     uint64_t log_base, decided;
     uint64_t collect_at;
-    bool forced;              /* collect_at was set by an operator */
+    bool forced; /* collect_at was set by an operator */
     /* Cross-node forced collects owed before these allocation numbers
      * (agreed by every node), ascending; force_at[0] is the next one. */
     uint64_t force_at[16];
     uint32_t nforce;
-    char secret[17];          /* first 16 hex digits of SHA-1 of the job secret ("-": none) */
-    char inc[200];            /* store incarnation: job, parameter fingerprint, owner uid and
-                               * secret hash (tenants never share store keys) */
+    char secret[17]; /* first 16 hex digits of SHA-1 of the job secret ("-": none) */
+    char inc[200];   /* store incarnation: job, parameter fingerprint, owner uid and
+                      * secret hash (tenants never share store keys) */
     bool coll_active;
     uint64_t coll_seq;
     uint32_t coll_waiting;
     /* Cross-node collect (local_size < world_size). */
-    uint64_t cnum;            /* store collect number of the collect in progress */
+    uint64_t cnum;               /* store collect number of the collect in progress */
     uint64_t cnum_seq, cnum_sub; /* collects started at allocation cnum_seq so far */
-    bool store_wait;          /* every local rank arrived; waiting for the store */
-    bool store_abandoned;     /* failed here while the store still decides it */
+    bool store_wait;             /* every local rank arrived; waiting for the store */
+    bool store_abandoned;        /* failed here while the store still decides it */
     /* Cross-node forced collect: agreement on the allocation number. */
-    bool frozen;              /* no new decisions until the agreement returns */
+    bool frozen; /* no new decisions until the agreement returns */
     bool force_busy;
     uint32_t force_queued;
     uint64_t force_count;
-    struct held_alloc { hd_peer *conn; uint64_t id, seq, size; } *held;
+    struct held_alloc {
+        hd_peer *conn;
+        uint64_t id, seq, size;
+    } * held;
     size_t nheld, capheld;
-    hd_peer *force_conn;      /* heapctl waiting for the agreed point */
+    hd_peer *force_conn; /* heapctl waiting for the agreed point */
     uint64_t force_id;
-    uv_timer_t timer;         /* attach and collect timeouts */
+    uv_timer_t timer; /* attach and collect timeouts */
     bool timer_attach;
-    uint64_t coll_start_ns;   /* metrics (issue 20): when the collect began */
+    uint64_t coll_start_ns; /* metrics (issue 20): when the collect began */
     hd_hist coll_wait, growth;
     hd_heap *next;
 };
@@ -110,12 +113,12 @@ struct hd_registry {
     uv_loop_t *loop;
     hb_backend *be;
     hd_config cfg;
-    uv_timer_t meminfo;       /* samples device memory for the status pages */
-    struct hd_store *store;   /* cross-node collect; NULL: single node */
+    uv_timer_t meminfo;     /* samples device memory for the status pages */
+    struct hd_store *store; /* cross-node collect; NULL: single node */
     hd_heap *heaps;
     uint32_t nheaps;
     uint64_t next_epoch;
-    uint64_t start_ns;        /* uv_hrtime at creation: uptime in stats */
+    uint64_t start_ns; /* uv_hrtime at creation: uptime in stats */
 };
 
 /* Identifies a heap across an asynchronous store call (it may be destroyed
@@ -155,9 +158,8 @@ const char *hh_human(uint64_t b, char *buf, size_t len);
 void hh_heap_destroy(hd_heap *h);
 hd_heap *hh_heap_find(hd_registry *r, const char *name);
 void hh_rank_list(const hd_heap *h, int which, char *buf, size_t len);
-int hh_quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t have, uint64_t add,
-                   uint64_t meta_add, char *why,
-                size_t len);
+int hh_quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t have, uint64_t add, uint64_t meta_add,
+                   char *why, size_t len);
 heap_ref *hh_heap_ref_new(hd_heap *h);
 hd_heap *hh_heap_ref_get(heap_ref *x);
 size_t hh_local_ranks(const hd_heap *h, uint32_t *out);

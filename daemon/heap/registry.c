@@ -179,10 +179,10 @@ void hh_rank_list(const hd_heap *h, int which, char *buf, size_t len)
     buf[0] = 0;
     for (uint32_t i = 0; i < h->world_size && n + 16 < len; i++) {
         const hd_rank *k = &h->ranks[i];
-        bool match = which == 0 ? k->joined && !k->in_collect /* missing from collect */
-                   : which == 1 ? k->in_collect        /* waiting in collect */
-                   : which == 2 ? !k->conn              /* never attached / gone */
-                                : k->attach_wait;       /* waiting in attach */
+        bool match = which == 0   ? k->joined && !k->in_collect /* missing from collect */
+                     : which == 1 ? k->in_collect               /* waiting in collect */
+                     : which == 2 ? !k->conn                    /* never attached / gone */
+                                  : k->attach_wait;             /* waiting in attach */
         if (!match)
             continue;
         n += (size_t)snprintf(buf + n, len - n, "%s%u", count ? ", " : "", i);
@@ -191,7 +191,6 @@ void hh_rank_list(const hd_heap *h, int which, char *buf, size_t len)
     if (n + 16 >= len)
         snprintf(buf + n, len - n, ", ...");
 }
-
 
 /* Bytes the heaps of `uid` use: every rank's chunks and the allocator's
  * bookkeeping (ha_meta_bytes). */
@@ -211,12 +210,13 @@ static uint64_t uid_bytes(const hd_registry *r, uid_t uid)
  * heap h (NULL: a new heap named `name`) of `uid` fit the quotas (current
  * heap chunk bytes `have`), else -1 with why. quota_heap counts chunks
  * only; quota_uid counts both. */
-int hh_quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t have, uint64_t add,
-                uint64_t meta_add, char *why, size_t len)
+int hh_quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t have, uint64_t add, uint64_t meta_add,
+                   char *why, size_t len)
 {
     char b1[32], b2[32], b3[32], b4[32];
     if (r->cfg.quota_heap && have + add > r->cfg.quota_heap) {
-        snprintf(why, len, "heap \"%s\" would use %s of chunk memory (now %s), over the per-heap quota of %s "
+        snprintf(why, len,
+                 "heap \"%s\" would use %s of chunk memory (now %s), over the per-heap quota of %s "
                  "(heapd.conf quota_heap); free memory, use fewer ranks or a smaller heap",
                  name, hh_human(have + add, b1, sizeof b1), hh_human(have, b2, sizeof b2),
                  hh_human(r->cfg.quota_heap, b3, sizeof b3));
@@ -224,7 +224,8 @@ int hh_quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t h
     }
     uint64_t u = uid_bytes(r, uid);
     if (r->cfg.quota_uid && u + add + meta_add > r->cfg.quota_uid) {
-        snprintf(why, len, "uid %ld would use %s of chunk memory and heapd bookkeeping over all its heaps "
+        snprintf(why, len,
+                 "uid %ld would use %s of chunk memory and heapd bookkeeping over all its heaps "
                  "(now %s; this request: %s of bookkeeping), over the per-uid quota of %s (heapd.conf "
                  "quota_uid); use a larger min_block, a smaller heap, or ask for a larger quota_uid",
                  (long)uid, hh_human(u + add + meta_add, b1, sizeof b1), hh_human(u, b2, sizeof b2),
@@ -259,7 +260,6 @@ size_t hh_local_ranks(const hd_heap *h, uint32_t *out)
             out[n++] = q;
     return n;
 }
-
 
 /* ---- replies ---------------------------------------------------------------- */
 
@@ -377,18 +377,17 @@ out:
 
 /* ---- invariants ------------------------------------------------------------ */
 
-#define BAD(...)                                                                                        \
-    do {                                                                                                \
-        snprintf(why, len, __VA_ARGS__);                                                                \
-        return -1;                                                                                      \
+#define BAD(...)                                                                                                       \
+    do {                                                                                                               \
+        snprintf(why, len, __VA_ARGS__);                                                                               \
+        return -1;                                                                                                     \
     } while (0)
 
 static int rank_validate(const hd_heap *h, uint32_t q, uint64_t mapped, char *why, size_t len)
 {
     const hd_rank *k = &h->ranks[q];
     if (k->joined && k->nchunks != mapped / h->ap.chunk_size)
-        BAD("heap \"%s\" rank %u: %u chunks, %llu bytes mapped", h->name, q, k->nchunks,
-            (unsigned long long)mapped);
+        BAD("heap \"%s\" rank %u: %u chunks, %llu bytes mapped", h->name, q, k->nchunks, (unsigned long long)mapped);
     if (k->conn && !k->joined)
         BAD("heap \"%s\" rank %u: attached but not joined", h->name, q);
     if (k->conn && (k->conn->bind.heap != h || k->conn->bind.rank != q))
@@ -408,8 +407,8 @@ static int heap_validate(const hd_heap *h, char *why, size_t len)
     if (st.mapped % h->ap.chunk_size)
         BAD("heap \"%s\": mapped %llu is not whole chunks", h->name, (unsigned long long)st.mapped);
     if (h->nlog != h->decided - h->log_base || h->nlog > h->caplog)
-        BAD("heap \"%s\": %zu decisions logged, %llu..%llu decided", h->name, h->nlog,
-            (unsigned long long)h->log_base, (unsigned long long)h->decided);
+        BAD("heap \"%s\": %zu decisions logged, %llu..%llu decided", h->name, h->nlog, (unsigned long long)h->log_base,
+            (unsigned long long)h->decided);
     /* Decisions are written once: the newest is checked (each was, after
      * the request that made it), so a check stays O(ranks) per heap. */
     if (h->nlog) {

@@ -33,8 +33,8 @@ static int grow(hd_heap *h, uint32_t chunks, char *err, size_t errlen)
     uint64_t t0 = uv_hrtime();
     uint64_t grown = st.mapped + (uint64_t)chunks * h->ap.chunk_size;
     if (hh_quota_check(h->reg, h->name, h->owner, st.mapped * h->local_size,
-                    (uint64_t)chunks * h->ap.chunk_size * h->local_size,
-                    ha_meta_bytes(&h->ap, grown) - ha_meta_bytes(&h->ap, st.mapped), err, errlen))
+                       (uint64_t)chunks * h->ap.chunk_size * h->local_size,
+                       ha_meta_bytes(&h->ap, grown) - ha_meta_bytes(&h->ap, st.mapped), err, errlen))
         return -2;
     for (uint32_t q = 0; q < h->world_size; q++) {
         if (!h->ranks[q].joined)
@@ -53,8 +53,9 @@ static int grow(hd_heap *h, uint32_t chunks, char *err, size_t errlen)
     }
     char b1[32], b2[32];
     hd_info("heap \"%s\" grew from %s to %s per rank (%u chunk%s on each of %u ranks)", h->name,
-            hh_human(st.mapped, b1, sizeof b1), hh_human(st.mapped + (uint64_t)chunks * h->ap.chunk_size, b2, sizeof b2),
-            chunks, chunks == 1 ? "" : "s", h->local_size);
+            hh_human(st.mapped, b1, sizeof b1),
+            hh_human(st.mapped + (uint64_t)chunks * h->ap.chunk_size, b2, sizeof b2), chunks, chunks == 1 ? "" : "s",
+            h->local_size);
     hd_hist_observe(&h->growth, uv_hrtime() - t0);
     return 0;
 }
@@ -114,13 +115,12 @@ static void alloc_failed(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_VA_EXHAUSTED,
                       "allocation %llu of %llu bytes does not fit: heap \"%s\" has %s mapped, %s live, "
                       "va_size %s; free memory or attach with a larger va_size",
-                      (unsigned long long)seq, (unsigned long long)size, h->name,
-                      hh_human(st.mapped, b1, sizeof b1), hh_human(st.live_bytes, b2, sizeof b2),
-                      hh_human(h->ap.va_size, b3, sizeof b3));
+                      (unsigned long long)seq, (unsigned long long)size, h->name, hh_human(st.mapped, b1, sizeof b1),
+                      hh_human(st.live_bytes, b2, sizeof b2), hh_human(h->ap.va_size, b3, sizeof b3));
         return;
     }
-    hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "allocation %llu failed: %s",
-                  (unsigned long long)seq, ha_strerror(rc));
+    hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "allocation %llu failed: %s", (unsigned long long)seq,
+                  ha_strerror(rc));
 }
 
 /* Decides allocation `seq` (the next one) and logs it. Returns the
@@ -215,9 +215,10 @@ void hh_heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64
     }
     if (size > h->ap.va_size) {
         char b1[32];
-        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_VA_EXHAUSTED,
-                      "allocation %llu of %llu bytes is larger than the heap's va_size (%s); attach with a larger va_size",
-                      (unsigned long long)seq, (unsigned long long)size, hh_human(h->ap.va_size, b1, sizeof b1));
+        hd_peer_error(
+            c, id, HEAPD__ERR_CODE__ERR_VA_EXHAUSTED,
+            "allocation %llu of %llu bytes is larger than the heap's va_size (%s); attach with a larger va_size",
+            (unsigned long long)seq, (unsigned long long)size, hh_human(h->ap.va_size, b1, sizeof b1));
         return;
     }
     const hd_decision *d;
@@ -296,4 +297,3 @@ void hd_heap_free(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Free *m)
     hh_heap_publish(h);
     c->out->free(c, id, (uint32_t)m->n_offsets);
 }
-

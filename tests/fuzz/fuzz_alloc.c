@@ -33,21 +33,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "fuzz_alloc: check failed: %s: ", #cond);          \
-            fprintf(stderr, __VA_ARGS__);                                      \
-            fputc('\n', stderr);                                               \
-            abort();                                                           \
-        }                                                                      \
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            fprintf(stderr, "fuzz_alloc: check failed: %s: ", #cond);                                                  \
+            fprintf(stderr, __VA_ARGS__);                                                                              \
+            fputc('\n', stderr);                                                                                       \
+            abort();                                                                                                   \
+        }                                                                                                              \
     } while (0)
 
 typedef struct mblk {
     uint64_t off, size;
-    uint32_t held;    /* bit r: rank r holds it */
-    bool pending;     /* every rank released it, not reclaimed */
-    bool gone;        /* reclaimed */
+    uint32_t held; /* bit r: rank r holds it */
+    bool pending;  /* every rank released it, not reclaimed */
+    bool gone;     /* reclaimed */
 } mblk;
 
 typedef struct model {
@@ -105,8 +105,9 @@ static void model_check(model *m, const char *after)
                 held[r] += b->size;
     }
     CHECK(s.mapped == m->mapped, "%s: mapped %" PRIu64 ", model %" PRIu64, after, s.mapped, m->mapped);
-    CHECK(s.live_bytes == live && s.pending_bytes == pend, "%s: live %" PRIu64 "/%" PRIu64 " pending %" PRIu64 "/%" PRIu64,
-          after, s.live_bytes, live, s.pending_bytes, pend);
+    CHECK(s.live_bytes == live && s.pending_bytes == pend,
+          "%s: live %" PRIu64 "/%" PRIu64 " pending %" PRIu64 "/%" PRIu64, after, s.live_bytes, live, s.pending_bytes,
+          pend);
     CHECK(s.live_blocks == nlive && s.pending_blocks == npend, "%s: block counts", after);
     CHECK(s.free_bytes == s.mapped - live - pend, "%s: free_bytes %" PRIu64, after, s.free_bytes);
     for (uint32_t r = 0; r < m->p.ranks; r++) {
@@ -157,16 +158,16 @@ static void op_alloc(model *m, uint64_t size)
                     nk++;
                     ny += m->b[i].size;
                 }
-            CHECK(k1 == nk && y1 == ny, "collect reclaimed %" PRIu64 " blocks / %" PRIu64 " bytes, model %" PRIu64
-                  " / %" PRIu64, k1, y1, nk, ny);
+            CHECK(k1 == nk && y1 == ny,
+                  "collect reclaimed %" PRIu64 " blocks / %" PRIu64 " bytes, model %" PRIu64 " / %" PRIu64, k1, y1, nk,
+                  ny);
             collects++;
             continue;
         }
         if (a == HA_NEED_GROW) {
             CHECK(grows == 0, "a second grow asked for");
             CHECK(ra.grow_chunks > 0, "grow of 0 chunks");
-            CHECK(m->mapped + (uint64_t)ra.grow_chunks * m->p.chunk_size <= m->p.va_size,
-                  "asked to grow past va_size");
+            CHECK(m->mapped + (uint64_t)ra.grow_chunks * m->p.chunk_size <= m->p.va_size, "asked to grow past va_size");
             ha_stats after;
             ha_get_stats(m->h, &after);
             CHECK(memcmp(&before, &after, sizeof before) == 0, "HA_NEED_GROW changed the heap");
@@ -203,8 +204,7 @@ static void op_alloc(model *m, uint64_t size)
             if (o->gone)
                 continue;
             CHECK(ra.offset + c <= o->off || o->off + o->size <= ra.offset,
-                  "policy %s: new block [%" PRIu64 ", +%" PRIu64 ") overlaps block [%" PRIu64 ", +%" PRIu64
-                  ") (%s)",
+                  "policy %s: new block [%" PRIu64 ", +%" PRIu64 ") overlaps block [%" PRIu64 ", +%" PRIu64 ") (%s)",
                   ha_policy_name(m->pol), ra.offset, c, o->off, o->size, o->pending ? "pending" : "held");
         }
         mblk *nb = model_add(m);
@@ -338,9 +338,7 @@ static void op_grow(model *m, uint32_t chunks)
     ha_get_stats(m->h, &before);
     int a = ha_grow(m->h, chunks), b = ha_grow(m->twin, chunks);
     CHECK(a == b, "twin grow");
-    int want = chunks == 0 ? HA_EINVAL
-               : m->mapped + (uint64_t)chunks * m->p.chunk_size > m->p.va_size ? HA_EVA
-                                                                                 : HA_OK;
+    int want = chunks == 0 ? HA_EINVAL : m->mapped + (uint64_t)chunks * m->p.chunk_size > m->p.va_size ? HA_EVA : HA_OK;
     CHECK(a == want, "grow(%u) returned %d, expected %d", chunks, a, want);
     if (a == HA_OK)
         m->mapped += (uint64_t)chunks * m->p.chunk_size;
@@ -355,11 +353,16 @@ static void op_grow(model *m, uint32_t chunks)
 static uint64_t pick_size(const model *m, uint8_t sel, uint16_t v)
 {
     switch (sel % 16) {
-    case 0: return 0;
-    case 1: return m->p.va_size + 1 + v;
-    case 2: return UINT64_MAX - v;
-    case 3: return (UINT64_C(1) << 63) + v;
-    case 4: return m->p.va_size - (v % m->p.min_block);
+    case 0:
+        return 0;
+    case 1:
+        return m->p.va_size + 1 + v;
+    case 2:
+        return UINT64_MAX - v;
+    case 3:
+        return (UINT64_C(1) << 63) + v;
+    case 4:
+        return m->p.va_size - (v % m->p.min_block);
     default: {
         /* mostly small: 1 .. 2^e with e up to log2(va) */
         uint32_t lg = 63u - (uint32_t)__builtin_clzll(m->p.va_size);
@@ -401,7 +404,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint16_t a16 = 0;
         uint8_t a8 = 0;
         switch (op % 8) {
-        case 0: case 1: case 2:
+        case 0:
+        case 1:
+        case 2:
             a8 = in8(&in);
             a16 = in16(&in);
             for (int k = 0; k < 2; k++)

@@ -132,7 +132,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static const char *what[] = {"a request", "raw bytes", "disconnect", "tick", "a request with fds", "round", "stop notice"};
+    static const char *what[] = {"a request",          "raw bytes", "disconnect", "tick",
+                                 "a request with fds", "round",     "stop notice"};
     static uint8_t raw[1024];
     fw_input in = {data, size, 0};
     int fds0 = fw_count_fds();

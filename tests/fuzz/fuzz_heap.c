@@ -118,8 +118,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static const char *what[] = {"attach",     "alloc",   "free", "collect", "force collect", "detach", "stats",
-                                 "disconnect", "new uid", "tick", "round",   "burst"};
+    static const char *what[] = {"attach", "alloc",      "free",    "collect", "force collect", "detach",
+                                 "stats",  "disconnect", "new uid", "tick",    "round",         "burst"};
     fw_input in = {data, size, 0};
     int fds0 = fw_count_fds();
     fw_begin(&in, fds0);

@@ -30,12 +30,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(c)                                                                              \
-    do {                                                                                      \
-        if (!(c)) {                                                                           \
-            fprintf(stderr, "check failed: %s (%s:%d)\n", #c, __FILE__, __LINE__);           \
-            abort();                                                                          \
-        }                                                                                     \
+#define CHECK(c)                                                                                                       \
+    do {                                                                                                               \
+        if (!(c)) {                                                                                                    \
+            fprintf(stderr, "check failed: %s (%s:%d)\n", #c, __FILE__, __LINE__);                                     \
+            abort();                                                                                                   \
+        }                                                                                                              \
     } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);
@@ -77,8 +77,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
         uint32_t len = 0;
         uint64_t seq = atomic_load((_Atomic uint64_t *)&((hr_slot *)sl)->seq);
         int rc = hr_take(sl, head, g, buf, &id, &len);
-        CHECK(rc == HR_OK || rc == HR_EMPTY || rc == HR_ESEQ || rc == HR_ELEN || rc == HR_ETORN ||
-              rc == HR_EKIND);
+        CHECK(rc == HR_OK || rc == HR_EMPTY || rc == HR_ESEQ || rc == HR_ELEN || rc == HR_ETORN || rc == HR_EKIND);
         CHECK(strcmp(hr_strerror(rc), "unknown ring error") != 0);
         if (rc == HR_EMPTY) {
             CHECK(seq == (head >= g.nslots ? head + 1 - g.nslots : 0));

@@ -44,19 +44,19 @@
 #include "heap.h"
 #include "log.h"
 
-#define NPEER 6
-#define NDEC 32
-#define NOFF 32
+#define NPEER    6
+#define NDEC     32
+#define NOFF     32
 #define MAXTICKS 3
 
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "fuzz_wing: check failed: %s: ", #cond);           \
-            fprintf(stderr, __VA_ARGS__);                                      \
-            fputc('\n', stderr);                                               \
-            abort();                                                           \
-        }                                                                      \
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            fprintf(stderr, "fuzz_wing: check failed: %s: ", #cond);                                                   \
+            fprintf(stderr, __VA_ARGS__);                                                                              \
+            fputc('\n', stderr);                                                                                       \
+            abort();                                                                                                   \
+        }                                                                                                              \
     } while (0)
 
 typedef struct fw_input {
@@ -92,10 +92,10 @@ static int fw_ticks;
 static struct rlimit fw_nofile; /* the limit to restore after an input */
 static int fw_trace;
 
-#define TRACE(...)                                                             \
-    do {                                                                       \
-        if (fw_trace)                                                          \
-            fprintf(stderr, __VA_ARGS__);                                      \
+#define TRACE(...)                                                                                                     \
+    do {                                                                                                               \
+        if (fw_trace)                                                                                                  \
+            fprintf(stderr, __VA_ARGS__);                                                                              \
     } while (0)
 /* The fuzzer's: client i's peer as the wing sees it now. */
 static hd_peer *fw_peer(int i);
@@ -133,8 +133,7 @@ static int fw_index(const hd_peer *p)
 static void fw_take_fds(const int *fds, size_t n, const char *what)
 {
     for (size_t k = 0; k < n; k++) {
-        CHECK(fds[k] >= 0 && fcntl(fds[k], F_GETFD) != -1, "%s: fd %zu of %zu (%d) is not open", what, k, n,
-              fds[k]);
+        CHECK(fds[k] >= 0 && fcntl(fds[k], F_GETFD) != -1, "%s: fd %zu of %zu (%d) is not open", what, k, n, fds[k]);
         close(fds[k]);
     }
 }
@@ -154,13 +153,12 @@ static void s_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
     (void)id;
     TRACE("%d: attached, world %u, mapped %llu, next %llu\n", i, a->world_size, (unsigned long long)a->mapped,
           (unsigned long long)a->next_seq);
-    CHECK(a->nfds == a->nchunks + (a->status_index >= 0), "AttachReply: %zu fds for %zu chunks (status %d)",
-          a->nfds, a->nchunks, a->status_index);
-    CHECK(a->status_index < 0 || (size_t)a->status_index == a->nchunks, "status page at %d of %zu",
-          a->status_index, a->nfds);
+    CHECK(a->nfds == a->nchunks + (a->status_index >= 0), "AttachReply: %zu fds for %zu chunks (status %d)", a->nfds,
+          a->nchunks, a->status_index);
+    CHECK(a->status_index < 0 || (size_t)a->status_index == a->nchunks, "status page at %d of %zu", a->status_index,
+          a->nfds);
     for (size_t k = 0; k < a->nchunks; k++)
-        CHECK(a->chunks[k].rank < a->world_size, "chunk of rank %u in a world of %u", a->chunks[k].rank,
-              a->world_size);
+        CHECK(a->chunks[k].rank < a->world_size, "chunk of rank %u in a world of %u", a->chunks[k].rank, a->world_size);
     CHECK(a->ap->chunk_size && a->mapped % a->ap->chunk_size == 0, "mapped %llu, chunk %llu",
           (unsigned long long)a->mapped, (unsigned long long)a->ap->chunk_size);
     fw_take_fds(a->fds, a->nfds, "AttachReply");
@@ -173,8 +171,8 @@ static void s_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
     int i = fw_index(p);
     (void)id;
     TRACE("%d: alloc %llu: %s offset %llu size %llu mapped %llu\n", i, (unsigned long long)a->seq,
-          a->collect_needed ? "collect needed," : "", (unsigned long long)a->offset,
-          (unsigned long long)a->block_size, (unsigned long long)a->mapped);
+          a->collect_needed ? "collect needed," : "", (unsigned long long)a->offset, (unsigned long long)a->block_size,
+          (unsigned long long)a->mapped);
     fw_take_fds(a->fds, a->nchunks, "AllocReply");
     fw_sync(i);
     if (a->collect_needed)
@@ -193,9 +191,8 @@ static void s_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
             if (fw_cl[j].dec[k].seq == a->seq)
                 CHECK(fw_cl[j].dec[k].off == a->offset && fw_cl[j].dec[k].size == a->block_size,
                       "allocation %llu: offset %llu size %llu to one client, %llu %llu to another",
-                      (unsigned long long)a->seq, (unsigned long long)a->offset,
-                      (unsigned long long)a->block_size, (unsigned long long)fw_cl[j].dec[k].off,
-                      (unsigned long long)fw_cl[j].dec[k].size);
+                      (unsigned long long)a->seq, (unsigned long long)a->offset, (unsigned long long)a->block_size,
+                      (unsigned long long)fw_cl[j].dec[k].off, (unsigned long long)fw_cl[j].dec[k].size);
     }
     fw_client *c = &fw_cl[i];
     c->dec[c->nputdec++ % NDEC] = (fw_dec){a->seq, a->offset, a->block_size};
@@ -291,7 +288,7 @@ static void fw_begin(fw_input *in, int fds)
     }
     hd_config cfg;
     hd_config_defaults(&cfg);
-    cfg.chunk_size = (uint64_t)64 << 10 << (b & 3);   /* 64K..512K */
+    cfg.chunk_size = (uint64_t)64 << 10 << (b & 3); /* 64K..512K */
     cfg.va_size = (uint64_t)16 << 20;
     cfg.min_block = (uint64_t)256 << ((b >> 2) & 3);
     cfg.collect_timeout_ms = 60000;
@@ -321,8 +318,7 @@ static void fw_end(int fds_before)
     uv_walk(&fw_loop, fw_count_handle, &nh);
     CHECK(nh == 0, "%d libuv handle(s) left after hd_registry_destroy", nh);
     int fds = fw_count_fds();
-    CHECK(fds == fds_before, "%d fds before the input, %d after (a chunk or status page leaked)", fds_before,
-          fds);
+    CHECK(fds == fds_before, "%d fds before the input, %d after (a chunk or status page leaked)", fds_before, fds);
 }
 
 /* Runs the timers that are due after ~2 ms (a collect or attach timeout

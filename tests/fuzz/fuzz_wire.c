@@ -42,16 +42,16 @@
 
 #define FD_SCAN 2048
 
-static int base_fd = -1;     /* a memfd whose dups are the fds sent */
+static int base_fd = -1; /* a memfd whose dups are the fds sent */
 
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "fuzz_wire: check failed: %s: ", #cond);           \
-            fprintf(stderr, __VA_ARGS__);                                      \
-            fputc('\n', stderr);                                               \
-            abort();                                                           \
-        }                                                                      \
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            fprintf(stderr, "fuzz_wire: check failed: %s: ", #cond);                                                   \
+            fprintf(stderr, __VA_ARGS__);                                                                              \
+            fputc('\n', stderr);                                                                                       \
+            abort();                                                                                                   \
+        }                                                                                                              \
     } while (0)
 
 /* Every fd sent is a dup of base_fd, so a leaked one refers to its inode.
@@ -199,8 +199,7 @@ static int has_tag0(const ProtobufCMessage *m)
                 if (v[k] && has_tag0(v[k]))
                     return 1;
         } else {
-            if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
-                *(const uint32_t *)(base + f->quantifier_offset) != f->id)
+            if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) && *(const uint32_t *)(base + f->quantifier_offset) != f->id)
                 continue;
             const ProtobufCMessage *sub = *(ProtobufCMessage *const *)(base + f->offset);
             if (sub && has_tag0(sub))
@@ -268,8 +267,7 @@ static void check_writer(const hw_frame *fr)
             if (rr == HW_AGAIN)
                 break;
             CHECK(out.len == fr->len && memcmp(out.data, fr->data, fr->len) == 0 && out.nfds == fr->nfds,
-                  "the writer changed the frame (%zu/%zu bytes, %zu/%zu fds)", out.len, fr->len, out.nfds,
-                  fr->nfds);
+                  "the writer changed the frame (%zu/%zu bytes, %zu/%zu fds)", out.len, fr->len, out.nfds, fr->nfds);
             hw_frame_free(&out);
             got = 1;
             break;

@@ -10,8 +10,18 @@
 
 #include "nccl_protos.h"
 
-enum { S_ALLREDUCE, S_ALLGATHER, S_REDUCESCATTER, S_BROADCAST, S_REDUCE, S_SEND, S_RECV,
-       S_GROUPSTART, S_GROUPEND, S_N };
+enum {
+    S_ALLREDUCE,
+    S_ALLGATHER,
+    S_REDUCESCATTER,
+    S_BROADCAST,
+    S_REDUCE,
+    S_SEND,
+    S_RECV,
+    S_GROUPSTART,
+    S_GROUPEND,
+    S_N
+};
 unsigned long stub_calls[S_N];
 size_t stub_last_count;
 const void *stub_last_send;
@@ -33,33 +43,31 @@ static ncclResult_t rec(int i, const char *name, const void *s, void *r, size_t 
     return f && !strcmp(f, name) ? ncclUnhandledCudaError : ncclSuccess;
 }
 
-ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t dt, ncclRedOp_t op,
-                           ncclComm_t comm, cudaStream_t st)
+ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t dt, ncclRedOp_t op, ncclComm_t comm,
+                           cudaStream_t st)
 {
     return rec(S_ALLREDUCE, "ncclAllReduce", s, r, n, -1);
 }
-ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t dt, ncclComm_t comm,
-                           cudaStream_t st)
+ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t dt, ncclComm_t comm, cudaStream_t st)
 {
     return rec(S_ALLGATHER, "ncclAllGather", s, r, n, -1);
 }
-ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t dt, ncclRedOp_t op,
-                               ncclComm_t comm, cudaStream_t st)
+ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t dt, ncclRedOp_t op, ncclComm_t comm,
+                               cudaStream_t st)
 {
     return rec(S_REDUCESCATTER, "ncclReduceScatter", s, r, n, -1);
 }
-ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType_t dt, int root,
-                           ncclComm_t comm, cudaStream_t st)
+ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType_t dt, int root, ncclComm_t comm,
+                           cudaStream_t st)
 {
     return rec(S_BROADCAST, "ncclBroadcast", s, r, n, root);
 }
-ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t dt, ncclRedOp_t op, int root,
-                        ncclComm_t comm, cudaStream_t st)
+ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t dt, ncclRedOp_t op, int root, ncclComm_t comm,
+                        cudaStream_t st)
 {
     return rec(S_REDUCE, "ncclReduce", s, r, n, root);
 }
-ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t dt, int peer, ncclComm_t comm,
-                      cudaStream_t st)
+ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t dt, int peer, ncclComm_t comm, cudaStream_t st)
 {
     return rec(S_SEND, "ncclSend", s, NULL, n, peer);
 }
@@ -67,14 +75,8 @@ ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t dt, int peer, ncclComm_t
 {
     return rec(S_RECV, "ncclRecv", NULL, r, n, peer);
 }
-ncclResult_t ncclGroupStart(void)
-{
-    return rec(S_GROUPSTART, "ncclGroupStart", NULL, NULL, 0, -1);
-}
-ncclResult_t ncclGroupEnd(void)
-{
-    return rec(S_GROUPEND, "ncclGroupEnd", NULL, NULL, 0, -1);
-}
+ncclResult_t ncclGroupStart(void) { return rec(S_GROUPSTART, "ncclGroupStart", NULL, NULL, 0, -1); }
+ncclResult_t ncclGroupEnd(void) { return rec(S_GROUPEND, "ncclGroupEnd", NULL, NULL, 0, -1); }
 ncclResult_t ncclCommCount(const ncclComm_t comm, int *n)
 {
     *n = 2;
@@ -84,7 +86,4 @@ const char *ncclGetErrorString(ncclResult_t r)
 {
     return r == ncclUnhandledCudaError ? "stub: unhandled cuda error" : "stub: other";
 }
-const char *ncclGetLastError(ncclComm_t comm)
-{
-    return "stub: the last error";
-}
+const char *ncclGetLastError(ncclComm_t comm) { return "stub: the last error"; }

@@ -16,15 +16,24 @@ int user_call(int which, void *buf, size_t n)
 {
     ncclComm_t comm = (ncclComm_t)(void *)0x1;
     switch (which) {
-    case 0: return ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm, NULL);
-    case 1: return ncclAllGather(buf, buf, n, ncclFloat, comm, NULL);
-    case 2: return ncclReduceScatter(buf, buf, n, ncclFloat, ncclSum, comm, NULL);
-    case 3: return ncclBroadcast(buf, buf, n, ncclFloat, 0, comm, NULL);
-    case 4: return ncclReduce(buf, buf, n, ncclFloat, ncclSum, 0, comm, NULL);
-    case 5: return ncclSend(buf, n, ncclFloat, 1, comm, NULL);
-    case 6: return ncclRecv(buf, n, ncclFloat, 1, comm, NULL);
-    case 7: return ncclGroupStart();
-    case 8: return ncclGroupEnd();
+    case 0:
+        return ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm, NULL);
+    case 1:
+        return ncclAllGather(buf, buf, n, ncclFloat, comm, NULL);
+    case 2:
+        return ncclReduceScatter(buf, buf, n, ncclFloat, ncclSum, comm, NULL);
+    case 3:
+        return ncclBroadcast(buf, buf, n, ncclFloat, 0, comm, NULL);
+    case 4:
+        return ncclReduce(buf, buf, n, ncclFloat, ncclSum, 0, comm, NULL);
+    case 5:
+        return ncclSend(buf, n, ncclFloat, 1, comm, NULL);
+    case 6:
+        return ncclRecv(buf, n, ncclFloat, 1, comm, NULL);
+    case 7:
+        return ncclGroupStart();
+    case 8:
+        return ncclGroupEnd();
     }
     return -1;
 }
