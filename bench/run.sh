@@ -63,6 +63,11 @@ if table=$(sh "$here/summary.sh" "$BUILD/bench"); then
     else
         echo "chart skipped: gnuplot not installed (Debian package gnuplot-nox)"
     fi
+    if [ -f "$BUILD/bench/rtt_bench.json" ] && command -v python3 >/dev/null 2>&1; then
+        echo
+        echo "one allocation on every path (issue 16; torch and cudaMalloc rows come from the GPU script):"
+        python3 "$here/../scripts/alloc_table.py" "$BUILD/bench" || status=1
+    fi
     echo
     printf '%s\n' "$table"
 else

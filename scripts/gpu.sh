@@ -346,6 +346,11 @@ main 2>&1 | tee -a "$LOG"
         echo "python/heapd against torch (us):"
         grep '^torch_bench [a-z]' "$LOG" | sed 's/^torch_bench /  /'
     fi
+    if [ -f "$O/rtt_bench.json" ] && command -v python3 >/dev/null 2>&1; then
+        echo
+        echo "one allocation on every path (issue 16; this run):"
+        python3 scripts/alloc_table.py "$O" | sed 's/^/  /'
+    fi
     if [ -f "$O/nccl_bench.json" ]; then
         echo
         echo "probe cost (ns) by live blocks:"
