@@ -311,7 +311,8 @@ static int parse(hw_reader *r, hw_frame *out, char *err, size_t errlen)
             return rc;
     }
     k = min_sz(r->len - r->got, avail);
-    memcpy(r->data + r->got, r->buf + r->start, k);
+    if (k) /* an idle reader has dropped its buffer (r->buf NULL, avail 0) */
+        memcpy(r->data + r->got, r->buf + r->start, k);
     r->got += k;
     r->start += k;
     r->pos += k;

@@ -19,8 +19,12 @@ SIM=$BUILD/heapsim
 N=${GEN_TRACES:-200}
 # Debug and sanitizer builds (make check passes HEAPD_VALIDATING=1) run the
 # allocator's validator after every call, O(blocks) each: there every trace
-# is cut to its first GEN_MAX_ALLOCS allocations (150 unless set), the same
-# thresholds hold.
+# is cut to its first GEN_MAX_ALLOCS allocations (150 unless set). Cut
+# traces check the validator, the overlaps, the total ratio and the collects;
+# the per-trace bound is a claim about the generator's whole traces (made by
+# the normal build): prefixes of them are other traces, where the default
+# policy still maps more than the seed on a few (seeds 1-200 cut to 150
+# allocations: g195 1.07; cut to 250: g169 1.50; docs/benchmarks.md).
 MAX=${GEN_MAX_ALLOCS:-}
 if [ -z "$MAX" ] && [ -n "${HEAPD_VALIDATING:-}" ]; then MAX=150; fi
 if [ -n "$MAX" ]; then
@@ -61,7 +65,11 @@ case "$last" in compare:*) ;; *) fail "no compare summary line: '$last'" ;; esac
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 <= b + 0) }'; }
 t=$(field mapped_total_ratio); m=$(field mapped_max_ratio)
 le "$t" 1.00 || fail "mapped in total, default / seed: $t, want <= 1.00"
-le "$m" 1.05 || fail "mapped on trace $(field worst), default / seed: $m, want <= 1.05"
+if [ -z "$MAX" ]; then
+    le "$m" 1.05 || fail "mapped on trace $(field worst), default / seed: $m, want <= 1.05"
+else
+    echo "skipped: the per-trace bound (<= 1.05) on traces cut to $MAX allocations (worst here: $(field worst) $m)"
+fi
 cc=$(field collects_coalesce); cs=$(field collects_seed)
 if [ -n "$cc" ] && [ -n "$cs" ] && [ "$cc" -lt "$cs" ]; then :; else
     fail "collects in total: default $cc, seed $cs; want fewer"
