@@ -3,7 +3,7 @@
  * same message sizes; heapd's CPU use while idle; heapd's memory per live
  * block.
  *
- *   rtt_bench [--json FILE] [--quick] [--heapd PATH] [--iters N]
+ *   rtt_bench [--json FILE] [--quick] [--heapd PATH] [--iters N] [--mem-blocks N]
  *
  * RTT_RING_SPIN_US=N: heapd.conf gets ring_spin_us = N and every client
  * HEAPC_RING_SPIN_US=N (both poll instead of sleeping; by default neither
@@ -71,7 +71,7 @@
 #define ALLOC_SIZE  (4 * KiB)
 #define HDR         8u
 #define MAX_CLIENTS 8
-#define MEM_BLOCKS  100000u
+static uint32_t MEM_BLOCKS = 100000u; /* --mem-blocks */
 
 /* ---- process bookkeeping and cleanup ------------------------------------- */
 
@@ -498,11 +498,12 @@ static mem_result run_memory(void)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: " NAME " [--json FILE] [--quick] [--heapd PATH] [--iters N]\n"
+    fprintf(f, "usage: " NAME " [--json FILE] [--quick] [--heapd PATH] [--iters N] [--mem-blocks N]\n"
                "  --json FILE   also write the results as JSON to FILE\n"
                "  --quick       2000 timed allocations per client (smoke test)\n"
                "  --heapd PATH  the heapd to start (default: dirname(argv[0])/../heapd)\n"
-               "  --iters N     timed allocations per client (default 20000)\n");
+               "  --iters N     timed allocations per client (default 20000)\n"
+               "  --mem-blocks N  live blocks of the memory figure (default 100000)\n");
 }
 
 typedef struct row {
@@ -594,6 +595,14 @@ int main(int argc, char **argv)
                 fprintf(stderr, NAME ": --iters takes 100..10000000, not '%s'\n", argv[i]);
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--mem-blocks") && i + 1 < argc) {
+            char *end;
+            unsigned long long v = strtoull(argv[++i], &end, 10);
+            if (*end || v < 100 || v > 10000000) {
+                fprintf(stderr, NAME ": --mem-blocks takes 100..10000000, not '%s'\n", argv[i]);
+                return 2;
+            }
+            MEM_BLOCKS = (uint32_t)v;
         } else if (!strcmp(argv[i], "--help")) {
             usage(stdout);
             return 0;

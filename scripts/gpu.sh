@@ -34,13 +34,14 @@
 # check runs it (tests/it_gpu_host.sh).
 set -u
 B=${1:-build-gpu}
-BE=cuda; RANKOPT=; BENCHOPT=; NBOPT=; SFOPT=; SCALE=1; BUDGET=${GPU_SH_BUDGET:-330}
+BE=cuda; RANKOPT=; BENCHOPT=; NBOPT=; SFOPT=; RTTOPT=; SCALE=1; BUDGET=${GPU_SH_BUDGET:-330}
 if [ "${GPU_SH_HOST:-0}" = 1 ]; then
     # The dry run runs in make check, on a loaded 2-core machine and under
     # ASan: the step timeouts are 4 times longer, the budget 900 s.
     BE=host; RANKOPT="--host --chunk 32M"; BENCHOPT="--backend host --sizes 4K,2M,64M"; NBOPT="--iters 20000 --max-blocks 10000"; SFOPT=--host
     # make check's sanitizer pass: heapd validates its heap at every call
-    [ "${HEAPD_VALIDATING:-}" = 1 ] && NBOPT="--iters 20000 --max-blocks 1000"
+    RTTOPT="--quick --mem-blocks 10000"
+    [ "${HEAPD_VALIDATING:-}" = 1 ] && NBOPT="--iters 20000 --max-blocks 1000" && RTTOPT="--quick --iters 200 --mem-blocks 1000"
     SCALE=4; BUDGET=${GPU_SH_BUDGET:-900}
 fi
 DEADLINE=$(($(date +%s) + BUDGET))
@@ -207,7 +208,7 @@ EOF
     # (1, 2, 4, 8 clients; its own host-backend heapd), heapd's idle CPU.
     if [ -x "$B/bench/rtt_bench" ]; then
         echo; echo "== rtt_bench (request ring vs socket vs ping-pong)"
-        step rtt 60 "$B/bench/rtt_bench" --heapd "$B/heapd" --json "$O/rtt_bench.json"
+        step rtt 60 "$B/bench/rtt_bench" --heapd "$B/heapd" $RTTOPT --json "$O/rtt_bench.json"
         if [ $rc = 0 ]; then result rtt_bench ok "$(grep -A1 '^clients  ring' "$T/rtt.out" | tail -1)"
         else result rtt_bench FAIL "$(why $rc)"; fi
     fi

@@ -147,6 +147,11 @@ else
 fi
 
 # ---- 14: memory after a flood ----------------------------------------------------------------------
+# Not in a sanitizer build: ASan's allocator keeps freed memory in its
+# quarantine and does not give it back through malloc_trim (glibc's).
+if nm "$B/heapd" 2>/dev/null | grep -q __asan_init; then
+    echo "skipped: item 14 (RSS after a flood) in a sanitizer build: ASan's allocator is not glibc's"
+else
 wait_for sh -c "! '$B/heapctl' --socket '$S' heaps | grep -q rootheap"
 rss0=$(rss)
 "$H" --socket "$S" partial 40 4194304 2097152 >"$T/part.out" 2>&1 &
@@ -168,6 +173,7 @@ kill -9 $rankpid; wait $rankpid 2>/dev/null; rankpid=
 echo "heapd VmRSS: $rss0 kB before, $rss1 kB with 40 partial 4 MiB frames (2 MiB sent each), 30 connections not reading and a new heap, $rss2 kB after the flood left (the heap stays)"
 check "item 14: the flood raised heapd's RSS (by $((rss1 - rss0)) kB, at least 60 MiB)" test $((rss1 - rss0)) -ge 61440
 check "item 14: heapd's RSS returned to within 4 MiB of its level before the flood ($rss2 kB; glibc alone keeps ~8 MiB)" back
+fi
 
 # ---- 5: a refused libheapc client reads why ----------------------------------------------------------
 sed -i 's/^max_clients_per_uid = 40$/max_clients_per_uid = 1/' "$T/heapd.conf"
