@@ -9,7 +9,8 @@ Prints one line per figure; exits 0 with "skipped: ..." when torch or a GPU
 is missing."""
 import json
 import sys
-import time
+
+from probe_util import median_us
 
 try:
     import torch
@@ -21,14 +22,6 @@ if not torch.cuda.is_available():
     sys.exit(0)
 
 
-def median_us(fn, n):
-    ts = []
-    for _ in range(n):
-        t = time.perf_counter_ns()
-        fn()
-        ts.append(time.perf_counter_ns() - t)
-    ts.sort()
-    return ts[len(ts) // 2] / 1000.0
 
 
 dev = torch.device("cuda")

@@ -17,7 +17,8 @@ import json
 import os
 import sys
 import tempfile
-import time
+
+from probe_util import median_us
 
 try:
     import torch
@@ -35,14 +36,6 @@ except Exception as e:  # noqa: BLE001
     sys.exit(0)
 
 
-def median_us(fn, n):
-    ts = []
-    for _ in range(n):
-        t = time.perf_counter_ns()
-        fn()
-        ts.append(time.perf_counter_ns() - t)
-    ts.sort()
-    return ts[len(ts) // 2] / 1000.0
 
 
 def main():

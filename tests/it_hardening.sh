@@ -44,7 +44,6 @@ as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
 # In the background: the process itself, so that $! is the one to kill.
 bg_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@" & }
 as_admin() { setpriv --reuid=65534 --regid=65534 --groups="$GID" "$@"; }
-rss() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$hpid/status" 2>/dev/null; }
 serving() { "$B/heapctl" --socket "$S" heaps >/dev/null 2>&1; }
 stop_heapd() {
     kill -TERM "$hpid" 2>/dev/null; wait "$hpid"; _rc=$?; hpid=

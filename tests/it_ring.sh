@@ -24,27 +24,13 @@ BUILD=${BUILD:-build}
 SRC=${HEAPD_SRC:-$(pwd)}
 R=$BUILD/tests/prog_rank
 PR=$BUILD/tests/prog_ring
-T=$(mktemp -d /tmp/heapd-ring.XXXXXX)
+. "$SRC/tests/lib.sh"
+lib_tmpdir ring
 S=$T/heapd.sock
-fails=0
 hpid=
+lib_on_exit 'lib_kill hpid; pkill -9 -f "prog_rank --socket $S"; pkill -9 -f "prog_ring --socket $S"'
 
-cleanup() {
-    [ -n "$hpid" ] && kill -9 "$hpid" 2>/dev/null
-    pkill -9 -f "prog_rank --socket $S" 2>/dev/null
-    pkill -9 -f "prog_ring --socket $S" 2>/dev/null
-    rm -rf "$T"
-}
-trap cleanup EXIT INT TERM
-
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fails=$((fails + 1)); }
-check() { # check NAME CMD...: passes if CMD succeeds
-    name=$1; shift
-    if "$@"; then ok "$name"; else bad "$name"; fi
-}
-
-start_heapd() { # start_heapd [EXTRA CONF LINE]
+ring_heapd() { # ring_heapd [EXTRA CONF LINE]: lib.sh's start_heapd on this test's configuration
     cat >"$T/heapd.conf" <<EOF
 socket = $S
 backend = host
@@ -55,10 +41,7 @@ collect_timeout_ms = 20000
 ${1:-}
 EOF
     rm -f "$S"
-    "$BUILD/heapd" --config "$T/heapd.conf" 2>>"$T/heapd.log" &
-    hpid=$!
-    i=0
-    while [ ! -S "$S" ] && [ $i -lt 600 ] && kill -0 "$hpid" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
+    start_heapd "$T/heapd.conf" "$T/heapd.log"
 }
 stop_heapd() {
     kill "$hpid" 2>/dev/null
@@ -77,10 +60,7 @@ waitrank() { # waitrank R -> exit code in $rc
     wait "$p"; rc=$?
 }
 waitfiles() { # waitfiles FILE...: until each exists; 300 s at most
-    for f in "$@"; do
-        n=0
-        while [ ! -e "$f" ] && [ $n -lt 6000 ]; do sleep 0.05; n=$((n + 1)); done
-    done
+    for f in "$@"; do within 300 test -e "$f"; done
 }
 waitfutex() { # waitfutex PID: until PID sleeps in a futex wait (its ring request is posted); 60 s at most
     n=0
@@ -94,14 +74,11 @@ waitfutex() { # waitfutex PID: until PID sleeps in a futex wait (its ring reques
 ringfds() { # ringfds: heapd's open ring memfds
     ls -l "/proc/$hpid/fd" 2>/dev/null | grep -c 'memfd:heapd-ring'
 }
-waitringfds() { # waitringfds N: until heapd holds N ring memfds; 60 s at most
-    n=0
-    while [ "$(ringfds)" != "$1" ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n + 1)); done
-    [ "$(ringfds)" = "$1" ]
-}
+has_ringfds() { [ "$(ringfds)" = "$1" ]; }
+waitringfds() { within 60 has_ringfds "$1"; } # waitringfds N: until heapd holds N ring memfds; 60 s at most
 rings_set_up() { grep -c 'request ring of' "$T/heapd.log"; }
 
-start_heapd
+ring_heapd
 check "heapd starts and listens" test -S "$S"
 t0=$(date +%s)
 section() { echo "     ($1: $(( $(date +%s) - t0 )) s)"; }
@@ -181,7 +158,7 @@ stop_heapd
 
 section "garbage"
 # ---- 4. ring = off: the socket fallback -------------------------------------------
-start_heapd "ring = off"
+ring_heapd "ring = off"
 before=$(rings_set_up)
 for r in 0 1; do rank off $r 2 --seed 3 random 500; done
 allok=1
@@ -192,7 +169,7 @@ stop_heapd
 
 section "ring off"
 # ---- 5. heapd killed while a client waits on its ring -----------------------------
-start_heapd
+ring_heapd
 rank dead 1 2 -- alloc 1K touch "$T/dead.1" sleep 600000
 pid_d1=$pid_1
 rank dead 0 2 -- alloc 1K touch "$T/dead.0" collect
