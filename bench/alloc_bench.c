@@ -1,6 +1,6 @@
 /* alloc_bench - the allocator core (daemon/alloc.h) on the CPU.
  *
- *   alloc_bench [--json FILE] [--quick] [--ranks R] [--live N] [--cost-only] [--batch N]
+ *   alloc_bench [--json FILE] [--quick] [--ranks R] [--live N] [--cost-only] [--batch N] [--policy P]
  *
  * 1. Cost: ns per alloc + free-on-every-rank pair with 10^3, 10^5 and 10^6
  *    live blocks of mixed small sizes, both policies. The live set is built
@@ -380,11 +380,12 @@ static void ratio_str(uint64_t seed, uint64_t co, char *buf, size_t len)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: alloc_bench [--json FILE] [--quick] [--ranks R] [--live N] [--cost-only]\n"
-               "                   [--batch N]\n"
+               "                   [--batch N] [--policy P]\n"
                "  --json FILE  also write the results as JSON to FILE\n"
                "  --quick      fewer iterations and no 10^6 live-block run (smoke test)\n"
                "  --ranks R    ranks in the cost benchmark (default 4)\n"
                "  --live N     the cost benchmark at N live blocks only (profiling)\n"
+               "  --policy P   the cost rows of policy P only (seed or coalesce; profiling)\n"
                "  --cost-only  the cost table only (no footprint table, no JSON)\n"
                "  --batch N    also the cost with frees in batches of N blocks (default 256,\n"
                "               at most a quarter of the live blocks; 0: per-call rows only)\n");
@@ -398,6 +399,7 @@ int main(int argc, char **argv)
     uint64_t only_live = 0;
     int cost_only = 0;
     uint64_t batch = 256;
+    int only_pol = -1; /* --policy: that policy's cost rows only */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
             json = argv[++i];
@@ -425,6 +427,13 @@ int main(int argc, char **argv)
                 fprintf(stderr, "alloc_bench: --batch takes 0..65536 blocks, not '%s'\n", argv[i]);
                 return 2;
             }
+        } else if (strcmp(argv[i], "--policy") == 0 && i + 1 < argc) {
+            ha_policy pol;
+            if (ha_policy_parse(argv[++i], &pol) != HA_OK) {
+                fprintf(stderr, "alloc_bench: --policy takes seed or coalesce, not '%s'\n", argv[i]);
+                return 2;
+            }
+            only_pol = (int)pol;
         } else if (strcmp(argv[i], "--cost-only") == 0) {
             cost_only = 1;
         } else if (strcmp(argv[i], "--help") == 0) {
@@ -463,7 +472,7 @@ int main(int argc, char **argv)
            "cpu ns/pair", "collects", "growths", "mapped", "bookkeeping");
     for (int li = 0; li < nlives; li++) {
         for (int pi = 0; pi < 2; pi++)
-            for (int bi = 0; bi < (batch ? 2 : 1); bi++) {
+            for (int bi = 0; bi < (batch ? 2 : 1) && (only_pol < 0 || (int)policies[pi] == only_pol); bi++) {
                 uint32_t bt = bi ? (uint32_t)(batch < lives[li] / 4 ? batch : lives[li] / 4) : 0;
                 cost_row c = bench_cost(policies[pi], ranks, lives[li], iters, bt);
                 cost[ncost++] = c;
@@ -484,7 +493,7 @@ int main(int argc, char **argv)
 
     double anchor = miss_anchor();
     printf("anchor: a dependent random read in 64 MiB: %.1f ns cpu\n", anchor);
-    int per = batch ? 4 : 2; /* rows per live level */
+    int per = (batch ? 2 : 1) * (only_pol < 0 ? 2 : 1); /* rows per live level */
     if (ncost == 3 * per)
         for (int pi = 0; pi < per; pi++) {
             const cost_row *lo = &cost[pi], *hi = &cost[2 * per + pi];

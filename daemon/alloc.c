@@ -626,7 +626,7 @@ void ha_rank_stats(const ha_heap *h, uint32_t rank, uint64_t *held_bytes, uint64
 size_t ha_memory_usage(const ha_heap *h)
 {
     size_t m = sizeof *h;
-    m += h->tab.cap * (sizeof(ha_blk) + (h->tab.words > 1 ? h->tab.words * sizeof(uint64_t) : 0));
+    m += h->tab.cap * (sizeof(ha_blk) + (h->tab.words > 1 ? h->tab.words * sizeof(uint64_t) : 0)) + h->tab.cap / 8;
     for (uint32_t l = 0; l < h->fstart.nlevels; l++)
         m += (h->fstart.nw[l] + h->fend.nw[l]) * sizeof(uint64_t);
     m += h->pending.cap * sizeof(uint64_t);

@@ -179,7 +179,13 @@ static inline uint64_t hab_prev(const hab_bits *b, uint64_t i)
  *   held(b) = the ranks whose bit is set in b's holder row;
  *   |held(b)| = R - b.nrel
  *   b.pending == 1  <=>  b.nrel == R  <=>  b.off is in h->pending
- *   count == number of records, count <= cap / 2, cap a power of two
+ *   count == number of records, count <= cap / 2, cap a power of two >= 64
+ *   bit i of occ[i / 64] == 1  <=>  slot[i].off != HA_EMPTY
+ *
+ * occ (one bit per slot, cap / 8 bytes: 256 KiB at 10^6 records, where the
+ * slots take 64 MiB) lets an insert find its empty slot, and an erase the
+ * end of its probe run, without reading the slots: an insert's only access
+ * to its record's line is a write, which does not wait for the line.
  */
 typedef struct ha_blk {
     uint64_t off;  /* HA_EMPTY: slot unused */
@@ -194,6 +200,7 @@ typedef struct ha_blk {
 
 typedef struct ha_table {
     ha_blk *slot;
+    uint64_t *occ; /* cap / 64 words: bit i <=> slot i holds a record */
     uint64_t *xheld; /* words > 1 only: cap * words holder bits */
     size_t cap, count, words;
     uint32_t shift; /* 64 - log2(cap) */
@@ -245,24 +252,31 @@ static inline uint64_t *hat_held(const ha_table *t, const ha_blk *b)
 }
 
 /* Inserts a record held by all `ranks`; the caller made room. */
+/* The first empty slot at or after i (cyclically), from occ alone. */
+static inline size_t hat_empty_from(const ha_table *t, size_t i)
+{
+    size_t nw = t->cap / 64;
+    for (size_t w = i / 64;; w = (w + 1) & (nw - 1), i = w * 64) {
+        uint64_t e = ~t->occ[w] & (UINT64_MAX << (i % 64));
+        if (e)
+            return w * 64 + (size_t)__builtin_ctzll(e);
+    }
+}
+
 static inline ha_blk *hat_insert(ha_table *t, uint64_t off, uint64_t size, uint32_t ranks)
 {
-    size_t mask = t->cap - 1, i = hat_hash(t, off);
-    while (t->slot[i].off != HA_EMPTY)
-        i = (i + 1) & mask;
+    size_t i = hat_empty_from(t, hat_hash(t, off));
+    t->occ[i / 64] |= UINT64_C(1) << (i % 64);
     ha_blk *b = &t->slot[i];
-    b->off = off;
-    b->size = size;
-    b->held = 0;
-    b->nrel = 0;
-    b->klog = (uint8_t)log2u(size);
-    b->pending = 0;
-    b->mark = 0;
-    b->pad = 0;
-    uint64_t *h = hat_held(t, b);
-    for (size_t w = 0; w < t->words; w++) {
-        uint32_t left = ranks > w * 64 ? ranks - (uint32_t)(w * 64) : 0;
-        h[w] = left >= 64 ? UINT64_MAX : (left ? (UINT64_C(1) << left) - 1 : 0);
+    /* the record in one 32-byte store (the line may not be here yet) */
+    uint64_t all = ranks >= 64 ? UINT64_MAX : (UINT64_C(1) << ranks) - 1;
+    *b = (ha_blk){.off = off, .size = size, .held = t->words == 1 ? all : 0, .klog = (uint8_t)log2u(size)};
+    if (t->words > 1) {
+        uint64_t *h = hat_held(t, b);
+        for (size_t w = 0; w < t->words; w++) {
+            uint32_t left = ranks > w * 64 ? ranks - (uint32_t)(w * 64) : 0;
+            h[w] = left >= 64 ? UINT64_MAX : (left ? (UINT64_C(1) << left) - 1 : 0);
+        }
     }
     t->count++;
     return b;
@@ -367,6 +381,8 @@ int hac_resize(ha_heap *h, uint64_t mapped);
 /* Adds the free extent [start, start + len); no merging. */
 void hac_add(ha_heap *h, uint64_t start, uint64_t len);
 void hac_del(ha_heap *h, hac_fx f);
+/* The free extent f becomes g (the same extent, grown or shrunk), in place. */
+void hac_move(ha_heap *h, hac_fx f, hac_fx g);
 /* Frees [start, start + len), merging with free neighbours. */
 void hac_insert_merge(ha_heap *h, uint64_t start, uint64_t len);
 /* Is a block of c bytes (size bin k) placed from the top of the heap down? */

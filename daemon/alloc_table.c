@@ -29,10 +29,14 @@ void *hat_big_calloc(size_t n, size_t size)
 
 int hat_init(ha_table *t, size_t cap, size_t words, uint32_t kmin)
 {
+    if (cap < 64)
+        cap = 64; /* occ: whole words */
     t->slot = hat_big_calloc(cap, sizeof *t->slot);
+    t->occ = hat_big_calloc(cap / 64, sizeof(uint64_t));
     t->xheld = words > 1 ? hat_big_calloc(cap * words, sizeof(uint64_t)) : NULL;
-    if (!t->slot || (words > 1 && !t->xheld)) {
+    if (!t->slot || !t->occ || (words > 1 && !t->xheld)) {
         free(t->slot);
+        free(t->occ);
         free(t->xheld);
         return HA_ENOMEM;
     }
@@ -49,6 +53,7 @@ int hat_init(ha_table *t, size_t cap, size_t words, uint32_t kmin)
 void hat_free(ha_table *t)
 {
     free(t->slot);
+    free(t->occ);
     free(t->xheld);
     memset(t, 0, sizeof *t);
 }
@@ -69,9 +74,8 @@ int hat_grow(ha_table *t)
     for (size_t i = 0; i < t->cap; i++) {
         if (t->slot[i].off == HA_EMPTY)
             continue;
-        size_t j = hat_hash(&n, t->slot[i].off);
-        while (n.slot[j].off != HA_EMPTY)
-            j = (j + 1) & (n.cap - 1);
+        size_t j = hat_empty_from(&n, hat_hash(&n, t->slot[i].off));
+        n.occ[j / 64] |= UINT64_C(1) << (j % 64);
         hat_move(&n, j, t, i);
     }
     n.count = t->count;
@@ -96,7 +100,7 @@ void hat_erase(ha_table *t, ha_blk *b)
     size_t j = i;
     for (;;) {
         j = (j + 1) & mask;
-        if (t->slot[j].off == HA_EMPTY)
+        if (!((t->occ[j / 64] >> (j % 64)) & 1))
             break;
         size_t home = hat_hash(t, t->slot[j].off);
         /* Move j back to i if its home is not in the cyclic range (i, j]. */
@@ -107,6 +111,7 @@ void hat_erase(ha_table *t, ha_blk *b)
         }
     }
     t->slot[i].off = HA_EMPTY;
+    t->occ[i / 64] &= ~(UINT64_C(1) << (i % 64));
     t->count--;
 }
 

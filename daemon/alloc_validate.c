@@ -53,6 +53,9 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
     size_t npend = 0, count = 0, nfx = 0;
     for (size_t i = 0; i < h->tab.cap; i++) {
         const ha_blk *b = &h->tab.slot[i];
+        if (((h->tab.occ[i / 64] >> (i % 64)) & 1) != (b->off != HA_EMPTY))
+            VFAIL("table slot %zu: occupancy bit %d but %s", i, (int)((h->tab.occ[i / 64] >> (i % 64)) & 1),
+                  b->off == HA_EMPTY ? "no record" : "a record");
         if (b->off == HA_EMPTY)
             continue;
         count++;
