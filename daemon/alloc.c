@@ -141,9 +141,8 @@ int ha_create(const ha_params *p, ha_heap **out, char *err, size_t errlen)
     h->p = *p;
     h->kmin = log2u(p->min_block);
     h->kmax = log2u(p->va_size);
-    h->held_bytes = calloc(p->ranks, sizeof(uint64_t));
     h->rel_bytes = calloc(p->ranks, sizeof(uint64_t));
-    if (!h->held_bytes || !h->rel_bytes)
+    if (!h->rel_bytes)
         goto nomem;
     if (hat_init(&h->tab, 64, (p->ranks + 63) / 64, h->kmin))
         goto nomem;
@@ -175,7 +174,6 @@ void ha_destroy(ha_heap *h)
         hab_free(&h->freebits[k]);
         free(h->lifo[k].v);
     }
-    free(h->held_bytes);
     free(h->rel_bytes);
     free(h);
 }
@@ -287,8 +285,6 @@ int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res)
     if (rc != HA_OK)
         return rc;
     hat_insert(&h->tab, off, c, h->p.ranks);
-    for (uint32_t r = 0; r < h->p.ranks; r++)
-        h->held_bytes[r] += c;
     h->live_bytes += c;
     h->free_bytes -= c;
     h->allocs++;
@@ -343,7 +339,6 @@ int ha_free(ha_heap *h, uint32_t rank, uint64_t offset)
     uint64_t sz = b->size;
     held[rank / 64] &= ~bit;
     b->nrel++;
-    h->held_bytes[rank] -= sz;
     h->rel_bytes[rank] += sz;
     h->frees++;
     if (b->nrel == h->p.ranks) {
@@ -375,7 +370,6 @@ static void unfree(ha_heap *h, uint32_t rank, ha_blk *b)
     }
     hat_held(&h->tab, b)[rank / 64] |= UINT64_C(1) << (rank % 64);
     b->nrel--;
-    h->held_bytes[rank] += sz;
     h->rel_bytes[rank] -= sz;
 }
 
@@ -406,7 +400,6 @@ int ha_free_batch(ha_heap *h, uint32_t rank, const uint64_t *offsets, size_t n, 
         uint64_t sz = b->size;
         held[rank / 64] &= ~bit;
         b->nrel++;
-        h->held_bytes[rank] -= sz;
         h->rel_bytes[rank] += sz;
         if (b->nrel == h->p.ranks) {
             b->pending = 1;
@@ -614,7 +607,7 @@ void ha_rank_stats(const ha_heap *h, uint32_t rank, uint64_t *held_bytes, uint64
 {
     uint64_t hb = 0, rb = 0;
     if (h && rank < h->p.ranks) {
-        hb = h->held_bytes[rank];
+        hb = h->live_bytes + h->pending_bytes - h->rel_bytes[rank];
         rb = h->rel_bytes[rank];
     }
     if (held_bytes)
@@ -630,7 +623,7 @@ size_t ha_memory_usage(const ha_heap *h)
     for (uint32_t l = 0; l < h->fstart.nlevels; l++)
         m += (h->fstart.nw[l] + h->fend.nw[l]) * sizeof(uint64_t);
     m += h->pending.cap * sizeof(uint64_t);
-    m += 2 * h->p.ranks * sizeof(uint64_t);
+    m += h->p.ranks * sizeof(uint64_t);
     for (int k = 0; k < 64; k++) {
         m += h->lifo[k].cap * sizeof(uint64_t);
         for (uint32_t l = 0; l < h->freebits[k].nlevels; l++)

@@ -305,7 +305,9 @@ typedef struct hac_fx {
  *   live_bytes    = sum of size(b) for b in B with b.nrel < R
  *   pending_bytes = sum of size(b) for b in B with b.nrel == R
  *   free_bytes    = sum of sizes in F  (= E - live_bytes - pending_bytes)
- *   held_bytes[r] = sum of size(b) for b in B that rank r holds
+ *   held bytes of rank r (sum of size(b) for b in B that r holds)
+ *                 = live_bytes + pending_bytes - rel_bytes[r]
+ *                   (not stored: an allocation touches no per-rank counter)
  *   rel_bytes[r]  = sum of size(b) for b in B that rank r released
  *   coalesce: no two free extents are adjacent (free neighbours are always
  *             merged: every free extent is maximal);
@@ -363,7 +365,7 @@ struct ha_heap {
     bool collect_asked, collect_answered, asked_answered;
     bool skip_pending;                /* the last HA_NEED_GROW skipped a collect the seed's rule asks for */
     uint64_t collects_skipped;        /* coalesce: collects the seed's rule would have asked for */
-    uint64_t *held_bytes, *rel_bytes; /* per rank */
+    uint64_t *rel_bytes; /* per rank */
 };
 
 /* ---- the coalesce policy (alloc_coalesce.c) --------------------------------

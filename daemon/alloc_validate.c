@@ -216,9 +216,10 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
               (unsigned long long)h->pending_bytes, (unsigned long long)h->free_bytes, (unsigned long long)live,
               (unsigned long long)pend, (unsigned long long)fr);
     for (uint32_t r = 0; r < h->p.ranks; r++)
-        if (held[r] != h->held_bytes[r] || rel[r] != h->rel_bytes[r])
+        if (held[r] != h->live_bytes + h->pending_bytes - h->rel_bytes[r] || rel[r] != h->rel_bytes[r])
             VFAIL("rank %u: counters held=%llu released=%llu, counted %llu %llu", r,
-                  (unsigned long long)h->held_bytes[r], (unsigned long long)h->rel_bytes[r],
+                  (unsigned long long)(h->live_bytes + h->pending_bytes - h->rel_bytes[r]),
+                  (unsigned long long)h->rel_bytes[r],
                   (unsigned long long)held[r], (unsigned long long)rel[r]);
     if (n)
         qsort(v, n, sizeof *v, cmp_iv);
