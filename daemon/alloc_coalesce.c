@@ -27,7 +27,23 @@ int hac_resize(ha_heap *h, uint64_t mapped)
     return 0;
 }
 
-/* Adds the free extent [start, start + len); no merging. */
+/* Bin k's lowest (highest) extent is the one in window i, f if known
+ * (size 0: not resolved yet). The key is what co_find compares: its start
+ * (end), or while f is not known the window's bound on it. */
+static inline void co_set_lo(ha_heap *h, uint32_t k, uint64_t i, hac_fx f)
+{
+    h->bin_lo[k] = i;
+    h->bin_lo_fx[k] = f;
+    h->lo_key[k] = f.size ? f.off : i == HA_EMPTY ? 0 : i << k; /* not known: resolve first */
+}
+
+static inline void co_set_hi(ha_heap *h, uint32_t k, uint64_t i, hac_fx f)
+{
+    h->bin_hi[k] = i;
+    h->bin_hi_fx[k] = f;
+    h->hi_key[k] = f.size ? f.off + f.size : i == HA_EMPTY ? UINT64_MAX : (i + 3) << k;
+}
+
 /* Enters f into its size bin (freebits, nbin, the bin's cache, binmask). */
 static void co_bin_add(ha_heap *h, hac_fx f)
 {
@@ -35,17 +51,13 @@ static void co_bin_add(ha_heap *h, hac_fx f)
     uint64_t i = f.off >> k;
     hab_set(&h->freebits[k], i);
     if (h->nbin[k] == 0) {
-        h->bin_lo[k] = h->bin_hi[k] = i;
-        h->bin_lo_fx[k] = h->bin_hi_fx[k] = f;
+        co_set_lo(h, k, i, f);
+        co_set_hi(h, k, i, f);
     } else {
-        if (h->bin_lo[k] != HA_EMPTY && i < h->bin_lo[k]) {
-            h->bin_lo[k] = i;
-            h->bin_lo_fx[k] = f;
-        }
-        if (h->bin_hi[k] != HA_EMPTY && i > h->bin_hi[k]) {
-            h->bin_hi[k] = i;
-            h->bin_hi_fx[k] = f;
-        }
+        if (h->bin_lo[k] != HA_EMPTY && i < h->bin_lo[k])
+            co_set_lo(h, k, i, f);
+        if (h->bin_hi[k] != HA_EMPTY && i > h->bin_hi[k])
+            co_set_hi(h, k, i, f);
     }
     h->nbin[k]++;
     h->binmask |= UINT64_C(1) << k;
@@ -80,14 +92,12 @@ static inline void co_bin_lost(ha_heap *h, uint32_t k, uint64_t i)
 {
     bool more = h->nbin[k] > 1;
     if (i == h->bin_lo[k]) {
-        h->bin_lo_fx[k].size = 0;
-        h->bin_lo[k] = more ? hab_next(&h->freebits[k], i + 1) : HA_EMPTY;
+        co_set_lo(h, k, more ? hab_next(&h->freebits[k], i + 1) : HA_EMPTY, (hac_fx){0, 0});
         if (h->bin_lo[k] != HA_EMPTY)
             co_prefetch_window(h, k, h->bin_lo[k]);
     }
     if (i == h->bin_hi[k]) {
-        h->bin_hi_fx[k].size = 0;
-        h->bin_hi[k] = more && i > 0 ? hab_prev(&h->freebits[k], i - 1) : HA_EMPTY;
+        co_set_hi(h, k, more && i > 0 ? hab_prev(&h->freebits[k], i - 1) : HA_EMPTY, (hac_fx){0, 0});
         if (h->bin_hi[k] != HA_EMPTY)
             co_prefetch_window(h, k, h->bin_hi[k]);
     }
@@ -135,9 +145,9 @@ void hac_move(ha_heap *h, hac_fx f, hac_fx g)
         return;
     }
     if (h->bin_lo_fx[k].size && i == h->bin_lo[k])
-        h->bin_lo_fx[k] = g;
+        co_set_lo(h, k, i, g);
     if (h->bin_hi_fx[k].size && i == h->bin_hi[k])
-        h->bin_hi_fx[k] = g;
+        co_set_hi(h, k, i, g);
 }
 
 /* The free extent that starts at min_block unit u (a bit of fstart). */
@@ -211,10 +221,11 @@ static inline bool co_better(hac_fx a, hac_fx b, bool down)
 /* The lowest (highest, down) bit of bin k's bitmap, through the cache. */
 static inline uint64_t co_bin_end(ha_heap *h, uint32_t k, bool down)
 {
-    uint64_t *c = down ? &h->bin_hi[k] : &h->bin_lo[k];
-    if (*c == HA_EMPTY)
-        *c = down ? hab_last(&h->freebits[k]) : hab_first(&h->freebits[k]);
-    return *c;
+    if (down && h->bin_hi[k] == HA_EMPTY)
+        co_set_hi(h, k, hab_last(&h->freebits[k]), (hac_fx){0, 0});
+    if (!down && h->bin_lo[k] == HA_EMPTY)
+        co_set_lo(h, k, hab_first(&h->freebits[k]), (hac_fx){0, 0});
+    return down ? h->bin_hi[k] : h->bin_lo[k];
 }
 
 /* The free extent in window co_bin_end(h, k, down) of bin k, through the
@@ -222,8 +233,13 @@ static inline uint64_t co_bin_end(ha_heap *h, uint32_t k, bool down)
 static inline hac_fx co_end_fx(ha_heap *h, uint32_t k, bool down)
 {
     hac_fx *c = down ? &h->bin_hi_fx[k] : &h->bin_lo_fx[k];
-    if (!c->size)
-        *c = fx_at(h, k, co_bin_end(h, k, down));
+    if (!c->size) {
+        uint64_t i = co_bin_end(h, k, down);
+        if (down)
+            co_set_hi(h, k, i, fx_at(h, k, i));
+        else
+            co_set_lo(h, k, i, fx_at(h, k, i));
+    }
     return *c;
 }
 
@@ -234,22 +250,42 @@ static inline __attribute__((always_inline)) hac_fx co_find(ha_heap *h, uint64_t
     uint32_t ks = log2u(s);
     hac_fx best = {0, 0};
     /* Bins above ks: every extent fits, so each bin offers its lowest
-     * (highest) one, cached once resolved; the answer is the best of them
-     * (unique: extents are disjoint). A bin not resolved yet is resolved
-     * only if its window's bound can beat the best so far. */
-    for (uint64_t m = ks < 63 ? h->binmask & (UINT64_MAX << (ks + 1)) : 0; m; m &= m - 1) {
-        uint32_t j = (uint32_t)__builtin_ctzll(m);
-        const hac_fx *c = down ? &h->bin_hi_fx[j] : &h->bin_lo_fx[j];
-        if (!c->size && best.size) {
-            uint64_t i = co_bin_end(h, j, down);
-            /* bottom-up: start in [i << j, (i + 1) << j); top-down: end in
-             * [(i + 1) << j, (i + 3) << j) */
-            if (down ? ((i + 1) << j) + (UINT64_C(2) << j) <= best.off + best.size : i << j >= best.off)
-                continue;
+     * (highest) one; the answer is the best of them (unique: extents are
+     * disjoint). Each bin's key is that extent's start (end) once resolved,
+     * else a bound on it (the window's start; end: (i + 3) << j), so the
+     * bin with the least (greatest) key wins if its key is exact; if it is
+     * a bound, the bin is resolved (its key becomes exact) and the choice
+     * made again. Only bins whose bound could win are ever resolved. */
+    uint64_t m = ks < 63 ? h->binmask & (UINT64_MAX << (ks + 1)) : 0;
+    while (m) {
+        uint32_t bj = 64;
+        if (down) {
+            uint64_t bk = 0;
+            for (uint64_t mm = m; mm; mm &= mm - 1) {
+                uint32_t j = (uint32_t)__builtin_ctzll(mm);
+                bj = h->hi_key[j] > bk ? j : bj;
+                bk = h->hi_key[j] > bk ? h->hi_key[j] : bk;
+            }
+        } else {
+            uint64_t bk = UINT64_MAX;
+            for (uint64_t mm = m; mm; mm &= mm - 1) {
+                uint32_t j = (uint32_t)__builtin_ctzll(mm);
+                bj = h->lo_key[j] < bk ? j : bj;
+                bk = h->lo_key[j] < bk ? h->lo_key[j] : bk;
+            }
         }
-        hac_fx b = co_end_fx(h, j, down);
-        if (b.size && co_better(b, best, down))
+        if (bj == 64)
+            break;
+        bool exact = (down ? h->bin_hi_fx[bj].size : h->bin_lo_fx[bj].size) != 0;
+        hac_fx b = co_end_fx(h, bj, down);
+        if (!b.size) { /* cannot happen: bj is not empty */
+            m &= ~(UINT64_C(1) << bj);
+            continue;
+        }
+        if (exact) {
             best = b;
+            break;
+        }
     }
     if (h->nbin[ks]) {
         const hab_bits *bb = &h->freebits[ks];

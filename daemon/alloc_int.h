@@ -321,6 +321,11 @@ typedef struct hac_fx {
              (bin_hi[k]: highest); bin_lo_fx[k].size != 0 => bin_lo[k] != EMPTY
              and bin_lo_fx[k] = the f in F of bin k with
              floor(f.off / 2^k) == bin_lo[k] (bin_hi_fx alike).
+             nbin[k] > 0 => lo_key[k] = bin_lo_fx[k].off if its size != 0,
+             else bin_lo[k] * 2^k (a lower bound of that start; 0 if
+             bin_lo[k] is not known); hi_key[k] = end of bin_hi_fx[k] if its
+             size != 0, else (bin_hi[k] + 3) * 2^k (an upper bound of that
+             end; UINT64_MAX if bin_hi[k] is not known).
  *   seed:     bump % min_block == 0, bump <= E, every block and every LIFO
  *             entry lies below bump, lifo[k] holds free blocks of class k.
  *   collect_asked    == ha_alloc answered HA_NEED_COLLECT and no collect ran since;
@@ -353,6 +358,8 @@ struct ha_heap {
     hac_fx bin_lo_fx[64], bin_hi_fx[64]; /* size != 0: the free extent of bin k
                                           * that starts in window bin_lo[k] / bin_hi[k]
                                           * (resolved once; size 0: not yet) */
+    uint64_t lo_key[64], hi_key[64];     /* nbin[k] > 0: what co_find compares (the
+                                          * invariants above) */
     uint64_t cls_alloc[64];              /* allocations of size bin k (decayed) */
     uint64_t cls_reclaim[64];            /* reclaims of size bin k (decayed alike) */
     uint64_t used_at_collect;            /* mapped - free_bytes after the last collect */

@@ -189,6 +189,14 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
                           k, d ? "highest" : "lowest", (unsigned long long)c->off, (unsigned long long)c->size,
                           (unsigned long long)w);
             }
+            if (nbin[k] && h->lo_key[k] != (h->bin_lo_fx[k].size  ? h->bin_lo_fx[k].off
+                                            : h->bin_lo[k] == HA_EMPTY ? 0
+                                                                       : h->bin_lo[k] << k))
+                VFAIL("bin 2^%u: the key of its lowest extent is stale", k);
+            if (nbin[k] && h->hi_key[k] != (h->bin_hi_fx[k].size  ? h->bin_hi_fx[k].off + h->bin_hi_fx[k].size
+                                            : h->bin_hi[k] == HA_EMPTY ? UINT64_MAX
+                                                                       : (h->bin_hi[k] + 3) << k))
+                VFAIL("bin 2^%u: the key of its highest extent is stale", k);
             if (nbin[k] != h->nbin[k])
                 VFAIL("bin 2^%u holds %llu free extents but its count says %llu", k, (unsigned long long)nbin[k],
                       (unsigned long long)h->nbin[k]);
