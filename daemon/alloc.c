@@ -462,9 +462,18 @@ static void reclaim_sorted(ha_heap *h, const uint64_t *offs, size_t n, uint64_t 
             end--;
         }
     }
+    bool co = h->p.policy == HA_POLICY_COALESCE;
     for (size_t i = 0; i < n; i++) {
-        if (i + HA_PREFETCH < n)
-            prefetch_block(h, offs[i + HA_PREFETCH]);
+        if (i + 2 * HA_PREFETCH < n)
+            prefetch_block(h, offs[i + 2 * HA_PREFETCH]);
+        if (co && i + HA_PREFETCH < n) {
+            /* second stage: the record asked for HA_PREFETCH steps ago
+             * gives the block's size bin, whose bitmap word the free
+             * extent will be entered in (unless it merges into another) */
+            const ha_blk *a = hat_find(&h->tab, offs[i + HA_PREFETCH]);
+            if (a)
+                __builtin_prefetch(&h->freebits[a->klog].w[0][(a->off >> a->klog) / 64], 1);
+        }
         ha_blk *b = hat_find(&h->tab, offs[i]);
         uint32_t k = b->klog;
         uint64_t sz = b->size;
