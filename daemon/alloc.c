@@ -434,9 +434,11 @@ int ha_rank_holds(const ha_heap *h, uint32_t rank, uint64_t offset)
 /* Reclaims sorted offsets (each a pending record, already removed from the
  * pending vector). Seed: top-of-heap rollback, then LIFO lists in ascending
  * order. Coalesce: merge into free blocks. */
-/* Collects walk their offsets in order: each step asks for the lines the
- * step HA_PREFETCH ahead will touch (its record's home slot; coalesce: the
- * free bitmaps' words around it), so that their misses overlap. */
+/* Collects walk their offsets in order: each step asks for the lines a
+ * later step will touch (its record's home slot; coalesce: the free
+ * bitmaps' words around it; reclaim_sorted 2 * HA_PREFETCH steps ahead and,
+ * coalesce, its size bin's bitmap word HA_PREFETCH ahead), so that their
+ * misses overlap. */
 #define HA_PREFETCH 8
 
 static inline void prefetch_block(const ha_heap *h, uint64_t off)

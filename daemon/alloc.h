@@ -18,7 +18,10 @@
  *   - Cost of ha_alloc and ha_free does not grow with the number of live
  *     blocks (one hash lookup into 32-byte records that carry the holder
  *     bits of up to 64 ranks; per-bin hierarchical bitmaps, O(levels), or
- *     LIFO lists). A collect costs O(k) in the k blocks it reclaims (radix sort).
+ *     LIFO lists), nor, up to 64 ranks, with the ranks (no per-rank counter
+ *     changes at an allocation; beyond 64, ranks / 64 words of holder bits).
+ *     A collect costs O(k) in the k blocks it reclaims (radix sort) plus
+ *     O(ranks) once.
  *   - Errors are negative codes (ha_strerror gives a sentence); nothing is
  *     printed. A failed call leaves the heap unchanged.
  *   - Not thread-safe: one heap is driven by one thread.

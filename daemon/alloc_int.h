@@ -200,7 +200,7 @@ typedef struct ha_blk {
 
 typedef struct ha_table {
     ha_blk *slot;
-    uint64_t *occ; /* cap / 64 words: bit i <=> slot i holds a record */
+    uint64_t *occ;   /* cap / 64 words: bit i <=> slot i holds a record */
     uint64_t *xheld; /* words > 1 only: cap * words holder bits */
     size_t cap, count, words;
     uint32_t shift; /* 64 - log2(cap) */
@@ -370,9 +370,9 @@ struct ha_heap {
     uint64_t live_bytes, pending_bytes, free_bytes;
     uint64_t allocs, frees, collects, growths, handed_since_collect;
     bool collect_asked, collect_answered, asked_answered;
-    bool skip_pending;                /* the last HA_NEED_GROW skipped a collect the seed's rule asks for */
-    uint64_t collects_skipped;        /* coalesce: collects the seed's rule would have asked for */
-    uint64_t *rel_bytes; /* per rank */
+    bool skip_pending;         /* the last HA_NEED_GROW skipped a collect the seed's rule asks for */
+    uint64_t collects_skipped; /* coalesce: collects the seed's rule would have asked for */
+    uint64_t *rel_bytes;       /* per rank */
 };
 
 /* ---- the coalesce policy (alloc_coalesce.c) --------------------------------

@@ -189,11 +189,11 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
                           k, d ? "highest" : "lowest", (unsigned long long)c->off, (unsigned long long)c->size,
                           (unsigned long long)w);
             }
-            if (nbin[k] && h->lo_key[k] != (h->bin_lo_fx[k].size  ? h->bin_lo_fx[k].off
+            if (nbin[k] && h->lo_key[k] != (h->bin_lo_fx[k].size       ? h->bin_lo_fx[k].off
                                             : h->bin_lo[k] == HA_EMPTY ? 0
                                                                        : h->bin_lo[k] << k))
                 VFAIL("bin 2^%u: the key of its lowest extent is stale", k);
-            if (nbin[k] && h->hi_key[k] != (h->bin_hi_fx[k].size  ? h->bin_hi_fx[k].off + h->bin_hi_fx[k].size
+            if (nbin[k] && h->hi_key[k] != (h->bin_hi_fx[k].size       ? h->bin_hi_fx[k].off + h->bin_hi_fx[k].size
                                             : h->bin_hi[k] == HA_EMPTY ? UINT64_MAX
                                                                        : (h->bin_hi[k] + 3) << k))
                 VFAIL("bin 2^%u: the key of its highest extent is stale", k);
@@ -227,8 +227,7 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
         if (held[r] != h->live_bytes + h->pending_bytes - h->rel_bytes[r] || rel[r] != h->rel_bytes[r])
             VFAIL("rank %u: counters held=%llu released=%llu, counted %llu %llu", r,
                   (unsigned long long)(h->live_bytes + h->pending_bytes - h->rel_bytes[r]),
-                  (unsigned long long)h->rel_bytes[r],
-                  (unsigned long long)held[r], (unsigned long long)rel[r]);
+                  (unsigned long long)h->rel_bytes[r], (unsigned long long)held[r], (unsigned long long)rel[r]);
     if (n)
         qsort(v, n, sizeof *v, cmp_iv);
     uint64_t at = 0;

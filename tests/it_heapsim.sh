@@ -268,6 +268,21 @@ printf '%s\n' "$H" "a x 1K" "f * x" "a x 1K" "f 0 x" "f 1 x" "a x 2K" > "$W/ok.t
 "$SIM" "$W/ok.trace" > "$W/out" 2>&1
 expect_eq "ID reuse after every rank freed it" $? 0
 
+# ---- decisions unchanged -------------------------------------------------
+# Every decision (each allocation's offset, each collect) on 24 generated
+# traces and both models, both policies, against tests/traces/decisions.md5
+# (written by the core before issue 19's fourth round: speed work must not
+# change a decision, so every node keeps deciding as the released heapd).
+mkdir -p "$W/decisions"
+SIM=$SIM DIR=$W/decisions sh "$T/gen.sh" decisions > "$W/decisions.md5" 2> "$W/decisions.err"
+if [ -s "$W/decisions.err" ]; then fail "gen.sh decisions: $(head -3 "$W/decisions.err")"; fi
+n=$(wc -l < "$W/decisions.md5")
+expect_eq "decision digests written" "$n" "$(wc -l < "$T/decisions.md5")"
+changed=$(diff "$T/decisions.md5" "$W/decisions.md5" | sed -n 's/^> //p' | cut -d' ' -f1-2 | tr '\n' ' ')
+if [ -z "$changed" ]; then pass; else
+    fail "the allocator decides differently on: $changed(heapsim --offsets; if a policy change means it, regenerate with SIM=$SIM sh tests/traces/gen.sh decisions > tests/traces/decisions.md5 and say why)"
+fi
+
 # ---- options -------------------------------------------------------------
 "$SIM" --help > "$W/out" 2>&1
 expect_eq "--help exit" $? 0

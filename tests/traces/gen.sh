@@ -2,6 +2,7 @@
 # gen.sh - write the seed review's bookkeeping models as heapsim traces.
 #
 #   sh tests/traces/gen.sh model1|model2 > FILE
+#   SIM=build/heapsim sh tests/traces/gen.sh decisions > tests/traces/decisions.md5
 #
 # Both: one rank, 256 MiB chunk and initial extent, min_block 512, va 4 GiB.
 #   model1: 1000 times "allocate 1 MiB, free it", then allocate 128 MiB.
@@ -30,7 +31,30 @@ model2)
         }
         print "a big 64M"
     }' ;;
+decisions)
+    # The digest of every decision (heapsim --offsets: each allocation's
+    # offset and each collect, in order) on the first 24 generated traces cut
+    # to 400 allocations, and on both models, under both policies; SIM names
+    # heapsim, DIR a scratch directory. tests/it_heapsim.sh compares it with
+    # decisions.md5 next to this script: a change of the core that is not
+    # meant to change a decision (speed work) must leave it as it is.
+    SIM=${SIM:-build/heapsim}
+    DIR=${DIR:-${TMPDIR:-/tmp}}
+    here=$(cd "$(dirname "$0")" && pwd)
+    sh "$here/gen.sh" model2 > "$DIR/model2.trace"
+    for p in coalesce seed; do
+        for i in $(seq 1 24); do
+            "$SIM" --generate "$i" 400 > "$DIR/g$i.trace"
+            printf '%s g%s/400 %s\n' "$p" "$i" "$("$SIM" --policy "$p" --offsets "$DIR/g$i.trace" | md5sum | cut -d' ' -f1)"
+        done
+        for m in model1 model2; do
+            t="$here/$m.trace"
+            [ $m = model2 ] && t="$DIR/model2.trace"
+            printf '%s %s %s\n' "$p" "$m" "$("$SIM" --policy "$p" --offsets "$t" | md5sum | cut -d' ' -f1)"
+        done
+    done ;;
 *)
     echo "usage: sh gen.sh model1|model2 > FILE" >&2
+    echo "       SIM=HEAPSIM DIR=SCRATCH sh gen.sh decisions > FILE" >&2
     exit 2 ;;
 esac
