@@ -356,6 +356,11 @@ int ha_free(ha_heap *h, uint32_t rank, uint64_t offset)
  * batch (one per record at 10^6 blocks) overlap instead of adding up. */
 #define HA_FREE_AHEAD 8
 
+/* Prefetching pays where the table outgrows the caches (4 MiB of slots,
+ * 2^17 of them: about 6.5 * 10^4 blocks and more); below, it is only
+ * instructions (issue 19). */
+#define HA_PREFETCH_CAP ((size_t)1 << 17)
+
 /* Takes back one release of rank's bit on b (the undo of a step of
  * ha_free_batch, in reverse order: a block it made pending is the last
  * entry of the pending vector). */
@@ -380,11 +385,11 @@ int ha_free_batch(ha_heap *h, uint32_t rank, const uint64_t *offsets, size_t n, 
     if (hat_vec_reserve(&h->pending, n))
         return HA_ENOMEM;
     uint64_t bit = UINT64_C(1) << (rank % 64);
-    size_t ahead = n < HA_FREE_AHEAD ? n : HA_FREE_AHEAD;
+    size_t ahead = h->tab.cap < HA_PREFETCH_CAP ? 0 : n < HA_FREE_AHEAD ? n : HA_FREE_AHEAD;
     for (size_t i = 0; i < ahead; i++)
         hat_prefetch(&h->tab, offsets[i]);
     for (size_t i = 0; i < n; i++) {
-        if (i + HA_FREE_AHEAD < n)
+        if (ahead && i + HA_FREE_AHEAD < n)
             hat_prefetch(&h->tab, offsets[i + HA_FREE_AHEAD]);
         ha_blk *b = hat_find(&h->tab, offsets[i]);
         uint64_t *held = b ? hat_held(&h->tab, b) : NULL;
@@ -464,9 +469,10 @@ static void reclaim_sorted(ha_heap *h, const uint64_t *offs, size_t n, uint64_t 
             end--;
         }
     }
-    bool co = h->p.policy == HA_POLICY_COALESCE;
+    bool pf = h->tab.cap >= HA_PREFETCH_CAP;
+    bool co = pf && h->p.policy == HA_POLICY_COALESCE;
     for (size_t i = 0; i < n; i++) {
-        if (i + 2 * HA_PREFETCH < n)
+        if (pf && i + 2 * HA_PREFETCH < n)
             prefetch_block(h, offs[i + 2 * HA_PREFETCH]);
         if (co && i + HA_PREFETCH < n) {
             /* second stage: the record asked for HA_PREFETCH steps ago

@@ -124,15 +124,11 @@ void hac_del(ha_heap *h, hac_fx f)
  * updated, the window's bound stays exact). */
 void hac_move(ha_heap *h, hac_fx f, hac_fx g)
 {
-    if (f.off != g.off) {
-        hab_clear(&h->fstart, f.off >> h->kmin);
-        hab_set(&h->fstart, g.off >> h->kmin);
-    }
+    if (f.off != g.off)
+        hab_move(&h->fstart, f.off >> h->kmin, g.off >> h->kmin);
     uint64_t fe = f.off + f.size, ge = g.off + g.size;
-    if (fe != ge) {
-        hab_clear(&h->fend, (fe - 1) >> h->kmin);
-        hab_set(&h->fend, (ge - 1) >> h->kmin);
-    }
+    if (fe != ge)
+        hab_move(&h->fend, (fe - 1) >> h->kmin, (ge - 1) >> h->kmin);
     uint32_t k = log2u(f.size);
     uint64_t i = f.off >> k;
     if (log2u(g.size) != k || g.off >> k != i) {
@@ -175,8 +171,11 @@ void hac_insert_merge(ha_heap *h, uint64_t start, uint64_t len)
     hac_fx n = {0, 0}, q = {0, 0};
     if (end < h->mapped && hab_test(&h->fstart, end >> h->kmin))
         n = fx_from(h, end >> h->kmin);
-    if (start > 0 && hab_test(&h->fend, (start >> h->kmin) - 1))
-        q = fx_from(h, hab_prev(&h->fstart, (start >> h->kmin) - 1));
+    if (start > 0 && hab_test(&h->fend, (start >> h->kmin) - 1)) {
+        /* the left neighbour ends at start: only its start is looked up */
+        uint64_t qs = hab_prev(&h->fstart, (start >> h->kmin) - 1) << h->kmin;
+        q = (hac_fx){qs, start - qs};
+    }
     if (q.size) { /* the left neighbour grows over [start, end) and n */
         if (n.size)
             hac_del(h, n);

@@ -85,6 +85,20 @@ static inline void hab_clear(hab_bits *b, uint64_t i)
     }
 }
 
+/* Moves position i (in the set) to j (not in it): one word's update when
+ * both are in one level-0 word (that word stays non-zero: no summary bit
+ * changes), else a clear and a set. */
+static inline void hab_move(hab_bits *b, uint64_t i, uint64_t j)
+{
+    if (i / 64 == j / 64) {
+        uint64_t *w = &b->w[0][i / 64];
+        *w = (*w & ~(UINT64_C(1) << (i % 64))) | (UINT64_C(1) << (j % 64));
+        return;
+    }
+    hab_clear(b, i);
+    hab_set(b, j);
+}
+
 /* Lowest / highest set position, or HA_EMPTY. */
 static inline uint64_t hab_first(const hab_bits *b)
 {
