@@ -81,15 +81,18 @@ static inline void co_prefetch_window(const ha_heap *h, uint32_t k, uint64_t i)
     __builtin_prefetch(&h->fend.w[0][u]);
 }
 
-/* Bin k loses the extent in window i (its bit already cleared, nbin[k] not
- * yet counted down). If it was the bin's lowest (highest) one, the next
- * one's window is found now, while freebits[k]'s lines around i are in the
- * caches, and the lines that resolving it will read are asked for: a bin
- * whose lowest extent an allocation carved is resolved again at the next
- * allocation, at a place no cache holds (issue 19: three dependent misses
- * per allocation at 10^6 blocks). */
-static inline void co_bin_lost(ha_heap *h, uint32_t k, uint64_t i)
+/* Takes f out of its size bin (co_bin_add's inverse). If it was the bin's
+ * lowest (highest) extent, the next one's window is found now, while
+ * freebits[k]'s lines around it are in the caches, and the lines that
+ * resolving it will read are asked for: a bin whose lowest extent an
+ * allocation carved is resolved again at the next allocation, at a place no
+ * cache holds (issue 19: three dependent misses per allocation at 10^6
+ * blocks). */
+static inline void co_bin_del(ha_heap *h, hac_fx f)
 {
+    uint32_t k = log2u(f.size);
+    uint64_t i = f.off >> k;
+    hab_clear(&h->freebits[k], i);
     bool more = h->nbin[k] > 1;
     if (i == h->bin_lo[k]) {
         co_set_lo(h, k, more ? hab_next(&h->freebits[k], i + 1) : HA_EMPTY, (hac_fx){0, 0});
@@ -101,18 +104,15 @@ static inline void co_bin_lost(ha_heap *h, uint32_t k, uint64_t i)
         if (h->bin_hi[k] != HA_EMPTY)
             co_prefetch_window(h, k, h->bin_hi[k]);
     }
+    if (--h->nbin[k] == 0)
+        h->binmask &= ~(UINT64_C(1) << k);
 }
 
 void hac_del(ha_heap *h, hac_fx f)
 {
-    uint32_t k = log2u(f.size);
     hab_clear(&h->fstart, f.off >> h->kmin);
     hab_clear(&h->fend, (f.off + f.size - 1) >> h->kmin);
-    uint64_t i = f.off >> k;
-    hab_clear(&h->freebits[k], i);
-    co_bin_lost(h, k, i);
-    if (--h->nbin[k] == 0)
-        h->binmask &= ~(UINT64_C(1) << k);
+    co_bin_del(h, f);
     h->nfree--;
 }
 
@@ -133,10 +133,7 @@ void hac_move(ha_heap *h, hac_fx f, hac_fx g)
     uint64_t i = f.off >> k;
     if (log2u(g.size) != k || g.off >> k != i) {
         /* another bin or window: out of the old one, into the new one */
-        hab_clear(&h->freebits[k], i);
-        co_bin_lost(h, k, i);
-        if (--h->nbin[k] == 0)
-            h->binmask &= ~(UINT64_C(1) << k);
+        co_bin_del(h, f);
         co_bin_add(h, g);
         return;
     }
