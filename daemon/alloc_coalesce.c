@@ -27,21 +27,22 @@ int hac_resize(ha_heap *h, uint64_t mapped)
     return 0;
 }
 
-/* Bin k's lowest (highest) extent is the one in window i, f if known
- * (size 0: not resolved yet). The key is what co_find compares: its start
- * (end), or while f is not known the window's bound on it. */
+/* Bin k's lowest (highest) extent is the one in window i (HA_EMPTY: the
+ * bin is empty), f if known (size 0: not resolved yet). The key is what
+ * co_find compares: its start (end), or while f is not known the window's
+ * bound on it. */
 static inline void co_set_lo(ha_heap *h, uint32_t k, uint64_t i, hac_fx f)
 {
     h->bin_lo[k] = i;
     h->bin_lo_fx[k] = f;
-    h->lo_key[k] = f.size ? f.off : i == HA_EMPTY ? 0 : i << k; /* not known: resolve first */
+    h->lo_key[k] = f.size ? f.off : i << k;
 }
 
 static inline void co_set_hi(ha_heap *h, uint32_t k, uint64_t i, hac_fx f)
 {
     h->bin_hi[k] = i;
     h->bin_hi_fx[k] = f;
-    h->hi_key[k] = f.size ? f.off + f.size : i == HA_EMPTY ? UINT64_MAX : (i + 3) << k;
+    h->hi_key[k] = f.size ? f.off + f.size : (i + 3) << k;
 }
 
 /* Enters f into its size bin (freebits, nbin, the bin's cache, binmask). */
@@ -54,9 +55,9 @@ static void co_bin_add(ha_heap *h, hac_fx f)
         co_set_lo(h, k, i, f);
         co_set_hi(h, k, i, f);
     } else {
-        if (h->bin_lo[k] != HA_EMPTY && i < h->bin_lo[k])
+        if (i < h->bin_lo[k])
             co_set_lo(h, k, i, f);
-        if (h->bin_hi[k] != HA_EMPTY && i > h->bin_hi[k])
+        if (i > h->bin_hi[k])
             co_set_hi(h, k, i, f);
     }
     h->nbin[k]++;
@@ -214,13 +215,9 @@ static inline bool co_better(hac_fx a, hac_fx b, bool down)
  * (highest) one; s's own bin is scanned in address order for one >= s (at
  * most CO_SCAN extents when a larger bin already offers a fit). Returns
  * false if nothing fits. */
-/* The lowest (highest, down) bit of bin k's bitmap, through the cache. */
-static inline uint64_t co_bin_end(ha_heap *h, uint32_t k, bool down)
+/* The lowest (highest, down) bit of non-empty bin k's bitmap (always known). */
+static inline uint64_t co_bin_end(const ha_heap *h, uint32_t k, bool down)
 {
-    if (down && h->bin_hi[k] == HA_EMPTY)
-        co_set_hi(h, k, hab_last(&h->freebits[k]), (hac_fx){0, 0});
-    if (!down && h->bin_lo[k] == HA_EMPTY)
-        co_set_lo(h, k, hab_first(&h->freebits[k]), (hac_fx){0, 0});
     return down ? h->bin_hi[k] : h->bin_lo[k];
 }
 

@@ -331,15 +331,15 @@ typedef struct hac_fx {
  *             floor(log2(size(f))) == k starts in [i*2^k, (i+1)*2^k)
  *             (at most one can: such extents are >= 2^k long and disjoint);
  *             nbin[k] = |{f in F : floor(log2(size(f))) == k}|, nfree = |F|.
-             bin_lo[k] != EMPTY => bin_lo[k] = lowest bit of freebits[k]
-             (bin_hi[k]: highest); bin_lo_fx[k].size != 0 => bin_lo[k] != EMPTY
-             and bin_lo_fx[k] = the f in F of bin k with
-             floor(f.off / 2^k) == bin_lo[k] (bin_hi_fx alike).
+             nbin[k] > 0 => bin_lo[k] = lowest bit of freebits[k] (bin_hi[k]:
+             highest: always known, found when the old one goes);
+             bin_lo_fx[k].size != 0 => nbin[k] > 0 and bin_lo_fx[k] = the f
+             in F of bin k with floor(f.off / 2^k) == bin_lo[k] (bin_hi_fx
+             alike).
              nbin[k] > 0 => lo_key[k] = bin_lo_fx[k].off if its size != 0,
-             else bin_lo[k] * 2^k (a lower bound of that start; 0 if
-             bin_lo[k] is not known); hi_key[k] = end of bin_hi_fx[k] if its
-             size != 0, else (bin_hi[k] + 3) * 2^k (an upper bound of that
-             end; UINT64_MAX if bin_hi[k] is not known).
+             else bin_lo[k] * 2^k (a lower bound of that start);
+             hi_key[k] = end of bin_hi_fx[k] if its size != 0, else
+             (bin_hi[k] + 3) * 2^k (an upper bound of that end).
  *   seed:     bump % min_block == 0, bump <= E, every block and every LIFO
  *             entry lies below bump, lifo[k] holds free blocks of class k.
  *   collect_asked    == ha_alloc answered HA_NEED_COLLECT and no collect ran since;
@@ -368,7 +368,7 @@ struct ha_heap {
     uint64_t nbin[64], nfree;
     uint64_t binmask;                    /* bit k <=> nbin[k] > 0 */
     uint64_t bin_lo[64], bin_hi[64];     /* nbin[k] > 0: lowest / highest bit of
-                                          * freebits[k], or HA_EMPTY (not known) */
+                                          * freebits[k] */
     hac_fx bin_lo_fx[64], bin_hi_fx[64]; /* size != 0: the free extent of bin k
                                           * that starts in window bin_lo[k] / bin_hi[k]
                                           * (resolved once; size 0: not yet) */

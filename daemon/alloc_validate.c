@@ -172,8 +172,7 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
         for (uint32_t k = h->kmin; k <= h->kmax; k++) {
             if ((nbin[k] != 0) != ((h->binmask >> k) & 1))
                 VFAIL("bin 2^%u: the mask of non-empty bins is stale", k);
-            if (nbin[k] && ((h->bin_lo[k] != HA_EMPTY && h->bin_lo[k] != hab_first(&h->freebits[k])) ||
-                            (h->bin_hi[k] != HA_EMPTY && h->bin_hi[k] != hab_last(&h->freebits[k]))))
+            if (nbin[k] && (h->bin_lo[k] != hab_first(&h->freebits[k]) || h->bin_hi[k] != hab_last(&h->freebits[k])))
                 VFAIL("bin 2^%u: the cached lowest or highest extent is stale", k);
             for (int d = 0; d < 2; d++) {
                 const hac_fx *c = d ? &h->bin_hi_fx[k] : &h->bin_lo_fx[k];
@@ -189,13 +188,10 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
                           k, d ? "highest" : "lowest", (unsigned long long)c->off, (unsigned long long)c->size,
                           (unsigned long long)w);
             }
-            if (nbin[k] && h->lo_key[k] != (h->bin_lo_fx[k].size       ? h->bin_lo_fx[k].off
-                                            : h->bin_lo[k] == HA_EMPTY ? 0
-                                                                       : h->bin_lo[k] << k))
+            if (nbin[k] && h->lo_key[k] != (h->bin_lo_fx[k].size ? h->bin_lo_fx[k].off : h->bin_lo[k] << k))
                 VFAIL("bin 2^%u: the key of its lowest extent is stale", k);
-            if (nbin[k] && h->hi_key[k] != (h->bin_hi_fx[k].size       ? h->bin_hi_fx[k].off + h->bin_hi_fx[k].size
-                                            : h->bin_hi[k] == HA_EMPTY ? UINT64_MAX
-                                                                       : (h->bin_hi[k] + 3) << k))
+            if (nbin[k] && h->hi_key[k] != (h->bin_hi_fx[k].size ? h->bin_hi_fx[k].off + h->bin_hi_fx[k].size
+                                                                 : (h->bin_hi[k] + 3) << k))
                 VFAIL("bin 2^%u: the key of its highest extent is stale", k);
             if (nbin[k] != h->nbin[k])
                 VFAIL("bin 2^%u holds %llu free extents but its count says %llu", k, (unsigned long long)nbin[k],
