@@ -80,6 +80,11 @@ static void fill_params(const ha_params *ap, uint32_t timeout_ms, Heapd__HeapPar
     p->collect_timeout_ms = timeout_ms;
 }
 
+/* refs + i and fds + i, where a reply without chunks may have NULL arrays
+ * (NULL + 0 is undefined behaviour). */
+static const hd_chunk_ref *refs_at(const hd_chunk_ref *refs, size_t i) { return refs ? refs + i : NULL; }
+static int *fds_at(int *fds, size_t i) { return fds ? fds + i : NULL; }
+
 /* ChunkRefs for refs[0..n) (fd_index i). NULL if out of memory (n > 0). */
 static Heapd__ChunkRef **chunk_refs(const hd_chunk_ref *refs, size_t n, Heapd__ChunkRef **store)
 {
@@ -144,9 +149,9 @@ static void out_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
         return;
     }
     Heapd__ChunkRef *store;
-    Heapd__ChunkRef **ptrs = chunk_refs(a->chunks + sent, a->nchunks - sent, &store);
+    Heapd__ChunkRef **ptrs = chunk_refs(refs_at(a->chunks, sent), a->nchunks - sent, &store);
     if (a->nchunks > sent && !ptrs) {
-        close_fds(a->fds + sent, a->nfds - sent);
+        close_fds(fds_at(a->fds, sent), a->nfds - sent);
         send_error(p, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
         return;
     }
@@ -164,7 +169,7 @@ static void out_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
     ar.next_seq = a->next_seq;
     ar.backend = (char *)a->backend;
     ar.epoch = a->epoch;
-    send_body(sink_of(p), id, HEAPD__FRAME__BODY_ATTACH_REPLY, &ar, a->fds + sent, a->nfds - sent);
+    send_body(sink_of(p), id, HEAPD__FRAME__BODY_ATTACH_REPLY, &ar, fds_at(a->fds, sent), a->nfds - sent);
     free(ptrs);
     free(store);
 }
@@ -177,9 +182,9 @@ static void out_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
         return;
     }
     Heapd__ChunkRef *store;
-    Heapd__ChunkRef **ptrs = chunk_refs(a->new_chunks + sent, a->nchunks - sent, &store);
+    Heapd__ChunkRef **ptrs = chunk_refs(refs_at(a->new_chunks, sent), a->nchunks - sent, &store);
     if (a->nchunks > sent && !ptrs) {
-        close_fds(a->fds + sent, a->nchunks - sent);
+        close_fds(fds_at(a->fds, sent), a->nchunks - sent);
         send_error(p, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
         return;
     }
@@ -191,7 +196,7 @@ static void out_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
     ar.mapped = a->mapped;
     ar.n_new_chunks = a->nchunks - sent;
     ar.new_chunks = ptrs;
-    send_body(sink_of(p), id, HEAPD__FRAME__BODY_ALLOC_REPLY, &ar, a->fds + sent, a->nchunks - sent);
+    send_body(sink_of(p), id, HEAPD__FRAME__BODY_ALLOC_REPLY, &ar, fds_at(a->fds, sent), a->nchunks - sent);
     free(ptrs);
     free(store);
 }

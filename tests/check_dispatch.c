@@ -353,6 +353,27 @@ START_TEST(ring_answers_in_the_ring)
 }
 END_TEST
 
+/* 1 if a message of d has a string field, at any depth. */
+static int has_strings(const ProtobufCMessageDescriptor *d)
+{
+    for (unsigned i = 0; i < d->n_fields; i++)
+        if (d->fields[i].type == PROTOBUF_C_TYPE_STRING ||
+            (d->fields[i].type == PROTOBUF_C_TYPE_MESSAGE && has_strings(d->fields[i].descriptor)))
+            return 1;
+    return 0;
+}
+
+/* dispatch.c walks no ring request for NULs in strings: what a ring
+ * carries (Alloc, Free, Collect) must have none. */
+START_TEST(ring_bodies_have_no_strings)
+{
+    ck_assert(!has_strings(&heapd__alloc__descriptor));
+    ck_assert(!has_strings(&heapd__free__descriptor));
+    ck_assert(!has_strings(&heapd__collect__descriptor));
+    ck_assert(has_strings(&heapd__attach__descriptor));
+}
+END_TEST
+
 START_TEST(ring_refused_without_fds)
 {
     hello(1, HEAPD__CONST__PROTOCOL_VERSION);
@@ -379,6 +400,7 @@ static Suite *dispatch_suite(void)
     tcase_add_test(tc, frames_reach_the_wing);
     tcase_add_test(tc, ring_answers_in_the_ring);
     tcase_add_test(tc, ring_refused_without_fds);
+    tcase_add_test(tc, ring_bodies_have_no_strings);
     suite_add_tcase(su, tc);
     return su;
 }
