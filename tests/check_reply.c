@@ -50,7 +50,8 @@ static void rec_send(void *data, uint64_t id, const void *msg, size_t len, hd_fr
     r->nfds = nfds;
     r->fds = malloc((nfds ? nfds : 1) * sizeof *fds);
     ck_assert_ptr_nonnull(r->fds);
-    memcpy(r->fds, fds, nfds * sizeof *fds);
+    if (nfds)
+        memcpy(r->fds, fds, nfds * sizeof *fds);
 }
 static void rec_admit(void *data) { (void)data, admits++; }
 static void rec_close(void *data) { (void)data, closes++; }
