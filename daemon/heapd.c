@@ -19,6 +19,7 @@
 #include "server.h"
 #include "store.h"
 
+/* A printf format: %s is the backend kinds (hb_kind_list). */
 static const char usage[] = "usage: heapd [options]\n"
                             "\n"
                             "heapd owns GPU memory (or host memory) on this node and serves it to the ranks of\n"

@@ -41,7 +41,7 @@ typedef struct hd_conn hd_conn;
 typedef struct hd_server hd_server;
 
 /* What the server needs to know: where it listens and its limits (see
- * above; 0 is no special value: every limit applies as given). */
+ * above). The server reads no configuration file: its creator fills this. */
 typedef struct hd_server_opts {
     char socket_path[108]; /* a sockaddr_un's sun_path */
     unsigned socket_mode;  /* permissions of the socket file */

@@ -22,6 +22,14 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "ring.h"
+#include "server_int.h"
+/* Issue 26: the transports stand below the allocator, the store and the
+ * heap wing; their headers (server_int.h too) pull in none of them. */
+#if defined(HEAPD_CONFIG_H) || defined(HEAPD_ALLOC_H) || defined(HEAPD_STORE_H) || defined(HEAPD_HEAP_H)
+#error "server.h, server_int.h or ring.h includes config.h, alloc.h, store.h or heap.h"
+#endif
+
 #include "check_util.h"
 #include "log.h"
 #include "wire.h"
