@@ -13,7 +13,7 @@
 #include "heapc_cuda.h"
 #include "heapc_fence.h"
 #include "heapc_ring.h"
-#include "ring.h"
+#include "ring_layout.h"
 #include "wire.h"
 #include "status.h"
 #include "heapd.pb-c.h"

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ring.h"
+#include "ring_layout.h"
 
 /* Invariants: s is the number of the next request; every request before
  * s - 1 was answered or abandoned (the caller went to the socket); mem maps

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "log.h"
 #include "size.h"
 #include "store.h"
@@ -206,8 +207,9 @@ static int parse_socket_mode(parse_state *st, const key_desc *k, const char *val
 static int parse_backend(parse_state *st, const key_desc *k, const char *value)
 {
     (void)k;
-    if (strcmp(value, "auto") && strcmp(value, "cuda") && strcmp(value, "host"))
-        return key_msg(st, "backend: \"%s\" is not one of auto, cuda, host", value);
+    char kinds[64];
+    if (hb_kind_parse(value) < 0)
+        return key_msg(st, "backend: \"%s\" is not one of %s", value, hb_kind_list(kinds, sizeof kinds, ", ", 0));
     snprintf(st->cfg.backend, sizeof st->cfg.backend, "%s", value);
     return 1;
 }

@@ -41,10 +41,12 @@ void hd_dispatch_stop(hd_session *s);
 /* s's client is gone: the heap wing detaches it; s is freed. */
 void hd_dispatch_closed(hd_dispatch *d, hd_session *s);
 
-/* Issue 16: serve request rings (RingSetup) with cfg's budgets (none when
- * cfg->ring is 0). 0, or -1 when out of memory. */
+/* Issue 16: serve request rings (RingSetup) with opts' budgets (without
+ * this call RingSetup is refused: heapd.conf's ring = off). 0, or -1 when
+ * out of memory. */
 struct hd_ring;
-int hd_dispatch_rings(hd_dispatch *d, uv_loop_t *loop, const hd_config *cfg);
+struct hd_ring_opts;
+int hd_dispatch_rings(hd_dispatch *d, uv_loop_t *loop, const struct hd_ring_opts *opts);
 /* The request ring of connection c, or NULL (reply.c routes answers by it). */
 struct hd_ring *hd_dispatch_conn_ring(const hd_conn *c);
 

@@ -15,9 +15,11 @@
 #include "heap.h"
 #include "log.h"
 #include "notify.h"
+#include "ring.h"
 #include "server.h"
 #include "store.h"
 
+/* A printf format: %s is the backend kinds (hb_kind_list). */
 static const char usage[] = "usage: heapd [options]\n"
                             "\n"
                             "heapd owns GPU memory (or host memory) on this node and serves it to the ranks of\n"
@@ -27,7 +29,7 @@ static const char usage[] = "usage: heapd [options]\n"
                             "  -c, --config FILE     configuration file (default " HD_DEFAULT_CONFIG " if it exists)\n"
                             "      --check-config    check the configuration, print the effective values, and exit\n"
                             "  -s, --socket PATH     Unix socket to listen on (overrides `socket`)\n"
-                            "  -b, --backend KIND    auto, cuda or host (overrides `backend`)\n"
+                            "  -b, --backend KIND    %s (overrides `backend`)\n"
                             "  -l, --log-level LVL   error, warn, info or debug (overrides `log_level`)\n"
                             "  -h, --help            this help\n"
                             "  -V, --version         print the version\n"
@@ -104,6 +106,30 @@ static void on_stop(uv_signal_t *s, int signum)
     uv_close((uv_handle_t *)&d->status, NULL);
 }
 
+/* The server's part of the configuration (at start; at SIGHUP the server
+ * keeps its socket and max_clients). */
+static hd_server_opts server_opts(const hd_config *c)
+{
+    _Static_assert(sizeof c->socket_path == sizeof((hd_server_opts *)0)->socket_path, "socket path sizes differ");
+    hd_server_opts o = {.socket_mode = c->socket_mode,
+                        .max_clients = c->max_clients,
+                        .max_clients_per_uid = c->max_clients_per_uid,
+                        .max_fds_per_uid = c->max_fds_per_uid,
+                        .max_queue_per_uid = c->max_queue_per_uid,
+                        .hello_timeout_ms = c->hello_timeout_ms,
+                        .max_frame_before_hello = c->max_frame_before_hello,
+                        .max_fds_per_conn = c->max_fds_per_conn,
+                        .max_queue_per_conn = c->max_queue_per_conn};
+    memcpy(o.socket_path, c->socket_path, sizeof o.socket_path);
+    return o;
+}
+
+/* The request rings' part (at start only: a SIGHUP does not change them). */
+static hd_ring_opts ring_opts(const hd_config *c)
+{
+    return (hd_ring_opts){.spin_us = c->ring_spin_us, .backoff_us = c->ring_backoff_us};
+}
+
 static void on_hup(uv_signal_t *s, int signum)
 {
     (void)signum;
@@ -136,7 +162,8 @@ static void on_hup(uv_signal_t *s, int signum)
     snprintf(n.backend, sizeof n.backend, "%s", d->cfg.backend);
     n.max_clients = d->cfg.max_clients;
     d->cfg = n;
-    hd_server_set_config(d->srv, &n);
+    hd_server_opts so = server_opts(&n);
+    hd_server_set_opts(d->srv, &so);
     hd_log_set_level(n.log_level);
     hd_log_set_format(n.log_format);
     hd_registry_set_config(d->reg, &n);
@@ -212,9 +239,11 @@ static int parse_args(int argc, char **argv, daemon_state *d, cli_opts *cli)
         case 'l':
             cli->level = optarg;
             break;
-        case 'h':
-            fputs(usage, stdout);
+        case 'h': {
+            char kinds[64];
+            printf(usage, hb_kind_list(kinds, sizeof kinds, " or ", 0));
             return 0;
+        }
         case 'V':
             printf("heapd %s (protocol %d)\n", HEAPD_VERSION, HEAPD__CONST__PROTOCOL_VERSION);
             return 0;
@@ -252,8 +281,10 @@ static int load_config(daemon_state *d, const cli_opts *cli)
         snprintf(d->cfg.socket_path, sizeof d->cfg.socket_path, "%s", cli->socket);
     }
     if (cli->backend) {
-        if (strcmp(cli->backend, "auto") && strcmp(cli->backend, "cuda") && strcmp(cli->backend, "host")) {
-            fprintf(stderr, "heapd: --backend %s: must be auto, cuda or host\n", cli->backend);
+        if (hb_kind_parse(cli->backend) < 0) {
+            char kinds[64];
+            fprintf(stderr, "heapd: --backend %s: must be %s\n", cli->backend,
+                    hb_kind_list(kinds, sizeof kinds, " or ", 0));
             return 2;
         }
         snprintf(d->cfg.backend, sizeof d->cfg.backend, "%s", cli->backend);
@@ -335,11 +366,14 @@ static int open_store(daemon_state *d)
 static int create_server(daemon_state *d)
 {
     char err[1024] = "";
-    if (hd_dispatch_create(d->reg, hb_name(d->be), &d->disp) || hd_dispatch_rings(d->disp, d->loop, &d->cfg)) {
+    hd_ring_opts ro = ring_opts(&d->cfg);
+    if (hd_dispatch_create(d->reg, hb_name(d->be), &d->disp) ||
+        (d->cfg.ring && hd_dispatch_rings(d->disp, d->loop, &ro))) {
         hd_error("out of memory");
         return 1;
     }
-    if (hd_server_create(d->loop, &d->cfg, hd_dispatch_handlers(), d->disp, &d->srv, err, sizeof err) ||
+    hd_server_opts so = server_opts(&d->cfg);
+    if (hd_server_create(d->loop, &so, hd_dispatch_handlers(), d->disp, &d->srv, err, sizeof err) ||
         hd_server_start(d->srv, err, sizeof err)) {
         hd_error("%s", err);
         hd_notify("STATUS=cannot listen");

@@ -96,7 +96,7 @@ hd_uid *hd_server_uid_get(hd_server *s, uid_t uid)
 /* Frees an unused entry; resumes its connections when its fds dropped. */
 void hd_server_uid_check(hd_server *s, hd_uid *u)
 {
-    if (u->paused && u->held + u->closing < s->cfg.max_fds_per_uid) {
+    if (u->paused && u->held + u->closing < s->opts.max_fds_per_uid) {
         u->paused = false;
         for (hd_conn *c = s->conns; c; c = c->next)
             if (c->u == u)
@@ -186,13 +186,13 @@ void hd_server_accept_cb(uv_poll_t *p, int status, int events)
             close(fd);
             continue;
         }
-        if (s->nconns >= s->cfg.max_clients) {
-            refuse(s, fd, &cr, HD_REFUSE_MAX_CLIENTS, s->cfg.max_clients);
+        if (s->nconns >= s->opts.max_clients) {
+            refuse(s, fd, &cr, HD_REFUSE_MAX_CLIENTS, s->opts.max_clients);
             continue;
         }
         hd_uid *u = hd_server_uid_get(s, cr.uid);
-        if (u && u->conns >= s->cfg.max_clients_per_uid) {
-            refuse(s, fd, &cr, HD_REFUSE_UID_CLIENTS, s->cfg.max_clients_per_uid);
+        if (u && u->conns >= s->opts.max_clients_per_uid) {
+            refuse(s, fd, &cr, HD_REFUSE_UID_CLIENTS, s->opts.max_clients_per_uid);
             continue;
         }
         hd_conn *c = calloc(1, sizeof *c);
@@ -205,7 +205,7 @@ void hd_server_accept_cb(uv_poll_t *p, int status, int events)
         c->fd = fd;
         c->srv = s;
         hw_reader_init(&c->rd);
-        hw_reader_set_limits(&c->rd, s->cfg.max_frame_before_hello, s->cfg.max_fds_per_conn);
+        hw_reader_set_limits(&c->rd, s->opts.max_frame_before_hello, s->opts.max_fds_per_conn);
         hw_reader_set_closer(&c->rd, hd_server_conn_close_fd, c);
         hw_writer_init(&c->wr);
         c->pid = cr.pid;
@@ -245,16 +245,16 @@ void hd_server_sweep_cb(uv_timer_t *t)
     hd_server *s = t->data;
     uint64_t now = uv_now(s->loop);
     for (hd_conn *c = s->conns; c; c = c->next)
-        if (!c->admitted && !c->dead && now - c->opened_ms >= s->cfg.hello_timeout_ms)
-            hd_server_conn_kill_limit(c, "no Hello within hello_timeout_ms = %u ms", s->cfg.hello_timeout_ms);
+        if (!c->admitted && !c->dead && now - c->opened_ms >= s->opts.hello_timeout_ms)
+            hd_server_conn_kill_limit(c, "no Hello within hello_timeout_ms = %u ms", s->opts.hello_timeout_ms);
     if (s->freed >= HD_TRIM_BYTES) {
         s->freed = 0;
         malloc_trim(0);
     }
 }
 
-uint64_t hd_server_sweep_period(const hd_config *cfg)
+uint64_t hd_server_sweep_period(const hd_server_opts *opts)
 {
-    uint64_t p = cfg->hello_timeout_ms / 4;
+    uint64_t p = opts->hello_timeout_ms / 4;
     return p < 10 ? 10 : p > 1000 ? 1000 : p;
 }

@@ -1,4 +1,4 @@
-/* ring.h - the shared-memory request path (issue 16): the layout of one
+/* ring_layout.h - the shared-memory request path (issue 16): the layout of one
  * client's request/response ring, shared by heapd (daemon/ring.c) and
  * libheapc (client/heapc_ring.c). Prefix hr_.
  *
@@ -39,8 +39,8 @@
  * heapd reads nothing from the header and trusts no byte of a request slot:
  * its geometry is its own copy, every request is copied out, checked (seq,
  * len <= payload, chk) and decoded from the copy. */
-#ifndef HEAPD_RING_H
-#define HEAPD_RING_H
+#ifndef HEAPD_RING_LAYOUT_H
+#define HEAPD_RING_LAYOUT_H
 
 #include <stdatomic.h>
 #include <stddef.h>

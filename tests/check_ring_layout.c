@@ -1,6 +1,6 @@
-/* check_ring.c - common/ring.h: the request ring's layout, hr_put, hr_take,
+/* check_ring_layout.c - common/ring_layout.h: the request ring's layout, hr_put, hr_take,
  * hr_read_resp and hr_header_check, on a real sealed-size memory image. */
-#include "ring.h"
+#include "ring_layout.h"
 
 #include <check.h>
 #include <stdint.h>

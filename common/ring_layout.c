@@ -1,5 +1,5 @@
-/* ring.c - the ring layout's helpers (see ring.h). */
-#include "ring.h"
+/* ring_layout.c - the ring layout's helpers (see ring_layout.h). */
+#include "ring_layout.h"
 
 #include <stdio.h>
 #include <string.h>
