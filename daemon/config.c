@@ -242,6 +242,24 @@ static int parse_policy(parse_state *st, const key_desc *k, const char *value)
     return 1;
 }
 
+/* Issue 33 item 1: a file readable by heapd only, "USER PASSWORD" or
+ * "PASSWORD" (checked now, read again when the store opens). */
+static int parse_store_credentials(parse_state *st, const key_desc *k, const char *value)
+{
+    hd_config *c = &st->cfg;
+    char why[600], user[128], pass[256];
+    (void)k;
+    if (strlen(value) >= sizeof c->store_credentials)
+        return key_msg(st, "store_credentials: the path is longer than %zu bytes", sizeof c->store_credentials - 1);
+    if (value[0] && hd_store_check_credentials(value, user, sizeof user, pass, sizeof pass, why, sizeof why)) {
+        explicit_bzero(pass, sizeof pass);
+        return key_msg(st, "%s", why);
+    }
+    explicit_bzero(pass, sizeof pass);
+    snprintf(c->store_credentials, sizeof c->store_credentials, "%s", value);
+    return 1;
+}
+
 static int parse_store(parse_state *st, const key_desc *k, const char *value)
 {
     hd_config *c = &st->cfg;
@@ -339,6 +357,7 @@ static const key_desc keys[] = {
     {"quota_heap", parse_size_key, OFF(quota_heap), 0, 0, NULL, -1},
     {"quota_uid", parse_size_key, OFF(quota_uid), 0, 0, NULL, -1},
     {"store", parse_store, 0, 0, 0, NULL, -1},
+    {"store_credentials", parse_store_credentials, 0, 0, 0, NULL, -1},
     {"node", parse_node, 0, 0, 0, NULL, -1},
     {"admin_group", parse_admin_group, 0, 0, 0, NULL, -1},
     {"chunk_size", parse_size_key, OFF(chunk_size), 4096, 0, NULL, L_CHUNK},

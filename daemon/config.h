@@ -55,6 +55,7 @@ typedef struct hd_config {
     /* Several nodes: the store that reconciles collects ("" : single node)
      * and this node's name in it (default: the host name). */
     char store[256];
+    char store_credentials[256]; /* the store's AUTH file ("" : none; issue 33 item 1) */
     char node[65];
     uint32_t meminfo_interval_ms; /* device memory sampling period */
     /* Request rings (issue 16, daemon/ring.h): offered at RingSetup when

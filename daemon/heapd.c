@@ -71,9 +71,11 @@ static void store_watch_cb(uv_timer_t *t)
     if (!d->store)
         return;
     int ready = hd_store_ready(d->store);
+    const char *auth = hd_store_auth_error(d->store);
     if (ready != d->store_was_ready)
-        hd_log(ready ? HD_LOG_INFO : HD_LOG_WARN, "store %s is %s", hd_store_url(d->store),
-               ready ? "connected and subscribed" : "unreachable; reconnecting every 2 s");
+        hd_log(ready ? HD_LOG_INFO : HD_LOG_WARN, "store %s is %s%s%s", hd_store_url(d->store),
+               ready ? "connected and subscribed" : "unreachable; reconnecting every 2 s",
+               !ready && auth[0] ? ": " : "", !ready ? auth : "");
     d->store_was_ready = ready;
     if (!ready)
         hd_store_connect(d->store);
@@ -153,9 +155,11 @@ static void on_hup(uv_signal_t *s, int signum)
         hd_warn("SIGHUP: backend changed to %s; restart heapd to apply (kept %s)", n.backend, d->cfg.backend);
     if (n.max_clients != d->cfg.max_clients)
         hd_warn("SIGHUP: max_clients changed; restart heapd to apply");
-    if (strcmp(n.store, d->cfg.store) || strcmp(n.node, d->cfg.node))
-        hd_warn("SIGHUP: store/node changed; restart heapd to apply");
+    if (strcmp(n.store, d->cfg.store) || strcmp(n.node, d->cfg.node) ||
+        strcmp(n.store_credentials, d->cfg.store_credentials))
+        hd_warn("SIGHUP: store/node/store_credentials changed; restart heapd to apply");
     snprintf(n.store, sizeof n.store, "%s", d->cfg.store);
+    snprintf(n.store_credentials, sizeof n.store_credentials, "%s", d->cfg.store_credentials);
     snprintf(n.node, sizeof n.node, "%s", d->cfg.node);
     snprintf(n.socket_path, sizeof n.socket_path, "%s", d->cfg.socket_path);
     n.socket_mode = d->cfg.socket_mode;
@@ -191,7 +195,13 @@ static void print_config(const char *path, const hd_config *c)
     printf("max_chunks = %u\nmax_blocks = %u\n", c->max_chunks, c->max_blocks);
     printf("admin_group = %s\nquota_heap = %llu\nquota_uid = %llu\n", c->admin_group, (unsigned long long)c->quota_heap,
            (unsigned long long)c->quota_uid);
-    printf("store = %s\nnode = %s\n", c->store, c->node);
+    /* A password in the store URL is never printed. */
+    const char *at = strchr(c->store, '@'), *pw = strchr(c->store + (c->store[0] ? 8 : 0), ':');
+    if (at && pw && pw < at)
+        printf("store = %.*s:***%s\n", (int)(pw - c->store), c->store, at);
+    else
+        printf("store = %s\n", c->store);
+    printf("store_credentials = %s\nnode = %s\n", c->store_credentials, c->node);
     printf("ring = %s\n", c->ring ? "on" : "off");
     if (c->ring_spin_us < 0)
         printf("ring_spin_us = auto\n");
@@ -346,7 +356,8 @@ static int open_store(daemon_state *d)
     char err[1024] = "";
     if (!d->cfg.store[0])
         return HEAPD_GO_ON;
-    if (hd_store_open(d->loop, d->cfg.store, d->cfg.node, &d->store, err, sizeof err)) {
+    hd_store_opts so = {.url = d->cfg.store, .node = d->cfg.node, .credentials = d->cfg.store_credentials};
+    if (hd_store_open_opts(d->loop, &so, &d->store, err, sizeof err)) {
         hd_error("store %s: %s", d->cfg.store, err);
         return 1;
     }
