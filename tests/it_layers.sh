@@ -32,8 +32,7 @@ heap-wing   daemon/heap  all   registry chunks < attach sequence collect < force
 # Include rules, one a line: NAME FILES... ! HEADERS... (FILES: globs under
 # $SRC; HEADERS: as spelled in #include "...").
 INCLUDE_RULES='
-# enabled after issue 26 items 1 and 4 land:
-# transports  daemon/server*.c daemon/ring.c ! config.h alloc.h
+transports  daemon/server*.c daemon/ring.c ! config.h alloc.h
 '
 
 # ---- floors ----------------------------------------------------------------
