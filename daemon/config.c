@@ -33,6 +33,7 @@ void hd_config_defaults(hd_config *c)
     c->policy = HA_POLICY_COALESCE;
     c->collect_timeout_ms = 30000;
     c->max_clients = 1024;
+    c->admin_reserve = 8;
     c->max_clients_per_uid = 256;
     c->max_fds_per_uid = 4096;
     c->max_queue_per_uid = UINT64_C(64) << 20;
@@ -367,6 +368,7 @@ static const key_desc keys[] = {
     {"collect_timeout_ms", parse_u32_key, OFF(collect_timeout_ms), 1, 86400000, "a number of milliseconds", -1},
     {"max_clients", parse_u32_key, OFF(max_clients), 1, 1000000, "a number", -1},
     /* Transport limits (issue 15): per uid (root exempt), per connection. */
+    {"admin_reserve", parse_u32_key, OFF(admin_reserve), 0, 1024, "a number of connections", -1},
     {"max_clients_per_uid", parse_u32_key, OFF(max_clients_per_uid), 1, 1000000, "a number", -1},
     {"max_fds_per_uid", parse_u32_key, OFF(max_fds_per_uid), 1, 1000000, "a number", -1},
     {"max_queue_per_uid", parse_size_key, OFF(max_queue_per_uid), 5 << 20, 0, NULL, -1},

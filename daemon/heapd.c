@@ -115,6 +115,8 @@ static hd_server_opts server_opts(const hd_config *c)
     _Static_assert(sizeof c->socket_path == sizeof((hd_server_opts *)0)->socket_path, "socket path sizes differ");
     hd_server_opts o = {.socket_mode = c->socket_mode,
                         .max_clients = c->max_clients,
+                        .admin_reserve = c->admin_reserve,
+                        .admin_gid = c->admin_gid,
                         .max_clients_per_uid = c->max_clients_per_uid,
                         .max_fds_per_uid = c->max_fds_per_uid,
                         .max_queue_per_uid = c->max_queue_per_uid,
@@ -187,6 +189,7 @@ static void print_config(const char *path, const hd_config *c)
            (unsigned long long)c->min_block, ha_policy_name(c->policy));
     printf("collect_timeout_ms = %u\nmax_clients = %u\nmeminfo_interval_ms = %u\n", c->collect_timeout_ms,
            c->max_clients, c->meminfo_interval_ms);
+    printf("admin_reserve = %u\n", c->admin_reserve);
     printf("max_clients_per_uid = %u\nmax_fds_per_uid = %u\nmax_queue_per_uid = %llu\n", c->max_clients_per_uid,
            c->max_fds_per_uid, (unsigned long long)c->max_queue_per_uid);
     printf("hello_timeout_ms = %u\nmax_frame_before_hello = %u\nmax_fds_per_conn = %u\nmax_queue_per_conn = %llu\n",

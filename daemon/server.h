@@ -46,6 +46,11 @@ typedef struct hd_server_opts {
     char socket_path[108]; /* a sockaddr_un's sun_path */
     unsigned socket_mode;  /* permissions of the socket file */
     uint32_t max_clients;
+    /* Connections beyond max_clients that only root and admin_gid's members
+     * may open, so that an operator's heapctl gets in when tenants filled
+     * max_clients (issue 33 item 6). admin_gid < 0: root only. */
+    uint32_t admin_reserve;
+    long admin_gid;
     uint32_t max_clients_per_uid;
     uint32_t max_fds_per_uid;
     uint64_t max_queue_per_uid;

@@ -158,6 +158,7 @@ static hd_server_opts opts_default(void)
 {
     hd_server_opts o = {.socket_mode = 0660,
                         .max_clients = 16,
+                        .admin_gid = -1,
                         .max_clients_per_uid = 16,
                         .max_fds_per_uid = 64,
                         .max_queue_per_uid = 64u << 20,
@@ -367,6 +368,66 @@ START_TEST(max_clients_refused)
     WAIT(g.opens == 2);
     close(c);
     WAIT(g.closes == 2);
+}
+END_TEST
+
+/* Issue 33 item 6: with max_clients full, root (this test runs as root in
+ * CI) still gets admin_reserve connections; past them it is refused too. A
+ * uid-65534 child is refused at max_clients. */
+static void reserve_child(void)
+{
+    if (setuid(65534))
+        _exit(3);
+    char err[256];
+    int b = hw_connect_unix(sock, err, sizeof err);
+    if (b < 0)
+        _exit(4);
+    hw_reader rd;
+    hw_reader_init(&rd);
+    hw_frame f;
+    if (hw_recv_frame(b, &rd, &f, 20000, err, sizeof err) != HW_FRAME || f.len != strlen("refused: max_clients") ||
+        memcmp(f.data, "refused: max_clients", f.len))
+        _exit(5);
+    hw_frame_free(&f);
+    _exit(0);
+}
+
+static int child_exited(pid_t pid, int *status) { return waitpid(pid, status, WNOHANG) == pid; }
+
+START_TEST(admin_reserve)
+{
+    if (getuid() != 0) {
+        printf("skipped: admin_reserve needs root (the reserve is root's and admin_group's)\n");
+        return;
+    }
+    hd_server_opts o = opts_default();
+    o.socket_mode = 0666;
+    o.max_clients = 1;
+    o.admin_reserve = 2;
+    o.admin_gid = -1;
+    server_up(&o);
+    chmod(dir, 0755);
+    int a = client();
+    WAIT(g.opens == 1);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        reserve_child();
+    int st = 0;
+    WAIT(child_exited(pid, &st));
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the tenant's connection was not refused (%d)", st);
+    ck_assert_int_eq(g.refusals, 1);
+    int b = client(), c = client();
+    WAIT(g.opens == 3);
+    int d = client();
+    WAIT(g.refusals == 2);
+    ck_assert_int_eq(g.why, HD_REFUSE_MAX_CLIENTS);
+    ck_assert_int_eq(g.opens, 3);
+    close(a);
+    close(b);
+    close(c);
+    close(d);
+    WAIT(g.closes == 3);
 }
 END_TEST
 
@@ -602,6 +663,7 @@ static Suite *server_suite(void)
     tcase_add_test(tc, pipelined_frames);
     tcase_add_test(tc, frame_with_fds);
     tcase_add_test(tc, max_clients_refused);
+    tcase_add_test(tc, admin_reserve);
     tcase_add_test(tc, on_open_refuses);
     tcase_add_test(tc, uid_limit_refused);
     tcase_add_test(tc, root_exempt);
