@@ -3,9 +3,10 @@
  * (prefix hci_, "heapc internal"; not exported: the objects are built with
  * hidden visibility). The files: heapc.c (errors, the connection and hci_rpc,
  * the one request/reply path, over the transports of heapc_xport.h:
- * heapc_sock.c the socket, heapc_ring.c the request ring), heapc_attach.c (attach, mapping, detach),
- * heapc_env.c (heapc_attach_env), heapc_alloc.c (live set, frees, collect,
- * alloc), heapc_stats.c (lookups, status page, counters, admin requests). */
+ * heapc_sock.c the socket, heapc_ring.c the request ring), heapc_attach.c
+ * (attach, mapping, detach), heapc_env.c (heapc_attach_env), heapc_alloc.c
+ * (live set, frees, collect, alloc), heapc_stats.c (lookups, status page,
+ * counters, admin requests). */
 #ifndef HEAPC_INT_H
 #define HEAPC_INT_H
 
