@@ -4,7 +4,7 @@
 #   BUILD=build FUZZ_SECONDS=60 sh tests/fuzz/run.sh      (what `make fuzz` runs)
 #
 # Targets (tests/fuzz/fuzz_NAME.c):
-#   wire   framing (common/wire.c) and protobuf decoding (heapd.pb-c.c and
+#   wire   framing (common/wire.c, wire_write.c) and protobuf decoding (heapd.pb-c.c and
 #          libprotobuf-c): bytes and fds through a socket pair into hw_read,
 #          heapd__frame__unpack, re-encode, the writer, fd leak check
 #   alloc  allocator call sequences (daemon/alloc*.c) on small
@@ -88,7 +88,7 @@ wing() {
 
 build() { # build NAME: $OUT/fuzz_NAME
     case $1 in
-    wire) srcs="$SRC/tests/fuzz/fuzz_wire.c $SRC/common/wire.c $PROTO"; extra="$PBC_CFLAGS"; libs="$PBC_LIBS" ;;
+    wire) srcs="$SRC/tests/fuzz/fuzz_wire.c $SRC/common/wire.c $SRC/common/wire_write.c $PROTO"; extra="$PBC_CFLAGS"; libs="$PBC_LIBS" ;;
     alloc) srcs="$SRC/tests/fuzz/fuzz_alloc.c $SRC/daemon/alloc*.c"; extra=""; libs="" ;;
     ring) srcs="$SRC/tests/fuzz/fuzz_ring.c $SRC/common/ring_layout.c $PROTO"; extra="$PBC_CFLAGS"; libs="$PBC_LIBS" ;;
     heap | dispatch)
