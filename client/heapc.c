@@ -19,60 +19,38 @@ int hci_ok(heapc *c)
     return HEAPC_OK;
 }
 
+/* Each of heapd's codes is the protocol's ErrCode negated. */
+#define HEAPC_ERRNO_PROTO(code, value, name, desc)                                                                     \
+    _Static_assert((code) == -HEAPD__ERR_CODE__##name, #code " is -" #name " of proto/heapd.proto");
+HEAPC_DAEMON_ERRNO_MAP(HEAPC_ERRNO_PROTO)
+#undef HEAPC_ERRNO_PROTO
+
 const char *heapc_errname(int code)
 {
     switch (code) {
     case HEAPC_OK:
         return "OK";
-    case HEAPC_EPROTOCOL:
-        return "ERR_PROTOCOL";
-    case HEAPC_EVERSION:
-        return "ERR_VERSION";
-    case HEAPC_EINVAL:
-        return "ERR_INVALID";
-    case HEAPC_EMISMATCH:
-        return "ERR_MISMATCH";
-    case HEAPC_EASYMMETRY:
-        return "ERR_ASYMMETRY";
-    case HEAPC_ETIMEOUT:
-        return "ERR_TIMEOUT";
-    case HEAPC_EPEER_GONE:
-        return "ERR_PEER_GONE";
-    case HEAPC_ENOMEM:
-        return "ERR_NO_MEMORY";
-    case HEAPC_EVA_EXHAUSTED:
-        return "ERR_VA_EXHAUSTED";
-    case HEAPC_ENOTFOUND:
-        return "ERR_NOT_FOUND";
-    case HEAPC_ESTATE:
-        return "ERR_STATE";
-    case HEAPC_ENOTHELD:
-        return "ERR_NOT_HELD";
-    case HEAPC_EBACKEND:
-        return "ERR_BACKEND";
-    case HEAPC_EDENIED:
-        return "ERR_DENIED";
-    case HEAPC_ESHUTDOWN:
-        return "ERR_SHUTDOWN";
-    case HEAPC_ESTORE:
-        return "ERR_STORE";
-    case HEAPC_EQUOTA:
-        return "ERR_QUOTA";
-    case HEAPC_ECONN:
-        return "ERR_CONN";
-    case HEAPC_EMAP:
-        return "ERR_MAP";
-    case HEAPC_EOOM:
-        return "ERR_OOM";
-    case HEAPC_ENOREPLY:
-        return "ERR_NOREPLY";
-    case HEAPC_ESYNC:
-        return "ERR_SYNC";
-    case HEAPC_EBUSY:
-        return "ERR_BUSY";
-    default:
-        return "ERR_UNKNOWN";
+#define HEAPC_ERRNO_NAME(code, value, name, desc)                                                                      \
+    case code:                                                                                                         \
+        return #name;
+        HEAPC_ERRNO_MAP(HEAPC_ERRNO_NAME)
+#undef HEAPC_ERRNO_NAME
     }
+    return "ERR_UNKNOWN";
+}
+
+const char *heapc_errdesc(int code)
+{
+    switch (code) {
+    case HEAPC_OK:
+        return "success";
+#define HEAPC_ERRNO_DESC(code, value, name, desc)                                                                      \
+    case code:                                                                                                         \
+        return desc;
+        HEAPC_ERRNO_MAP(HEAPC_ERRNO_DESC)
+#undef HEAPC_ERRNO_DESC
+    }
+    return "unknown error code";
 }
 
 const char *heapc_policy_name(heapc_policy p)
@@ -151,40 +129,10 @@ static int conn_dead(heapc *c, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(c->dead_msg, sizeof c->dead_msg, fmt, ap);
     va_end(ap);
-    if (c->fd >= 0)
-        close(c->fd);
-    c->fd = -1;
     hcr_close(c->ring);
     c->ring = NULL;
-    hw_reader_free(&c->rd);
-    hw_reader_init(&c->rd);
+    hcs_close(&c->sock);
     return hci_set_err(c, code, "%s", c->dead_msg);
-}
-
-static int map_daemon_code(int code);
-
-/* heapd closed the connection. If it said why first (an unsolicited Error:
- * a refused connection names the limit and its key), that is the error. */
-static int conn_closed_by_heapd(heapc *c, const char *when, const char *req)
-{
-    hw_frame f;
-    char werr[128];
-    if (c->fd >= 0 && hw_recv_frame(c->fd, &c->rd, &f, 0, werr, sizeof werr) == HW_FRAME) {
-        Heapd__Frame *m = heapd__frame__unpack(NULL, f.len, f.data);
-        hw_frame_free(&f);
-        if (m && m->id == 0 && m->body_case == HEAPD__FRAME__BODY_ERROR && m->error && m->error->message) {
-            int rc = conn_dead(c, map_daemon_code((int)m->error->code), "%s (heapd closed the connection %s %s)",
-                               m->error->message, when, req);
-            heapd__frame__free_unpacked(m, NULL);
-            return rc;
-        }
-        if (m)
-            heapd__frame__free_unpacked(m, NULL);
-    }
-    return conn_dead(c, HEAPC_ECONN,
-                     "heapd closed the connection (socket %s) %s %s; check that heapd is running "
-                     "(systemctl status heapd) and listens on %s, then connect again",
-                     c->socket_path, when, req, c->socket_path);
 }
 
 static int map_daemon_code(int code)
@@ -194,10 +142,64 @@ static int map_daemon_code(int code)
     return HEAPC_EPROTOCOL;
 }
 
-/* rpc, step 1: encodes req (its id set here) and sends it. */
-static int rpc_send(heapc *c, Heapd__Frame *req)
+/* heapd closed the connection. If it said why first (an unsolicited Error:
+ * a refused connection names the limit and its key), that is the error. */
+static int conn_closed_by_heapd(heapc *c, const char *when, const char *req)
 {
-    char werr[256];
+    int code;
+    char msg[ERRSTR_LEN];
+    if (hcs_last_words(&c->sock, &code, msg, sizeof msg))
+        return conn_dead(c, map_daemon_code(code), "%s (heapd closed the connection %s %s)", msg, when, req);
+    return conn_dead(c, HEAPC_ECONN,
+                     "heapd closed the connection (socket %s) %s %s; check that heapd is running "
+                     "(systemctl status heapd) and listens on %s, then connect again",
+                     c->socket_path, when, req, c->socket_path);
+}
+
+/* A transport's failure (heapc_xport.h) as the call's error; every one but
+ * a request too large closes the connection. sending: before the request
+ * left (else while waiting for its reply). */
+static int rpc_fail(heapc *c, const Heapd__Frame *req, int rc, const hcx_err *e, int sending)
+{
+    const char *b = body_name(req->body_case);
+    const char *on = e->ring ? " on the request ring" : "";
+    switch (rc) {
+    case HCX_ECLOSED:
+        return conn_closed_by_heapd(c, sending ? "while sending" : "before answering", b);
+    case HCX_ETOOBIG:
+        return hci_set_err(c, HEAPC_EINVAL, "the %s request is too large to send: %s", b, e->why);
+    case HCX_ETIMEOUT:
+        return conn_dead(c, HEAPC_ENOREPLY,
+                         "no reply from heapd to %s within %d ms%s; the connection was closed because its "
+                         "state is unknown: connect and attach again",
+                         b, c->timeout_ms, on);
+    case HCX_EDECODE:
+        return conn_dead(c, HEAPC_EPROTOCOL,
+                         "heapd's reply to %s%s is not a valid heapd.Frame; libheapc and heapd do not "
+                         "speak the same protocol: check their versions",
+                         b, on);
+    case HCX_EPROTO:
+        return conn_dead(c, HEAPC_EPROTOCOL, "%s; the connection was closed: connect again", e->why);
+    default:
+        if (sending)
+            return conn_dead(c, HEAPC_ECONN, "sending %s to heapd failed: %s; connect again", b, e->why);
+        return conn_dead(c, HEAPC_ECONN,
+                         "reading heapd's reply to %s failed: %s; the connection was closed: connect again", b, e->why);
+    }
+}
+
+/* The transport for a request of len packed bytes: the ring when the
+ * connection has one and it carries the request, else the socket. */
+static hcx rpc_transport(heapc *c, Heapd__Frame__BodyCase body, size_t len)
+{
+    if (c->ring && hcr_ops.carries(c->ring, body, len, 0))
+        return (hcx){&hcr_ops, c->ring};
+    return (hcx){&hcs_ops, &c->sock};
+}
+
+/* rpc, step 1: gives req its id, encodes it and sends it through *t. */
+static int rpc_send(heapc *c, Heapd__Frame *req, hcx *t)
+{
     req->id = ++c->next_id;
     size_t len = heapd__frame__get_packed_size(req);
     unsigned char stackbuf[512];
@@ -206,113 +208,17 @@ static int rpc_send(heapc *c, Heapd__Frame *req)
         return hci_set_err(c, HEAPC_EOOM, "out of memory encoding a %zu-byte %s request", len,
                            body_name(req->body_case));
     heapd__frame__pack(req, buf);
-    int rc = hw_send_frame(c->fd, buf, len, NULL, 0, werr, sizeof werr);
+    *t = rpc_transport(c, req->body_case, len);
+    hcx_err e = {0};
+    int rc = t->ops->send(t->data, req->id, buf, len, NULL, 0, &e);
     if (buf != stackbuf)
         free(buf);
-    if (rc < 0) {
-        if (rc == HW_ESYS && (errno == EPIPE || errno == ECONNRESET))
-            return conn_closed_by_heapd(c, "while sending", body_name(req->body_case));
-        if (rc == HW_ETOOBIG)
-            return hci_set_err(c, HEAPC_EINVAL, "the %s request is too large to send: %s", body_name(req->body_case),
-                               werr);
-        return conn_dead(c, HEAPC_ECONN, "sending %s to heapd failed: %s; connect again", body_name(req->body_case),
-                         werr);
-    }
-    return HEAPC_OK;
+    return rc == HCX_OK ? HEAPC_OK : rpc_fail(c, req, rc, &e, 1);
 }
 
-/* rpc, step 2: the next frame from heapd, decoded into *m (its fds in *f). */
-static int rpc_recv(heapc *c, const Heapd__Frame *req, Heapd__Frame **m, hw_frame *f)
-{
-    char werr[256];
-    int rc = hw_recv_frame(c->fd, &c->rd, f, c->timeout_ms, werr, sizeof werr);
-    if (rc == HW_EOF || rc == HW_EPARTIAL || (rc == HW_ESYS && (errno == ECONNRESET || errno == EPIPE)))
-        return conn_closed_by_heapd(c, "before answering", body_name(req->body_case));
-    if (rc == HW_ETIMEDOUT)
-        return conn_dead(c, HEAPC_ENOREPLY,
-                         "no reply from heapd to %s within %d ms; the connection was closed "
-                         "because its state is unknown: connect and attach again",
-                         body_name(req->body_case), c->timeout_ms);
-    if (rc < 0)
-        return conn_dead(c, HEAPC_ECONN,
-                         "reading heapd's reply to %s failed: %s; the connection was closed: "
-                         "connect again",
-                         body_name(req->body_case), werr);
-    *m = heapd__frame__unpack(NULL, f->len, f->data);
-    if (!*m) {
-        hw_frame_free(f);
-        return conn_dead(c, HEAPC_EPROTOCOL,
-                         "heapd's reply to %s is not a valid heapd.Frame; libheapc and heapd "
-                         "do not speak the same protocol: check their versions",
-                         body_name(req->body_case));
-    }
-    return HEAPC_OK;
-}
-
-/* Issue 16: rpc through the ring. ring.used: 0 the socket carries the
- * request; RING_REPLY_SOCKET the reply comes on the socket (heapd said so);
- * RING_MAYBE the socket had something to read while the reply may still
- * come in the ring (after a frame that is not the reply, wait on the ring
- * again). */
-#define RING_REPLY_SOCKET 1
-#define RING_MAYBE        2
-typedef struct rpc_ring_state {
-    int used, got;
-    char werr[256];
-} rpc_ring_state;
-
-/* What hcr_call or hcr_wait returned (rc), into st; *m: the ring's reply
- * when st->got. */
-static int rpc_ring_result(heapc *c, Heapd__Frame *req, int rc, rpc_ring_state *st, Heapd__Frame **m, hw_frame *f)
-{
-    st->got = 0;
-    if (rc == HCR_TIMEOUT)
-        return conn_dead(c, HEAPC_ENOREPLY,
-                         "no reply from heapd to %s within %d ms on the request ring; the connection "
-                         "was closed because its state is unknown: connect and attach again",
-                         body_name(req->body_case), c->timeout_ms);
-    if (rc == HCR_EPROTO)
-        return conn_dead(c, HEAPC_EPROTOCOL, "%s; the connection was closed: connect again", st->werr);
-    if (rc == HCR_SOCKET || rc == HCR_READABLE) {
-        st->used = rc == HCR_READABLE ? RING_MAYBE : RING_REPLY_SOCKET;
-        return HEAPC_OK;
-    }
-    *m = heapd__frame__unpack(NULL, f->len, f->data);
-    if (!*m) {
-        hw_frame_free(f);
-        return conn_dead(c, HEAPC_EPROTOCOL,
-                         "heapd's reply to %s on the request ring is not a valid heapd.Frame; libheapc "
-                         "and heapd do not speak the same protocol: check their versions",
-                         body_name(req->body_case));
-    }
-    st->got = 1;
-    return HEAPC_OK;
-}
-
-/* Posts req through the ring when the connection has one, req is an Alloc,
- * Free or Collect and fits a slot (else st->used stays 0), and waits. */
-static int rpc_ring(heapc *c, Heapd__Frame *req, rpc_ring_state *st, Heapd__Frame **m, hw_frame *f)
-{
-    st->used = st->got = 0;
-    if (!c->ring || (req->body_case != HEAPD__FRAME__BODY_ALLOC && req->body_case != HEAPD__FRAME__BODY_FREE &&
-                     req->body_case != HEAPD__FRAME__BODY_COLLECT))
-        return HEAPC_OK;
-    req->id = c->next_id + 1;
-    size_t len = heapd__frame__get_packed_size(req);
-    unsigned char buf[4096];
-    if (len > hcr_payload_max(c->ring) || len > sizeof buf)
-        return HEAPC_OK; /* too large for a slot: the socket */
-    c->next_id++;
-    st->used = RING_REPLY_SOCKET;
-    heapd__frame__pack(req, buf);
-    int rc = hcr_call(c->ring, c->fd, req->id, buf, len, c->timeout_ms, f, st->werr, sizeof st->werr);
-    return rpc_ring_result(c, req, rc, st, m, f);
-}
-
-#define RPC_STALE 1 /* rpc_check: a reply to an earlier request, not ours */
-
-/* rpc, step 3: is m the reply to req, with body `want`? HEAPC_OK: yes (the
- * caller keeps m and f); RPC_STALE or an error: m and f are freed. */
+/* rpc, step 3: is m (a frame of req, or unsolicited) the reply to req, with
+ * body `want`? HEAPC_OK: yes (the caller keeps m and f); an error: m and f
+ * are freed. */
 static int rpc_check(heapc *c, const Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__Frame *m, hw_frame *f)
 {
     int rc = HEAPC_OK;
@@ -322,8 +228,6 @@ static int rpc_check(heapc *c, const Heapd__Frame *req, Heapd__Frame__BodyCase w
         snprintf(why, sizeof why, "%s", m->error->message ? m->error->message : "heapd closed the connection");
         int code = map_daemon_code((int)m->error->code);
         rc = conn_dead(c, code, "%s (while waiting for the reply to %s)", why, body_name(req->body_case));
-    } else if (m->id != req->id) {
-        rc = RPC_STALE;
     } else if (m->body_case == HEAPD__FRAME__BODY_ERROR && m->error) {
         int code = map_daemon_code((int)m->error->code);
         const char *msg = m->error->message ? m->error->message : "";
@@ -446,80 +350,83 @@ static int acc_merge(chunk_acc *a, Heapd__ChunkRef ***chunks, size_t *n, int32_t
     return 0;
 }
 
+/* The reply gets the ChunkBatch frames' chunks and fds (acc), when it is
+ * one that carries chunks. 0, or -1 (out of memory: m and f are freed). */
+static int rpc_merge(chunk_acc *acc, Heapd__Frame__BodyCase want, Heapd__Frame *m, hw_frame *f)
+{
+    int rc = 0;
+    if (want == HEAPD__FRAME__BODY_ATTACH_REPLY && m->attach_reply)
+        rc = acc_merge(acc, &m->attach_reply->chunks, &m->attach_reply->n_chunks, &m->attach_reply->status_fd_index, f);
+    else if (want == HEAPD__FRAME__BODY_ALLOC_REPLY && m->alloc_reply)
+        rc = acc_merge(acc, &m->alloc_reply->new_chunks, &m->alloc_reply->n_new_chunks, NULL, f);
+    if (rc)
+        hci_rpc_done(m, f);
+    return rc;
+}
+
+/* rpc, step 2: req's frames from t until its reply (ChunkBatch frames
+ * before it kept in acc and merged into it), checked by rpc_check. */
+static int rpc_reply(heapc *c, hcx t, const Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__Frame **rep,
+                     hw_frame *raw)
+{
+    chunk_acc acc;
+    memset(&acc, 0, sizeof acc);
+    for (;;) {
+        Heapd__Frame *m;
+        hw_frame f;
+        hcx_err e = {0};
+        int rc = t.ops->await(t.data, req->id, c->timeout_ms, &m, &f, &e);
+        if (rc != HCX_OK) {
+            acc_free(&acc);
+            return rpc_fail(c, req, rc, &e, 0);
+        }
+        if (m->id == req->id && m->body_case == HEAPD__FRAME__BODY_CHUNK_BATCH && m->chunk_batch) {
+            /* Part of a reply with more fds than one frame: kept for it. */
+            rc = acc_add(&acc, m->chunk_batch, &f);
+            hci_rpc_done(m, &f);
+            if (!rc)
+                continue;
+            acc_free(&acc);
+            return conn_dead(c, HEAPC_EOOM,
+                             "out of memory collecting the chunks of heapd's reply to %s "
+                             "(or a chunk names an fd its frame lacks); the connection was closed",
+                             body_name(req->body_case));
+        }
+        rc = rpc_check(c, req, want, m, &f);
+        if (rc == HEAPC_OK && rpc_merge(&acc, want, m, &f))
+            rc = conn_dead(c, HEAPC_EOOM,
+                           "out of memory collecting the chunks of heapd's reply to %s; the "
+                           "connection was closed",
+                           body_name(req->body_case));
+        acc_free(&acc);
+        if (rc == HEAPC_OK) {
+            *rep = m;
+            *raw = f;
+        }
+        return rc;
+    }
+}
+
 /*
  * Sends req (its id is set here) and waits for the reply with the same id.
  * On success *rep is the decoded reply with body `want` and *raw holds the
  * frame's fds (the caller frees both: heapd__frame__free_unpacked,
  * hw_frame_free). An Error reply keeps heapd's code and message. The one
- * path between libheapc and heapd: every request goes through here.
+ * path between libheapc and heapd: every request goes through here, on the
+ * transport that carries it (heapc_xport.h: the request ring, else the
+ * socket).
  */
 int hci_rpc(heapc *c, Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__Frame **rep, hw_frame *raw)
 {
     *rep = NULL;
     memset(raw, 0, sizeof *raw);
-    if (c->fd < 0)
+    if (c->sock.fd < 0)
         return hci_set_err(c, HEAPC_ECONN, "%s", c->dead_msg);
-    Heapd__Frame *m;
-    hw_frame f;
-    rpc_ring_state st;
-    int rc = rpc_ring(c, req, &st, &m, &f);
-    if (rc == HEAPC_OK && !st.used)
-        rc = rpc_send(c, req);
+    hcx t;
+    int rc = rpc_send(c, req, &t);
     if (rc != HEAPC_OK)
         return rc;
-    chunk_acc acc;
-    memset(&acc, 0, sizeof acc);
-    for (;;) {
-        if (st.got)
-            st.got = 0; /* the ring's reply: checked like a socket frame */
-        else if ((rc = rpc_recv(c, req, &m, &f)) != HEAPC_OK)
-            break;
-        if (m->id == req->id && m->body_case == HEAPD__FRAME__BODY_CHUNK_BATCH && m->chunk_batch) {
-            /* Part of a reply with more fds than one frame: kept for it. */
-            rc = acc_add(&acc, m->chunk_batch, &f);
-            heapd__frame__free_unpacked(m, NULL);
-            hw_frame_free(&f);
-            if (rc) {
-                rc = conn_dead(c, HEAPC_EOOM,
-                               "out of memory collecting the chunks of heapd's reply to %s "
-                               "(or a chunk names an fd its frame lacks); the connection was closed",
-                               body_name(req->body_case));
-                break;
-            }
-            continue;
-        }
-        rc = rpc_check(c, req, want, m, &f);
-        if (rc == RPC_STALE && st.used == RING_MAYBE) {
-            /* Not the reply: it may still come in the ring. */
-            rc = rpc_ring_result(c, req, hcr_wait(c->ring, c->fd, req->id, c->timeout_ms, &f, st.werr, sizeof st.werr),
-                                 &st, &m, &f);
-            if (rc != HEAPC_OK)
-                break;
-            continue;
-        }
-        if (rc == RPC_STALE)
-            continue;
-        if (rc != HEAPC_OK)
-            break;
-        if (want == HEAPD__FRAME__BODY_ATTACH_REPLY && m->attach_reply)
-            rc = acc_merge(&acc, &m->attach_reply->chunks, &m->attach_reply->n_chunks,
-                           &m->attach_reply->status_fd_index, &f);
-        else if (want == HEAPD__FRAME__BODY_ALLOC_REPLY && m->alloc_reply)
-            rc = acc_merge(&acc, &m->alloc_reply->new_chunks, &m->alloc_reply->n_new_chunks, NULL, &f);
-        if (rc) {
-            hci_rpc_done(m, &f);
-            rc = conn_dead(c, HEAPC_EOOM,
-                           "out of memory collecting the chunks of heapd's reply to %s; the "
-                           "connection was closed",
-                           body_name(req->body_case));
-            break;
-        }
-        *rep = m;
-        *raw = f;
-        return HEAPC_OK;
-    }
-    acc_free(&acc);
-    return rc;
+    return rpc_reply(c, t, req, want, rep, raw);
 }
 
 void hci_rpc_done(Heapd__Frame *rep, hw_frame *raw)
@@ -537,11 +444,10 @@ heapc *heapc_connect_timeout(const char *socket_path, int timeout_ms)
     if (!c)
         return NULL;
     pthread_mutex_init(&c->mu, NULL);
-    c->fd = -1;
     c->status_fd = -1;
     c->timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
     c->fq_batch = FREE_BATCH_DEFAULT;
-    hw_reader_init(&c->rd);
+    hcs_init(&c->sock);
     atomic_init(&c->view, NULL);
     atomic_init(&c->mapped, 0);
 
@@ -557,12 +463,10 @@ heapc *heapc_connect_timeout(const char *socket_path, int timeout_ms)
     snprintf(c->dead_msg, sizeof c->dead_msg, "not connected to heapd at %s", c->socket_path);
 
     char werr[320];
-    int fd = hw_connect_unix(c->socket_path, werr, sizeof werr);
-    if (fd < 0) {
+    if (hcs_connect(&c->sock, c->socket_path, werr, sizeof werr)) {
         conn_dead(c, HEAPC_ECONN, "%s", werr);
         return c;
     }
-    c->fd = fd;
 
     char who[96];
     snprintf(who, sizeof who, "%s[%ld] libheapc", program_invocation_short_name, (long)getpid());
@@ -576,7 +480,7 @@ heapc *heapc_connect_timeout(const char *socket_path, int timeout_ms)
     hw_frame raw;
     if (hci_rpc(c, &req, HEAPD__FRAME__BODY_HELLO_REPLY, &rep, &raw) != HEAPC_OK) {
         /* No session without a handshake: later calls report this too. */
-        if (c->fd >= 0) {
+        if (c->sock.fd >= 0) {
             char msg[ERRSTR_LEN];
             snprintf(msg, sizeof msg, "%s", c->errstr);
             conn_dead(c, c->err, "heapd at %s refused the handshake: %s", c->socket_path, msg);
@@ -622,12 +526,9 @@ void heapc_free_ctx(heapc *c)
         return;
     pthread_mutex_lock(&c->mu);
     hci_teardown(c);
-    if (c->fd >= 0)
-        close(c->fd);
-    c->fd = -1;
     hcr_close(c->ring);
     c->ring = NULL;
-    hw_reader_free(&c->rd);
+    hcs_close(&c->sock);
     free(c->socket_path);
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_destroy(&c->mu);
@@ -640,7 +541,7 @@ hcr_ring *hcr_of(heapc *c) { return c->ring; }
 
 void hci_ring_setup(heapc *c, uint32_t nlocal)
 {
-    if (c->ring || !c->ring_want || c->fd < 0)
+    if (c->ring || !c->ring_want || c->sock.fd < 0)
         return;
     Heapd__RingSetup rs = HEAPD__RING_SETUP__INIT;
     rs.version = HR_VERSION;
@@ -656,7 +557,8 @@ void hci_ring_setup(heapc *c, uint32_t nlocal)
     Heapd__RingSetupReply *r = rep->ring_setup_reply;
     char why[256];
     if (r && r->version == HR_VERSION && raw.nfds == 2) {
-        c->ring = hcr_open(raw.fds[0], raw.fds[1], r->nslots, r->slot_size, nlocal, why, sizeof why);
+        hcx side = {&hcs_ops, &c->sock};
+        c->ring = hcr_open(raw.fds[0], raw.fds[1], r->nslots, r->slot_size, nlocal, side, why, sizeof why);
         raw.fds[0] = raw.fds[1] = -1;
     }
     if (!c->ring)

@@ -75,36 +75,44 @@ extern "C" {
 
 /* ---- error codes -------------------------------------------------------- */
 
+/* Every error code, one table (as libuv's UV_ERRNO_MAP): X(code, value,
+ * name, description). The table makes the HEAPC_E* constants,
+ * heapc_errname and heapc_errdesc; codes are appended, never renumbered.
+ * HEAPC_DAEMON_ERRNO_MAP: heapd's codes, the protocol's ErrCode ERR_<name>
+ * negated (libheapc checks each against proto/heapd.proto at build time);
+ * HEAPC_CLIENT_ERRNO_MAP: libheapc's own. */
+#define HEAPC_DAEMON_ERRNO_MAP(X)                                                                                      \
+    X(HEAPC_EPROTOCOL, -1, ERR_PROTOCOL, "malformed or unexpected message (either side)")                              \
+    X(HEAPC_EVERSION, -2, ERR_VERSION, "protocol version mismatch between libheapc and heapd")                         \
+    X(HEAPC_EINVAL, -3, ERR_INVALID, "bad argument (size 0, rank >= world_size, ...)")                                 \
+    X(HEAPC_EMISMATCH, -4, ERR_MISMATCH, "attach parameters differ from the heap's")                                   \
+    X(HEAPC_EASYMMETRY, -5, ERR_ASYMMETRY, "ranks disagree: n-th allocation sizes or collect points")                  \
+    X(HEAPC_ETIMEOUT, -6, ERR_TIMEOUT, "a collective timed out; the message names missing ranks")                      \
+    X(HEAPC_EPEER_GONE, -7, ERR_PEER_GONE, "a rank disconnected during a collective")                                  \
+    X(HEAPC_ENOMEM, -8, ERR_NO_MEMORY, "heapd's backend could not create a chunk")                                     \
+    X(HEAPC_EVA_EXHAUSTED, -9, ERR_VA_EXHAUSTED, "the heap would exceed its va_size")                                  \
+    X(HEAPC_ENOTFOUND, -10, ERR_NOT_FOUND, "unknown heap")                                                             \
+    X(HEAPC_ESTATE, -11, ERR_STATE, "not valid now (not attached, already attached, rank taken)")                      \
+    X(HEAPC_ENOTHELD, -12, ERR_NOT_HELD, "free of an offset this rank does not hold (double free)")                    \
+    X(HEAPC_EBACKEND, -13, ERR_BACKEND, "backend or driver error; the message names the call")                         \
+    X(HEAPC_EDENIED, -14, ERR_DENIED, "permission denied")                                                             \
+    X(HEAPC_ESHUTDOWN, -15, ERR_SHUTDOWN, "heapd is stopping")                                                         \
+    X(HEAPC_ESTORE, -16, ERR_STORE, "cross-node store failure")                                                        \
+    X(HEAPC_EQUOTA, -17, ERR_QUOTA, "quota exceeded")
+#define HEAPC_CLIENT_ERRNO_MAP(X)                                                                                      \
+    X(HEAPC_ECONN, -100, ERR_CONN, "cannot connect, or heapd closed the connection: connect again")                    \
+    X(HEAPC_EMAP, -101, ERR_MAP, "mapping a chunk into this process failed")                                           \
+    X(HEAPC_EOOM, -102, ERR_OOM, "out of host memory in the client")                                                   \
+    X(HEAPC_ENOREPLY, -103, ERR_NOREPLY, "no reply within heapc_set_timeout's limit; the connection was closed")       \
+    X(HEAPC_ESYNC, -104, ERR_SYNC, "the device-sync hook failed before a collect")                                     \
+    X(HEAPC_EBUSY, -105, ERR_BUSY, "heapc_status: the status page stayed mid-update (heapd died or stopped)")
+#define HEAPC_ERRNO_MAP(X) HEAPC_DAEMON_ERRNO_MAP(X) HEAPC_CLIENT_ERRNO_MAP(X)
+
 enum {
     HEAPC_OK = 0,
-    /* heapd's error codes (proto ErrCode), negated. */
-    HEAPC_EPROTOCOL = -1,     /* malformed or unexpected message (either side) */
-    HEAPC_EVERSION = -2,      /* protocol version mismatch between libheapc and heapd */
-    HEAPC_EINVAL = -3,        /* bad argument (size 0, rank >= world_size, ...) */
-    HEAPC_EMISMATCH = -4,     /* attach parameters differ from the heap's */
-    HEAPC_EASYMMETRY = -5,    /* ranks disagree: n-th allocation sizes or collect points */
-    HEAPC_ETIMEOUT = -6,      /* a collective timed out; the message names missing ranks */
-    HEAPC_EPEER_GONE = -7,    /* a rank disconnected during a collective */
-    HEAPC_ENOMEM = -8,        /* heapd's backend could not create a chunk */
-    HEAPC_EVA_EXHAUSTED = -9, /* the heap would exceed its va_size */
-    HEAPC_ENOTFOUND = -10,    /* unknown heap */
-    HEAPC_ESTATE = -11,       /* not valid now (not attached, already attached, rank taken) */
-    HEAPC_ENOTHELD = -12,     /* free of an offset this rank does not hold (double free) */
-    HEAPC_EBACKEND = -13,     /* backend or driver error; the message names the call */
-    HEAPC_EDENIED = -14,      /* permission denied */
-    HEAPC_ESHUTDOWN = -15,    /* heapd is stopping */
-    HEAPC_ESTORE = -16,       /* cross-node store failure */
-    HEAPC_EQUOTA = -17,       /* quota exceeded */
-    /* Client-side errors. */
-    HEAPC_ECONN = -100,    /* cannot connect, or heapd closed the connection: the
-                              context can no longer talk to heapd; connect again */
-    HEAPC_EMAP = -101,     /* mapping a chunk into this process failed */
-    HEAPC_EOOM = -102,     /* out of host memory in the client */
-    HEAPC_ENOREPLY = -103, /* no reply within heapc_set_timeout's limit; the
-                              connection was closed (its state is unknown) */
-    HEAPC_ESYNC = -104,    /* the device-sync hook failed before a collect */
-    HEAPC_EBUSY = -105,    /* heapc_status: the status page stayed mid-update
-                              (heapd died or stopped while writing it) */
+#define HEAPC_ERRNO_ENUM(code, value, name, desc) code = value,
+    HEAPC_ERRNO_MAP(HEAPC_ERRNO_ENUM)
+#undef HEAPC_ERRNO_ENUM
 };
 
 /* Short name of a code: "ERR_ASYMMETRY" for heapd's codes (as in
@@ -112,6 +120,11 @@ enum {
  * "ERR_SYNC", "ERR_BUSY" for the client's, "OK" for 0, "ERR_UNKNOWN" otherwise.
  * Thread-safe. */
 const char *heapc_errname(int code);
+
+/* One line saying what a code means (the table's description): "success"
+ * for 0, "unknown error code" for a value not in the table. Never NULL;
+ * thread-safe. heapc_errstr(c) says what happened to a call. */
+const char *heapc_errdesc(int code);
 
 /* ---- context ------------------------------------------------------------ */
 

@@ -133,7 +133,7 @@ static int attach_check(heapc *c, const char *heap, uint32_t rank, uint32_t worl
     if (world == 0 || rank >= world)
         return hci_set_err(c, HEAPC_EINVAL, "heapc_attach: rank %" PRIu32 " is not below world size %" PRIu32, rank,
                            world);
-    if (c->fd < 0)
+    if (c->sock.fd < 0)
         return hci_set_err(c, HEAPC_ECONN, "%s", c->dead_msg);
     return HEAPC_OK;
 }
@@ -333,7 +333,7 @@ static int attach_undo(heapc *c, view *v)
     char msg[ERRSTR_LEN];
     memcpy(msg, c->errstr, sizeof msg);
     hci_teardown(c);
-    if (c->fd >= 0) {
+    if (c->sock.fd >= 0) {
         Heapd__Detach d = HEAPD__DETACH__INIT;
         Heapd__Frame dreq = HEAPD__FRAME__INIT;
         dreq.body_case = HEAPD__FRAME__BODY_DETACH;
@@ -432,7 +432,7 @@ int heapc_detach(heapc *c)
     int frc = rc;
     char fmsg[ERRSTR_LEN];
     snprintf(fmsg, sizeof fmsg, "%s", c->errstr);
-    if (c->fd >= 0) {
+    if (c->sock.fd >= 0) {
         Heapd__Detach d = HEAPD__DETACH__INIT;
         Heapd__Frame req = HEAPD__FRAME__INIT;
         req.body_case = HEAPD__FRAME__BODY_DETACH;

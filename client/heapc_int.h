@@ -2,9 +2,11 @@
  * invariants and locking rules, and the functions the libheapc files share
  * (prefix hci_, "heapc internal"; not exported: the objects are built with
  * hidden visibility). The files: heapc.c (errors, the connection and hci_rpc,
- * the one request/reply path), heapc_attach.c (attach, mapping, detach),
- * heapc_env.c (heapc_attach_env), heapc_alloc.c (live set, frees, collect,
- * alloc), heapc_stats.c (lookups, status page, counters, admin requests). */
+ * the one request/reply path, over the transports of heapc_xport.h:
+ * heapc_sock.c the socket, heapc_ring.c the request ring), heapc_attach.c
+ * (attach, mapping, detach), heapc_env.c (heapc_attach_env), heapc_alloc.c
+ * (live set, frees, collect, alloc), heapc_stats.c (lookups, status page,
+ * counters, admin requests). */
 #ifndef HEAPC_INT_H
 #define HEAPC_INT_H
 
@@ -13,7 +15,8 @@
 #include "heapc_cuda.h"
 #include "heapc_fence.h"
 #include "heapc_ring.h"
-#include "ring.h"
+#include "heapc_sock.h"
+#include "ring_layout.h"
 #include "wire.h"
 #include "status.h"
 #include "heapd.pb-c.h"
@@ -66,8 +69,11 @@ typedef struct view {
  *   them). `view` is published with a release store once complete and is
  *   immutable until hci_teardown swaps it out; `mapped` only grows while
  *   attached, and every chunk below it is mapped for every local rank.
- * - fd < 0 <=> the connection is gone; dead_msg says why, and every request
- *   fails with it. hci_rpc is the only place that talks to heapd.
+ * - sock.fd < 0 <=> the connection is gone (then ring == NULL); dead_msg
+ *   says why, and every request fails with it. hci_rpc is the only place
+ *   that talks to heapd, through a transport (heapc_xport.h: ring when it
+ *   carries the request, else sock); the transports are used under `mu`
+ *   only (the ring's slots and the socket's reader have one user).
  * - attached <=> heap, view, spaces and local_index are set (spaces[i] is the
  *   address space of view->local[i]; local_index is its inverse);
  *   next_seq is the number of this rank's allocations heapd decided.
@@ -82,9 +88,8 @@ struct heapc {
     char errstr[ERRSTR_LEN];
 
     pthread_mutex_t mu;
-    int fd;                    /* -1 once the connection is gone */
+    hcs_sock sock;             /* sock.fd: -1 once the connection is gone */
     char dead_msg[ERRSTR_LEN]; /* why the connection is gone */
-    hw_reader rd;
     uint64_t next_id;
     int timeout_ms;
     char *socket_path;
@@ -120,7 +125,7 @@ struct heapc {
     heapc_counters ctr;
 
     /* Issue 16: Alloc, Free and Collect go through ring when set
-     * (heapc_ring.h); ring_want: HEAPC_TRANSPORT allows one. */
+     * (heapc_ring.h: it wraps sock); ring_want: HEAPC_TRANSPORT allows one. */
     hcr_ring *ring;
     int ring_want;
 };

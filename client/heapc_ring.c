@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
-#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,11 +14,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ring.h"
+#include "ring_layout.h"
 
 /* Invariants: s is the number of the next request; every request before
- * s - 1 was answered or abandoned (the caller went to the socket); mem maps
- * the whole memfd, whose geometry hr_header_check accepted. */
+ * s - 1 was answered or abandoned (its reply came on the socket); mem maps
+ * the whole memfd, whose geometry hr_header_check accepted; sock_id != 0 =>
+ * the rest of request sock_id's reply comes on `side` (heapd's marker said
+ * so, or a frame of it came there). */
 struct hcr_ring {
     void *mem;
     size_t size;
@@ -27,7 +28,20 @@ struct hcr_ring {
     int doorbell;
     uint64_t s;
     uint64_t spin_ns; /* 0: no spinning */
+    hcx side;         /* the socket: replies heapd sends there, its hang-up */
+    uint64_t sock_id;
 };
+
+/* What the wait for a response slot found. */
+#define WAIT_REPLY    0 /* *out holds the reply frame (no fds) */
+#define WAIT_SOCKET   1 /* heapd's marker: the reply comes on the socket */
+#define WAIT_READABLE 2 /* the socket has something to read (or hung up) */
+#define WAIT_TIMEOUT  3 /* nothing within timeout_ms */
+#define WAIT_EPROTO   4 /* the ring broke its invariants (why says how) */
+
+/* Requests above this many bytes take the socket, as they did before the
+ * transports had one interface (issue 16 packed them on the stack). */
+#define HCR_REQ_MAX 4096u
 
 int hcr_wanted(char *why, size_t len)
 {
@@ -56,7 +70,8 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-hcr_ring *hcr_open(int memfd, int doorbell, uint32_t nslots, uint32_t slot_size, uint32_t nlocal, char *why, size_t len)
+hcr_ring *hcr_open(int memfd, int doorbell, uint32_t nslots, uint32_t slot_size, uint32_t nlocal, hcx side, char *why,
+                   size_t len)
 {
     hcr_ring *r = calloc(1, sizeof *r);
     struct stat st;
@@ -84,6 +99,7 @@ hcr_ring *hcr_open(int memfd, int doorbell, uint32_t nslots, uint32_t slot_size,
     }
     close(memfd);
     r->doorbell = doorbell;
+    r->side = side;
     /* Spin only where it pays: more cores than spinners (heapd and every
      * local rank); HEAPC_RING_SPIN_US overrides (0: never). */
     const char *e = getenv("HEAPC_RING_SPIN_US");
@@ -109,8 +125,6 @@ void hcr_close(hcr_ring *r)
     close(r->doorbell);
     free(r);
 }
-
-size_t hcr_payload_max(const hcr_ring *r) { return hr_payload_max(r->geom); }
 
 void *hcr_test_slot(hcr_ring *r, uint64_t *s, int *doorbell)
 {
@@ -158,9 +172,19 @@ static int take_resp(hcr_ring *r, uint64_t s, uint64_t id, hw_frame *out, int *s
     return HR_OK;
 }
 
-int hcr_call(hcr_ring *r, int sock, uint64_t id, const void *req, size_t len, int timeout_ms, hw_frame *out, char *why,
-             size_t whylen)
+static int ring_carries(void *data, Heapd__Frame__BodyCase body, size_t len, size_t nfds)
 {
+    hcr_ring *r = data;
+    if (body != HEAPD__FRAME__BODY_ALLOC && body != HEAPD__FRAME__BODY_FREE && body != HEAPD__FRAME__BODY_COLLECT)
+        return 0;
+    return nfds == 0 && len <= hr_payload_max(r->geom) && len <= HCR_REQ_MAX;
+}
+
+/* Posts request id into the next request slot; rings the doorbell only
+ * while heapd sleeps (Dekker: store seq, fence, load srv_sleeping). */
+static int ring_send(void *data, uint64_t id, const void *req, size_t len, const int *fds, size_t nfds, hcx_err *e)
+{
+    hcr_ring *r = data;
     hr_header *h = r->mem;
     uint64_t s = r->s++;
     hr_put(hr_req_slot(r->mem, r->geom, s), s, id, HR_KIND_REQUEST, req, (uint32_t)len);
@@ -170,34 +194,44 @@ int hcr_call(hcr_ring *r, int sock, uint64_t id, const void *req, size_t len, in
         ssize_t w = write(r->doorbell, &one, sizeof one);
         (void)w; /* a full counter (EAGAIN) rings as well */
     }
-    return hcr_wait(r, sock, id, timeout_ms, out, why, whylen);
+    return HCX_OK;
 }
 
-int hcr_wait(hcr_ring *r, int sock, uint64_t id, int timeout_ms, hw_frame *out, char *why, size_t whylen)
+/* Spins for response s while it pays: a WAIT_* result, or -1 (nothing). */
+static int ring_spin(hcr_ring *r, uint64_t s, uint64_t id, hw_frame *out, char *why, size_t whylen)
+{
+    int sock = 0;
+    uint64_t t0 = now_ns();
+    for (unsigned i = 0;; i++) {
+        int rc = take_resp(r, s, id, out, &sock, why, whylen);
+        if (rc != HR_EMPTY)
+            return rc != HR_OK ? WAIT_EPROTO : sock ? WAIT_SOCKET : WAIT_REPLY;
+        if ((i & 63) == 63 && now_ns() - t0 > r->spin_ns)
+            return -1;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+}
+
+/* Waits for the response to the last request posted: spinning first where
+ * it pays, then in FUTEX_WAIT on resp_futex in slices of HCR_SLICE_MS,
+ * polling the socket between them (heapd's last words, a frame with fds, a
+ * hang-up end the wait). A WAIT_* result. */
+static int ring_wait(hcr_ring *r, uint64_t id, int timeout_ms, hw_frame *out, char *why, size_t whylen)
 {
     hr_header *h = r->mem;
     uint64_t s = r->s - 1;
-    int sock_reply = 0, readable = 0, rc;
-    uint64_t t0 = r->spin_ns ? now_ns() : 0;
-    if (r->spin_ns) {
-        for (unsigned i = 0;; i++) {
-            rc = take_resp(r, s, id, out, &sock_reply, why, whylen);
-            if (rc != HR_EMPTY)
-                goto done;
-            if ((i & 63) == 63 && now_ns() - t0 > r->spin_ns)
-                break;
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#endif
-        }
-    }
+    int sock = 0, rc;
+    if (r->spin_ns && (rc = ring_spin(r, s, id, out, why, whylen)) >= 0)
+        return rc;
     uint64_t w0 = now_ns();
     long waited_ms = 0;
     for (;;) {
         atomic_store_explicit(&h->cli_waiting, 1, memory_order_relaxed);
         uint32_t v = atomic_load_explicit(&h->resp_futex, memory_order_relaxed);
         atomic_thread_fence(memory_order_seq_cst);
-        rc = take_resp(r, s, id, out, &sock_reply, why, whylen);
+        rc = take_resp(r, s, id, out, &sock, why, whylen);
         if (rc != HR_EMPTY)
             break;
         long slice = HCR_SLICE_MS;
@@ -207,24 +241,66 @@ int hcr_wait(hcr_ring *r, int sock, uint64_t id, int timeout_ms, hw_frame *out, 
             struct timespec ts = {slice / 1000, (long)(slice % 1000) * 1000000L};
             syscall(SYS_futex, &h->resp_futex, FUTEX_WAIT, v, &ts, NULL, 0);
         }
-        rc = take_resp(r, s, id, out, &sock_reply, why, whylen);
+        rc = take_resp(r, s, id, out, &sock, why, whylen);
         if (rc != HR_EMPTY)
             break;
-        struct pollfd p = {.fd = sock, .events = POLLIN};
-        if (poll(&p, 1, 0) > 0) {
-            readable = 1; /* heapd's last words, a frame with fds, or a hang-up */
-            rc = HR_OK;
-            break;
+        if (r->side.ops->readable(r->side.data)) {
+            atomic_store_explicit(&h->cli_waiting, 0, memory_order_relaxed);
+            return WAIT_READABLE;
         }
         waited_ms = (long)((now_ns() - w0) / 1000000u);
         if (timeout_ms >= 0 && waited_ms >= timeout_ms) {
             atomic_store_explicit(&h->cli_waiting, 0, memory_order_relaxed);
-            return HCR_TIMEOUT;
+            return WAIT_TIMEOUT;
         }
     }
     atomic_store_explicit(&h->cli_waiting, 0, memory_order_relaxed);
-done:
-    if (rc != HR_OK)
-        return HCR_EPROTO;
-    return readable ? HCR_READABLE : sock_reply ? HCR_SOCKET : HCR_REPLY;
+    return rc != HR_OK ? WAIT_EPROTO : sock ? WAIT_SOCKET : WAIT_REPLY;
 }
+
+/* The reply of request id: from the response slot, or from the socket once
+ * heapd put it there; a frame the socket has meanwhile that is not id's is
+ * dropped, and the wait on the ring goes on. */
+static int ring_await(void *data, uint64_t id, int timeout_ms, Heapd__Frame **m, hw_frame *raw, hcx_err *e)
+{
+    hcr_ring *r = data;
+    *m = NULL;
+    memset(raw, 0, sizeof *raw);
+    for (;;) {
+        if (r->sock_id == id)
+            return r->side.ops->await(r->side.data, id, timeout_ms, m, raw, e);
+        e->ring = 1;
+        int rc = ring_wait(r, id, timeout_ms, raw, e->why, sizeof e->why);
+        if (rc == WAIT_TIMEOUT)
+            return HCX_ETIMEOUT;
+        if (rc == WAIT_EPROTO)
+            return HCX_EPROTO;
+        if (rc == WAIT_SOCKET) {
+            r->sock_id = id;
+            continue;
+        }
+        if (rc == WAIT_REPLY) {
+            *m = heapd__frame__unpack(NULL, raw->len, raw->data);
+            if (*m)
+                return HCX_OK;
+            hw_frame_free(raw);
+            return HCX_EDECODE;
+        }
+        rc = r->side.ops->next(r->side.data, timeout_ms, m, raw, e);
+        if (rc != HCX_OK || hcx_for(*m, id)) {
+            if (rc == HCX_OK && (*m)->id == id)
+                r->sock_id = id; /* a part of the reply came there: so does the rest */
+            return rc;
+        }
+        heapd__frame__free_unpacked(*m, NULL); /* a reply to an earlier request */
+        hw_frame_free(raw);
+    }
+}
+
+const hcx_ops hcr_ops = {
+    .carries = ring_carries,
+    .send = ring_send,
+    .await = ring_await,
+    .next = NULL,
+    .readable = NULL,
+};

@@ -372,10 +372,9 @@ static void json_stats(const heapc_daemon_stats *s, int full)
 
 /* ---- commands ------------------------------------------------------------- */
 
-/* `metrics [FILE]`: stdout, or FILE replaced atomically (FILE.tmp, rename),
- * so node_exporter's textfile collector never reads half a file. When heapd
- * cannot be reached the output still says so (heapd_up 0) and heapctl
- * exits 1. */
+/* `metrics [FILE]`: stdout, or FILE replaced atomically (heapctl_prom_file).
+ * When heapd cannot be reached the output still says so (heapd_up 0) and
+ * heapctl exits 1. */
 static int cmd_metrics(const char *sock, int timeout_ms, const char *file)
 {
     heapc *c = heapc_connect_timeout(sock, timeout_ms);
@@ -390,39 +389,10 @@ static int cmd_metrics(const char *sock, int timeout_ms, const char *file)
         s = NULL;
         rc = EXIT_OPFAIL;
     }
-    char tmp[4096];
-    FILE *f = stdout;
-    if (file) {
-        if (snprintf(tmp, sizeof tmp, "%s.tmp", file) >= (int)sizeof tmp) {
-            fprintf(stderr, "heapctl: metrics: the path %s is too long\n", file);
-            heapc_stats_free(s);
-            heapc_free_ctx(c);
-            return EXIT_OPFAIL;
-        }
-        f = fopen(tmp, "we");
-        if (!f) {
-            fprintf(stderr,
-                    "heapctl: metrics: cannot create %s: %s (does the directory exist, and may "
-                    "this user write it?)\n",
-                    tmp, strerror(errno));
-            heapc_stats_free(s);
-            heapc_free_ctx(c);
-            return EXIT_OPFAIL;
-        }
-    }
-    heapctl_prom_write(f, s);
+    int wrc = file ? heapctl_prom_file(file, s) : (heapctl_prom_write(stdout, s), fflush(stdout));
     heapc_stats_free(s);
     heapc_free_ctx(c);
-    if (file) {
-        int werr = ferror(f);
-        if (fclose(f) != 0 || werr || rename(tmp, file) != 0) {
-            fprintf(stderr, "heapctl: metrics: cannot write %s: %s\n", file, strerror(errno));
-            unlink(tmp);
-            return EXIT_OPFAIL;
-        }
-        return rc;
-    }
-    return fflush(stdout) == 0 ? rc : EXIT_OPFAIL;
+    return wrc == 0 ? rc : EXIT_OPFAIL;
 }
 
 static int cmd_heaps(heapc *c, int json)

@@ -9,5 +9,10 @@
 /* heapctl_prom.c: every family of `heapctl metrics` for s to f (s NULL: heapd
  * could not be reached: heapd_up 0 only). */
 void heapctl_prom_write(FILE *f, const heapc_daemon_stats *s);
+/* The same into `file`, replaced atomically so that node_exporter's textfile
+ * collector never reads half a file: a temporary file from mkstemp (O_EXCL:
+ * never a file, link or FIFO another user planted) in file's directory,
+ * chmod 0644, renamed over file. 0, or -1 after saying why on stderr. */
+int heapctl_prom_file(const char *file, const heapc_daemon_stats *s);
 
 #endif

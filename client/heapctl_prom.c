@@ -3,8 +3,13 @@
 #include "heapctl.h"
 #include "utf8.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* hu_len (common/utf8.h): names from heapd are bytes; output must be UTF-8. */
 #define utf8_len hu_len
@@ -211,4 +216,45 @@ void heapctl_prom_write(FILE *f, const heapc_daemon_stats *s)
     prom_heaps(&m, s);
     if (s->nheaps)
         prom_hists_ranks(&m, s);
+}
+
+/* ---- the textfile collector's file (issue 33 item 8) ----------------------- */
+
+static FILE *prom_tmp(const char *file, char *tmp, size_t tmplen)
+{
+    if (snprintf(tmp, tmplen, "%s.XXXXXX", file) >= (int)tmplen) {
+        fprintf(stderr, "heapctl: metrics: the path %s is too long\n", file);
+        return NULL;
+    }
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        fprintf(stderr,
+                "heapctl: metrics: cannot create %s: %s (does the directory exist, and may "
+                "this user write it?)\n",
+                tmp, strerror(errno));
+        return NULL;
+    }
+    FILE *f = fchmod(fd, 0644) == 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        fprintf(stderr, "heapctl: metrics: cannot prepare %s: %s\n", tmp, strerror(errno));
+        close(fd);
+        unlink(tmp);
+    }
+    return f;
+}
+
+int heapctl_prom_file(const char *file, const heapc_daemon_stats *s)
+{
+    char tmp[4096];
+    FILE *f = prom_tmp(file, tmp, sizeof tmp);
+    if (!f)
+        return -1;
+    heapctl_prom_write(f, s);
+    int werr = ferror(f);
+    if (fclose(f) != 0 || werr || rename(tmp, file) != 0) {
+        fprintf(stderr, "heapctl: metrics: cannot write %s: %s\n", file, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
 }

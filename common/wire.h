@@ -53,27 +53,37 @@
 #define HW_FDS_PER_MSG 250u        /* fds per sendmsg (kernel cap: 253) */
 #define HW_READ_BUF    (64u << 10) /* reader buffer size */
 
-/* Results that are not errors. */
-#define HW_AGAIN 0 /* need more bytes: wait for readability */
-#define HW_FRAME 1 /* a complete frame is in *out */
-#define HW_EOF   2 /* peer closed cleanly between frames */
+/* Every return code, one table: X(name, value, description). HW_AGAIN,
+ * HW_FRAME and HW_EOF are not errors; every error is negative. The table
+ * makes the constants (an enum), hw_strerror and hw_errdesc. */
+#define HW_CODE_MAP(X)                                                                                                 \
+    X(HW_AGAIN, 0, "need more bytes: wait for readability")                                                            \
+    X(HW_FRAME, 1, "a complete frame is in *out")                                                                      \
+    X(HW_EOF, 2, "peer closed cleanly between frames")                                                                 \
+    X(HW_ESYS, -1, "a system call failed; errno is preserved")                                                         \
+    X(HW_ENOMEM, -2, "out of memory")                                                                                  \
+    X(HW_EINVAL, -3, "bad argument")                                                                                   \
+    X(HW_ETOOBIG, -4, "payload longer than HW_FRAME_MAX")                                                              \
+    X(HW_ETOOMANYFDS, -5, "more than HW_FDS_MAX fds in a frame")                                                       \
+    X(HW_EFDS, -6, "fds do not match the frame (stray, missing, extra)")                                               \
+    X(HW_ECTRUNC, -7, "ancillary data truncated (MSG_CTRUNC)")                                                         \
+    X(HW_EPARTIAL, -8, "connection closed in the middle of a frame")                                                   \
+    X(HW_ETIMEDOUT, -9, "hw_recv_frame: no frame within the timeout")                                                  \
+    X(HW_EADDRINUSE, -10, "hw_listen_unix: the path is taken")                                                         \
+    X(HW_ENAMETOOLONG, -11, "socket path does not fit sun_path")                                                       \
+    X(HW_EBROKEN, -12, "reader already failed earlier")
 
-/* Errors (negative). */
-#define HW_ESYS         (-1)  /* a system call failed; errno is preserved */
-#define HW_ENOMEM       (-2)  /* out of memory */
-#define HW_EINVAL       (-3)  /* bad argument */
-#define HW_ETOOBIG      (-4)  /* payload longer than HW_FRAME_MAX */
-#define HW_ETOOMANYFDS  (-5)  /* more than HW_FDS_MAX fds in a frame */
-#define HW_EFDS         (-6)  /* fds do not match the frame (stray, missing, extra) */
-#define HW_ECTRUNC      (-7)  /* ancillary data truncated (MSG_CTRUNC) */
-#define HW_EPARTIAL     (-8)  /* connection closed in the middle of a frame */
-#define HW_ETIMEDOUT    (-9)  /* hw_recv_frame: no frame within the timeout */
-#define HW_EADDRINUSE   (-10) /* hw_listen_unix: the path is taken */
-#define HW_ENAMETOOLONG (-11) /* socket path does not fit sun_path */
-#define HW_EBROKEN      (-12) /* reader already failed earlier */
+enum {
+#define HW_CODE_ENUM(name, value, desc) name = value,
+    HW_CODE_MAP(HW_CODE_ENUM)
+#undef HW_CODE_ENUM
+};
 
-/* Short name of a return code ("HW_ETOOBIG"), for logs. Never NULL. */
+/* Short name of a return code ("HW_ETOOBIG"), for logs. Never NULL
+ * ("HW_E(unknown)" for a value not in the table). */
 const char *hw_strerror(int code);
+/* The code's one-line description (the table's); never NULL. */
+const char *hw_errdesc(int code);
 
 /* ---- received frames ------------------------------------------------- */
 

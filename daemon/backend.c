@@ -26,6 +26,30 @@ static void chunk_clear(hb_chunk *c)
     c->handle = 0;
 }
 
+const char *const hb_kind_names[HB_KIND_N] = {
+    [HB_KIND_AUTO] = "auto", [HB_KIND_CUDA] = "cuda", [HB_KIND_HOST] = "host"};
+
+int hb_kind_parse(const char *name)
+{
+    for (int k = 0; name && k < HB_KIND_N; k++)
+        if (strcmp(name, hb_kind_names[k]) == 0)
+            return k;
+    return -1;
+}
+
+const char *hb_kind_list(char *buf, size_t len, const char *last, int quoted)
+{
+    size_t n = 0;
+    if (len)
+        buf[0] = '\0';
+    for (int k = 0; k < HB_KIND_N && n < len; k++) {
+        const char *sep = k == 0 ? "" : k == HB_KIND_N - 1 ? last : ", ";
+        int w = snprintf(buf + n, len - n, quoted ? "%s\"%s\"" : "%s%s", sep, hb_kind_names[k]);
+        n += w > 0 ? (size_t)w : 0;
+    }
+    return buf;
+}
+
 int hb_open(const char *kind, hb_backend **out, char *err, size_t errlen)
 {
     if (!out)
@@ -33,13 +57,12 @@ int hb_open(const char *kind, hb_backend **out, char *err, size_t errlen)
     *out = NULL;
     if (err && errlen)
         err[0] = '\0';
-    if (!kind || !*kind)
-        kind = "auto";
-    if (strcmp(kind, "host") == 0)
+    int k = !kind || !*kind ? HB_KIND_AUTO : hb_kind_parse(kind);
+    if (k == HB_KIND_HOST)
         return hb_host_open(out, err, errlen);
-    if (strcmp(kind, "cuda") == 0)
+    if (k == HB_KIND_CUDA)
         return hb_cuda_open(out, err, errlen);
-    if (strcmp(kind, "auto") == 0) {
+    if (k == HB_KIND_AUTO) {
         int rc = hb_cuda_open(out, err, errlen);
         if (rc != HB_EUNAVAIL)
             return rc; /* a GPU is there: use it or report why not */
@@ -49,7 +72,9 @@ int hb_open(const char *kind, hb_backend **out, char *err, size_t errlen)
             return hb_host_open(out, err, errlen);
         return HB_OK;
     }
-    return hb_fail(err, errlen, HB_EINVAL, "unknown backend \"%s\": use \"auto\", \"cuda\" or \"host\"", kind);
+    char kinds[64];
+    return hb_fail(err, errlen, HB_EINVAL, "unknown backend \"%s\": use %s", kind,
+                   hb_kind_list(kinds, sizeof kinds, " or ", 1));
 }
 
 void hb_close(hb_backend *be)

@@ -67,8 +67,21 @@ typedef struct hb_chunk {
     uint64_t handle; /* opaque: the CUmemGenericAllocationHandle (cuda), 0 (host) */
 } hb_chunk;
 
-/* kind: "auto", "cuda" or "host" (NULL means "auto"). On success *out is a
- * backend to pass to hb_close, and err is empty, except when "auto" fell
+/* The kinds hb_open takes: the one list of the backends' names (heapd.conf's
+ * `backend`, heapd --backend), in the order sentences list them. */
+typedef enum hb_kind { HB_KIND_AUTO, HB_KIND_CUDA, HB_KIND_HOST, HB_KIND_N } hb_kind;
+extern const char *const hb_kind_names[HB_KIND_N];
+
+/* The hb_kind named `name`, or -1 (NULL or unknown). */
+int hb_kind_parse(const char *name);
+
+/* Writes every kind's name into buf for a sentence, ", " between them and
+ * `last` before the last one ("auto, cuda or host" with " or "), each in
+ * double quotes when `quoted`. Returns buf (cut at len, NUL-terminated). */
+const char *hb_kind_list(char *buf, size_t len, const char *last, int quoted);
+
+/* kind: one of hb_kind_names (NULL or "" means "auto"). On success *out is
+ * a backend to pass to hb_close, and err is empty, except when "auto" fell
  * back to host: then err says why cuda could not be used (the caller logs
  * it; the backend never does). */
 int hb_open(const char *kind, hb_backend **out, char *err, size_t errlen);

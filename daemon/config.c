@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "log.h"
 #include "size.h"
 #include "store.h"
@@ -32,6 +33,7 @@ void hd_config_defaults(hd_config *c)
     c->policy = HA_POLICY_COALESCE;
     c->collect_timeout_ms = 30000;
     c->max_clients = 1024;
+    c->admin_reserve = 8;
     c->max_clients_per_uid = 256;
     c->max_fds_per_uid = 4096;
     c->max_queue_per_uid = UINT64_C(64) << 20;
@@ -206,8 +208,9 @@ static int parse_socket_mode(parse_state *st, const key_desc *k, const char *val
 static int parse_backend(parse_state *st, const key_desc *k, const char *value)
 {
     (void)k;
-    if (strcmp(value, "auto") && strcmp(value, "cuda") && strcmp(value, "host"))
-        return key_msg(st, "backend: \"%s\" is not one of auto, cuda, host", value);
+    char kinds[64];
+    if (hb_kind_parse(value) < 0)
+        return key_msg(st, "backend: \"%s\" is not one of %s", value, hb_kind_list(kinds, sizeof kinds, ", ", 0));
     snprintf(st->cfg.backend, sizeof st->cfg.backend, "%s", value);
     return 1;
 }
@@ -237,6 +240,24 @@ static int parse_policy(parse_state *st, const key_desc *k, const char *value)
     (void)k;
     if (ha_policy_parse(value, &st->cfg.policy))
         return key_msg(st, "policy: \"%s\" is not one of coalesce, seed", value);
+    return 1;
+}
+
+/* Issue 33 item 1: a file readable by heapd only, "USER PASSWORD" or
+ * "PASSWORD" (checked now, read again when the store opens). */
+static int parse_store_credentials(parse_state *st, const key_desc *k, const char *value)
+{
+    hd_config *c = &st->cfg;
+    char why[600], user[128], pass[256];
+    (void)k;
+    if (strlen(value) >= sizeof c->store_credentials)
+        return key_msg(st, "store_credentials: the path is longer than %zu bytes", sizeof c->store_credentials - 1);
+    if (value[0] && hd_store_check_credentials(value, user, sizeof user, pass, sizeof pass, why, sizeof why)) {
+        explicit_bzero(pass, sizeof pass);
+        return key_msg(st, "%s", why);
+    }
+    explicit_bzero(pass, sizeof pass);
+    snprintf(c->store_credentials, sizeof c->store_credentials, "%s", value);
     return 1;
 }
 
@@ -337,6 +358,7 @@ static const key_desc keys[] = {
     {"quota_heap", parse_size_key, OFF(quota_heap), 0, 0, NULL, -1},
     {"quota_uid", parse_size_key, OFF(quota_uid), 0, 0, NULL, -1},
     {"store", parse_store, 0, 0, 0, NULL, -1},
+    {"store_credentials", parse_store_credentials, 0, 0, 0, NULL, -1},
     {"node", parse_node, 0, 0, 0, NULL, -1},
     {"admin_group", parse_admin_group, 0, 0, 0, NULL, -1},
     {"chunk_size", parse_size_key, OFF(chunk_size), 4096, 0, NULL, L_CHUNK},
@@ -346,6 +368,7 @@ static const key_desc keys[] = {
     {"collect_timeout_ms", parse_u32_key, OFF(collect_timeout_ms), 1, 86400000, "a number of milliseconds", -1},
     {"max_clients", parse_u32_key, OFF(max_clients), 1, 1000000, "a number", -1},
     /* Transport limits (issue 15): per uid (root exempt), per connection. */
+    {"admin_reserve", parse_u32_key, OFF(admin_reserve), 0, 1024, "a number of connections", -1},
     {"max_clients_per_uid", parse_u32_key, OFF(max_clients_per_uid), 1, 1000000, "a number", -1},
     {"max_fds_per_uid", parse_u32_key, OFF(max_fds_per_uid), 1, 1000000, "a number", -1},
     {"max_queue_per_uid", parse_size_key, OFF(max_queue_per_uid), 5 << 20, 0, NULL, -1},

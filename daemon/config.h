@@ -33,6 +33,7 @@ typedef struct hd_config {
     /* Limits. */
     uint32_t max_clients;
     /* Transport limits (issue 15): per uid (root is exempt), per connection. */
+    uint32_t admin_reserve;          /* connections past max_clients for root and admin_group */
     uint32_t max_clients_per_uid;    /* connections of one uid at once */
     uint32_t max_fds_per_uid;        /* received fds one uid's connections hold (partial frames, closing) */
     uint64_t max_queue_per_uid;      /* unsent reply bytes of one uid's connections */
@@ -55,6 +56,7 @@ typedef struct hd_config {
     /* Several nodes: the store that reconciles collects ("" : single node)
      * and this node's name in it (default: the host name). */
     char store[256];
+    char store_credentials[256]; /* the store's AUTH file ("" : none; issue 33 item 1) */
     char node[65];
     uint32_t meminfo_interval_ms; /* device memory sampling period */
     /* Request rings (issue 16, daemon/ring.h): offered at RingSetup when

@@ -201,11 +201,9 @@ static void ring_corrupt(void *arg, hd_ring *r, void *data, const char *why)
 
 static const hd_ring_handlers ring_handlers = {.on_request = ring_request, .on_corrupt = ring_corrupt};
 
-int hd_dispatch_rings(hd_dispatch *d, uv_loop_t *loop, const hd_config *cfg)
+int hd_dispatch_rings(hd_dispatch *d, uv_loop_t *loop, const hd_ring_opts *opts)
 {
-    if (!cfg->ring)
-        return 0;
-    return hd_rings_create(loop, cfg, &ring_handlers, d, &d->rings);
+    return hd_rings_create(loop, opts, &ring_handlers, d, &d->rings);
 }
 
 /* ---- one frame in ------------------------------------------------------- */

@@ -72,8 +72,10 @@ void hd_dispatch_stop(hd_session *s);
  * freed. */
 void hd_dispatch_closed(hd_dispatch *d, hd_session *s);
 
-/* Issue 16: serve request rings (RingSetup) with cfg's budgets (none when
- * cfg->ring is 0). 0, or -1 when out of memory. */
-int hd_dispatch_rings(hd_dispatch *d, uv_loop_t *loop, const hd_config *cfg);
+/* Issue 16: serve request rings (RingSetup) with opts' budgets (without
+ * this call RingSetup is refused: heapd.conf's ring = off). 0, or -1 when
+ * out of memory. */
+struct hd_ring_opts;
+int hd_dispatch_rings(hd_dispatch *d, uv_loop_t *loop, const struct hd_ring_opts *opts);
 
 #endif

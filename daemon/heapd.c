@@ -15,9 +15,11 @@
 #include "heap.h"
 #include "log.h"
 #include "notify.h"
+#include "ring.h"
 #include "server.h"
 #include "store.h"
 
+/* A printf format: %s is the backend kinds (hb_kind_list). */
 static const char usage[] = "usage: heapd [options]\n"
                             "\n"
                             "heapd owns GPU memory (or host memory) on this node and serves it to the ranks of\n"
@@ -27,7 +29,7 @@ static const char usage[] = "usage: heapd [options]\n"
                             "  -c, --config FILE     configuration file (default " HD_DEFAULT_CONFIG " if it exists)\n"
                             "      --check-config    check the configuration, print the effective values, and exit\n"
                             "  -s, --socket PATH     Unix socket to listen on (overrides `socket`)\n"
-                            "  -b, --backend KIND    auto, cuda or host (overrides `backend`)\n"
+                            "  -b, --backend KIND    %s (overrides `backend`)\n"
                             "  -l, --log-level LVL   error, warn, info or debug (overrides `log_level`)\n"
                             "  -h, --help            this help\n"
                             "  -V, --version         print the version\n"
@@ -69,9 +71,11 @@ static void store_watch_cb(uv_timer_t *t)
     if (!d->store)
         return;
     int ready = hd_store_ready(d->store);
+    const char *auth = hd_store_auth_error(d->store);
     if (ready != d->store_was_ready)
-        hd_log(ready ? HD_LOG_INFO : HD_LOG_WARN, "store %s is %s", hd_store_url(d->store),
-               ready ? "connected and subscribed" : "unreachable; reconnecting every 2 s");
+        hd_log(ready ? HD_LOG_INFO : HD_LOG_WARN, "store %s is %s%s%s", hd_store_url(d->store),
+               ready ? "connected and subscribed" : "unreachable; reconnecting every 2 s",
+               !ready && auth[0] ? ": " : "", !ready ? auth : "");
     d->store_was_ready = ready;
     if (!ready)
         hd_store_connect(d->store);
@@ -104,6 +108,32 @@ static void on_stop(uv_signal_t *s, int signum)
     uv_close((uv_handle_t *)&d->status, NULL);
 }
 
+/* The server's part of the configuration (at start; at SIGHUP the server
+ * keeps its socket and max_clients). */
+static hd_server_opts server_opts(const hd_config *c)
+{
+    _Static_assert(sizeof c->socket_path == sizeof((hd_server_opts *)0)->socket_path, "socket path sizes differ");
+    hd_server_opts o = {.socket_mode = c->socket_mode,
+                        .max_clients = c->max_clients,
+                        .admin_reserve = c->admin_reserve,
+                        .admin_gid = c->admin_gid,
+                        .max_clients_per_uid = c->max_clients_per_uid,
+                        .max_fds_per_uid = c->max_fds_per_uid,
+                        .max_queue_per_uid = c->max_queue_per_uid,
+                        .hello_timeout_ms = c->hello_timeout_ms,
+                        .max_frame_before_hello = c->max_frame_before_hello,
+                        .max_fds_per_conn = c->max_fds_per_conn,
+                        .max_queue_per_conn = c->max_queue_per_conn};
+    memcpy(o.socket_path, c->socket_path, sizeof o.socket_path);
+    return o;
+}
+
+/* The request rings' part (at start only: a SIGHUP does not change them). */
+static hd_ring_opts ring_opts(const hd_config *c)
+{
+    return (hd_ring_opts){.spin_us = c->ring_spin_us, .backoff_us = c->ring_backoff_us};
+}
+
 static void on_hup(uv_signal_t *s, int signum)
 {
     (void)signum;
@@ -127,16 +157,19 @@ static void on_hup(uv_signal_t *s, int signum)
         hd_warn("SIGHUP: backend changed to %s; restart heapd to apply (kept %s)", n.backend, d->cfg.backend);
     if (n.max_clients != d->cfg.max_clients)
         hd_warn("SIGHUP: max_clients changed; restart heapd to apply");
-    if (strcmp(n.store, d->cfg.store) || strcmp(n.node, d->cfg.node))
-        hd_warn("SIGHUP: store/node changed; restart heapd to apply");
+    if (strcmp(n.store, d->cfg.store) || strcmp(n.node, d->cfg.node) ||
+        strcmp(n.store_credentials, d->cfg.store_credentials))
+        hd_warn("SIGHUP: store/node/store_credentials changed; restart heapd to apply");
     snprintf(n.store, sizeof n.store, "%s", d->cfg.store);
+    snprintf(n.store_credentials, sizeof n.store_credentials, "%s", d->cfg.store_credentials);
     snprintf(n.node, sizeof n.node, "%s", d->cfg.node);
     snprintf(n.socket_path, sizeof n.socket_path, "%s", d->cfg.socket_path);
     n.socket_mode = d->cfg.socket_mode;
     snprintf(n.backend, sizeof n.backend, "%s", d->cfg.backend);
     n.max_clients = d->cfg.max_clients;
     d->cfg = n;
-    hd_server_set_config(d->srv, &n);
+    hd_server_opts so = server_opts(&n);
+    hd_server_set_opts(d->srv, &so);
     hd_log_set_level(n.log_level);
     hd_log_set_format(n.log_format);
     hd_registry_set_config(d->reg, &n);
@@ -156,6 +189,7 @@ static void print_config(const char *path, const hd_config *c)
            (unsigned long long)c->min_block, ha_policy_name(c->policy));
     printf("collect_timeout_ms = %u\nmax_clients = %u\nmeminfo_interval_ms = %u\n", c->collect_timeout_ms,
            c->max_clients, c->meminfo_interval_ms);
+    printf("admin_reserve = %u\n", c->admin_reserve);
     printf("max_clients_per_uid = %u\nmax_fds_per_uid = %u\nmax_queue_per_uid = %llu\n", c->max_clients_per_uid,
            c->max_fds_per_uid, (unsigned long long)c->max_queue_per_uid);
     printf("hello_timeout_ms = %u\nmax_frame_before_hello = %u\nmax_fds_per_conn = %u\nmax_queue_per_conn = %llu\n",
@@ -164,7 +198,13 @@ static void print_config(const char *path, const hd_config *c)
     printf("max_chunks = %u\nmax_blocks = %u\n", c->max_chunks, c->max_blocks);
     printf("admin_group = %s\nquota_heap = %llu\nquota_uid = %llu\n", c->admin_group, (unsigned long long)c->quota_heap,
            (unsigned long long)c->quota_uid);
-    printf("store = %s\nnode = %s\n", c->store, c->node);
+    /* A password in the store URL is never printed. */
+    const char *at = strchr(c->store, '@'), *pw = strchr(c->store + (c->store[0] ? 8 : 0), ':');
+    if (at && pw && pw < at)
+        printf("store = %.*s:***%s\n", (int)(pw - c->store), c->store, at);
+    else
+        printf("store = %s\n", c->store);
+    printf("store_credentials = %s\nnode = %s\n", c->store_credentials, c->node);
     printf("ring = %s\n", c->ring ? "on" : "off");
     if (c->ring_spin_us < 0)
         printf("ring_spin_us = auto\n");
@@ -212,9 +252,11 @@ static int parse_args(int argc, char **argv, daemon_state *d, cli_opts *cli)
         case 'l':
             cli->level = optarg;
             break;
-        case 'h':
-            fputs(usage, stdout);
+        case 'h': {
+            char kinds[64];
+            printf(usage, hb_kind_list(kinds, sizeof kinds, " or ", 0));
             return 0;
+        }
         case 'V':
             printf("heapd %s (protocol %d)\n", HEAPD_VERSION, HEAPD__CONST__PROTOCOL_VERSION);
             return 0;
@@ -252,8 +294,10 @@ static int load_config(daemon_state *d, const cli_opts *cli)
         snprintf(d->cfg.socket_path, sizeof d->cfg.socket_path, "%s", cli->socket);
     }
     if (cli->backend) {
-        if (strcmp(cli->backend, "auto") && strcmp(cli->backend, "cuda") && strcmp(cli->backend, "host")) {
-            fprintf(stderr, "heapd: --backend %s: must be auto, cuda or host\n", cli->backend);
+        if (hb_kind_parse(cli->backend) < 0) {
+            char kinds[64];
+            fprintf(stderr, "heapd: --backend %s: must be %s\n", cli->backend,
+                    hb_kind_list(kinds, sizeof kinds, " or ", 0));
             return 2;
         }
         snprintf(d->cfg.backend, sizeof d->cfg.backend, "%s", cli->backend);
@@ -315,7 +359,8 @@ static int open_store(daemon_state *d)
     char err[1024] = "";
     if (!d->cfg.store[0])
         return HEAPD_GO_ON;
-    if (hd_store_open(d->loop, d->cfg.store, d->cfg.node, &d->store, err, sizeof err)) {
+    hd_store_opts so = {.url = d->cfg.store, .node = d->cfg.node, .credentials = d->cfg.store_credentials};
+    if (hd_store_open_opts(d->loop, &so, &d->store, err, sizeof err)) {
         hd_error("store %s: %s", d->cfg.store, err);
         return 1;
     }
@@ -335,11 +380,14 @@ static int open_store(daemon_state *d)
 static int create_server(daemon_state *d)
 {
     char err[1024] = "";
-    if (hd_dispatch_create(d->reg, hb_name(d->be), &d->disp) || hd_dispatch_rings(d->disp, d->loop, &d->cfg)) {
+    hd_ring_opts ro = ring_opts(&d->cfg);
+    if (hd_dispatch_create(d->reg, hb_name(d->be), &d->disp) ||
+        (d->cfg.ring && hd_dispatch_rings(d->disp, d->loop, &ro))) {
         hd_error("out of memory");
         return 1;
     }
-    if (hd_server_create(d->loop, &d->cfg, hd_dispatch_handlers(), d->disp, &d->srv, err, sizeof err) ||
+    hd_server_opts so = server_opts(&d->cfg);
+    if (hd_server_create(d->loop, &so, hd_dispatch_handlers(), d->disp, &d->srv, err, sizeof err) ||
         hd_server_start(d->srv, err, sizeof err)) {
         hd_error("%s", err);
         hd_notify("STATUS=cannot listen");

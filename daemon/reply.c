@@ -9,7 +9,7 @@
 
 #include "log.h"
 #include "ring.h"
-#include "../common/ring.h"
+#include "ring_layout.h"
 #include "wire.h"
 
 static void pack_frame(const void *msg, uint8_t *out) { heapd__frame__pack(msg, out); }

@@ -14,7 +14,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "../common/ring.h"
+#include "ring_layout.h"
 
 /* An unanswered request: its id and number. */
 typedef struct pend {
@@ -71,7 +71,7 @@ static long ncpus(void)
 
 static void idle_cb(uv_idle_t *h);
 
-int hd_rings_create(uv_loop_t *loop, const hd_config *cfg, const hd_ring_handlers *h, void *arg, hd_rings **out)
+int hd_rings_create(uv_loop_t *loop, const hd_ring_opts *opts, const hd_ring_handlers *h, void *arg, hd_rings **out)
 {
     hd_rings *rs = calloc(1, sizeof *rs);
     if (!rs)
@@ -80,8 +80,8 @@ int hd_rings_create(uv_loop_t *loop, const hd_config *cfg, const hd_ring_handler
     rs->h = *h;
     rs->arg = arg;
     int many = ncpus() > 2;
-    long spin = cfg->ring_spin_us >= 0 ? cfg->ring_spin_us : (many ? 50 : 0);
-    long back = cfg->ring_backoff_us >= 0 ? cfg->ring_backoff_us : (many ? 500 : 0);
+    long spin = opts->spin_us >= 0 ? opts->spin_us : (many ? 50 : 0);
+    long back = opts->backoff_us >= 0 ? opts->backoff_us : (many ? 500 : 0);
     rs->spin_ns = (uint64_t)spin * 1000u;
     rs->backoff_ns = (uint64_t)back * 1000u;
     uv_idle_init(loop, &rs->idle);

@@ -1,6 +1,6 @@
 /* ring.h - heapd's side of the request rings (issue 16): a second transport
  * beside server.c. One ring per client that asked for one (RingSetup over
- * its socket): a sealed memfd (common/ring.h has the layout and its
+ * its socket): a sealed memfd (common/ring_layout.h has the layout and its
  * invariants) and an eventfd doorbell the libuv loop watches (uv_poll).
  * It knows no message: each request slot's payload goes up to the handlers
  * its creator gave (dispatch.c), with the `void *data` of its ring.
@@ -9,9 +9,10 @@
  * poll) wakes it; after its last request heapd busy-polls it for spin_us
  * (an idle handle keeps the loop from blocking), then for backoff_us polls
  * it once per loop turn with a sched_yield() between turns, then sets
- * srv_sleeping and sleeps on the doorbell. spin_us and backoff_us come from
- * heapd.conf (ring_spin_us, ring_backoff_us; auto: 50 and 500 us with more
- * than 2 cores, 0 and 0 otherwise).
+ * srv_sleeping and sleeps on the doorbell. spin_us and backoff_us are
+ * hd_ring_opts' (heapd fills them from heapd.conf's ring_spin_us and
+ * ring_backoff_us); auto: 50 and 500 us with more than 2 cores, 0 and 0
+ * otherwise.
  *
  * What it promises to its user:
  *   - on_request is called once per request, in ring order, on the loop
@@ -26,17 +27,21 @@
  *     socket.
  *   - hd_ring_close frees the ring (memfd, eventfd, handle); the client's
  *     mapping stays valid until it unmaps it. */
-#ifndef HEAPD_RING_H_DAEMON
-#define HEAPD_RING_H_DAEMON
+#ifndef HEAPD_RING_H
+#define HEAPD_RING_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
 
-#include "config.h"
-
 typedef struct hd_rings hd_rings;
 typedef struct hd_ring hd_ring;
+
+/* The polling budgets of every ring, in microseconds; -1: auto (above). */
+typedef struct hd_ring_opts {
+    long spin_us;
+    long backoff_us;
+} hd_ring_opts;
 
 typedef struct hd_ring_handlers {
     /* Request `id` from ring r: len payload bytes (valid during the call). */
@@ -51,7 +56,7 @@ typedef struct hd_ring_setup {
     uint32_t nslots, slot_size;
 } hd_ring_setup;
 
-int hd_rings_create(uv_loop_t *loop, const hd_config *cfg, const hd_ring_handlers *h, void *arg, hd_rings **out);
+int hd_rings_create(uv_loop_t *loop, const hd_ring_opts *opts, const hd_ring_handlers *h, void *arg, hd_rings **out);
 /* Every ring must be closed. */
 void hd_rings_destroy(hd_rings *rs);
 /* The polling budgets in effect (after auto). */

@@ -253,16 +253,16 @@ static void conn_check_queue(hd_conn *c)
     hd_server *s = c->srv;
     if (c->dead)
         return;
-    if (c->queued > s->cfg.max_queue_per_conn)
+    if (c->queued > s->opts.max_queue_per_conn)
         hd_server_conn_kill_limit(c,
                                   "%zu bytes of replies are not read, over max_queue_per_conn = %llu (a client must "
                                   "read its replies; raise max_queue_per_conn in heapd.conf if this one is legitimate)",
-                                  c->queued, (unsigned long long)s->cfg.max_queue_per_conn);
-    else if (c->u && c->u->queued > s->cfg.max_queue_per_uid)
+                                  c->queued, (unsigned long long)s->opts.max_queue_per_conn);
+    else if (c->u && c->u->queued > s->opts.max_queue_per_uid)
         hd_server_conn_kill_limit(c,
                                   "the uid's %u connections leave %zu bytes of replies unread, over max_queue_per_uid "
                                   "= %llu (raise max_queue_per_uid in heapd.conf if this is legitimate)",
-                                  c->u->conns, c->u->queued, (unsigned long long)s->cfg.max_queue_per_uid);
+                                  c->u->conns, c->u->queued, (unsigned long long)s->opts.max_queue_per_uid);
 }
 
 static void conn_flush(hd_conn *c)
@@ -326,7 +326,7 @@ void hd_conn_close_after_flush(hd_conn *c)
 void hd_conn_admit(hd_conn *c)
 {
     c->admitted = true;
-    hw_reader_set_limits(&c->rd, 0, c->srv->cfg.max_fds_per_conn);
+    hw_reader_set_limits(&c->rd, 0, c->srv->opts.max_fds_per_conn);
 }
 
 /* Handles the frames the client sent, HD_FRAMES_PER_TURN at most: the rest
@@ -347,12 +347,12 @@ static void conn_read(hd_conn *c)
         char err[256];
         int rc = hw_read(c->fd, &c->rd, &fr, err, sizeof err);
         conn_account(c);
-        if (c->u && !c->u->paused && c->u->held + c->u->closing >= s->cfg.max_fds_per_uid) {
+        if (c->u && !c->u->paused && c->u->held + c->u->closing >= s->opts.max_fds_per_uid) {
             c->u->paused = true;
             if (hd_server_limit_log_ok(s))
                 hd_warn("uid %ld: its connections hold %zu received fds (%zu being closed), the max_fds_per_uid "
                         "limit of %u; not reading its connections until they are closed",
-                        (long)c->uid, c->u->held + c->u->closing, c->u->closing, s->cfg.max_fds_per_uid);
+                        (long)c->uid, c->u->held + c->u->closing, c->u->closing, s->opts.max_fds_per_uid);
         }
         if (rc == HW_AGAIN) {
             if (!hw_reader_buffered(&c->rd) && c->rd.buf) {
@@ -437,7 +437,7 @@ static void idle_cb(uv_idle_t *i)
 
 static int mkdir_parent(const char *path)
 {
-    char dir[sizeof((hd_config *)0)->socket_path];
+    char dir[sizeof((hd_server_opts *)0)->socket_path];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
     if (!slash || slash == dir)
@@ -454,7 +454,7 @@ static int mkdir_parent(const char *path)
     return 0;
 }
 
-int hd_server_create(uv_loop_t *loop, const hd_config *cfg, const hd_server_handlers *handlers, void *arg,
+int hd_server_create(uv_loop_t *loop, const hd_server_opts *opts, const hd_server_handlers *handlers, void *arg,
                      hd_server **out, char *err, size_t errlen)
 {
     hd_server *s = calloc(1, sizeof *s);
@@ -463,7 +463,7 @@ int hd_server_create(uv_loop_t *loop, const hd_config *cfg, const hd_server_hand
         return -1;
     }
     s->loop = loop;
-    s->cfg = *cfg;
+    s->opts = *opts;
     s->h = *handlers;
     s->arg = arg;
     s->lfd = -1;
@@ -487,20 +487,20 @@ int hd_server_create(uv_loop_t *loop, const hd_config *cfg, const hd_server_hand
         hd_info("using the socket passed by systemd (socket activation)");
     } else {
         char why[512];
-        if (mkdir_parent(cfg->socket_path)) {
-            snprintf(err, errlen, "cannot create the directory of socket %s: %s", cfg->socket_path, strerror(errno));
+        if (mkdir_parent(opts->socket_path)) {
+            snprintf(err, errlen, "cannot create the directory of socket %s: %s", opts->socket_path, strerror(errno));
             free(s);
             return -1;
         }
-        mode_t old = umask(0777 & ~cfg->socket_mode);
-        int fd = hw_listen_unix(cfg->socket_path, 128, why, sizeof why);
+        mode_t old = umask(0777 & ~opts->socket_mode);
+        int fd = hw_listen_unix(opts->socket_path, 128, why, sizeof why);
         umask(old);
         if (fd < 0) {
             snprintf(err, errlen, "%s", why);
             free(s);
             return -1;
         }
-        chmod(cfg->socket_path, cfg->socket_mode);
+        chmod(opts->socket_path, opts->socket_mode);
         s->lfd = fd;
     }
     if (hw_set_nonblock(s->lfd)) {
@@ -525,15 +525,18 @@ int hd_server_create(uv_loop_t *loop, const hd_config *cfg, const hd_server_hand
     return 0;
 }
 
-void hd_server_set_config(hd_server *s, const hd_config *cfg)
+void hd_server_set_opts(hd_server *s, const hd_server_opts *opts)
 {
-    uint32_t max_clients = s->cfg.max_clients;
-    s->cfg = *cfg;
-    s->cfg.max_clients = max_clients;
+    hd_server_opts o = *opts;
+    memcpy(o.socket_path, s->opts.socket_path, sizeof o.socket_path);
+    o.socket_mode = s->opts.socket_mode;
+    o.max_clients = s->opts.max_clients;
+    s->opts = o;
     if (uv_is_active((uv_handle_t *)&s->sweep))
-        uv_timer_start(&s->sweep, hd_server_sweep_cb, hd_server_sweep_period(&s->cfg), hd_server_sweep_period(&s->cfg));
+        uv_timer_start(&s->sweep, hd_server_sweep_cb, hd_server_sweep_period(&s->opts),
+                       hd_server_sweep_period(&s->opts));
     for (hd_conn *c = s->conns; c; c = c->next)
-        hw_reader_set_limits(&c->rd, c->admitted ? 0 : s->cfg.max_frame_before_hello, s->cfg.max_fds_per_conn);
+        hw_reader_set_limits(&c->rd, c->admitted ? 0 : s->opts.max_frame_before_hello, s->opts.max_fds_per_conn);
 }
 
 int hd_server_start(hd_server *s, char *err, size_t errlen)
@@ -546,7 +549,7 @@ int hd_server_start(hd_server *s, char *err, size_t errlen)
     s->lpoll.data = s;
     uv_poll_start(&s->lpoll, UV_READABLE, hd_server_accept_cb);
     s->listening = true;
-    uv_timer_start(&s->sweep, hd_server_sweep_cb, hd_server_sweep_period(&s->cfg), hd_server_sweep_period(&s->cfg));
+    uv_timer_start(&s->sweep, hd_server_sweep_cb, hd_server_sweep_period(&s->opts), hd_server_sweep_period(&s->opts));
     uv_unref((uv_handle_t *)&s->sweep);
     uv_unref((uv_handle_t *)&s->resume);
     return 0;
@@ -564,7 +567,7 @@ void hd_server_shutdown(hd_server *s)
     }
     if (!s->activated) {
         close(s->lfd);
-        unlink(s->cfg.socket_path);
+        unlink(s->opts.socket_path);
     }
     s->lfd = -1;
     uv_timer_stop(&s->sweep);

@@ -20,7 +20,8 @@
  *   - Received fds are never closed on the loop thread: a client can pass a
  *     socket whose close() blocks (SO_LINGER with unsent data). They go to a
  *     small pool of closer threads, and count against their uid until closed.
- *   - Limits (heapd.conf, docs/operations.md): per uid (root exempt)
+ *   - Limits (hd_server_opts; heapd fills them from heapd.conf's keys of the
+ *     same names, docs/operations.md): per uid (root exempt)
  *     max_clients_per_uid, max_fds_per_uid, max_queue_per_uid; per
  *     connection hello_timeout_ms, max_frame_before_hello (until
  *     hd_conn_admit), max_fds_per_conn, max_queue_per_conn; and max_clients.
@@ -40,7 +41,26 @@
 
 typedef struct hd_conn hd_conn;
 typedef struct hd_server hd_server;
-struct hd_config;
+
+/* What the server needs to know: where it listens and its limits (see
+ * above). The server reads no configuration file: its creator fills this. */
+typedef struct hd_server_opts {
+    char socket_path[108]; /* a sockaddr_un's sun_path */
+    unsigned socket_mode;  /* permissions of the socket file */
+    uint32_t max_clients;
+    /* Connections beyond max_clients that only root and admin_gid's members
+     * may open, so that an operator's heapctl gets in when tenants filled
+     * max_clients (issue 33 item 6). admin_gid < 0: root only. */
+    uint32_t admin_reserve;
+    long admin_gid;
+    uint32_t max_clients_per_uid;
+    uint32_t max_fds_per_uid;
+    uint64_t max_queue_per_uid;
+    uint32_t hello_timeout_ms;
+    uint32_t max_frame_before_hello;
+    uint32_t max_fds_per_conn;
+    uint64_t max_queue_per_conn;
+} hd_server_opts;
 
 /* Why a new connection is refused (on_refuse). */
 typedef enum hd_refusal {
@@ -89,11 +109,12 @@ hd_frame_sink hd_conn_sink(hd_conn *c);
 
 /* Creates the server: binds (or adopts the socket-activated fd), but does not
  * start accepting until hd_server_start. */
-int hd_server_create(uv_loop_t *loop, const struct hd_config *cfg, const hd_server_handlers *handlers, void *arg,
+int hd_server_create(uv_loop_t *loop, const hd_server_opts *opts, const hd_server_handlers *handlers, void *arg,
                      hd_server **out, char *err, size_t errlen);
 int hd_server_start(hd_server *s, char *err, size_t errlen);
-/* The limits of cfg apply from now on (SIGHUP); max_clients stays. */
-void hd_server_set_config(hd_server *s, const struct hd_config *cfg);
+/* The limits of opts apply from now on (SIGHUP); socket_path, socket_mode
+ * and max_clients stay as they were created. */
+void hd_server_set_opts(hd_server *s, const hd_server_opts *opts);
 /* Stops accepting, lets every client hear why (on_stop), closes connections. */
 void hd_server_shutdown(hd_server *s);
 /* After hd_server_shutdown and a uv_run that closed the connections: stops

@@ -18,34 +18,52 @@
 /* Supplementary groups of a peer as the kernel recorded them at connect
  * (SO_PEERGROUPS, Linux 4.13): no /proc lookup, which ProtectProc=invisible
  * hides and a reused pid would answer wrongly. */
-static void read_groups(hd_conn *c)
+/* The peer's supplementary groups (SO_PEERGROUPS) into *out (malloc'd, NULL
+ * when none or unreadable); returns their number. */
+static int read_groups(int fd, gid_t **out)
 {
     gid_t small[64];
     socklen_t len = sizeof small;
     gid_t *g = small;
-    if (getsockopt(c->fd, SOL_SOCKET, SO_PEERGROUPS, g, &len) < 0) {
+    *out = NULL;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g, &len) < 0) {
         if (errno != ERANGE)
-            return;
+            return 0;
         g = malloc(len);
-        if (!g || getsockopt(c->fd, SOL_SOCKET, SO_PEERGROUPS, g, &len) < 0) {
+        if (!g || getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g, &len) < 0) {
             free(g);
-            return;
+            return 0;
         }
     }
     int n = (int)(len / sizeof(gid_t));
     if (!n) {
         if (g != small)
             free(g);
-        return;
+        return 0;
     }
     if (g == small) {
         g = malloc(len);
         if (!g)
-            return;
+            return 0;
         memcpy(g, small, len);
     }
-    c->groups = g;
-    c->ngroups = n;
+    *out = g;
+    return n;
+}
+
+/* Root or a member of admin_gid: may use the admin_reserve connections. */
+static int peer_admin(const hd_server *s, const struct ucred *cr, const gid_t *g, int n)
+{
+    if (cr->uid == 0)
+        return 1;
+    if (s->opts.admin_gid < 0)
+        return 0;
+    if ((long)cr->gid == s->opts.admin_gid)
+        return 1;
+    for (int i = 0; i < n; i++)
+        if ((long)g[i] == s->opts.admin_gid)
+            return 1;
+    return 0;
 }
 /* ---- limit logs ---------------------------------------------------------- */
 
@@ -96,7 +114,7 @@ hd_uid *hd_server_uid_get(hd_server *s, uid_t uid)
 /* Frees an unused entry; resumes its connections when its fds dropped. */
 void hd_server_uid_check(hd_server *s, hd_uid *u)
 {
-    if (u->paused && u->held + u->closing < s->cfg.max_fds_per_uid) {
+    if (u->paused && u->held + u->closing < s->opts.max_fds_per_uid) {
         u->paused = false;
         for (hd_conn *c = s->conns; c; c = c->next)
             if (c->u == u)
@@ -186,33 +204,40 @@ void hd_server_accept_cb(uv_poll_t *p, int status, int events)
             close(fd);
             continue;
         }
-        if (s->nconns >= s->cfg.max_clients) {
-            refuse(s, fd, &cr, HD_REFUSE_MAX_CLIENTS, s->cfg.max_clients);
+        gid_t *groups;
+        int ngroups = read_groups(fd, &groups);
+        if (s->nconns >= s->opts.max_clients &&
+            (s->nconns >= s->opts.max_clients + s->opts.admin_reserve || !peer_admin(s, &cr, groups, ngroups))) {
+            free(groups);
+            refuse(s, fd, &cr, HD_REFUSE_MAX_CLIENTS, s->opts.max_clients);
             continue;
         }
         hd_uid *u = hd_server_uid_get(s, cr.uid);
-        if (u && u->conns >= s->cfg.max_clients_per_uid) {
-            refuse(s, fd, &cr, HD_REFUSE_UID_CLIENTS, s->cfg.max_clients_per_uid);
+        if (u && u->conns >= s->opts.max_clients_per_uid) {
+            free(groups);
+            refuse(s, fd, &cr, HD_REFUSE_UID_CLIENTS, s->opts.max_clients_per_uid);
             continue;
         }
         hd_conn *c = calloc(1, sizeof *c);
         if (!c) {
+            free(groups);
             close(fd);
             if (u)
                 hd_server_uid_check(s, u);
             continue;
         }
+        c->groups = groups;
+        c->ngroups = ngroups;
         c->fd = fd;
         c->srv = s;
         hw_reader_init(&c->rd);
-        hw_reader_set_limits(&c->rd, s->cfg.max_frame_before_hello, s->cfg.max_fds_per_conn);
+        hw_reader_set_limits(&c->rd, s->opts.max_frame_before_hello, s->opts.max_fds_per_conn);
         hw_reader_set_closer(&c->rd, hd_server_conn_close_fd, c);
         hw_writer_init(&c->wr);
         c->pid = cr.pid;
         c->uid = cr.uid;
         c->gid = cr.gid;
         c->opened_ms = uv_now(s->loop);
-        read_groups(c);
         if (s->h.on_open(s->arg, c) || uv_poll_init(s->loop, &c->poll, fd)) {
             if (c->data)
                 s->h.on_closed(s->arg, c);
@@ -245,16 +270,16 @@ void hd_server_sweep_cb(uv_timer_t *t)
     hd_server *s = t->data;
     uint64_t now = uv_now(s->loop);
     for (hd_conn *c = s->conns; c; c = c->next)
-        if (!c->admitted && !c->dead && now - c->opened_ms >= s->cfg.hello_timeout_ms)
-            hd_server_conn_kill_limit(c, "no Hello within hello_timeout_ms = %u ms", s->cfg.hello_timeout_ms);
+        if (!c->admitted && !c->dead && now - c->opened_ms >= s->opts.hello_timeout_ms)
+            hd_server_conn_kill_limit(c, "no Hello within hello_timeout_ms = %u ms", s->opts.hello_timeout_ms);
     if (s->freed >= HD_TRIM_BYTES) {
         s->freed = 0;
         malloc_trim(0);
     }
 }
 
-uint64_t hd_server_sweep_period(const hd_config *cfg)
+uint64_t hd_server_sweep_period(const hd_server_opts *opts)
 {
-    uint64_t p = cfg->hello_timeout_ms / 4;
+    uint64_t p = opts->hello_timeout_ms / 4;
     return p < 10 ? 10 : p > 1000 ? 1000 : p;
 }

@@ -8,7 +8,6 @@
 #include <stdint.h>
 
 #include "closer.h"
-#include "config.h"
 #include "server.h"
 #include "wire.h"
 
@@ -64,7 +63,7 @@ struct hd_conn {
 
 struct hd_server {
     uv_loop_t *loop;
-    hd_config cfg;
+    hd_server_opts opts;
     hd_server_handlers h;
     void *arg;
     int lfd;
@@ -93,7 +92,7 @@ void hd_server_uid_check(hd_server *s, hd_uid *u);
 void hd_server_accept_cb(uv_poll_t *p, int status, int events);
 void hd_server_accept_resume(hd_server *s);
 void hd_server_sweep_cb(uv_timer_t *t);
-uint64_t hd_server_sweep_period(const hd_config *cfg);
+uint64_t hd_server_sweep_period(const hd_server_opts *opts);
 
 /* server.c */
 void hd_server_conn_poll_cb(uv_poll_t *p, int status, int events);

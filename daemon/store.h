@@ -52,8 +52,29 @@ typedef struct hd_store hd_store;
  * host name is resolved with uv_getaddrinfo); failures surface at the first
  * collect. Returns 0, or <0 with err filled. */
 int hd_store_open(uv_loop_t *loop, const char *url, const char *node, hd_store **out, char *err, size_t errlen);
+/* What heapd opens the store with (issue 33 item 1). url may carry
+ * credentials: "redis://[USER[:PASSWORD]@]HOST[:PORT]" (":PASSWORD@" alone:
+ * the default user); credentials, when not NULL or "", is a file readable by
+ * heapd's user only (hd_store_check_credentials) whose first line is
+ * "USER PASSWORD" or "PASSWORD". With either, every connection sends AUTH
+ * before anything else; a refused AUTH fails the pending requests with a
+ * message naming the user and what to check. */
+typedef struct hd_store_opts {
+    const char *url;
+    const char *node;
+    const char *credentials;
+} hd_store_opts;
+int hd_store_open_opts(uv_loop_t *loop, const hd_store_opts *o, hd_store **out, char *err, size_t errlen);
+/* Reads and checks a credentials file as hd_store_open_opts would: 0 with
+ * user ("" for the default user) and pass filled, or -1 with err saying what
+ * is wrong (missing, not a regular file, readable or writable by group or
+ * others, owned by another user, empty, too long). */
+int hd_store_check_credentials(const char *path, char *user, size_t userlen, char *pass, size_t passlen, char *err,
+                               size_t errlen);
+/* The last AUTH refusal ("" : none since the last successful AUTH). */
+const char *hd_store_auth_error(const hd_store *s);
 /* Checks url with hd_store_open's parser (nothing connects): 0, or -1 with
- * err saying what is wrong (credentials, port out of 1..65535, a database
+ * err saying what is wrong (a user without a password, port out of 1..65535, a database
  * number, no host). heapd --check-config uses it. */
 int hd_store_check_url(const char *url, char *err, size_t errlen);
 /* Pending collects and force publishes get an error callback ("heapd is

@@ -123,9 +123,15 @@ static void conn_start(hd_store *s, conn *c)
         return;
     }
     c->ac = ac;
-    c->connected = c->nsubs = c->script_sent = 0;
+    c->connected = c->nsubs = c->script_sent = c->auth_failed = 0;
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    if (hd_store_auth_send(s, ac) != 0) {
+        c->ac = NULL;
+        redisAsyncFree(ac);
+        fail_queued(s, "cannot queue AUTH");
+        return;
+    }
     if (c == &s->sub && redisAsyncCommand(ac, hd_store_on_sub, NULL, "SUBSCRIBE %s %s", s->node_chan,
                                           HD_STORE_FORCE_CHANNEL) != REDIS_OK) {
         c->ac = NULL;
@@ -168,6 +174,10 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     char why[160];
     if (!c)
         return;
+    if (c->auth_failed) {
+        conn_lost(s, c, s->auth_err);
+        return;
+    }
     snprintf(why, sizeof why, "%s",
              ac->c.err        ? ac->c.errstr
              : s->drop_reason ? s->drop_reason
@@ -319,6 +329,34 @@ void hd_store_kick(hd_store *s)
 
 /* ---- API ----------------------------------------------------------------- */
 
+/* "USER:PASSWORD@", ":PASSWORD@" or "USER@" (the password then comes from
+ * the credentials file) before the host; *p moves past it. */
+static int parse_userinfo(hd_store *s, const char *url, const char **p, char *err, size_t errlen)
+{
+    const char *at = strchr(*p, '@');
+    if (!at)
+        return 0;
+    const char *colon = memchr(*p, ':', (size_t)(at - *p));
+    size_t ul = (size_t)((colon ? colon : at) - *p);
+    size_t pl = colon ? (size_t)(at - colon - 1) : 0;
+    if (ul >= sizeof s->user || pl >= sizeof s->pass || memchr(at + 1, '@', strlen(at + 1))) {
+        hd_store_seterr(err, errlen, "store URL \"%s\": the user or password is too long, or '@' appears twice", url);
+        return -1;
+    }
+    memcpy(s->user, *p, ul);
+    s->user[ul] = 0;
+    if (colon)
+        memcpy(s->pass, colon + 1, pl);
+    s->pass[pl] = 0;
+    if (!s->pass[0] && !s->user[0]) {
+        hd_store_seterr(err, errlen, "store URL \"%s\": '@' with neither a user nor a password", url);
+        return -1;
+    }
+    s->have_auth = 1;
+    *p = at + 1;
+    return 0;
+}
+
 static int parse_url(hd_store *s, const char *url, char *err, size_t errlen)
 {
     const char *p, *hs, *he, *rest;
@@ -331,13 +369,8 @@ static int parse_url(hd_store *s, const char *url, char *err, size_t errlen)
         return -1;
     }
     p = url + sizeof scheme - 1;
-    if (strchr(p, '@')) {
-        hd_store_seterr(err, errlen,
-                        "store URL \"%s\": credentials in the URL are not supported; give Redis access "
-                        "by network (bind, firewall) instead",
-                        url);
+    if (parse_userinfo(s, url, &p, err, errlen) != 0)
         return -1;
-    }
     if (*p == '[') {
         hs = p + 1;
         he = strchr(hs, ']');
@@ -403,7 +436,45 @@ int hd_store_check_url(const char *url, char *err, size_t errlen)
 
 int hd_store_open(uv_loop_t *loop, const char *url, const char *node, hd_store **out, char *err, size_t errlen)
 {
+    hd_store_opts o = {.url = url, .node = node, .credentials = NULL};
+    return hd_store_open_opts(loop, &o, out, err, errlen);
+}
+
+/* The credentials file beside the URL's: the password once, from one place. */
+static int load_credentials(hd_store *s, const char *path, char *err, size_t errlen)
+{
+    if (path && path[0]) {
+        char user[sizeof s->user];
+        if (s->pass[0]) {
+            hd_store_seterr(err, errlen,
+                            "the store URL has a password and store_credentials is set too: give it once "
+                            "(store_credentials, readable by heapd only, is the safer place)");
+            return -1;
+        }
+        if (hd_store_check_credentials(path, user, sizeof user, s->pass, sizeof s->pass, err, errlen) != 0)
+            return -1;
+        if (user[0] && s->user[0] && strcmp(user, s->user)) {
+            hd_store_seterr(err, errlen, "store_credentials %s names user \"%s\" but the store URL user \"%s\"", path,
+                            user, s->user);
+            return -1;
+        }
+        if (user[0])
+            snprintf(s->user, sizeof s->user, "%s", user);
+        s->have_auth = 1;
+    } else if (s->have_auth && !s->pass[0]) {
+        hd_store_seterr(err, errlen,
+                        "the store URL names user \"%s\" without a password: put the password in a file "
+                        "readable by heapd only and set store_credentials to it",
+                        s->user);
+        return -1;
+    }
+    return 0;
+}
+
+int hd_store_open_opts(uv_loop_t *loop, const hd_store_opts *o, hd_store **out, char *err, size_t errlen)
+{
     hd_store *s;
+    const char *url = o ? o->url : NULL, *node = o ? o->node : NULL;
     size_t nl = node ? strlen(node) : 0;
 
     if (out)
@@ -426,7 +497,8 @@ int hd_store_open(uv_loop_t *loop, const char *url, const char *node, hd_store *
         hd_store_seterr(err, errlen, "out of memory creating the store");
         return -1;
     }
-    if (parse_url(s, url, err, errlen) != 0) {
+    if (parse_url(s, url, err, errlen) != 0 || load_credentials(s, o->credentials, err, errlen) != 0) {
+        explicit_bzero(s->pass, sizeof s->pass);
         free(s);
         return -1;
     }

@@ -101,6 +101,7 @@ typedef struct conn {
     int connected;   /* the connect callback said OK */
     int nsubs;       /* sub: subscriptions confirmed */
     int script_sent; /* cmd: the script was sent with EVAL on this connection */
+    int auth_failed; /* Redis refused this connection's AUTH (s->auth_err says how) */
 } conn;
 
 typedef struct force_note {
@@ -149,6 +150,11 @@ struct hd_store {
     int closing;
     int nhandles; /* defer + request timers + getaddrinfo in flight */
     const char *drop_reason;
+    /* AUTH (issue 33 item 1): have_auth => pass != "" (user "": the default
+     * user); auth_err: the last refusal, "" after a successful AUTH. */
+    int have_auth;
+    char user[128], pass[256];
+    char auth_err[1024];
 };
 
 /* ---- store_redis.c: connections and the script ------------------------- */
@@ -168,6 +174,9 @@ int hd_store_send_script(hd_store *s, req *q, redisCallbackFn *fn, const char *o
 
 /* ---- store_redis_req.c: requests --------------------------------------- */
 
+/* store_redis_auth.c: queues AUTH on ac when the store has credentials
+ * (before anything else on that connection): 0, or -1 if it cannot. */
+int hd_store_auth_send(hd_store *s, redisAsyncContext *ac);
 void hd_store_seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 char *hd_store_xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* 1 when name is 1 to HD_STORE_NAME_MAX bytes, else 0 with err filled. */

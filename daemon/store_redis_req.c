@@ -48,8 +48,10 @@ int hd_store_name_ok(const char *what, const char *name, char *err, size_t errle
 
 void hd_store_maybe_free(hd_store *s)
 {
-    if (s->closing && s->nhandles == 0)
+    if (s->closing && s->nhandles == 0) {
+        explicit_bzero(s->pass, sizeof s->pass);
         free(s);
+    }
 }
 
 static void req_free(req *q)

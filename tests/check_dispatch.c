@@ -17,8 +17,9 @@
 
 #include "check_util.h"
 #include "dispatch.h"
+#include "ring.h"
 #include "log.h"
-#include "../common/ring.h"
+#include "ring_layout.h"
 
 typedef struct got {
     int errors, hellos, closes, admits, attaches, allocs, ring_setups, frames;
@@ -110,9 +111,8 @@ static void setup(void)
     cfg.chunk_size = 1 << 20;
     ck_assert_int_eq(hd_registry_create(&loop, be, &cfg, &reg), 0);
     ck_assert_int_eq(hd_dispatch_create(reg, "host", &disp), 0);
-    cfg.ring = 1;
-    cfg.ring_spin_us = cfg.ring_backoff_us = 0;
-    ck_assert_int_eq(hd_dispatch_rings(disp, &loop, &cfg), 0);
+    hd_ring_opts ro = {.spin_us = 0, .backoff_us = 0};
+    ck_assert_int_eq(hd_dispatch_rings(disp, &loop, &ro), 0);
     for (int i = 0; i < 2; i++) {
         hd_client c = {.pid = 2000 + i,
                        .uid = 4242,

@@ -234,12 +234,28 @@ static const rec *last(int peer)
     return NULL;
 }
 
-static void attach_all(int n, uint32_t timeout_ms)
+/* The attach sequence the tests start from: peers 0..n-1 attach as ranks
+ * 0..n-1 of heap "h" (collect timeout timeout_ms, 0: heapd's default), the
+ * heap forms and every rank gets its AttachReply; the records are then
+ * cleared. */
+static void heap_formed(int n, uint32_t timeout_ms)
 {
     for (int i = 0; i < n; i++)
         attach(i, (uint32_t)i, (uint32_t)n, timeout_ms);
     ck_assert_int_eq(nrecs, n);
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(recs[i].kind == R_ATTACH, "peer %d: %s", recs[i].peer, recs[i].msg);
+        ck_assert_uint_eq(recs[i].world_size, (uint32_t)n);
+    }
+    ck_assert_uint_eq(hd_registry_heaps(reg), 1);
     nrecs = 0;
+}
+
+/* The fixture of the "formed" tests: setup, then a formed heap of 2 ranks. */
+static void setup_formed2(void)
+{
+    setup();
+    heap_formed(2, 0);
 }
 
 /* Runs the loop until `n` records came or 5 s passed. */
@@ -280,7 +296,7 @@ START_TEST(identical_offsets)
     static const uint64_t sizes[] = {1000, 5000, 3 << 20, 4096, 12345, 1 << 20, 7};
     enum { N = sizeof sizes / sizeof sizes[0] };
     uint64_t off[4][N], mapped[4][N];
-    attach_all(4, 0);
+    heap_formed(4, 0);
     /* The ranks come in a different order at each number: the rank that
      * decides changes. */
     int collects = 0;
@@ -319,7 +335,6 @@ END_TEST
 
 START_TEST(asymmetry)
 {
-    attach_all(2, 0);
     alloc(0, 0, 4096);
     alloc(1, 0, 8192);
     const rec *x = last(1);
@@ -335,7 +350,7 @@ END_TEST
 
 START_TEST(collect_timeout)
 {
-    attach_all(3, 50);
+    heap_formed(3, 50);
     collect(0, 0);
     collect(2, 0);
     ck_assert_int_eq(nrecs, 0);
@@ -352,7 +367,7 @@ END_TEST
 
 START_TEST(rank_gone)
 {
-    attach_all(3, 0);
+    heap_formed(3, 0);
     collect(0, 0);
     collect(1, 0);
     hd_heap_conn_closed(reg, &peers[2]);
@@ -372,7 +387,6 @@ END_TEST
 
 START_TEST(forced_collect)
 {
-    attach_all(2, 0);
     alloc(0, 0, 4096);
     alloc(1, 0, 4096);
     uint64_t off = last(1)->offset;
@@ -412,7 +426,6 @@ END_TEST
 
 START_TEST(detach_destroys)
 {
-    attach_all(2, 0);
     hd_heap_detach(reg, &peers[0], 7);
     ck_assert_int_eq(last(0)->kind, R_DETACH);
     ck_assert_uint_eq(hd_registry_heaps(reg), 1);
@@ -427,7 +440,6 @@ END_TEST
  * figures from its last Collect, uptime and the store. */
 START_TEST(stats_figures)
 {
-    attach_all(2, 0);
     collect_sw(0, 0, 3, 5);
     collect_sw(1, 0, 3, 5);
     ck_assert_int_eq(last(0)->kind, R_COLLECT);
@@ -447,6 +459,46 @@ START_TEST(stats_figures)
 }
 END_TEST
 
+/* An attach that never completes (timeout.c): every waiting rank gets
+ * ERR_TIMEOUT naming the missing ranks, and the heap, with no client left,
+ * is gone (registry.c). */
+START_TEST(attach_timeout)
+{
+    attach(0, 0, 3, 50);
+    attach(2, 2, 3, 50);
+    ck_assert_int_eq(nrecs, 0);
+    run_until(2);
+    ck_assert_int_eq(nrecs, 2);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(recs[i].kind, R_ERROR);
+        ck_assert_int_eq(recs[i].code, HEAPD__ERR_CODE__ERR_TIMEOUT);
+        ck_assert_msg(strstr(recs[i].msg, "rank(s) 1 never attached (attached: 0, 2)"), "%s", recs[i].msg);
+    }
+    ck_assert_uint_eq(hd_registry_heaps(reg), 0);
+    validate();
+    /* A retry attaches again, as a new heap. */
+    nrecs = 0;
+    heap_formed(3, 0);
+}
+END_TEST
+
+/* A rank that detaches while the others wait in a collect fails the
+ * collect (collect.c, reached from attach.c through the heap's coll_left);
+ * the heap stays for the rank still attached. */
+START_TEST(detach_in_collect)
+{
+    collect(0, 0);
+    ck_assert_int_eq(nrecs, 0);
+    hd_heap_detach(reg, &peers[1], 7);
+    validate();
+    ck_assert_int_eq(last(1)->kind, R_DETACH);
+    ck_assert_int_eq(last(0)->kind, R_ERROR);
+    ck_assert_int_eq(last(0)->code, HEAPD__ERR_CODE__ERR_PEER_GONE);
+    ck_assert_msg(strstr(last(0)->msg, "rank 1 (pid 1001) detached while the others waited"), "%s", last(0)->msg);
+    ck_assert_uint_eq(hd_registry_heaps(reg), 1);
+}
+END_TEST
+
 static Suite *heap_suite(void)
 {
     Suite *s = suite_create("heap");
@@ -454,13 +506,19 @@ static Suite *heap_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, attach_rendezvous);
     tcase_add_test(tc, identical_offsets);
-    tcase_add_test(tc, asymmetry);
     tcase_add_test(tc, collect_timeout);
     tcase_add_test(tc, rank_gone);
-    tcase_add_test(tc, forced_collect);
-    tcase_add_test(tc, detach_destroys);
-    tcase_add_test(tc, stats_figures);
+    tcase_add_test(tc, attach_timeout);
     suite_add_tcase(s, tc);
+    /* Tests that start from a formed heap of 2 ranks. */
+    TCase *tf = tcase_create("formed");
+    tcase_add_checked_fixture(tf, setup_formed2, teardown);
+    tcase_add_test(tf, asymmetry);
+    tcase_add_test(tf, forced_collect);
+    tcase_add_test(tf, detach_destroys);
+    tcase_add_test(tf, stats_figures);
+    tcase_add_test(tf, detach_in_collect);
+    suite_add_tcase(s, tf);
     return s;
 }
 

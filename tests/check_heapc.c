@@ -331,6 +331,36 @@ START_TEST(test_names)
     ck_assert_str_eq(heapc_policy_name(HEAPC_POLICY_SEED), "seed");
     ck_assert_int_eq(HEAPC_EQUOTA, -HEAPD__ERR_CODE__ERR_QUOTA);
     ck_assert_int_eq(HEAPC_ENOTHELD, -HEAPD__ERR_CODE__ERR_NOT_HELD);
+    ck_assert_str_eq(heapc_errdesc(HEAPC_EQUOTA), "quota exceeded");
+    ck_assert_str_eq(heapc_errdesc(0), "success");
+    ck_assert_str_eq(heapc_errdesc(-99), "unknown error code");
+    /* The table: every code named, described, distinct. */
+    static const struct {
+        int code;
+        const char *name;
+    } codes[] = {
+#define CODE_ROW(code, value, name, desc) {code, #name},
+        HEAPC_ERRNO_MAP(CODE_ROW)
+#undef CODE_ROW
+    };
+    size_t n = sizeof codes / sizeof codes[0];
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_int_lt(codes[i].code, 0);
+        ck_assert_str_eq(heapc_errname(codes[i].code), codes[i].name);
+        ck_assert_str_ne(heapc_errdesc(codes[i].code), "unknown error code");
+        for (size_t j = 0; j < i; j++)
+            ck_assert_int_ne(codes[i].code, codes[j].code);
+    }
+    /* Every ErrCode of the protocol has its code, named alike: a value
+     * appended to proto/heapd.proto fails here until heapc.h has it. */
+    const ProtobufCEnumDescriptor *d = &heapd__err_code__descriptor;
+    for (unsigned i = 0; i < d->n_values; i++) {
+        int v = d->values[i].value;
+        if (v == HEAPD__ERR_CODE__ERR_NONE)
+            continue;
+        ck_assert_msg(!strcmp(heapc_errname(-v), d->values[i].name), "ErrCode %s (%d): heapc_errname(%d) is %s",
+                      d->values[i].name, v, -v, heapc_errname(-v));
+    }
 }
 END_TEST
 

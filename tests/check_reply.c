@@ -16,7 +16,7 @@
 #include "reply.h"
 #include "../daemon/ring.h"
 #include "wire.h"
-#include "../common/ring.h"
+#include "ring_layout.h"
 
 #define MAXF 16
 

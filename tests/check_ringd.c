@@ -2,7 +2,7 @@
  * check_ringd.c - unit tests for heapd's side of the request rings
  * (daemon/ring.c) and the ring's frame sink in front of a socket's
  * (daemon/ring_sink.c). The test is the client: it maps the ring it was
- * given and writes request slots with common/ring.h, as libheapc does, rings
+ * given and writes request slots with common/ring_layout.h, as libheapc does, rings
  * the doorbell, and runs its own libuv loop until heapd's side reached the
  * state it waits for. Covers on_request (ids, payload copies, order, the
  * window of nslots unanswered requests), hd_ring_answer (into the response
@@ -21,7 +21,7 @@
 #include "check_util.h"
 #include "../daemon/ring.h"
 #include "../daemon/ring_sink.h"
-#include "../common/ring.h"
+#include "ring_layout.h"
 
 #define MAXREQ 16
 
@@ -68,11 +68,8 @@ static const hd_ring_handlers handlers = {on_request, on_corrupt};
 /* The rings with no spin and no back-off: a quiet ring sleeps at once. */
 static void rings_create(void)
 {
-    hd_config cfg;
-    hd_config_defaults(&cfg);
-    cfg.ring = 1;
-    cfg.ring_spin_us = cfg.ring_backoff_us = 0;
-    ck_assert_int_eq(hd_rings_create(&loop, &cfg, &handlers, &seen, &rings), 0);
+    hd_ring_opts o = {.spin_us = 0, .backoff_us = 0};
+    ck_assert_int_eq(hd_rings_create(&loop, &o, &handlers, &seen, &rings), 0);
 }
 
 static void setup(void)

@@ -997,7 +997,44 @@ START_TEST(t_args)
 
     ck_assert_int_ne(hd_store_open(&loop, "http://x", "n0", &s, err, sizeof err), 0);
     ck_assert_msg(strstr(err, "redis://"), "%s", err);
-    ck_assert_int_ne(hd_store_open(&loop, "redis://:pw@h:1", "n0", &s, err, sizeof err), 0);
+    /* Credentials (issue 33 item 1): a password in the URL opens; a user
+     * without one needs store_credentials; the file must be its owner's only. */
+    ck_assert_int_eq(hd_store_open(&loop, "redis://:pw@h:1", "n0", &s, err, sizeof err), 0);
+    ck_assert_str_eq(hd_store_url(s), "redis://h:1");
+    hd_store_close(s);
+    ck_assert_int_ne(hd_store_open(&loop, "redis://u@h:1", "n0", &s, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "store_credentials"), "%s", err);
+    ck_assert_int_ne(hd_store_open(&loop, "redis://@h:1", "n0", &s, err, sizeof err), 0);
+    {
+        char path[] = "/tmp/check_store_cred.XXXXXX", user[128], pass[256];
+        int fd = mkstemp(path);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, "heapd pw1\n", 10), 10);
+        close(fd);
+        ck_assert_int_eq(hd_store_check_credentials(path, user, sizeof user, pass, sizeof pass, err, sizeof err), 0);
+        ck_assert_str_eq(user, "heapd");
+        ck_assert_str_eq(pass, "pw1");
+        hd_store_opts o = {.url = "redis://h:1", .node = "n0", .credentials = path};
+        ck_assert_int_eq(hd_store_open_opts(&loop, &o, &s, err, sizeof err), 0);
+        hd_store_close(s);
+        o.url = "redis://other@h:1";
+        ck_assert_int_ne(hd_store_open_opts(&loop, &o, &s, err, sizeof err), 0);
+        ck_assert_msg(strstr(err, "names user"), "%s", err);
+        o.url = "redis://:x@h:1";
+        ck_assert_int_ne(hd_store_open_opts(&loop, &o, &s, err, sizeof err), 0);
+        ck_assert_msg(strstr(err, "give it once"), "%s", err);
+        ck_assert_int_eq(chmod(path, 0640), 0);
+        ck_assert_int_ne(hd_store_check_credentials(path, user, sizeof user, pass, sizeof pass, err, sizeof err), 0);
+        ck_assert_msg(strstr(err, "chmod 0600"), "%s", err);
+        ck_assert_int_eq(chmod(path, 0600), 0);
+        fd = open(path, O_WRONLY | O_TRUNC);
+        ck_assert_int_eq(write(fd, "a b c\n", 6), 6);
+        close(fd);
+        ck_assert_int_ne(hd_store_check_credentials(path, user, sizeof user, pass, sizeof pass, err, sizeof err), 0);
+        unlink(path);
+        ck_assert_int_ne(hd_store_check_credentials(path, user, sizeof user, pass, sizeof pass, err, sizeof err), 0);
+        ck_assert_msg(strstr(err, "cannot open"), "%s", err);
+    }
     ck_assert_int_ne(hd_store_open(&loop, "redis://h:0", "n0", &s, err, sizeof err), 0);
     ck_assert_int_ne(hd_store_open(&loop, "redis://h:1/3", "n0", &s, err, sizeof err), 0);
     ck_assert_int_ne(hd_store_open(&loop, "redis://", "n0", &s, err, sizeof err), 0);

@@ -1308,6 +1308,31 @@ START_TEST(test_path_too_long)
 }
 END_TEST
 
+/* The code table: every code named after itself, described, distinct. */
+START_TEST(test_code_table)
+{
+    static const struct {
+        int code;
+        const char *name;
+    } codes[] = {
+#define CODE_ROW(name, value, desc) {name, #name},
+        HW_CODE_MAP(CODE_ROW)
+#undef CODE_ROW
+    };
+    size_t n = sizeof codes / sizeof codes[0];
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_str_eq(hw_strerror(codes[i].code), codes[i].name);
+        ck_assert_str_ne(hw_errdesc(codes[i].code), "unknown wire code");
+        ck_assert_int_eq(codes[i].code < 0, strncmp(codes[i].name, "HW_E", 4) == 0 && codes[i].code != HW_EOF);
+        for (size_t j = 0; j < i; j++)
+            ck_assert_int_ne(codes[i].code, codes[j].code);
+    }
+    ck_assert_str_eq(hw_strerror(-99), "HW_E(unknown)");
+    ck_assert_str_eq(hw_errdesc(-99), "unknown wire code");
+    ck_assert_str_eq(hw_errdesc(HW_ETOOBIG), "payload longer than HW_FRAME_MAX");
+}
+END_TEST
+
 /* ---- suite ---------------------------------------------------------------- */
 
 static Suite *wire_suite(void)
@@ -1356,6 +1381,7 @@ static Suite *wire_suite(void)
     tcase_add_test(tc, test_listen_not_socket);
     tcase_add_test(tc, test_connect_missing);
     tcase_add_test(tc, test_path_too_long);
+    tcase_add_test(tc, test_code_table);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -23,6 +23,19 @@ done
 soname=$(readelf -d "$B/libheapc.so" 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 if [ "$soname" = libheapc.so.0 ]; then ok "libheapc.so's soname is libheapc.so.0"; else bad "soname '$soname'"; fi
 
+# Only the public API leaves the shared library: its exported functions are
+# exactly those heapc.h declares (heapc_errdesc, issue 26, among them; the
+# client and common objects are built with hidden symbols). Names that
+# start with _ are the toolchain's (an instrumented build's runtime hooks).
+grep -o '\bheapc_[a-z_0-9]*(' "$HEAPD_SRC/client/heapc.h" | tr -d '(' | sort -u >"$T/api.txt"
+nm -D --defined-only "$B/libheapc.so" 2>/dev/null | awk '{print $3}' | grep -v '^_' | sort -u >"$T/exported.txt"
+if [ -s "$T/api.txt" ] && cmp -s "$T/api.txt" "$T/exported.txt"; then
+    ok "libheapc.so exports heapc.h's $(wc -l <"$T/api.txt") functions and nothing else"
+else
+    bad "libheapc.so's exports differ from heapc.h's functions (< heapc.h, > exported):"; diff "$T/api.txt" "$T/exported.txt"
+fi
+if grep -qx heapc_errdesc "$T/exported.txt"; then ok "heapc_errdesc is exported"; else bad "heapc_errdesc is not exported"; fi
+
 # An instrumented build (make SANITIZE=...) links its programs the same way.
 SAN=
 if nm -D "$B/libheapc.so" 2>/dev/null | grep -q '__asan_'; then SAN="-fsanitize=address,undefined"; fi

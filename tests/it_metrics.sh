@@ -54,8 +54,24 @@ check "the workload's growths and collects are counted" \
 
 # FILE form: atomic, and heapd_up 0 once heapd is gone.
 "$CTL" --socket "$S" metrics "$T/heapd.prom" 2>"$T/m.err"
-check "heapctl metrics FILE writes the file (no FILE.tmp left)" \
-    sh -c "grep -q '^heapd_up 1' '$T/heapd.prom' && [ ! -e '$T/heapd.prom.tmp' ]"
+check "heapctl metrics FILE writes the file (no temporary file left)" \
+    sh -c "grep -q '^heapd_up 1' '$T/heapd.prom' && ! ls '$T'/heapd.prom.?* >/dev/null 2>&1"
+check "the metrics file is mode 0644" test "$(stat -c %a "$T/heapd.prom")" = 644
+
+# Issue 33 item 8: another uid plants FILE.tmp in a writable collector
+# directory, as a symlink to a file root owns, or as a FIFO. heapctl follows
+# neither (its temporary file is mkstemp's) and does not hang on the FIFO
+# (timeout is only a bound: a hang fails the check).
+mkdir -p "$T/coll"
+echo precious >"$T/victim"
+ln -s "$T/victim" "$T/coll/heapd.prom.tmp"
+mkfifo "$T/coll/fifo.prom.tmp"
+timeout 60 "$CTL" --socket "$S" metrics "$T/coll/heapd.prom" 2>"$T/m.err"
+check "a planted FILE.tmp symlink is not followed" \
+    sh -c "[ \"\$(cat '$T/victim')\" = precious ] && grep -q '^heapd_up 1' '$T/coll/heapd.prom' && [ ! -L '$T/coll/heapd.prom' ]"
+timeout 60 "$CTL" --socket "$S" metrics "$T/coll/fifo.prom" 2>"$T/m.err"; frc=$?
+check "a planted FILE.tmp FIFO does not hang heapctl (rc $frc)" \
+    sh -c "[ $frc = 0 ] && grep -q '^heapd_up 1' '$T/coll/fifo.prom' && [ -p '$T/coll/fifo.prom.tmp' ]"
 
 # Names: never truncated; JSON and metrics stay valid. Since issue 15 heapd
 # refuses names that are not UTF-8 or hold control characters (heapctl still

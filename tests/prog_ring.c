@@ -23,7 +23,7 @@
 #include "heapc.h"
 #include "heapc_ring.h"
 #include "heapd.pb-c.h"
-#include "ring.h"
+#include "ring_layout.h"
 
 #include <stdio.h>
 #include <stdlib.h>

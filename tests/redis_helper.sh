@@ -9,6 +9,8 @@
 #   redis_restart         # same port, empty (no persistence)
 #   redis_stop            # stops it, removes REDIS_DIR
 #
+# REDIS_ARGS: more redis-server arguments (e.g. ACL users: --user ...);
+# REDIS_CLI_ARGS: what redis-cli then needs to be let in (--user U --pass P).
 # The server listens on 127.0.0.1 only, saves nothing (--save '', no AOF),
 # and logs to $REDIS_DIR/redis.log. Ports are tried from 20000 + $$ % 10000
 # upward; a port is ours only when the server answering PING there reports
@@ -23,8 +25,9 @@ redis_available() {
 # _redis_launch PORT: starts redis-server on PORT in the background; 0 once it
 # answers PING as our process, 1 if it exited (port taken) or never answered.
 _redis_launch() {
+    # shellcheck disable=SC2086 # REDIS_ARGS is a word list on purpose
     redis-server --port "$1" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
-        --dir "$REDIS_DIR" --logfile "$REDIS_DIR/redis.log" >/dev/null 2>&1 &
+        --dir "$REDIS_DIR" --logfile "$REDIS_DIR/redis.log" ${REDIS_ARGS:-} >/dev/null 2>&1 &
     REDIS_PID=$!
     _redis_i=0
     while [ "$_redis_i" -lt 200 ]; do
@@ -33,7 +36,8 @@ _redis_launch() {
             REDIS_PID=
             return 1
         fi
-        if redis-cli -h 127.0.0.1 -p "$1" info server 2>/dev/null | tr -d '\r' |
+        # shellcheck disable=SC2086
+        if redis-cli -h 127.0.0.1 -p "$1" ${REDIS_CLI_ARGS:-} info server 2>/dev/null | tr -d '\r' |
             grep -qx "process_id:$REDIS_PID"; then
             REDIS_PORT=$1
             REDIS_URL=redis://127.0.0.1:$1

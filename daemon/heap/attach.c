@@ -11,82 +11,6 @@
 #include "sha1.h"
 #include "utf8.h"
 
-/* ---- chunks ------------------------------------------------------------------ */
-
-int hh_rank_add_chunks(hd_heap *h, hd_rank *k, uint32_t upto, char *err, size_t errlen)
-{
-    if (upto > k->capchunks) {
-        uint32_t nc = k->capchunks ? k->capchunks : 4;
-        while (nc < upto)
-            nc *= 2;
-        hb_chunk *n = realloc(k->chunks, nc * sizeof *n);
-        if (!n) {
-            snprintf(err, errlen, "out of memory for chunk records");
-            return -1;
-        }
-        k->chunks = n;
-        k->capchunks = nc;
-    }
-    while (k->nchunks < upto) {
-        int rc = hb_chunk_create(h->reg->be, k->device, h->ap.chunk_size, &k->chunks[k->nchunks], err, errlen);
-        if (rc)
-            return rc;
-        k->nchunks++;
-    }
-    return 0;
-}
-
-/* Drops chunks beyond `keep` (rollback of a failed growth). */
-void hh_rank_trim_chunks(hd_heap *h, hd_rank *k, uint32_t keep)
-{
-    while (k->nchunks > keep)
-        hb_chunk_release(h->reg->be, &k->chunks[--k->nchunks]);
-}
-
-/* Fills m with chunk_msg (heap_int.h) for [from, to). Returns 0, or -1 if
- * out of memory / fds. */
-void hh_chunk_msg_free(chunk_msg *m, bool close_fds)
-{
-    if (close_fds)
-        for (size_t i = 0; i < m->n; i++)
-            if (m->fds[i] >= 0)
-                close(m->fds[i]);
-    free(m->refs);
-    free(m->fds);
-    memset(m, 0, sizeof *m);
-}
-
-int hh_chunk_msg_build(hd_heap *h, uint32_t from, uint32_t to, chunk_msg *m)
-{
-    memset(m, 0, sizeof *m);
-    if (to <= from)
-        return 0;
-    size_t max = (size_t)(to - from) * h->world_size;
-    m->refs = calloc(max, sizeof *m->refs);
-    m->fds = calloc(max, sizeof *m->fds);
-    if (!m->refs || !m->fds) {
-        hh_chunk_msg_free(m, false);
-        return -1;
-    }
-    for (uint32_t q = 0; q < h->world_size; q++) {
-        hd_rank *k = &h->ranks[q];
-        if (!k->joined)
-            continue;
-        for (uint32_t j = from; j < to && j < k->nchunks; j++) {
-            int fd = dup(k->chunks[j].fd);
-            if (fd < 0) {
-                hh_chunk_msg_free(m, true);
-                return -1;
-            }
-            m->refs[m->n].rank = q;
-            m->refs[m->n].index = j;
-            m->fds[m->n] = fd;
-            m->n++;
-        }
-    }
-    return 0;
-}
-
 /* ---- attach ------------------------------------------------------------------ */
 
 static void send_attach_reply(hd_heap *h, uint32_t rank, uint64_t id)
@@ -258,46 +182,24 @@ static void heap_fingerprint(hd_heap *h, const ha_params *pa)
              h->secret);
 }
 
+/* A new heap for the request's Attach (registry.c makes it, with its
+ * lifetime). NULL once the peer got the error. */
 static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint64_t id)
 {
     const Heapd__HeapParams *rp = m->params;
-    const hd_config *cfg = &r->cfg;
     ha_params ap;
     if (heap_params(r, m, c, id, &ap))
         return NULL;
-    uint32_t local_size = ap.ranks;
-    char why[512];
-    hd_heap *h = calloc(1, sizeof *h);
-    if (!h || !(h->ranks = calloc(m->world_size, sizeof *h->ranks)) || ha_create(&ap, &h->core, why, sizeof why)) {
-        if (h)
-            free(h->ranks);
-        free(h);
+    hd_heap *h = hh_heap_new(r, m->heap, m->world_size, &ap);
+    if (!h) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory creating heap \"%s\"", m->heap);
         return NULL;
     }
-    h->reg = r;
-    for (uint32_t q = 0; q < m->world_size; q++)
-        h->ranks[q].status.fd = -1; /* no page until the rank joins */
-    snprintf(h->name, sizeof h->name, "%s", m->heap);
-    h->world_size = m->world_size;
-    h->local_size = local_size;
     snprintf(h->job, sizeof h->job, "%s", m->job && m->job[0] ? m->job : "0");
     h->owner = hd_peer_uid(c);
     secret_hash(&m->job_secret, h->secret);
     heap_fingerprint(h, &ap);
-    h->ap = ap;
-    h->timeout_ms = pick(rp ? rp->collect_timeout_ms : 0, cfg->collect_timeout_ms);
-    h->epoch = r->next_epoch++;
-    h->collect_at = UINT64_MAX;
-    uv_timer_init(r->loop, &h->timer);
-    h->timer.data = h;
-    h->next = r->heaps;
-    r->heaps = h;
-    r->nheaps++;
-    char b1[32], b2[32], b3[32];
-    hd_info("heap \"%s\" created: %u ranks (%u here), chunk %s, initial %s, va %s, policy %s", h->name, h->world_size,
-            h->local_size, hh_human(ap.chunk_size, b1, sizeof b1), hh_human(ap.initial_size, b2, sizeof b2),
-            hh_human(ap.va_size, b3, sizeof b3), ha_policy_name(ap.policy));
+    h->timeout_ms = pick(rp ? rp->collect_timeout_ms : 0, r->cfg.collect_timeout_ms);
     return h;
 }
 
@@ -465,16 +367,16 @@ static int rank_join(hd_heap *h, hd_rank *k, hd_peer *c, uint64_t id, const Heap
         hh_rank_trim_chunks(h, k, 0);
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "could not create the chunks of rank %u: %s", m->rank,
                       err);
-        if (created && h->nattached == 0)
-            hh_heap_destroy(h);
+        if (created)
+            hh_heap_client_gone(h);
         return -1;
     }
     if (hd_status_create(&k->status, m->rank, err, sizeof err)) {
         hh_rank_trim_chunks(h, k, 0);
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "could not create the status page of rank %u: %s", m->rank,
                       err);
-        if (created && h->nattached == 0)
-            hh_heap_destroy(h);
+        if (created)
+            hh_heap_client_gone(h);
         return -1;
     }
     k->joined = true;
@@ -574,7 +476,10 @@ static void forget_conn(hd_heap *h, const hd_peer *c)
         h->force_conn = NULL;
 }
 
-static void rank_leave(hd_heap *h, uint32_t rank, bool clean)
+/* Rank `rank`'s client leaves (detach, disconnect, attach timeout): a
+ * collect in progress fails (collect.c's coll_left), and the heap goes with
+ * its last client. Returns true if the heap is gone. */
+static bool rank_leave(hd_heap *h, uint32_t rank, bool clean)
 {
     hd_rank *k = &h->ranks[rank];
     forget_conn(h, k->conn);
@@ -582,19 +487,9 @@ static void rank_leave(hd_heap *h, uint32_t rank, bool clean)
     k->attach_wait = false;
     h->nattached--;
     hd_info("heap \"%s\": rank %u (pid %ld) %s", h->name, rank, (long)k->pid, clean ? "detached" : "disconnected");
-    if (h->coll_active) {
-        bool was_in = k->in_collect;
-        if (was_in) {
-            k->in_collect = false;
-            h->coll_waiting--;
-        }
-        char msg[512];
-        snprintf(msg, sizeof msg, "collect on heap \"%s\" failed: rank %u (pid %ld) %s while the others waited",
-                 h->name, rank, (long)k->pid, clean ? "detached" : "disconnected");
-        hh_collect_fail(h, HEAPD__ERR_CODE__ERR_PEER_GONE, msg);
-    }
-    if (h->nattached == 0)
-        hh_heap_destroy(h);
+    if (h->coll_active)
+        h->coll_left(h, rank, clean);
+    return hh_heap_client_gone(h);
 }
 
 void hh_attach_timed_out(hd_heap *h, const char *msg)
@@ -607,9 +502,7 @@ void hh_attach_timed_out(hd_heap *h, const char *msg)
         k->attach_wait = false;
         hd_peer_error(c, k->attach_id, HEAPD__ERR_CODE__ERR_TIMEOUT, "%s", msg);
         hd_peer_binding(c)->heap = NULL;
-        bool last = h->nattached == 1;
-        rank_leave(h, q, true);
-        if (last)
+        if (rank_leave(h, q, true))
             return; /* the heap is gone */
     }
 }

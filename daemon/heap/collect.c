@@ -1,5 +1,5 @@
-/* collect.c - the heap wing's collects: local and through the store, and
- * the attach and collect timeouts (see heap.h). */
+/* collect.c - the heap wing's collects: local and through the store (see
+ * heap.h). Their timeout is timeout.c's. */
 #include "heap_int.h"
 
 #include <stdio.h>
@@ -10,15 +10,6 @@
 #include "store.h"
 
 /* ---- collect ----------------------------------------------------------------- */
-
-static void heap_timeout(uv_timer_t *t);
-
-void hh_arm_timer(hd_heap *h, bool attach)
-{
-    h->timer_attach = attach;
-    uv_update_time(h->timer.loop); /* from now, not from the start of the loop turn */
-    uv_timer_start(&h->timer, heap_timeout, h->timeout_ms, 0);
-}
 
 bool hh_multi(const hd_heap *h) { return h->local_size < h->world_size; }
 
@@ -187,34 +178,19 @@ static void collect_finish(hd_heap *h)
     }
 }
 
-static void heap_timeout(uv_timer_t *t)
+/* The heap's coll_left while a collect is active: rank `rank`'s client
+ * left (attach.c's rank_leave), so the collect fails, naming it. */
+static void collect_rank_left(hd_heap *h, uint32_t rank, bool clean)
 {
-    hd_heap *h = t->data;
-    char missing[400], waiting[400], msg[1400];
-    msg[0] = 0;
-    if (h->timer_attach) {
-        if (h->formed)
-            return;
-        hh_rank_list(h, 2, missing, sizeof missing);
-        hh_rank_list(h, 3, waiting, sizeof waiting);
-        snprintf(msg, sizeof msg,
-                 "attach to heap \"%s\" timed out after %u ms: rank(s) %s never attached (attached: %s); "
-                 "start every rank, or raise collect_timeout_ms",
-                 h->name, h->timeout_ms, missing, waiting);
-        hd_warn("%s", msg);
-        hh_attach_timed_out(h, msg); /* may destroy h */
-        return;
+    hd_rank *k = &h->ranks[rank];
+    if (k->in_collect) {
+        k->in_collect = false;
+        h->coll_waiting--;
     }
-    if (!h->coll_active)
-        return;
-    hh_rank_list(h, 0, missing, sizeof missing);
-    hh_rank_list(h, 1, waiting, sizeof waiting);
-    snprintf(msg, sizeof msg,
-             "collect on heap \"%s\" at allocation %llu timed out after %u ms: rank(s) %s never arrived "
-             "(waiting: %s); check that every rank reaches the same allocation",
-             h->name, (unsigned long long)h->coll_seq, h->timeout_ms, missing, waiting);
-    hd_warn("%s", msg);
-    hh_collect_fail(h, HEAPD__ERR_CODE__ERR_TIMEOUT, msg);
+    char msg[512];
+    snprintf(msg, sizeof msg, "collect on heap \"%s\" failed: rank %u (pid %ld) %s while the others waited", h->name,
+             rank, (long)k->pid, clean ? "detached" : "disconnected");
+    hh_collect_fail(h, HEAPD__ERR_CODE__ERR_PEER_GONE, msg);
 }
 
 void hd_heap_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Collect *m)
@@ -261,6 +237,7 @@ void hd_heap_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Colle
     }
     if (!h->coll_active) {
         h->coll_active = true;
+        h->coll_left = collect_rank_left;
         h->coll_start_ns = uv_hrtime();
         h->coll_seq = m->seq;
         h->coll_waiting = 0;

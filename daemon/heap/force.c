@@ -1,5 +1,7 @@
 /* force.c - the heap wing's forced collects: local, and the cross-node
- * agreement on the allocation number (see heap.h). */
+ * agreement on the allocation number (see heap.h). Top floor (heap_int.h):
+ * it subscribes itself to the store (hd_registry_set_store) and replays the
+ * allocations held during an agreement through sequence.c. */
 #include "heap_int.h"
 
 #include <stdio.h>
@@ -128,7 +130,15 @@ static void on_force(void *arg, const char *heap, const char *incarnation)
     force_start(h);
 }
 
-void hh_force_on_store(hd_registry *r, hd_store *store) { hd_store_on_force(store, on_force, r); }
+/* The registry's store, set here so that force.c subscribes itself to the
+ * store's force requests (on_force, with the registry as data): the
+ * registry does not know this file. */
+void hd_registry_set_store(hd_registry *r, hd_store *store)
+{
+    r->store = store;
+    if (store)
+        hd_store_on_force(store, on_force, r);
+}
 
 void hd_heap_force_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__ForceCollect *m)
 {

@@ -139,6 +139,7 @@ struct hd_peer {
     void *data;              /* the sink's (reply.c: the session's frame sink) */
 };
 
+/* In timeout.c: it installs the heap timer's hook (heap_int.h's floors). */
 int hd_registry_create(uv_loop_t *loop, hb_backend *be, const hd_config *cfg, hd_registry **out);
 /* Releases every heap and its chunks (clients must be gone). */
 void hd_registry_destroy(hd_registry *r);
@@ -147,7 +148,7 @@ uint32_t hd_registry_heaps(const hd_registry *r);
 void hd_registry_set_config(hd_registry *r, const hd_config *cfg);
 struct hd_store;
 /* Heaps whose ranks span nodes reconcile collects through `store` (NULL:
- * single node only). */
+ * single node only). In force.c, which subscribes to its force requests. */
 void hd_registry_set_store(hd_registry *r, struct hd_store *store);
 /* 1 if heaps may span nodes (a store is configured). */
 int hd_registry_has_store(const hd_registry *r);

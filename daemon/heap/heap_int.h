@@ -1,6 +1,26 @@
 /* heap_int.h - the heap wing's structs, their invariants, and the functions
- * its files share (registry.c, attach.c, sequence.c, collect.c, force.c).
- * Not for use outside daemon/heap/. */
+ * its files share. Not for use outside daemon/heap/.
+ *
+ * The wing's floors: a file calls only files on floors below its own, never
+ * one on its own floor or above (tests/it_layers.sh checks it, from the
+ * object files' symbols):
+ *
+ *   top     force.c    forced collects; subscribes itself to the store
+ *           timeout.c  the attach and collect timeouts
+ *   middle  attach.c   attach rendezvous, detach, disconnect
+ *           sequence.c the decision log, alloc, free, growth
+ *           collect.c  local and store collects
+ *   bottom  registry.c heaps by name and their lifetime, quotas, status
+ *                      pages, stats, the validator
+ *           chunks.c   a rank's chunks and the chunk refs replies carry
+ *
+ * What a lower floor must reach above it, it reaches through a callback
+ * set from above: the heap timer's expiry (registry's heap_timeout hook,
+ * given by timeout.c's hd_registry_create), a rank leaving during a collect
+ * (the heap's coll_left, set by collect.c when a collect starts), the
+ * store's force requests (store.h's hd_store_on_force, called by force.c's
+ * hd_registry_set_store). A heap's lifetime has one home: registry.c's
+ * hh_heap_new and hh_heap_client_gone. */
 #ifndef HEAPD_HEAP_INT_H
 #define HEAPD_HEAP_INT_H
 
@@ -83,6 +103,9 @@ struct hd_heap {
     char inc[200];   /* store incarnation: job, parameter fingerprint, owner uid and
                       * secret hash (tenants never share store keys) */
     bool coll_active;
+    /* While coll_active (coll_active => coll_left != NULL): a rank's
+     * client left; set by collect.c, called by attach.c. */
+    void (*coll_left)(hd_heap *h, uint32_t rank, bool clean);
     uint64_t coll_seq;
     uint32_t coll_waiting;
     /* Cross-node collect (local_size < world_size). */
@@ -113,8 +136,9 @@ struct hd_registry {
     uv_loop_t *loop;
     hb_backend *be;
     hd_config cfg;
-    uv_timer_t meminfo;     /* samples device memory for the status pages */
-    struct hd_store *store; /* cross-node collect; NULL: single node */
+    uv_timer_cb heap_timeout; /* a heap's timer fired (timeout.c; data: the heap) */
+    uv_timer_t meminfo;       /* samples device memory for the status pages */
+    struct hd_store *store;   /* cross-node collect; NULL: single node */
     hd_heap *heaps;
     uint32_t nheaps;
     uint64_t next_epoch;
@@ -144,20 +168,27 @@ static inline uint32_t hh_heap_chunks(const hd_heap *h, uint64_t mapped)
     return (uint32_t)(mapped / h->ap.chunk_size);
 }
 
-/* attach.c */
-/* The attach timeout: every waiting rank gets ERR_TIMEOUT with msg and is
- * detached (its claim forgotten), so that a retry, on the same connection
- * or a new one, attaches again as that rank. The heap is destroyed when no
- * rank stays attached (every attached rank of an unformed heap waits). */
-void hh_attach_timed_out(hd_heap *h, const char *msg);
+/* ---- bottom floor --------------------------------------------------------- */
 
 /* registry.c */
+/* The registry, calling heap_timeout when a heap's timer fires
+ * (hd_registry_create gives it). */
+int hh_registry_new(uv_loop_t *loop, hb_backend *be, const hd_config *cfg, uv_timer_cb heap_timeout, hd_registry **out);
 uint64_t hh_now_ns(void);
 void hh_heap_publish(hd_heap *h);
 const char *hh_human(uint64_t b, char *buf, size_t len);
-void hh_heap_destroy(hd_heap *h);
+/* A new heap named `name` with world_size ranks and parameters ap (local
+ * ranks: ap->ranks), in the registry; NULL if out of memory. The caller
+ * fills its identity (job, owner, secret, inc, timeout_ms). */
+hd_heap *hh_heap_new(hd_registry *r, const char *name, uint32_t world_size, const ha_params *ap);
+/* A client left h (or a new heap's first attach failed): h is destroyed,
+ * its chunks released, when no client is attached. Returns true if h is
+ * gone. */
+bool hh_heap_client_gone(hd_heap *h);
+/* Starts the heap's one timer: attach (true) or collect timeout after
+ * timeout_ms, then the registry's heap_timeout. */
+void hh_arm_timer(hd_heap *h, bool attach);
 hd_heap *hh_heap_find(hd_registry *r, const char *name);
-void hh_rank_list(const hd_heap *h, int which, char *buf, size_t len);
 int hh_quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t have, uint64_t add, uint64_t meta_add,
                    char *why, size_t len);
 heap_ref *hh_heap_ref_new(hd_heap *h);
@@ -168,22 +199,32 @@ static inline uid_t hd_peer_uid(const hd_peer *c) { return c->uid; }
 static inline pid_t hd_peer_pid(const hd_peer *c) { return c->pid; }
 static inline int hd_peer_privileged(const hd_peer *c, long gid) { return c->privileged(c, gid); }
 
-/* attach.c */
+/* chunks.c */
+/* Creates rank k's chunks up to index `upto` (exclusive) on its device. 0,
+ * or the backend's error with err; the chunks made so far stay (the caller
+ * trims them). */
 int hh_rank_add_chunks(hd_heap *h, hd_rank *k, uint32_t upto, char *err, size_t errlen);
 void hh_rank_trim_chunks(hd_heap *h, hd_rank *k, uint32_t keep);
 void hh_chunk_msg_free(chunk_msg *m, bool close_fds);
 int hh_chunk_msg_build(hd_heap *h, uint32_t from, uint32_t to, chunk_msg *m);
 
+/* ---- middle floor --------------------------------------------------------- */
+
+/* attach.c */
+/* The attach timeout: every waiting rank gets ERR_TIMEOUT with msg and is
+ * detached (its claim forgotten), so that a retry, on the same connection
+ * or a new one, attaches again as that rank. The heap is destroyed when no
+ * rank stays attached (every attached rank of an unformed heap waits). */
+void hh_attach_timed_out(hd_heap *h, const char *msg);
+
 /* collect.c */
 bool hh_multi(const hd_heap *h);
-void hh_arm_timer(hd_heap *h, bool attach);
 void hh_collect_fail(hd_heap *h, Heapd__ErrCode code, const char *msg);
 uint32_t hh_store_ttl_s(const hd_heap *h);
 
 /* sequence.c */
 void hh_heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size);
 
-/* force.c */
-void hh_force_on_store(hd_registry *r, struct hd_store *store);
+/* ---- top floor: force.c, timeout.c (nothing shared; heap.h's API) ---------- */
 
 #endif

@@ -1,5 +1,7 @@
-/* registry.c - the heap wing's registry: heaps by name, their lifetime,
- * quotas, status pages and the meminfo timer, stats (see heap.h). */
+/* registry.c - the heap wing's registry: heaps by name, their lifetime
+ * (the one place a heap is made and destroyed), quotas, status pages and
+ * the meminfo timer, the heap timer, stats, the validator (see heap.h).
+ * Bottom floor (heap_int.h): it calls no other file of the wing. */
 #include "heap_int.h"
 
 #include <stdarg.h>
@@ -81,7 +83,7 @@ static void sample_meminfo(uv_timer_t *t)
     }
 }
 
-int hd_registry_create(uv_loop_t *loop, hb_backend *be, const hd_config *cfg, hd_registry **out)
+int hh_registry_new(uv_loop_t *loop, hb_backend *be, const hd_config *cfg, uv_timer_cb heap_timeout, hd_registry **out)
 {
     hd_registry *r = calloc(1, sizeof *r);
     if (!r)
@@ -89,6 +91,7 @@ int hd_registry_create(uv_loop_t *loop, hb_backend *be, const hd_config *cfg, hd
     r->loop = loop;
     r->be = be;
     r->cfg = *cfg;
+    r->heap_timeout = heap_timeout;
     r->next_epoch = 1;
     r->start_ns = uv_hrtime();
     uv_timer_init(loop, &r->meminfo);
@@ -101,18 +104,45 @@ int hd_registry_create(uv_loop_t *loop, hb_backend *be, const hd_config *cfg, hd
 
 void hd_registry_set_config(hd_registry *r, const hd_config *cfg) { r->cfg = *cfg; }
 int hd_registry_has_store(const hd_registry *r) { return r->store != NULL; }
-
-void hd_registry_set_store(hd_registry *r, hd_store *store)
-{
-    r->store = store;
-    if (store)
-        hh_force_on_store(r, store);
-}
 uint32_t hd_registry_heaps(const hd_registry *r) { return r->nheaps; }
 
 const char *hh_human(uint64_t b, char *buf, size_t len) { return hsz_format_size(b, buf, len); }
 
-/* ---- heap lifetime ------------------------------------------------------- */
+/* ---- heap lifetime -------------------------------------------------------
+ * The one home of a heap's lifetime: it is created by its first Attach
+ * (hh_heap_new), lives while a client is attached to it, and is destroyed
+ * when the last one leaves (hh_heap_client_gone) or with the registry. */
+
+hd_heap *hh_heap_new(hd_registry *r, const char *name, uint32_t world_size, const ha_params *ap)
+{
+    char why[512];
+    hd_heap *h = calloc(1, sizeof *h);
+    if (!h || !(h->ranks = calloc(world_size, sizeof *h->ranks)) || ha_create(ap, &h->core, why, sizeof why)) {
+        if (h)
+            free(h->ranks);
+        free(h);
+        return NULL;
+    }
+    h->reg = r;
+    for (uint32_t q = 0; q < world_size; q++)
+        h->ranks[q].status.fd = -1; /* no page until the rank joins */
+    snprintf(h->name, sizeof h->name, "%s", name);
+    h->world_size = world_size;
+    h->local_size = ap->ranks;
+    h->ap = *ap;
+    h->epoch = r->next_epoch++;
+    h->collect_at = UINT64_MAX;
+    uv_timer_init(r->loop, &h->timer);
+    h->timer.data = h;
+    h->next = r->heaps;
+    r->heaps = h;
+    r->nheaps++;
+    char b1[32], b2[32], b3[32];
+    hd_info("heap \"%s\" created: %u ranks (%u here), chunk %s, initial %s, va %s, policy %s", h->name, h->world_size,
+            h->local_size, hh_human(ap->chunk_size, b1, sizeof b1), hh_human(ap->initial_size, b2, sizeof b2),
+            hh_human(ap->va_size, b3, sizeof b3), ha_policy_name(ap->policy));
+    return h;
+}
 
 static void timer_closed(uv_handle_t *h)
 {
@@ -120,7 +150,7 @@ static void timer_closed(uv_handle_t *h)
     free(hp);
 }
 
-void hh_heap_destroy(hd_heap *h)
+static void heap_destroy(hd_heap *h)
 {
     hd_registry *r = h->reg;
     for (hd_heap **pp = &r->heaps; *pp; pp = &(*pp)->next)
@@ -150,6 +180,23 @@ void hh_heap_destroy(hd_heap *h)
     uv_close((uv_handle_t *)&h->timer, timer_closed);
 }
 
+bool hh_heap_client_gone(hd_heap *h)
+{
+    if (h->nattached)
+        return false;
+    heap_destroy(h);
+    return true;
+}
+
+/* The heap's one timer (attach and collect timeouts): fires the registry's
+ * heap_timeout hook after the heap's timeout. */
+void hh_arm_timer(hd_heap *h, bool attach)
+{
+    h->timer_attach = attach;
+    uv_update_time(h->timer.loop); /* from now, not from the start of the loop turn */
+    uv_timer_start(&h->timer, h->reg->heap_timeout, h->timeout_ms, 0);
+}
+
 hd_heap *hh_heap_find(hd_registry *r, const char *name)
 {
     for (hd_heap *h = r->heaps; h; h = h->next)
@@ -165,31 +212,9 @@ void hd_registry_destroy(hd_registry *r)
     if (!r)
         return;
     while (r->heaps)
-        hh_heap_destroy(r->heaps);
+        heap_destroy(r->heaps);
     uv_timer_stop(&r->meminfo);
     uv_close((uv_handle_t *)&r->meminfo, registry_closed);
-}
-
-/* Lists the ranks in state `which` (0: missing from the collect, 1: waiting
- * in it, 2: not attached, 3: waiting in attach) as "0, 2, 5". */
-void hh_rank_list(const hd_heap *h, int which, char *buf, size_t len)
-{
-    size_t n = 0;
-    int count = 0;
-    buf[0] = 0;
-    for (uint32_t i = 0; i < h->world_size && n + 16 < len; i++) {
-        const hd_rank *k = &h->ranks[i];
-        bool match = which == 0   ? k->joined && !k->in_collect /* missing from collect */
-                     : which == 1 ? k->in_collect               /* waiting in collect */
-                     : which == 2 ? !k->conn                    /* never attached / gone */
-                                  : k->attach_wait;             /* waiting in attach */
-        if (!match)
-            continue;
-        n += (size_t)snprintf(buf + n, len - n, "%s%u", count ? ", " : "", i);
-        count++;
-    }
-    if (n + 16 >= len)
-        snprintf(buf + n, len - n, ", ...");
 }
 
 /* Bytes the heaps of `uid` use: every rank's chunks and the allocator's
@@ -431,6 +456,8 @@ static int heap_validate(const hd_heap *h, char *why, size_t len)
     if (joined != h->njoined || attached != h->nattached || joined > h->local_size)
         BAD("heap \"%s\": %u joined, %u attached; counted %u and %u", h->name, joined, attached, h->njoined,
             h->nattached);
+    if (h->coll_active && !h->coll_left)
+        BAD("heap \"%s\": a collect is active without its coll_left", h->name);
     if (waiting != (h->coll_active ? h->coll_waiting : 0))
         BAD("heap \"%s\": %u ranks in the collect, %u counted", h->name, waiting, h->coll_waiting);
     return 0;

@@ -106,7 +106,9 @@ class HeapStats(Structure):
 
 class DaemonStats(Structure):
     _fields_ = [("version", c_char_p), ("backend", c_char_p), ("clients", c_uint32),
-                ("nheaps", c_size_t), ("heaps", POINTER(HeapStats))]
+                ("nheaps", c_size_t), ("heaps", POINTER(HeapStats)), ("uptime_ms", c_uint64),
+                ("store", c_char_p), ("store_connected", c_int), ("quota_heap", c_uint64),
+                ("quota_uid", c_uint64)]
 
 
 def _fn(name, res, *args):

@@ -1,4 +1,4 @@
-/* fuzz_ring.c - libFuzzer target: the request ring's decoder (common/ring.c)
+/* fuzz_ring.c - libFuzzer target: the request ring's decoder (common/ring_layout.c)
  * as heapd's ring server uses it (daemon/ring.c: serve, dispatch.c:
  * ring_request): every byte of the ring is the client's, hostile.
  *
@@ -23,7 +23,7 @@
  *   - hr_read_resp on the same bytes keeps the same bounds.
  */
 #include "heapd.pb-c.h"
-#include "ring.h"
+#include "ring_layout.h"
 
 #include <stdint.h>
 #include <stdio.h>

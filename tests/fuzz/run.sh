@@ -4,7 +4,7 @@
 #   BUILD=build FUZZ_SECONDS=60 sh tests/fuzz/run.sh      (what `make fuzz` runs)
 #
 # Targets (tests/fuzz/fuzz_NAME.c):
-#   wire   framing (common/wire.c) and protobuf decoding (heapd.pb-c.c and
+#   wire   framing (common/wire.c, wire_write.c) and protobuf decoding (heapd.pb-c.c and
 #          libprotobuf-c): bytes and fds through a socket pair into hw_read,
 #          heapd__frame__unpack, re-encode, the writer, fd leak check
 #   alloc  allocator call sequences (daemon/alloc*.c) on small
@@ -21,7 +21,7 @@
 # heap and dispatch link the daemon's library (every daemon/*.c but the
 # programs), built once into $BUILD/fuzz/wing/ (rebuilt when a source is
 # newer).
-#   ring   the request ring's decoder (common/ring.c) and protobuf decoding
+#   ring   the request ring's decoder (common/ring_layout.c) and protobuf decoding
 #          of its slots, as heapd's ring server reads a hostile client's ring
 # Each is built with $FUZZ_CC -fsanitize=fuzzer,address,undefined straight
 # from the sources into $BUILD/fuzz/, then run for FUZZ_SECONDS from the seed
@@ -76,7 +76,7 @@ wing() {
     mkdir -p "$OUT/wing"
     wflags=$(echo "$CFLAGS_F" | sed 's/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,/')
     for f in $wsrc "$PROTO"; do
-        # dir_name.o: daemon/ring.c and common/ring.c both build a ring.o
+        # dir_name.o: two directories may hold files of one name
         o=$OUT/wing/$(basename "$(dirname "$f")")_$(basename "$f" .c).o
         # shellcheck disable=SC2086
         if ! "$FCC" $wflags $PBC_CFLAGS -DHEAPD_VERSION='"fuzz"' -c -o "$o" "$f" >>"$OUT/build_wing.log" 2>&1; then
@@ -89,9 +89,9 @@ wing() {
 
 build() { # build NAME: $OUT/fuzz_NAME
     case $1 in
-    wire) srcs="$SRC/tests/fuzz/fuzz_wire.c $SRC/common/wire.c $PROTO"; extra="$PBC_CFLAGS"; libs="$PBC_LIBS" ;;
+    wire) srcs="$SRC/tests/fuzz/fuzz_wire.c $SRC/common/wire.c $SRC/common/wire_write.c $PROTO"; extra="$PBC_CFLAGS"; libs="$PBC_LIBS" ;;
     alloc) srcs="$SRC/tests/fuzz/fuzz_alloc.c $SRC/daemon/alloc*.c"; extra=""; libs="" ;;
-    ring) srcs="$SRC/tests/fuzz/fuzz_ring.c $SRC/common/ring.c $PROTO"; extra="$PBC_CFLAGS"; libs="$PBC_LIBS" ;;
+    ring) srcs="$SRC/tests/fuzz/fuzz_ring.c $SRC/common/ring_layout.c $PROTO"; extra="$PBC_CFLAGS"; libs="$PBC_LIBS" ;;
     heap | dispatch)
         : >"$OUT/build_wing.log"
         wing || return 1

@@ -1,4 +1,4 @@
-/* ring.h - the shared-memory request path (issue 16): the layout of one
+/* ring_layout.h - the shared-memory request path (issue 16): the layout of one
  * client's request/response ring, shared by heapd (daemon/ring.c) and
  * libheapc (client/heapc_ring.c). Prefix hr_.
  *
@@ -39,8 +39,8 @@
  * heapd reads nothing from the header and trusts no byte of a request slot:
  * its geometry is its own copy, every request is copied out, checked (seq,
  * len <= payload, chk) and decoded from the copy. */
-#ifndef HEAPD_RING_H
-#define HEAPD_RING_H
+#ifndef HEAPD_RING_LAYOUT_H
+#define HEAPD_RING_LAYOUT_H
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -87,13 +87,22 @@ typedef struct hr_geom {
     uint32_t nslots, slot_size;
 } hr_geom;
 
-/* Results of hr_take. */
-#define HR_OK    0
-#define HR_EMPTY 1    /* not posted yet */
-#define HR_ESEQ  (-1) /* a sequence number that is neither this lap's nor the previous one's */
-#define HR_ELEN  (-2) /* a length beyond the slot's payload */
-#define HR_ETORN (-3) /* chk does not match, or seq changed while it was read */
-#define HR_EKIND (-4) /* a request slot whose kind is not HR_KIND_REQUEST */
+/* Results of hr_take and hr_read_resp, one table: X(name, value,
+ * description). It makes the constants (an enum), hr_errname and
+ * hr_strerror. */
+#define HR_CODE_MAP(X)                                                                                                 \
+    X(HR_OK, 0, "ok")                                                                                                  \
+    X(HR_EMPTY, 1, "not posted yet")                                                                                   \
+    X(HR_ESEQ, -1, "a request slot's sequence number is neither the expected one nor the previous lap's")              \
+    X(HR_ELEN, -2, "a slot's length exceeds its payload")                                                              \
+    X(HR_ETORN, -3, "a slot's checksum does not match its contents (a torn or scribbled write)")                       \
+    X(HR_EKIND, -4, "a request slot is marked as a response")
+
+enum {
+#define HR_CODE_ENUM(name, value, desc) name = value,
+    HR_CODE_MAP(HR_CODE_ENUM)
+#undef HR_CODE_ENUM
+};
 
 /* 0 if g is a geometry both sides accept; -1 otherwise. */
 int hr_geom_ok(hr_geom g);
@@ -127,6 +136,9 @@ int hr_posted(const hr_slot *sl, uint64_t s);
 int hr_read_resp(const hr_slot *sl, uint64_t s, hr_geom g, unsigned char *buf, uint64_t *id, uint32_t *len,
                  uint32_t *kind);
 
+/* The code's sentence ("unknown ring error" for a value not in the table)
+ * and its name ("HR_ETORN"; "HR_E(unknown)"). Never NULL. */
 const char *hr_strerror(int rc);
+const char *hr_errname(int rc);
 
 #endif

@@ -1,6 +1,6 @@
-/* check_ring.c - common/ring.h: the request ring's layout, hr_put, hr_take,
+/* check_ring_layout.c - common/ring_layout.h: the request ring's layout, hr_put, hr_take,
  * hr_read_resp and hr_header_check, on a real sealed-size memory image. */
-#include "ring.h"
+#include "ring_layout.h"
 
 #include <check.h>
 #include <stdint.h>
@@ -95,6 +95,14 @@ START_TEST(hostile_slots)
     ck_assert_int_eq(hr_take(sl, 0, G, buf, &id, &len), HR_ESEQ);
     for (int rc = HR_OK; rc >= HR_EKIND; rc--)
         ck_assert_str_ne(hr_strerror(rc), "unknown ring error");
+        /* The code table: named after itself, described. */
+#define CODE_CHECK(name, value, desc)                                                                                  \
+    ck_assert_str_eq(hr_errname(name), #name);                                                                         \
+    ck_assert_str_eq(hr_strerror(name), desc);
+    HR_CODE_MAP(CODE_CHECK)
+#undef CODE_CHECK
+    ck_assert_str_eq(hr_strerror(-99), "unknown ring error");
+    ck_assert_str_eq(hr_errname(-99), "HR_E(unknown)");
     free(m);
 }
 END_TEST

@@ -1,5 +1,5 @@
-/* ring.c - the ring layout's helpers (see ring.h). */
-#include "ring.h"
+/* ring_layout.c - the ring layout's helpers (see ring_layout.h). */
+#include "ring_layout.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -138,18 +138,23 @@ int hr_read_resp(const hr_slot *sl, uint64_t s, hr_geom g, unsigned char *buf, u
 const char *hr_strerror(int rc)
 {
     switch (rc) {
-    case HR_OK:
-        return "ok";
-    case HR_EMPTY:
-        return "not posted yet";
-    case HR_ESEQ:
-        return "a request slot's sequence number is neither the expected one nor the previous lap's";
-    case HR_ELEN:
-        return "a slot's length exceeds its payload";
-    case HR_ETORN:
-        return "a slot's checksum does not match its contents (a torn or scribbled write)";
-    case HR_EKIND:
-        return "a request slot is marked as a response";
+#define HR_CODE_DESC(name, value, desc)                                                                                \
+    case name:                                                                                                         \
+        return desc;
+        HR_CODE_MAP(HR_CODE_DESC)
+#undef HR_CODE_DESC
     }
     return "unknown ring error";
+}
+
+const char *hr_errname(int rc)
+{
+    switch (rc) {
+#define HR_CODE_NAME(name, value, desc)                                                                                \
+    case name:                                                                                                         \
+        return #name;
+        HR_CODE_MAP(HR_CODE_NAME)
+#undef HR_CODE_NAME
+    }
+    return "HR_E(unknown)";
 }

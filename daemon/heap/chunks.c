@@ -1,0 +1,84 @@
+/* chunks.c - the heap wing's chunk records: a rank's chunks created and
+ * trimmed (attach's first chunks, growth and its rollback), and the chunk
+ * refs with dup'ed fds that attach and alloc replies carry (see heap.h).
+ * Bottom floor (heap_int.h): it calls only the backend. */
+#include "heap_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int hh_rank_add_chunks(hd_heap *h, hd_rank *k, uint32_t upto, char *err, size_t errlen)
+{
+    if (upto > k->capchunks) {
+        uint32_t nc = k->capchunks ? k->capchunks : 4;
+        while (nc < upto)
+            nc *= 2;
+        hb_chunk *n = realloc(k->chunks, nc * sizeof *n);
+        if (!n) {
+            snprintf(err, errlen, "out of memory for chunk records");
+            return -1;
+        }
+        k->chunks = n;
+        k->capchunks = nc;
+    }
+    while (k->nchunks < upto) {
+        int rc = hb_chunk_create(h->reg->be, k->device, h->ap.chunk_size, &k->chunks[k->nchunks], err, errlen);
+        if (rc)
+            return rc;
+        k->nchunks++;
+    }
+    return 0;
+}
+
+/* Drops chunks beyond `keep` (rollback of a failed growth). */
+void hh_rank_trim_chunks(hd_heap *h, hd_rank *k, uint32_t keep)
+{
+    while (k->nchunks > keep)
+        hb_chunk_release(h->reg->be, &k->chunks[--k->nchunks]);
+}
+
+void hh_chunk_msg_free(chunk_msg *m, bool close_fds)
+{
+    if (close_fds)
+        for (size_t i = 0; i < m->n; i++)
+            if (m->fds[i] >= 0)
+                close(m->fds[i]);
+    free(m->refs);
+    free(m->fds);
+    memset(m, 0, sizeof *m);
+}
+
+/* Fills m with chunk_msg (heap_int.h) for [from, to). Returns 0, or -1 if
+ * out of memory / fds. */
+int hh_chunk_msg_build(hd_heap *h, uint32_t from, uint32_t to, chunk_msg *m)
+{
+    memset(m, 0, sizeof *m);
+    if (to <= from)
+        return 0;
+    size_t max = (size_t)(to - from) * h->world_size;
+    m->refs = calloc(max, sizeof *m->refs);
+    m->fds = calloc(max, sizeof *m->fds);
+    if (!m->refs || !m->fds) {
+        hh_chunk_msg_free(m, false);
+        return -1;
+    }
+    for (uint32_t q = 0; q < h->world_size; q++) {
+        hd_rank *k = &h->ranks[q];
+        if (!k->joined)
+            continue;
+        for (uint32_t j = from; j < to && j < k->nchunks; j++) {
+            int fd = dup(k->chunks[j].fd);
+            if (fd < 0) {
+                hh_chunk_msg_free(m, true);
+                return -1;
+            }
+            m->refs[m->n].rank = q;
+            m->refs[m->n].index = j;
+            m->fds[m->n] = fd;
+            m->n++;
+        }
+    }
+    return 0;
+}
