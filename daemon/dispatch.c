@@ -11,6 +11,7 @@
 #include "pbstr.h"
 #include "reply.h"
 #include "ring.h"
+#include "ring_sink.h"
 
 struct hd_dispatch {
     hd_registry *reg;
@@ -19,26 +20,66 @@ struct hd_dispatch {
     hd_rings *rings; /* NULL: rings are off (heapd.conf ring = off) */
 };
 
-/* Per client. Invariant: peer.bind.heap != NULL => hello; ops != NULL. */
+/* Per client. Invariants (session_check): peer.bind.heap != NULL => hello;
+ * peer.out == &hd_reply_frame_ops and peer.data == &out (reply.c sends
+ * through out); ring == NULL => out == the transport's sink (tdata is its
+ * data); ring != NULL => out.data == &rsink, rsink.ring == ring and
+ * rsink.next is the transport's sink; ring != NULL => rings && hello. */
 struct hd_session {
-    hd_peer peer;
-    const hd_client_ops *ops;
-    bool hello;
+    hd_peer peer; /* first: session_privileged finds the session from it */
+    hd_frame_sink out;
+    int (*privileged)(void *data, long gid);
+    void *tdata;
+    bool rings, hello;
     hd_ring *ring; /* issue 16: its request ring, or NULL */
+    hd_ring_sink rsink;
 };
 
-hd_session *hd_dispatch_session_new(const hd_peer *p, const hd_client_ops *ops)
+static int session_privileged(const hd_peer *p, long gid)
+{
+    const hd_session *s = (const hd_session *)p;
+    return s->privileged && s->privileged(s->tdata, gid);
+}
+
+hd_session *hd_dispatch_session_new(const hd_client *c)
 {
     hd_session *s = calloc(1, sizeof *s);
     if (!s)
         return NULL;
-    s->peer = *p;
-    memset(&s->peer.bind, 0, sizeof s->peer.bind);
-    s->ops = ops;
+    s->out = c->sink;
+    s->privileged = c->privileged;
+    s->tdata = c->sink.data;
+    s->rings = c->rings;
+    s->peer.pid = c->pid;
+    s->peer.uid = c->uid;
+    s->peer.privileged = session_privileged;
+    s->peer.out = &hd_reply_frame_ops;
+    s->peer.data = &s->out;
     return s;
 }
 
 hd_peer *hd_dispatch_session_peer(hd_session *s) { return &s->peer; }
+
+#ifdef HEAPD_DEBUG
+static void session_check(const hd_session *s)
+{
+    const char *why = NULL;
+    if (s->peer.bind.heap && !s->hello)
+        why = "bound to a heap before Hello";
+    else if (s->peer.out != &hd_reply_frame_ops || s->peer.data != &s->out)
+        why = "its peer does not send through its sink";
+    else if (!s->ring && s->out.data != s->tdata)
+        why = "no ring, but its sink is not the transport's";
+    else if (s->ring && (s->out.data != &s->rsink || s->rsink.ring != s->ring || s->rsink.next.data != s->tdata))
+        why = "a ring, but its sink is not the ring's in front of the transport's";
+    else if (s->ring && !(s->rings && s->hello))
+        why = "a ring on a transport without rings, or before Hello";
+    if (why) {
+        fprintf(stderr, "heapd: session of pid %ld: %s\n", (long)s->peer.pid, why);
+        abort();
+    }
+}
+#endif
 
 int hd_dispatch_create(hd_registry *reg, const char *backend_name, hd_dispatch **out)
 {
@@ -86,8 +127,6 @@ static void log_ctx(const hd_session *s, const Heapd__Frame *f)
     hd_log_ctx_set(&x);
 }
 
-static int peer_privileged(const hd_peer *p, long gid) { return hd_conn_privileged(p->data, gid); }
-
 void hd_dispatch_closed(hd_dispatch *d, hd_session *s)
 {
     log_ctx(s, NULL);
@@ -104,48 +143,67 @@ void hd_dispatch_stop(hd_session *s)
     hd_peer_error(&s->peer, 0, HEAPD__ERR_CODE__ERR_SHUTDOWN, "heapd is stopping (SIGTERM); the heap is gone");
 }
 
-/* ---- the server's connections ------------------------------------------ */
+/* ---- request rings (issue 16) ------------------------------------------- */
 
-/* Hello accepted: the pre-Hello limits end (hd_conn_admit), then the reply. */
-static void conn_hello(hd_peer *p, uint64_t id, const char *backend)
+/* s's ring broke (why: for people): it serves nothing more, and the client
+ * is told and disconnected. */
+static void ring_broken(hd_session *s, const char *why)
 {
-    hd_conn_admit(p->data);
-    hd_reply_hello(p->data, id, backend);
-}
-static void conn_close(hd_peer *p) { hd_conn_close_after_flush(p->data); }
-static const hd_client_ops conn_ops = {conn_hello, conn_close};
-
-static int on_open(void *arg, hd_conn *c)
-{
-    (void)arg;
-    hd_peer p = {0};
-    p.pid = hd_conn_pid(c);
-    p.uid = hd_conn_uid(c);
-    p.privileged = peer_privileged;
-    p.out = &hd_reply_conn_ops;
-    p.data = c;
-    hd_session *s = hd_dispatch_session_new(&p, &conn_ops);
-    if (!s)
-        return -1;
-    hd_conn_set_data(c, s);
-    return 0;
+    hd_ring_stop(s->ring);
+    log_ctx(s, NULL);
+    hd_warn("pid %ld: its request ring is corrupt (%s): disconnecting it", (long)s->peer.pid, why);
+    hd_peer_error(&s->peer, 0, HEAPD__ERR_CODE__ERR_PROTOCOL,
+                  "heapd disconnected this client: its request ring is corrupt (%s); something in the client "
+                  "wrote into the ring's memory, or libheapc and heapd are of different releases: check both, "
+                  "then connect and attach again (HEAPC_TRANSPORT=socket avoids the ring)",
+                  why);
+    hd_frame_sink_close_after_flush(&s->out);
+    hd_log_ctx_set(NULL);
 }
 
-static void on_closed(void *arg, hd_conn *c)
+static void ring_setup(hd_dispatch *d, hd_session *s, uint64_t id)
 {
-    hd_dispatch_closed(arg, hd_conn_data(c));
-    hd_conn_set_data(c, NULL);
+    char err[256];
+    hd_ring_setup su;
+    hd_ring *r;
+    if (!d->rings)
+        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_STATE,
+                      "request rings are off in heapd.conf (ring = off): send every request on the socket "
+                      "(HEAPC_TRANSPORT=socket), or set ring = on and restart heapd");
+    else if (!s->rings)
+        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_STATE, "request rings are for socket connections only");
+    else if (s->ring)
+        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_STATE, "this connection already has a request ring");
+    else if (hd_ring_open(d->rings, s, &r, &su, err, sizeof err))
+        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "no request ring: %s; use the socket", err);
+    else {
+        hd_debug("pid %ld: request ring of %u slots of %u bytes", (long)s->peer.pid, su.nslots, su.slot_size);
+        /* From now on the ring's answers go into it, the rest to the
+         * transport (the setup's reply too: its id is no ring request). */
+        s->ring = r;
+        s->out = hd_ring_sink_init(&s->rsink, r, s->out);
+        hd_reply_ring_setup(&s->out, id, &su);
+    }
 }
 
-static void on_stop(void *arg, hd_conn *c)
+static void ring_request(void *arg, hd_ring *r, void *data, uint64_t id, const uint8_t *p, size_t len)
 {
-    (void)arg;
-    hd_dispatch_stop(hd_conn_data(c));
+    (void)r;
+    hd_frame_in in = {.via = HD_VIA_RING, .slot_id = id, .data = p, .len = len};
+    hd_dispatch_frame(arg, data, &in);
 }
 
-static void on_frame(void *arg, hd_conn *c, const uint8_t *data, size_t len, size_t nfds)
+static void ring_corrupt(void *arg, hd_ring *r, void *data, const char *why)
 {
-    hd_dispatch_frame(arg, hd_conn_data(c), data, len, nfds);
+    (void)arg, (void)r;
+    ring_broken(data, why);
+}
+
+static const hd_ring_handlers ring_handlers = {.on_request = ring_request, .on_corrupt = ring_corrupt};
+
+int hd_dispatch_rings(hd_dispatch *d, uv_loop_t *loop, const hd_ring_opts *opts)
+{
+    return hd_rings_create(loop, opts, &ring_handlers, d, &d->rings);
 }
 
 /* ---- one frame in ------------------------------------------------------- */
@@ -157,100 +215,16 @@ static void handle_hello(hd_dispatch *d, hd_session *s, uint64_t id, const Heapd
                       "protocol version %u is not supported: this heapd speaks version %d; use a libheapc "
                       "built from the same heapd release",
                       m->version, HEAPD__CONST__PROTOCOL_VERSION);
-        s->ops->close_after_flush(&s->peer);
+        hd_frame_sink_close_after_flush(&s->out);
         return;
     }
     s->hello = true;
-    s->ops->hello(&s->peer, id, d->backend);
+    /* The pre-Hello limits end, then the reply. */
+    hd_frame_sink_admit(&s->out);
+    hd_reply_hello(&s->out, id, d->backend);
 }
 
-/* The request in f, to the heap wing. */
-/* ---- request rings (issue 16) ------------------------------------------- */
-
-static void ring_setup(hd_dispatch *d, hd_session *s, uint64_t id)
-{
-    char err[256];
-    hd_ring_setup su;
-    if (!d->rings)
-        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_STATE,
-                      "request rings are off in heapd.conf (ring = off): send every request on the socket "
-                      "(HEAPC_TRANSPORT=socket), or set ring = on and restart heapd");
-    else if (s->ops != &conn_ops)
-        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_STATE, "request rings are for socket connections only");
-    else if (s->ring)
-        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_STATE, "this connection already has a request ring");
-    else if (hd_ring_open(d->rings, s, &s->ring, &su, err, sizeof err))
-        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "no request ring: %s; use the socket", err);
-    else {
-        hd_debug("pid %ld: request ring of %u slots of %u bytes", (long)s->peer.pid, su.nslots, su.slot_size);
-        hd_reply_ring_setup(s->peer.data, id, &su);
-    }
-}
-
-hd_ring *hd_dispatch_conn_ring(const hd_conn *c)
-{
-    const hd_session *s = hd_conn_data(c);
-    return s ? s->ring : NULL;
-}
-
-static void handle_request(hd_dispatch *d, hd_session *s, const Heapd__Frame *f);
-
-static void ring_corrupt(void *arg, hd_ring *r, void *data, const char *why)
-{
-    hd_session *s = data;
-    log_ctx(s, NULL);
-    hd_warn("pid %ld: its request ring is corrupt (%s): disconnecting it", (long)s->peer.pid, why);
-    hd_peer_error(&s->peer, 0, HEAPD__ERR_CODE__ERR_PROTOCOL,
-                  "heapd disconnected this client: its request ring is corrupt (%s); something in the client "
-                  "wrote into the ring's memory, or libheapc and heapd are of different releases: check both, "
-                  "then connect and attach again (HEAPC_TRANSPORT=socket avoids the ring)",
-                  why);
-    s->ops->close_after_flush(&s->peer);
-    hd_log_ctx_set(NULL);
-}
-
-/* A request from s's ring: the same checks and heap-wing calls as a frame
- * from the socket; only Alloc, Free and Collect travel on a ring. */
-static void ring_request(void *arg, hd_ring *r, void *data, uint64_t id, const uint8_t *p, size_t len)
-{
-    hd_dispatch *d = arg;
-    hd_session *s = data;
-    Heapd__Frame *f = heapd__frame__unpack(NULL, len, p);
-    log_ctx(s, f);
-    if (!f || f->id != id) {
-        char why[160];
-        snprintf(why, sizeof why, "request id %llu: %s", (unsigned long long)id,
-                 f ? "the frame in the slot has another id" : "the slot holds no heapd.Frame");
-        hd_ring_stop(r);
-        ring_corrupt(d, r, s, why);
-        goto out;
-    }
-    if (d->srv && hd_server_stopping(d->srv))
-        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_SHUTDOWN, "heapd is stopping; retry once it is back");
-    else if (f->body_case != HEAPD__FRAME__BODY_ALLOC && f->body_case != HEAPD__FRAME__BODY_FREE &&
-             f->body_case != HEAPD__FRAME__BODY_COLLECT)
-        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_PROTOCOL,
-                      "message type %d does not travel on a request ring (Alloc, Free and Collect do): send it "
-                      "on the socket",
-                      (int)f->body_case);
-    else
-        handle_request(d, s, f);
-#ifdef HEAPD_DEBUG
-    hd_heap_check(d->reg);
-#endif
-out:
-    hd_log_ctx_set(NULL);
-    if (f)
-        heapd__frame__free_unpacked(f, NULL);
-}
-
-static const hd_ring_handlers ring_handlers = {.on_request = ring_request, .on_corrupt = ring_corrupt};
-
-int hd_dispatch_rings(hd_dispatch *d, uv_loop_t *loop, const hd_ring_opts *opts)
-{
-    return hd_rings_create(loop, opts, &ring_handlers, d, &d->rings);
-}
-
+/* The request in f, to the heap wing (or to dispatch: Hello, RingSetup). */
 static void handle_request(hd_dispatch *d, hd_session *s, const Heapd__Frame *f)
 {
     uint64_t id = f->id;
@@ -293,45 +267,106 @@ static void handle_request(hd_dispatch *d, hd_session *s, const Heapd__Frame *f)
     }
 }
 
-void hd_dispatch_frame(hd_dispatch *d, hd_session *s, const uint8_t *data, size_t len, size_t nfds)
+static bool ring_carries(Heapd__Frame__BodyCase bc)
 {
-    Heapd__Frame *f = heapd__frame__unpack(NULL, len, data);
-    log_ctx(s, f);
+    return bc == HEAPD__FRAME__BODY_ALLOC || bc == HEAPD__FRAME__BODY_FREE || bc == HEAPD__FRAME__BODY_COLLECT;
+}
+
+/* Every check a frame passes before it is handled, in one place: true when
+ * f (NULL: it did not decode) may be handled; else it was answered (or its
+ * ring broken). NULs in strings: what a ring carries (ring_carries) has no
+ * string field (tests/check_dispatch.c checks), so only a stream's frames
+ * are walked, and the ring's requests do not pay for it. */
+static bool frame_admissible(hd_dispatch *d, hd_session *s, const hd_frame_in *in, const Heapd__Frame *f)
+{
+    bool ring = in->via == HD_VIA_RING;
+    if (ring && (!f || f->id != in->slot_id)) {
+        char why[160];
+        snprintf(why, sizeof why, "request id %llu: %s", (unsigned long long)in->slot_id,
+                 f ? "the frame in the slot has another id" : "the slot holds no heapd.Frame");
+        ring_broken(s, why);
+        return false;
+    }
     if (!f) {
         hd_peer_error(&s->peer, 0, HEAPD__ERR_CODE__ERR_PROTOCOL, "a %zu-byte frame is not a valid heapd.Frame message",
-                      len);
-        hd_log_ctx_set(NULL);
-        return;
+                      in->len);
+        return false;
     }
     uint64_t id = f->id;
-    if (nfds) {
-        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_PROTOCOL,
-                      "clients send no file descriptors: %zu received with this message were closed", nfds);
-        goto out;
-    }
     const char *field;
-    if (hd_pbstr_nul(&heapd__frame__descriptor, data, len, &field)) {
+    if (in->nfds)
+        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_PROTOCOL,
+                      "clients send no file descriptors: %zu received with this message were closed", in->nfds);
+    else if (!ring && hd_pbstr_nul(&heapd__frame__descriptor, in->data, in->len, &field))
         hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_INVALID,
                       "string field %s contains a NUL byte; heap names, jobs and other strings are UTF-8 text "
                       "without NUL",
                       field);
-        goto out;
-    }
-    if (d->srv && hd_server_stopping(d->srv)) {
+    else if (d->srv && hd_server_stopping(d->srv))
         hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_SHUTDOWN, "heapd is stopping; retry once it is back");
-        goto out;
-    }
-    if (!s->hello && f->body_case != HEAPD__FRAME__BODY_HELLO) {
+    else if (!s->hello && f->body_case != HEAPD__FRAME__BODY_HELLO)
         hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "the first message must be Hello");
-        goto out;
-    }
-    handle_request(d, s, f);
+    else if (ring && !ring_carries(f->body_case))
+        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_PROTOCOL,
+                      "message type %d does not travel on a request ring (Alloc, Free and Collect do): send it "
+                      "on the socket",
+                      (int)f->body_case);
+    else
+        return true;
+    return false;
+}
+
+void hd_dispatch_frame(hd_dispatch *d, hd_session *s, const hd_frame_in *in)
+{
+    Heapd__Frame *f = heapd__frame__unpack(NULL, in->len, in->data);
+    log_ctx(s, f);
+    if (frame_admissible(d, s, in, f)) {
+        handle_request(d, s, f);
 #ifdef HEAPD_DEBUG
-    hd_heap_check(d->reg);
+        hd_heap_check(d->reg);
+        session_check(s);
 #endif
-out:
+    }
     hd_log_ctx_set(NULL);
-    heapd__frame__free_unpacked(f, NULL);
+    if (f)
+        heapd__frame__free_unpacked(f, NULL);
+}
+
+/* ---- the server's connections ------------------------------------------ */
+
+static int conn_privileged(void *data, long gid) { return hd_conn_privileged(data, gid); }
+
+static int on_open(void *arg, hd_conn *c)
+{
+    (void)arg;
+    hd_client cl = {.pid = hd_conn_pid(c),
+                    .uid = hd_conn_uid(c),
+                    .privileged = conn_privileged,
+                    .sink = hd_conn_sink(c),
+                    .rings = true};
+    hd_session *s = hd_dispatch_session_new(&cl);
+    if (!s)
+        return -1;
+    hd_conn_set_data(c, s);
+    return 0;
+}
+
+static void on_closed(void *arg, hd_conn *c)
+{
+    hd_dispatch_closed(arg, hd_conn_data(c));
+    hd_conn_set_data(c, NULL);
+}
+
+static void on_stop(void *arg, hd_conn *c)
+{
+    (void)arg;
+    hd_dispatch_stop(hd_conn_data(c));
+}
+
+static void on_frame(void *arg, hd_conn *c, const uint8_t *data, size_t len, size_t nfds)
+{
+    hd_frame_in in = {.via = HD_VIA_STREAM, .data = data, .len = len, .nfds = nfds};
+    hd_dispatch_frame(arg, hd_conn_data(c), &in);
 }
 
 /* A connection the server refused: its one frame says which limit, with
@@ -340,12 +375,13 @@ static void on_refuse(void *arg, hd_conn *c, hd_refusal why, uint64_t limit)
 {
     (void)arg;
     /* No session: a peer for the one Error, through the connection's sink. */
+    hd_frame_sink out = hd_conn_sink(c);
     hd_peer p;
     memset(&p, 0, sizeof p);
     p.pid = hd_conn_pid(c);
     p.uid = hd_conn_uid(c);
-    p.out = &hd_reply_conn_ops;
-    p.data = c;
+    p.out = &hd_reply_frame_ops;
+    p.data = &out;
     if (why == HD_REFUSE_UID_CLIENTS)
         hd_peer_error(&p, 0, HEAPD__ERR_CODE__ERR_QUOTA,
                       "heapd refuses this connection: uid %ld already has %llu connections open, the limit per "

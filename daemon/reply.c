@@ -7,7 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dispatch.h"
 #include "log.h"
 #include "ring.h"
 #include "ring_layout.h"
@@ -15,22 +14,21 @@
 
 static void pack_frame(const void *msg, uint8_t *out) { heapd__frame__pack(msg, out); }
 
-/* Queues `f` (with f->id set by the caller) and its fds, which the
- * connection owns from then on. */
-static void send_frame(hd_conn *c, const Heapd__Frame *f, int *fds, size_t nfds)
+/* Queues `f` (with f->id set by the caller) and its fds, which the sink
+ * owns from then on. */
+static void send_frame(const hd_frame_sink *out, const Heapd__Frame *f, int *fds, size_t nfds)
 {
-    size_t len = heapd__frame__get_packed_size(f);
-    /* Issue 16: the answer to a ring request goes into the ring, unless it
-     * carries fds or is too large: then the ring says "on the socket". */
-    if (f->id && hd_ring_answer(hd_dispatch_conn_ring(c), f->id, f, len, pack_frame, nfds) == 0)
-        return;
-    hd_conn_send(c, f, len, pack_frame, fds, nfds);
+    hd_frame_sink_send(out, f->id, f, heapd__frame__get_packed_size(f), pack_frame, fds, nfds);
 }
+
+/* The frame sink of a peer of hd_reply_frame_ops. */
+static const hd_frame_sink *sink_of(const hd_peer *p) { return p->data; }
 
 /* Queues a frame whose body is `msg`, the message of oneof case `bc`,
  * answering request `id` (0: unsolicited). Every body is a message pointer
  * in the frame's oneof: the field descriptor gives where it goes. */
-static void send_body(hd_conn *c, uint64_t id, Heapd__Frame__BodyCase bc, const void *msg, int *fds, size_t nfds)
+static void send_body(const hd_frame_sink *out, uint64_t id, Heapd__Frame__BodyCase bc, const void *msg, int *fds,
+                      size_t nfds)
 {
     const ProtobufCFieldDescriptor *fd =
         protobuf_c_message_descriptor_get_field(&heapd__frame__descriptor, (unsigned)bc);
@@ -38,7 +36,7 @@ static void send_body(hd_conn *c, uint64_t id, Heapd__Frame__BodyCase bc, const 
     f.id = id;
     f.body_case = bc;
     memcpy((char *)&f + fd->offset, &msg, sizeof msg);
-    send_frame(c, &f, fds, nfds);
+    send_frame(out, &f, fds, nfds);
 }
 
 static void close_fds(int *fds, size_t n)
@@ -48,25 +46,25 @@ static void close_fds(int *fds, size_t n)
             close(fds[i]);
 }
 
-static void send_error(hd_conn *c, uint64_t id, Heapd__ErrCode code, const char *msg)
+static void send_error(const hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *msg)
 {
     const ProtobufCEnumValue *ev = protobuf_c_enum_descriptor_get_value(&heapd__err_code__descriptor, (int)code);
     hd_log_ctx_err(ev ? ev->name : NULL);
-    hd_debug("error to pid %ld (request %llu): %s", (long)hd_conn_pid(c), (unsigned long long)id, msg);
+    hd_debug("error to pid %ld (request %llu): %s", (long)p->pid, (unsigned long long)id, msg);
     hd_log_ctx_err(NULL);
     Heapd__Error e = HEAPD__ERROR__INIT;
     e.code = code;
     e.message = (char *)msg;
-    send_body(c, id, HEAPD__FRAME__BODY_ERROR, &e, NULL, 0);
+    send_body(sink_of(p), id, HEAPD__FRAME__BODY_ERROR, &e, NULL, 0);
 }
 
-void hd_reply_hello(hd_conn *c, uint64_t id, const char *backend)
+void hd_reply_hello(const hd_frame_sink *out, uint64_t id, const char *backend)
 {
     Heapd__HelloReply r = HEAPD__HELLO_REPLY__INIT;
     r.version = HEAPD__CONST__PROTOCOL_VERSION;
     r.server = (char *)"heapd " HEAPD_VERSION;
     r.backend = (char *)backend;
-    send_body(c, id, HEAPD__FRAME__BODY_HELLO_REPLY, &r, NULL, 0);
+    send_body(out, id, HEAPD__FRAME__BODY_HELLO_REPLY, &r, NULL, 0);
 }
 
 /* ---- the heap wing's sink ------------------------------------------------ */
@@ -81,6 +79,11 @@ static void fill_params(const ha_params *ap, uint32_t timeout_ms, Heapd__HeapPar
     p->policy = ap->policy == HA_POLICY_SEED ? HEAPD__POLICY__POLICY_SEED : HEAPD__POLICY__POLICY_COALESCE;
     p->collect_timeout_ms = timeout_ms;
 }
+
+/* refs + i and fds + i, where a reply without chunks may have NULL arrays
+ * (NULL + 0 is undefined behaviour). */
+static const hd_chunk_ref *refs_at(const hd_chunk_ref *refs, size_t i) { return refs ? refs + i : NULL; }
+static int *fds_at(int *fds, size_t i) { return fds ? fds + i : NULL; }
 
 /* ChunkRefs for refs[0..n) (fd_index i). NULL if out of memory (n > 0). */
 static Heapd__ChunkRef **chunk_refs(const hd_chunk_ref *refs, size_t n, Heapd__ChunkRef **store)
@@ -112,7 +115,8 @@ static Heapd__ChunkRef **chunk_refs(const hd_chunk_ref *refs, size_t n, Heapd__C
  * reply's frame (docs/protocol.md). Returns how many chunks went out; out of
  * memory: every fd not sent (fds[sent..n + extra)) is closed and SIZE_MAX
  * returned. */
-static size_t send_chunk_batches(hd_conn *c, uint64_t id, const hd_chunk_ref *refs, size_t n, int *fds, size_t extra)
+static size_t send_chunk_batches(const hd_frame_sink *out, uint64_t id, const hd_chunk_ref *refs, size_t n, int *fds,
+                                 size_t extra)
 {
     size_t sent = 0;
     while (n - sent + extra > HW_FDS_MAX) {
@@ -126,7 +130,7 @@ static size_t send_chunk_batches(hd_conn *c, uint64_t id, const hd_chunk_ref *re
         Heapd__ChunkBatch b = HEAPD__CHUNK_BATCH__INIT;
         b.n_chunks = k;
         b.chunks = ptrs;
-        send_body(c, id, HEAPD__FRAME__BODY_CHUNK_BATCH, &b, fds + sent, k);
+        send_body(out, id, HEAPD__FRAME__BODY_CHUNK_BATCH, &b, fds + sent, k);
         free(ptrs);
         free(store);
         sent += k;
@@ -134,24 +138,21 @@ static size_t send_chunk_batches(hd_conn *c, uint64_t id, const hd_chunk_ref *re
     return sent;
 }
 
-static void out_error(hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *msg)
-{
-    send_error(p->data, id, code, msg);
-}
+static void out_error(hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *msg) { send_error(p, id, code, msg); }
 
 static void out_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
 {
     /* Chunks first, the status page fd last (status_index == nchunks). */
-    size_t sent = send_chunk_batches(p->data, id, a->chunks, a->nchunks, a->fds, a->nfds - a->nchunks);
+    size_t sent = send_chunk_batches(sink_of(p), id, a->chunks, a->nchunks, a->fds, a->nfds - a->nchunks);
     if (sent == SIZE_MAX) {
-        send_error(p->data, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        send_error(p, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
         return;
     }
     Heapd__ChunkRef *store;
-    Heapd__ChunkRef **ptrs = chunk_refs(a->chunks + sent, a->nchunks - sent, &store);
+    Heapd__ChunkRef **ptrs = chunk_refs(refs_at(a->chunks, sent), a->nchunks - sent, &store);
     if (a->nchunks > sent && !ptrs) {
-        close_fds(a->fds + sent, a->nfds - sent);
-        send_error(p->data, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        close_fds(fds_at(a->fds, sent), a->nfds - sent);
+        send_error(p, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
         return;
     }
     Heapd__HeapParams params;
@@ -168,23 +169,23 @@ static void out_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
     ar.next_seq = a->next_seq;
     ar.backend = (char *)a->backend;
     ar.epoch = a->epoch;
-    send_body(p->data, id, HEAPD__FRAME__BODY_ATTACH_REPLY, &ar, a->fds + sent, a->nfds - sent);
+    send_body(sink_of(p), id, HEAPD__FRAME__BODY_ATTACH_REPLY, &ar, fds_at(a->fds, sent), a->nfds - sent);
     free(ptrs);
     free(store);
 }
 
 static void out_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
 {
-    size_t sent = send_chunk_batches(p->data, id, a->new_chunks, a->nchunks, a->fds, 0);
+    size_t sent = send_chunk_batches(sink_of(p), id, a->new_chunks, a->nchunks, a->fds, 0);
     if (sent == SIZE_MAX) {
-        send_error(p->data, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        send_error(p, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
         return;
     }
     Heapd__ChunkRef *store;
-    Heapd__ChunkRef **ptrs = chunk_refs(a->new_chunks + sent, a->nchunks - sent, &store);
+    Heapd__ChunkRef **ptrs = chunk_refs(refs_at(a->new_chunks, sent), a->nchunks - sent, &store);
     if (a->nchunks > sent && !ptrs) {
-        close_fds(a->fds + sent, a->nchunks - sent);
-        send_error(p->data, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        close_fds(fds_at(a->fds, sent), a->nchunks - sent);
+        send_error(p, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
         return;
     }
     Heapd__AllocReply ar = HEAPD__ALLOC_REPLY__INIT;
@@ -195,7 +196,7 @@ static void out_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
     ar.mapped = a->mapped;
     ar.n_new_chunks = a->nchunks - sent;
     ar.new_chunks = ptrs;
-    send_body(p->data, id, HEAPD__FRAME__BODY_ALLOC_REPLY, &ar, a->fds + sent, a->nchunks - sent);
+    send_body(sink_of(p), id, HEAPD__FRAME__BODY_ALLOC_REPLY, &ar, fds_at(a->fds, sent), a->nchunks - sent);
     free(ptrs);
     free(store);
 }
@@ -204,7 +205,7 @@ static void out_free(hd_peer *p, uint64_t id, uint32_t accepted)
 {
     Heapd__FreeReply fr = HEAPD__FREE_REPLY__INIT;
     fr.accepted = accepted;
-    send_body(p->data, id, HEAPD__FRAME__BODY_FREE_REPLY, &fr, NULL, 0);
+    send_body(sink_of(p), id, HEAPD__FRAME__BODY_FREE_REPLY, &fr, NULL, 0);
 }
 
 static void out_collect(hd_peer *p, uint64_t id, uint64_t blocks, uint64_t bytes, uint64_t collects)
@@ -213,20 +214,20 @@ static void out_collect(hd_peer *p, uint64_t id, uint64_t blocks, uint64_t bytes
     cr.reclaimed_blocks = blocks;
     cr.reclaimed_bytes = bytes;
     cr.collects = collects;
-    send_body(p->data, id, HEAPD__FRAME__BODY_COLLECT_REPLY, &cr, NULL, 0);
+    send_body(sink_of(p), id, HEAPD__FRAME__BODY_COLLECT_REPLY, &cr, NULL, 0);
 }
 
 static void out_detach(hd_peer *p, uint64_t id)
 {
     Heapd__DetachReply dr = HEAPD__DETACH_REPLY__INIT;
-    send_body(p->data, id, HEAPD__FRAME__BODY_DETACH_REPLY, &dr, NULL, 0);
+    send_body(sink_of(p), id, HEAPD__FRAME__BODY_DETACH_REPLY, &dr, NULL, 0);
 }
 
 static void out_force(hd_peer *p, uint64_t id, uint64_t at_seq)
 {
     Heapd__ForceCollectReply fr = HEAPD__FORCE_COLLECT_REPLY__INIT;
     fr.at_seq = at_seq;
-    send_body(p->data, id, HEAPD__FRAME__BODY_FORCE_COLLECT_REPLY, &fr, NULL, 0);
+    send_body(sink_of(p), id, HEAPD__FRAME__BODY_FORCE_COLLECT_REPLY, &fr, NULL, 0);
 }
 
 /* A Histogram of h; its counts live in `counts`. */
@@ -301,7 +302,7 @@ static void out_stats(hd_peer *p, uint64_t id, const hd_stats_out *so)
     Heapd__Histogram *hg = calloc(2 * (n ? n : 1), sizeof *hg);
     uint64_t(*hn)[HD_HIST_N] = calloc(2 * (n ? n : 1), sizeof *hn);
     if (!hs || !hsp || !pp || !rs || !rsp || !hg || !hn) {
-        send_error(p->data, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        send_error(p, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
         goto out;
     }
     for (size_t i = 0, j = 0; i < n; j += so->heaps[i].n_ranks, i++) {
@@ -328,7 +329,7 @@ static void out_stats(hd_peer *p, uint64_t id, const hd_stats_out *so)
         for (size_t q = 0; q < n; q++)
             hs[q].n_ranks = 0;
     }
-    send_frame(p->data, &f, NULL, 0);
+    send_frame(sink_of(p), &f, NULL, 0);
 out:
     free(hs);
     free(hsp);
@@ -339,7 +340,7 @@ out:
     free(hn);
 }
 
-const hd_reply_ops hd_reply_conn_ops = {
+const hd_reply_ops hd_reply_frame_ops = {
     .error = out_error,
     .attach = out_attach,
     .alloc = out_alloc,
@@ -351,7 +352,7 @@ const hd_reply_ops hd_reply_conn_ops = {
 };
 
 /* Issue 16: the RingSetupReply; su's two fds go with it. */
-void hd_reply_ring_setup(hd_conn *c, uint64_t id, const hd_ring_setup *su)
+void hd_reply_ring_setup(const hd_frame_sink *out, uint64_t id, const hd_ring_setup *su)
 {
     Heapd__RingSetupReply r = HEAPD__RING_SETUP_REPLY__INIT;
     r.version = HR_VERSION;
@@ -362,5 +363,5 @@ void hd_reply_ring_setup(hd_conn *c, uint64_t id, const hd_ring_setup *su)
     f.body_case = HEAPD__FRAME__BODY_RING_SETUP_REPLY;
     f.ring_setup_reply = &r;
     int fds[2] = {su->memfd, su->doorbell};
-    send_frame(c, &f, fds, 2);
+    send_frame(out, &f, fds, 2);
 }

@@ -37,6 +37,8 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "frame_sink.h"
+
 typedef struct hd_conn hd_conn;
 typedef struct hd_server hd_server;
 
@@ -101,6 +103,9 @@ typedef void (*hd_pack_fn)(const void *msg, uint8_t *out);
 void hd_conn_send(hd_conn *c, const void *msg, size_t len, hd_pack_fn pack, int *fds, size_t nfds);
 /* Reads no more frames; closes the connection once its queue is sent. */
 void hd_conn_close_after_flush(hd_conn *c);
+/* c as a frame sink (server_sink.c): hd_conn_send, hd_conn_admit and
+ * hd_conn_close_after_flush; its data is c. */
+hd_frame_sink hd_conn_sink(hd_conn *c);
 
 /* Creates the server: binds (or adopts the socket-activated fd), but does not
  * start accepting until hd_server_start. */

@@ -26,13 +26,14 @@ BUILD=${BUILD:-build}
 #           files (calls inside a unit are free)
 FLOOR_RULES='
 heap-wing   daemon/heap  all   registry chunks < attach sequence collect < force timeout
-# enabled after issue 26 items 1 and 4 land:
-# daemon-top  daemon       some  server=server,server_accept ring < reply < dispatch < heapd
+daemon-top  daemon       some  server=server,server_accept,server_sink ring=ring,ring_sink < reply < dispatch < heapd
 '
 # Include rules, one a line: NAME FILES... ! HEADERS... (FILES: globs under
 # $SRC; HEADERS: as spelled in #include "...").
 INCLUDE_RULES='
-transports  daemon/server*.c daemon/ring.c ! config.h alloc.h
+transports  daemon/server*.c daemon/ring*.c ! config.h alloc.h
+below-reply  daemon/server*.c daemon/ring*.c ! reply.h dispatch.h
+below-dispatch  daemon/reply.c ! dispatch.h
 '
 
 # ---- floors ----------------------------------------------------------------

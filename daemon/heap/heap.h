@@ -128,7 +128,7 @@ typedef struct hd_binding {
 } hd_binding;
 
 /* A client as the heap wing sees it; its owner (dispatch.c: one per
- * connection) fills every field but bind, which starts zeroed. */
+ * session) fills every field but bind, which starts zeroed. */
 struct hd_peer {
     hd_binding bind;
     pid_t pid;
@@ -136,7 +136,7 @@ struct hd_peer {
     /* 1 if the peer is root or in group `gid` (gid < 0: only root). */
     int (*privileged)(const hd_peer *p, long gid);
     const hd_reply_ops *out; /* where its replies go */
-    void *data;              /* the owner's (dispatch: the connection) */
+    void *data;              /* the sink's (reply.c: the session's frame sink) */
 };
 
 /* In timeout.c: it installs the heap timer's hook (heap_int.h's floors). */

@@ -1,8 +1,9 @@
 /* fuzz_dispatch.c - libFuzzer target: daemon/dispatch.c's frame input
- * (hd_dispatch_frame: protobuf decoding, Hello first, the call into the
- * heap wing) with 6 clients as sessions that are no connection: their
- * replies go to fuzz_wing.h's checking sink, their HelloReply and close to
- * this file's.
+ * (hd_dispatch_frame: protobuf decoding, every state check, the call into
+ * the heap wing) and daemon/reply.c behind it, with 6 clients as sessions
+ * that are no connection: each has this file's frame sink, which decodes
+ * reply.c's frames (ChunkBatch frames put back together) into calls of
+ * fuzz_wing.h's checking sink, and records closes.
  *
  * Input: a config byte, then steps of an opcode byte (low 4 bits: what,
  * high bits: which client) and its arguments:
@@ -21,6 +22,7 @@
  * names the backend; a client told to close gets nothing more. */
 #include "dispatch.h"
 #include "fuzz_wing.h"
+#include "wire.h"
 
 static hd_dispatch *disp;
 static hd_session *sess[NPEER];
@@ -32,24 +34,195 @@ static hd_peer *fw_peer(int i)
     return sess[i] ? hd_dispatch_session_peer(sess[i]) : &none;
 }
 
-static void c_hello(hd_peer *p, uint64_t id, const char *backend)
+/* ---- client i's frame sink: reply.c's frames, decoded for fw_sink -------- */
+
+/* ChunkBatch frames received before their reply: their chunks and fds. */
+typedef struct batch {
+    hd_chunk_ref *refs;
+    int *fds;
+    size_t n, cap;
+} batch;
+static batch batches[NPEER];
+
+static void batch_add(batch *b, const hd_chunk_ref *r, const int *fd)
 {
-    int i = fw_index(p);
-    (void)id;
-    TRACE("%d: hello\n", i);
-    CHECK(!closing[i], "a HelloReply to a client told to close");
-    CHECK(backend && !strcmp(backend, "host"), "HelloReply names backend \"%s\"", backend ? backend : "(null)");
+    if (b->n == b->cap) {
+        b->cap = b->cap ? 2 * b->cap : 64;
+        b->refs = realloc(b->refs, b->cap * sizeof *b->refs);
+        b->fds = realloc(b->fds, b->cap * sizeof *b->fds);
+        CHECK(b->refs && b->fds, "out of memory");
+    }
+    b->refs[b->n] = *r;
+    b->fds[b->n++] = *fd;
 }
 
-static void c_close(hd_peer *p) { closing[fw_index(p)] = true; }
+/* The batches' chunks, then a reply's n chunks (their fds from fds[]), then
+ * `extra` fds; b is emptied for the next reply. */
+static void batch_take(batch *b, Heapd__ChunkRef **refs, size_t n, const int *fds, size_t nfds, size_t extra)
+{
+    CHECK(nfds == n + extra, "a reply of %zu chunks (+%zu) with %zu fds", n, extra, nfds);
+    for (size_t k = 0; k < n; k++) {
+        CHECK(refs[k]->fd_index == k, "chunk %zu has fd_index %u", k, refs[k]->fd_index);
+        batch_add(b, &(hd_chunk_ref){refs[k]->rank, refs[k]->index}, &fds[k]);
+    }
+    for (size_t k = 0; k < extra; k++)
+        batch_add(b, &(hd_chunk_ref){0, 0}, &fds[n + k]);
+}
 
-static const hd_client_ops cops = {c_hello, c_close};
+static void f_attach(hd_peer *q, uint64_t id, const Heapd__AttachReply *r, int *fds, size_t nfds)
+{
+    batch *b = &batches[fw_index(q)];
+    size_t before = b->n, extra = r->status_fd_index >= 0;
+    CHECK(r->status_fd_index < 0 || (size_t)r->status_fd_index == r->n_chunks, "status page at %d of %zu chunks",
+          r->status_fd_index, r->n_chunks);
+    batch_take(b, r->chunks, r->n_chunks, fds, nfds, extra);
+    ha_params ap = {0};
+    ap.chunk_size = r->params ? r->params->chunk_size : 0;
+    hd_attach_out a = {.ap = &ap,
+                       .world_size = r->world_size,
+                       .local_ranks = r->local_ranks,
+                       .nlocal = r->n_local_ranks,
+                       .mapped = r->mapped,
+                       .chunks = b->refs,
+                       .nchunks = b->n - extra,
+                       .fds = b->fds,
+                       .nfds = b->n,
+                       .status_index = extra ? (int)(before + r->n_chunks) : -1,
+                       .next_seq = r->next_seq,
+                       .backend = r->backend,
+                       .epoch = r->epoch};
+    fw_sink.attach(q, id, &a);
+    b->n = 0;
+}
+
+static void f_alloc(hd_peer *q, uint64_t id, const Heapd__AllocReply *r, int *fds, size_t nfds)
+{
+    batch *b = &batches[fw_index(q)];
+    batch_take(b, r->new_chunks, r->n_new_chunks, fds, nfds, 0);
+    hd_alloc_out a = {.seq = r->seq,
+                      .offset = r->offset,
+                      .block_size = r->block_size,
+                      .mapped = r->mapped,
+                      .collect_needed = r->collect_needed,
+                      .new_chunks = b->refs,
+                      .fds = b->fds,
+                      .nchunks = b->n};
+    fw_sink.alloc(q, id, &a);
+    b->n = 0;
+}
+
+static void f_stats(hd_peer *q, uint64_t id, const Heapd__StatsReply *r)
+{
+    hd_heap_info *h = calloc(r->n_heaps ? r->n_heaps : 1, sizeof *h);
+    CHECK(h, "out of memory");
+    for (size_t k = 0; k < r->n_heaps; k++) {
+        const Heapd__HeapStats *x = r->heaps[k];
+        h[k].name = x->name;
+        h[k].world_size = x->world_size;
+        h[k].mapped = x->mapped;
+        h[k].free_bytes = x->free_bytes;
+        /* reply.c drops every rank list of a reply that would not fit. */
+        h[k].n_ranks = x->n_ranks ? x->n_ranks : x->world_size;
+    }
+    hd_stats_out so = {.heaps = h, .nheaps = r->n_heaps, .backend = r->backend, .clients = r->clients};
+    fw_sink.stats(q, id, &so);
+    free(h);
+}
+
+static void f_hello(int i, const Heapd__HelloReply *r)
+{
+    TRACE("%d: hello\n", i);
+    CHECK(!closing[i], "a HelloReply to a client told to close");
+    CHECK(r->backend && !strcmp(r->backend, "host"), "HelloReply names backend \"%s\"",
+          r->backend ? r->backend : "(null)");
+}
+
+static void f_frame(int i, hd_peer *q, const Heapd__Frame *f, int *fds, size_t nfds)
+{
+    switch (f->body_case) {
+    case HEAPD__FRAME__BODY_ERROR:
+        /* An Error may end a reply whose ChunkBatch frames went out (out
+         * of memory): their fds are the client's to close. */
+        fw_take_fds(batches[i].fds, batches[i].n, "ChunkBatch before an Error");
+        batches[i].n = 0;
+        fw_sink.error(q, f->id, f->error->code, f->error->message);
+        break;
+    case HEAPD__FRAME__BODY_HELLO_REPLY:
+        f_hello(i, f->hello_reply);
+        break;
+    case HEAPD__FRAME__BODY_CHUNK_BATCH:
+        CHECK(f->chunk_batch->n_chunks == nfds && nfds, "a ChunkBatch of %zu chunks with %zu fds",
+              f->chunk_batch->n_chunks, nfds);
+        batch_take(&batches[i], f->chunk_batch->chunks, f->chunk_batch->n_chunks, fds, nfds, 0);
+        return;
+    case HEAPD__FRAME__BODY_ATTACH_REPLY:
+        f_attach(q, f->id, f->attach_reply, fds, nfds);
+        return;
+    case HEAPD__FRAME__BODY_ALLOC_REPLY:
+        f_alloc(q, f->id, f->alloc_reply, fds, nfds);
+        return;
+    case HEAPD__FRAME__BODY_FREE_REPLY:
+        fw_sink.free(q, f->id, f->free_reply->accepted);
+        break;
+    case HEAPD__FRAME__BODY_COLLECT_REPLY:
+        fw_sink.collect(q, f->id, f->collect_reply->reclaimed_blocks, f->collect_reply->reclaimed_bytes,
+                        f->collect_reply->collects);
+        break;
+    case HEAPD__FRAME__BODY_DETACH_REPLY:
+        fw_sink.detach(q, f->id);
+        break;
+    case HEAPD__FRAME__BODY_FORCE_COLLECT_REPLY:
+        fw_sink.force(q, f->id, f->force_collect_reply->at_seq);
+        break;
+    case HEAPD__FRAME__BODY_STATS_REPLY:
+        f_stats(q, f->id, f->stats_reply);
+        break;
+    default:
+        CHECK(0, "client %d: a frame of type %d", i, (int)f->body_case);
+    }
+    CHECK(nfds == 0, "a frame of type %d with %zu fds", (int)f->body_case, nfds);
+    CHECK(batches[i].n == 0, "%zu chunks of ChunkBatch frames before a frame of type %d", batches[i].n,
+          (int)f->body_case);
+}
+
+static void c_send(void *data, uint64_t id, const void *msg, size_t len, hd_frame_sink_pack_fn pack, int *fds,
+                   size_t nfds)
+{
+    int i = (int)(intptr_t)data;
+    static uint8_t *buf;
+    static size_t cap;
+    CHECK(len <= HW_FRAME_MAX, "a %zu-byte frame", len);
+    if (len > cap) {
+        free(buf);
+        cap = len;
+        CHECK(buf = malloc(cap), "out of memory");
+    }
+    pack(msg, buf);
+    Heapd__Frame *f = heapd__frame__unpack(NULL, len, buf);
+    CHECK(f, "client %d: reply.c sent a %zu-byte frame that does not decode", i, len);
+    CHECK(f->id == id, "a frame of id %llu sent as %llu", (unsigned long long)f->id, (unsigned long long)id);
+    hd_peer q = {0}; /* what fw_sink knows of a client: its index */
+    q.data = (void *)(intptr_t)i;
+    f_frame(i, &q, f, fds, nfds);
+    heapd__frame__free_unpacked(f, NULL);
+}
+
+static void c_admit(void *data) { (void)data; }
+static void c_close(void *data) { closing[(intptr_t)data] = true; }
+static const hd_frame_sink_ops c_ops = {c_send, c_admit, c_close};
+
+static int c_privileged(void *data, long gid)
+{
+    (void)gid;
+    return fw_peer((int)(intptr_t)data)->uid == 0;
+}
 
 static void open_session(int i, uint8_t b)
 {
     hd_peer p;
     fw_peer_init(&p, i, b);
-    sess[i] = hd_dispatch_session_new(&p, &cops);
+    hd_client c = {.pid = p.pid, .uid = p.uid, .privileged = c_privileged, .sink = {&c_ops, (void *)(intptr_t)i}};
+    sess[i] = hd_dispatch_session_new(&c);
     CHECK(sess[i], "hd_dispatch_session_new");
     closing[i] = false;
 }
@@ -67,7 +240,8 @@ static void reopen_if_closing(int i)
 static void send_frame(int i, const uint8_t *buf, size_t len, size_t nfds)
 {
     reopen_if_closing(i);
-    hd_dispatch_frame(disp, sess[i], buf, len, nfds);
+    hd_frame_in fin = {.via = HD_VIA_STREAM, .data = buf, .len = len, .nfds = nfds};
+    hd_dispatch_frame(disp, sess[i], &fin);
 }
 
 static void send_req(fw_input *in, int i, size_t nfds)
@@ -181,6 +355,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fw_validate("a disconnect at the end");
     }
     hd_dispatch_destroy(disp);
+    for (int i = 0; i < NPEER; i++)
+        CHECK(batches[i].n == 0, "client %d: %zu chunks of ChunkBatch frames without their reply", i, batches[i].n);
     fw_end(fds0);
     return 0;
 }

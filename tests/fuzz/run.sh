@@ -16,7 +16,8 @@
 #          replies' fds, symmetric decisions, no fd or handle left at the end
 #   dispatch  the same clients' requests as frames (packed, then maybe cut
 #          or corrupted, or raw bytes) through daemon/dispatch.c's
-#          hd_dispatch_frame: decoding, Hello first, the wing behind it
+#          hd_dispatch_frame: decoding, every state check, the wing behind
+#          it, and reply.c's frames back through each client's frame sink
 # heap and dispatch link the daemon's library (every daemon/*.c but the
 # programs), built once into $BUILD/fuzz/wing/ (rebuilt when a source is
 # newer).
