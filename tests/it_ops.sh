@@ -46,7 +46,7 @@ check "'#' glued to a value: the error says a comment needs a space" \
     sh -c "[ $crc = 1 ] && grep -q 'c.conf:1: .*a # starts a comment only after a space' '$T/cfg.err'"
 
 # ---- --check-config validates store URLs as heapd does at start ----------------
-for u in 'redis://user:pw@10.0.0.5:6379|credentials' 'redis://10.0.0.5:99999|port must be 1 to 65535' \
+for u in 'redis://u@v@10.0.0.5:6379|appears twice' 'redis://10.0.0.5:99999|port must be 1 to 65535' \
          'redis://10.0.0.5:6379/3|database selection is not supported'; do
     url=${u%%|*} why=${u#*|}
     cfg "backend = host\nstore = $url\n"
