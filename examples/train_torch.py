@@ -47,8 +47,8 @@ def train(args):
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     params = list(model.parameters())
     n = sum(p.numel() for p in params)
-    grads = heap.zeros((n,), torch.float32)        # the all-reduce buffer, on the heap
-    lossbuf = heap.zeros((1,), torch.float32)
+    grads = heap.zeros(n, dtype=torch.float32)        # the all-reduce buffer, on the heap
+    lossbuf = heap.zeros(1, dtype=torch.float32)
     local = heap.local_ranks()
     nxt = (rank + 1) % world
     g = torch.Generator().manual_seed(rank)
@@ -89,7 +89,7 @@ def train(args):
             off += p.numel()
         opt.step()
         # Scratch on the heap, freed in a rank-dependent order (deferred).
-        scratch.append(heap.empty((256, 64), torch.float32))
+        scratch.append(heap.empty(256, 64, dtype=torch.float32))
         if len(scratch) >= 4:
             rng.shuffle(scratch)
             for t in scratch:

@@ -19,12 +19,16 @@ Errors are HeapdError subclasses carrying heapd's message (`.code`,
 (libheapc serialises the calls; address and status reads are lock-free).
 """
 import ctypes
+import operator
 import os
 import threading
+import weakref
 
 from . import _lib as L
 
-__all__ = ["Heap", "HeapdError", "AsymmetryError", "PeerGoneError", "CollectiveTimeoutError",
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "Heap", "HeapdError", "AsymmetryError", "PeerGoneError", "CollectiveTimeoutError",
            "HeapdConnectionError", "NotHeldError", "OutOfMemoryError", "StateError",
            "MismatchError", "Status", "library_path", "stats"]
 
@@ -125,16 +129,38 @@ def _element_size(dtype):
 
 # ---- tensors over heap memory -----------------------------------------------
 
+_PID = os.getpid()   # this process; a forked child gets its own (below)
+
+
+def _after_fork():
+    global _PID
+    _PID = os.getpid()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
 class _Handle:
     """The connection and attachment; shared by the Heap and every tensor made
-    on it, detached when the last of them is gone (or at close when none is)."""
-    __slots__ = ("c", "lock", "__weakref__")
+    on it, detached when the last of them is gone (or at close when none is).
+    Only the process that attached uses it: in a forked child (a DataLoader
+    worker) it is never detached, freed on or collected on (.pid)."""
+    __slots__ = ("c", "lock", "pid", "owned", "__weakref__")
 
     def __init__(self, c):
         self.c = c
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
+        self.pid = _PID
+        self.owned = weakref.WeakValueDictionary()   # offset -> _Block not yet freed
+
+    def mine(self):
+        """The context when this process may use it, else None."""
+        return self.c if self.pid == _PID else None
 
     def release(self):
+        if self.pid != _PID:
+            self.c = None           # the parent's: leave its connection alone
+            return
         with self.lock:
             c, self.c = self.c, None
         if c:
@@ -151,13 +177,41 @@ class _Handle:
             pass
 
 
+class _Block:
+    """One allocation of this rank: frees it (deferred, on the stream it was
+    allocated on) when the last tensor over it is gone, unless Heap.free did."""
+    __slots__ = ("h", "off", "stream", "__weakref__")
+
+    def __init__(self, h, off, stream):
+        self.h, self.off, self.stream = h, off, stream
+        h.owned[off] = self
+
+    def __del__(self):
+        off, self.off = self.off, None
+        h = self.h
+        if off is None or h.pid != _PID:
+            return
+        try:
+            with h.lock:
+                c = h.c
+                if not c:
+                    return
+                if self.stream is not None:
+                    L.free_async(c, off, int(getattr(self.stream, "cuda_stream", self.stream)) or None)
+                else:
+                    L.free(c, off)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
 # Called with the heapc context before it is detached and released (the
 # allocator route unregisters it from its shim).
 _release_hooks = []
 
 
 class _HostMem:
-    """numpy's view of nbytes of heap memory; holds the handle."""
+    """numpy's view of nbytes of heap memory; holds its owner (the handle, or
+    the _Block of an own allocation)."""
     __slots__ = ("__array_interface__", "_h")
 
     def __init__(self, h, ptr, nbytes):
@@ -167,7 +221,7 @@ class _HostMem:
 
 
 class _CudaMem:
-    """torch's view (__cuda_array_interface__) of nbytes of device memory; holds the handle."""
+    """torch's view (__cuda_array_interface__) of nbytes of device memory; holds its owner."""
     __slots__ = ("__cuda_array_interface__", "_h")
 
     def __init__(self, h, ptr, nbytes):
@@ -185,6 +239,28 @@ def _bytes_tensor(h, cuda, ptr, nbytes):
         return torch.as_tensor(_CudaMem(h, ptr, nbytes))
     import numpy
     return torch.from_numpy(numpy.asarray(_HostMem(h, ptr, nbytes)))
+
+
+def _size_args(what, size):
+    """torch.empty's size: ints, or one tuple/list/torch.Size of ints; a
+    tuple of non-negative ints, or TypeError/ValueError naming the call."""
+    for d in size:
+        if type(d).__module__ == "torch" and type(d).__name__ == "dtype":
+            raise TypeError(f"heapd.Heap.{what}(): size must be integers, got {d!r}; pass "
+                            f"the dtype as a keyword, as torch.{what} takes it: dtype={d}")
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):   # torch.Size is a tuple
+        size = tuple(size[0])
+    out = []
+    for d in size:
+        if isinstance(d, bool) or not hasattr(type(d), "__index__"):
+            raise TypeError(f"heapd.Heap.{what}(): size must be integers, got {d!r} "
+                            f"({type(d).__name__}) in {tuple(size)!r}")
+        d = operator.index(d)
+        if d < 0:
+            raise ValueError(f"heapd.Heap.{what}(): negative dimension {d} in size "
+                             f"{tuple(size)!r}")
+        out.append(d)
+    return tuple(out)
 
 
 class Heap:
@@ -241,8 +317,9 @@ class Heap:
         self._cuda = self.backend == "cuda"
         self._base = L.base(c, self.rank)
         self._status = L.Status()
-        self._ptr = ctypes.c_void_p()
-        self._off = ctypes.c_uint64()
+        import torch
+        self.device = (torch.device("cuda", torch.cuda.current_device()) if self._cuda
+                       else torch.device("cpu"))
         self.closed = False
         _notify_preload(self)
 
@@ -253,8 +330,16 @@ class Heap:
         SLURM_PROCID, SLURM_NTASKS, SLURM_NTASKS_PER_NODE, SLURM_JOB_ID.
         name: $HEAPD_HEAP, else "torch-<run id>" / "slurm-<job>.<step>".
         With CUDA, the device is set to LOCAL_RANK (SLURM_LOCALID) first.
-        Raises HeapdError (code ERR_INVAL) naming a missing variable."""
-        return cls(name, 0, 0, socket, _from_env=True, **kw)
+        Raises HeapdError (code ERR_INVALID) naming a missing variable, and
+        outside a launcher naming heapd.Heap(name, rank, world_size)."""
+        try:
+            return cls(name, 0, 0, socket, _from_env=True, **kw)
+        except HeapdError as e:
+            if "no launcher environment" not in str(e):
+                raise
+            raise HeapdError(e.code, str(e).replace(
+                "call heapc_attach with the rank and world size",
+                "create heapd.Heap(name, rank, world_size) with them")) from None
 
     @staticmethod
     def _prepare_device():
@@ -286,36 +371,109 @@ class Heap:
         del h  # tensors hold their own reference
 
     def _cx(self):
+        if self._h is not None and self._h.pid != _PID:
+            raise StateError(-11, f"heap {self.name!r}: this process (pid {os.getpid()}) is a "
+                             f"forked child of pid {self._h.pid}, which attached the heap; a "
+                             "child (a DataLoader worker) cannot allocate, free or collect on "
+                             "its parent's heap: allocate in the parent, or attach a Heap of "
+                             "its own in the child")
         if self.closed:
             raise StateError(-11, f"heap {self.name!r}: closed")
         return self._c
 
     # ---- allocation ----
     def _alloc(self, nbytes):
+        """The rank's next allocation: (pointer, offset). Outputs per call: a
+        Heap is used from several threads."""
         c = self._cx()
-        rc = L.alloc(c, max(int(nbytes), 1), ctypes.byref(self._ptr), ctypes.byref(self._off))
+        ptr, off = ctypes.c_void_p(), ctypes.c_uint64()
+        rc = L.alloc(c, max(int(nbytes), 1), ctypes.byref(ptr), ctypes.byref(off))
         if rc:
             _raise(c, rc)
-        return self._ptr.value
+        return ptr.value, off.value
 
-    def empty(self, shape, dtype=None, *, nbytes=None):
-        """A tensor of `shape` and `dtype` (default torch.float32) on the heap:
-        the rank's next allocation. Contents: whatever the block held."""
+    def _check_device(self, what, device):
+        if device is None:
+            return
         import torch
-        dtype = dtype or torch.float32
-        if isinstance(shape, int):
-            shape = (shape,)
+        d = torch.device(device)
+        if d.type != self.device.type or (d.index is not None and d.index != self.device.index):
+            raise ValueError(f"heapd.Heap.{what}(): device={str(d)!r}, but heap {self.name!r} "
+                             f"serves {str(self.device)!r} memory (backend {self.backend!r}); "
+                             "leave device out, or pass the heap's device")
+
+    def _new(self, what, size, dtype, device, requires_grad):
+        import torch
+        shape = _size_args(what, size)
+        dtype = torch.get_default_dtype() if dtype is None else dtype
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"heapd.Heap.{what}(): dtype={dtype!r} is not a torch.dtype")
+        self._check_device(what, device)
         n = 1
         for d in shape:
-            n *= int(d)
+            n *= d
         nb = n * _element_size(dtype)
-        p = self._alloc(nb)
-        t = _bytes_tensor(self._h, self._cuda, p, max(nb, 1))[:nb]
-        return t.view(dtype).view(tuple(shape))
+        # Checked before this point: an error consumes no allocation number.
+        p, off = self._alloc(nb)
+        stream = torch.cuda.current_stream(self.device) if self._cuda else None
+        t = _bytes_tensor(_Block(self._h, off, stream), self._cuda, p, max(nb, 1))[:nb]
+        t = t.view(dtype).view(shape)
+        if requires_grad:
+            t.requires_grad_(True)
+        return t
 
-    def zeros(self, shape, dtype=None):
-        """empty(), then zeroed."""
-        return self.empty(shape, dtype).zero_()
+    def empty(self, *size, dtype=None, device=None, requires_grad=False):
+        """As torch.empty: a tensor of `size` (ints, or one tuple) and `dtype`
+        (default torch.get_default_dtype()) on the heap, the rank's next
+        allocation. device: None or the heap's (Heap.device). Contents:
+        whatever the block held. Freed when its last tensor is gone."""
+        return self._new("empty", size, dtype, device, requires_grad)
+
+    def zeros(self, *size, dtype=None, device=None, requires_grad=False):
+        """As torch.zeros: empty(), then zeroed."""
+        t = self._new("zeros", size, dtype, device, False)
+        t.zero_()
+        return t.requires_grad_(True) if requires_grad else t
+
+    def ones(self, *size, dtype=None, device=None, requires_grad=False):
+        """As torch.ones."""
+        t = self._new("ones", size, dtype, device, False)
+        t.fill_(1)
+        return t.requires_grad_(True) if requires_grad else t
+
+    def full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
+        """As torch.full: dtype from fill_value when not given (bool, int64,
+        the default float dtype, complex)."""
+        import torch
+        if dtype is None:
+            dtype = torch.full((), fill_value).dtype
+        t = self._new("full", (size,) if isinstance(size, (tuple, list)) else (size,),
+                      dtype, device, False)
+        t.fill_(fill_value)
+        return t.requires_grad_(True) if requires_grad else t
+
+    def _like(self, what, t, dtype, device, requires_grad):
+        return self._new(what, (tuple(t.shape),), t.dtype if dtype is None else dtype, device,
+                         requires_grad)
+
+    def empty_like(self, t, *, dtype=None, device=None, requires_grad=False):
+        """As torch.empty_like, on the heap (contiguous; t's shape and dtype)."""
+        return self._like("empty_like", t, dtype, device, requires_grad)
+
+    def zeros_like(self, t, *, dtype=None, device=None, requires_grad=False):
+        x = self._like("zeros_like", t, dtype, device, False)
+        x.zero_()
+        return x.requires_grad_(True) if requires_grad else x
+
+    def ones_like(self, t, *, dtype=None, device=None, requires_grad=False):
+        x = self._like("ones_like", t, dtype, device, False)
+        x.fill_(1)
+        return x.requires_grad_(True) if requires_grad else x
+
+    def full_like(self, t, fill_value, *, dtype=None, device=None, requires_grad=False):
+        x = self._like("full_like", t, dtype, device, False)
+        x.fill_(fill_value)
+        return x.requires_grad_(True) if requires_grad else x
 
     def _offset(self, t):
         """Offset of t's first element, checking that it is this heap's own copy."""
@@ -335,6 +493,9 @@ class Heap:
         t's shape, dtype and strides (a view: writes go to the peer)."""
         import torch
         c = self._cx()
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.world_size:
+            raise ValueError(f"heap {self.name!r}: rank {rank!r} does not exist: the heap has "
+                             f"world size {self.world_size} (ranks 0 to {self.world_size - 1})")
         st = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
         s0 = st.data_ptr()
         soff = self._offset_of_ptr(s0)
@@ -362,6 +523,9 @@ class Heap:
         c = self._cx()
         st = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
         off = self._offset_of_ptr(st.data_ptr())
+        b = self._h.owned.pop(off, None) if self._h is not None else None
+        if b is not None:
+            b.off = None            # freed here, not again when its tensors are gone
         if stream is None and getattr(t, "is_cuda", False):
             import torch
             stream = torch.cuda.current_stream(t.device)
@@ -373,7 +537,11 @@ class Heap:
             _raise(c, rc)
 
     def free_offset(self, offset):
+        """free() by the block's offset (heapc_free)."""
         c = self._cx()
+        b = self._h.owned.pop(int(offset), None) if self._h is not None else None
+        if b is not None:
+            b.off = None
         rc = L.free(c, int(offset))
         if rc:
             _raise(c, rc)
@@ -447,16 +615,17 @@ class Heap:
 
 
 def stats(name=None, socket=None):
-    """heapd's statistics of heap `name` (None: every heap this user may see),
-    without attaching: a list of dicts like Heap.stats(). ENOTFOUND raises
-    HeapdError."""
+    """heapd's statistics without attaching: of heap `name` a dict shaped as
+    Heap.stats() (without "client"); with no name, a list of such dicts, one
+    per heap this user may see. ERR_NOT_FOUND raises HeapdError."""
     c = L.connect(os.fsencode(socket) if socket else None)
     if not c:
         raise MemoryError("heapc_connect: out of memory")
     try:
         if L.err(c):
             _raise(c, L.err(c))
-        return _stats_of(c, name)
+        st = _stats_of(c, name)
+        return st[0] if name is not None and st else st
     finally:
         L.free_ctx(c)
 
@@ -486,7 +655,9 @@ def _stats_list(out):
         d["params"] = {f: getattr(hs.params, f) for f in
                        ("chunk_size", "initial_size", "va_size", "min_block",
                         "collect_timeout_ms", "local_size")}
-        d["ranks"] = [{f: getattr(hs.ranks[j], f) for f, _ in L.RankStats._fields_}
+        d["collect_pending"] = bool(hs.collect_pending)
+        d["ranks"] = [{f: (bool(v) if f == "attached" else v) for f, v in
+                       ((f, getattr(hs.ranks[j], f)) for f, _ in L.RankStats._fields_)}
                       for j in range(hs.nranks)]
         res.append(d)
     return res
