@@ -23,6 +23,13 @@ done
 soname=$(readelf -d "$B/libheapc.so" 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 if [ "$soname" = libheapc.so.0 ]; then ok "libheapc.so's soname is libheapc.so.0"; else bad "soname '$soname'"; fi
 
+# The API bindings rely on (issue 31: python/heapd checks layouts and parses
+# sizes through them) is exported.
+for f in heapc_abi_version heapc_sizeof heapc_parse_size heapc_attach_env; do
+    if nm -D --defined-only "$B/libheapc.so" 2>/dev/null | grep -q " T $f\$"; then ok "libheapc.so exports $f"
+    else bad "libheapc.so does not export $f"; fi
+done
+
 # An instrumented build (make SANITIZE=...) links its programs the same way.
 SAN=
 if nm -D "$B/libheapc.so" 2>/dev/null | grep -q '__asan_'; then SAN="-fsanitize=address,undefined"; fi

@@ -103,16 +103,22 @@ def _raise(c, rc):
 
 
 def _size(v):
-    """An int, or a size string as heapd.conf takes it: "3G", "512M", "64K"."""
+    """An int, or a size string as heapd.conf takes it ("3G", "512M", "64KiB"),
+    parsed by libheapc (heapc_parse_size): Python refuses what C refuses."""
     if v is None:
         return 0
+    if isinstance(v, bool):
+        raise TypeError(f"heapd: size {v!r}: want an int or a size string such as \"64M\"")
     if isinstance(v, int):
+        if v < 0:
+            raise ValueError(f"heapd: size {v}: negative")
         return v
-    s = str(v).strip().upper().rstrip("B").rstrip("I")
-    mul = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    if s and s[-1] in mul:
-        return int(float(s[:-1]) * mul[s[-1]])
-    return int(s)
+    out = ctypes.c_uint64()
+    if not isinstance(v, str) or L.parse_size(v.encode(), ctypes.byref(out)):
+        raise ValueError(f"heapd: size {v!r} is not a size: want decimal digits and an "
+                         "optional binary unit (K, M, G, T, KiB, MiB, GiB, TiB, B), e.g. "
+                         "\"64M\" or \"1536M\", as heapd.conf takes it (no fraction, no \"MB\")")
+    return out.value
 
 
 _POLICY = {None: 0, "default": 0, "coalesce": 1, "seed": 2}
