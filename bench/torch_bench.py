@@ -46,7 +46,7 @@ def part_alloc(res, host, sock):
     from heapd import _lib as L
     dev = "cpu" if host else "cuda"
     sizes = {"4K": 4 << 10, "2M": 2 << 20, "64M": 64 << 20}
-    with heapd.Heap(f"torch-bench-{os.getpid()}", 0, 1, sock, chunk_size="256M") as h:
+    with heapd.Heap(f"torch-bench-{os.getpid()}", 0, 1, sock, chunk_size="256M", device=dev) as h:
         for name, size in sizes.items():
             n = 200 if size < (64 << 20) else 40
             ts = []

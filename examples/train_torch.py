@@ -36,7 +36,8 @@ def train(args):
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
     dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     dist.init_process_group("nccl" if cuda else "gloo")
-    heap = heapd.Heap.from_env(name=args.heap, socket=args.socket, chunk_size=args.chunk)
+    heap = heapd.Heap.from_env(name=args.heap, socket=args.socket, chunk_size=args.chunk,
+                               device=dev)           # --cpu on a GPU node: host memory on purpose
     if (heap.backend == "cuda") != cuda:
         raise SystemExit(f"rank {rank}: heapd's backend is {heap.backend!r} but this rank runs "
                          f"on {dev.type}: use a cuda heapd with GPUs, a host heapd with --cpu")

@@ -121,6 +121,30 @@ def _size(v):
     return out.value
 
 
+def _torch_sees_cuda():
+    import torch
+    return torch.cuda.is_available()
+
+
+def _device_mismatch(name, backend, device, socket):
+    """Why heapd's memory is not what the caller gets tensors for, or None:
+    a CUDA job on a host-memory heapd (backend = auto fell back: the driver
+    was not ready when heapd started) unless device="cpu" asks for it."""
+    import torch
+    want = torch.device(device).type if device is not None else None
+    where = socket or os.environ.get("HEAPD_SOCKET") or "/run/heapd/heapd.sock"
+    if backend == "host" and (want == "cuda" or (want is None and _torch_sees_cuda())):
+        return (f"heap {name!r}: torch sees CUDA but heapd at {where} serves host memory "
+                "(backend host: heapd.conf says backend = host, or backend = auto found no "
+                "ready CUDA driver when heapd started), so tensors would be CPU tensors; set "
+                "backend = cuda in heapd.conf on GPU nodes and restart heapd, or pass "
+                "device=\"cpu\" to use host memory on purpose")
+    if backend == "cuda" and want == "cpu":
+        return (f"heap {name!r}: device=\"cpu\", but heapd at {where} serves CUDA memory "
+                "(backend cuda): use a host-backend heapd for CPU tensors")
+    return None
+
+
 _POLICY = {None: 0, "default": 0, "coalesce": 1, "seed": 2}
 _esize = {}
 
@@ -283,7 +307,7 @@ class Heap:
 
     def __init__(self, name, rank, world_size, socket=None, *, chunk_size=0, initial_size=0,
                  va_size=0, min_block=0, policy=None, collect_timeout_ms=0, device_uuid=None,
-                 local_size=0, job=None, timeout_ms=None, _from_env=False):
+                 local_size=0, job=None, timeout_ms=None, device=None, _from_env=False):
         self._prepare_device()
         c = L.connect(os.fsencode(socket) if socket else None)
         if not c:
@@ -320,6 +344,10 @@ class Heap:
         self.rank = L.rank(c)
         self.world_size = L.world_size(c)
         self.backend = L.backend(c).decode()
+        err = _device_mismatch(self.name, self.backend, device, socket)
+        if err:
+            h.release()
+            raise MismatchError(-4, err)
         self._cuda = self.backend == "cuda"
         self._base = L.base(c, self.rank)
         self._status = L.Status()
@@ -346,6 +374,49 @@ class Heap:
             raise HeapdError(e.code, str(e).replace(
                 "call heapc_attach with the rank and world size",
                 "create heapd.Heap(name, rank, world_size) with them")) from None
+
+    @classmethod
+    def from_group(cls, group=None, name=None, socket=None, **kw):
+        """Attach one heap per torch.distributed process group (collective
+        over the group: every rank of it calls from_group with it). Rank and
+        world size are the group's (dist.get_rank(group), .get_world_size);
+        the name is group rank 0's, broadcast to the group: `name`, else
+        $HEAPD_HEAP plus the group's ranks when not the whole world, else a
+        fresh unique one ("pg<n>-<hex>"). The ranks of the group on this node
+        (by hostname) give local_size, so a group may span nodes. group None:
+        the default (world) group. Several heaps per process: one per group,
+        e.g. a tensor-parallel sub-group beside the world."""
+        import socket as _so
+        import uuid
+
+        import torch.distributed as dist
+        if not dist.is_initialized():
+            raise StateError(-11, "heapd.Heap.from_group: torch.distributed is not initialised: "
+                                  "call dist.init_process_group first, or use Heap.from_env()")
+        g = group if group is not None else dist.group.WORLD
+        rank, world = dist.get_rank(g), dist.get_world_size(g)
+        if rank < 0:
+            raise ValueError("heapd.Heap.from_group: this process is not a member of the group")
+        ranks = dist.get_process_group_ranks(g)
+        if rank == 0:
+            env = os.environ.get("HEAPD_HEAP")
+            if name:
+                mine = name
+            elif env:
+                whole = world == dist.get_world_size()
+                mine = env if whole else f"{env}-g{'.'.join(map(str, ranks))}"
+            else:
+                mine = f"pg{world}-{uuid.uuid4().hex[:16]}"
+        else:
+            mine = None
+        obj = [mine]
+        dist.broadcast_object_list(obj, src=ranks[0], group=g)
+        hosts = [None] * world
+        dist.all_gather_object(hosts, _so.gethostname(), group=g)
+        local = hosts.count(_so.gethostname())
+        kw.setdefault("local_size", 0 if local == world else local)
+        kw.setdefault("job", obj[0])
+        return cls(obj[0], rank, world, socket, **kw)
 
     @staticmethod
     def _prepare_device():
