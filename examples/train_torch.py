@@ -2,7 +2,8 @@
 """train_torch.py - a small model trained with torch.distributed, its
 communication buffers on heapd's symmetric heap.
 
-    torchrun --nproc-per-node 2 examples/train_torch.py      # NCCL on GPUs, gloo on CPUs
+    python3 -m torch.distributed.run --nproc_per_node=2 --standalone --redirects 1 --tee 1 examples/train_torch.py
+                                                              # NCCL on GPUs, gloo on CPUs
     python3 examples/train_torch.py --nproc 2                 # no torchrun: spawns the ranks
 
 Each step: forward/backward of an MLP on synthetic data; the gradients are

@@ -2,21 +2,27 @@
 
     import heapd, torch
     with heapd.Heap.from_env() as heap:          # torchrun / srun: no arguments
-        x = heap.zeros((1024,), torch.float32)   # same offset on every rank
+        x = heap.zeros(1024, dtype=torch.float32)  # as torch.zeros; same offset on every rank
         y = heap.peer(x, (heap.rank + 1) % heap.world_size)   # the next rank's x
-        heap.free(x)                             # deferred: any order on any rank
+        del x, y                                 # frees the block (deferred; heap.free(x) too)
         heap.collect()                           # collective: reuse what all freed
 
-The n-th allocation (empty, zeros) must have the same size on every rank; a
-rank that differs gets AsymmetryError naming n and both sizes. A tensor holds
-its heap: the heap is detached when it is closed and no tensor (or peer view)
-of it is left. With the cuda backend tensors are CUDA tensors on the rank's
-GPU (set it, e.g. torch.cuda.set_device(LOCAL_RANK), before attaching); with
-the host backend they are CPU tensors in shared memory.
+empty/zeros/ones/full/empty_like/zeros_like/ones_like/full_like follow
+torch's signatures (*size, dtype=None, device=None, requires_grad=False).
+The n-th allocation must have the same size on every rank; a rank that
+differs gets AsymmetryError naming n and both sizes. A tensor holds its heap:
+the heap is detached when it is closed and no tensor (or peer view) of it is
+left; a tensor's block is freed when its last reference goes. With the cuda
+backend tensors are CUDA tensors on the rank's GPU (set it, e.g.
+torch.cuda.set_device(LOCAL_RANK), before attaching); with the host backend
+they are CPU tensors in shared memory. Heap.from_group(pg): one heap per
+torch.distributed process group.
 
 Errors are HeapdError subclasses carrying heapd's message (`.code`,
 `.name`, `str(e)`). Threads: one Heap may be used from several threads
 (libheapc serialises the calls; address and status reads are lock-free).
+Fork: a forked child (a DataLoader worker) never uses its parent's
+connection; its allocations raise StateError. See docs/python.md.
 """
 import ctypes
 import operator
