@@ -360,6 +360,7 @@ class Heap:
         import torch
         self.device = (torch.device("cuda", torch.cuda.current_device()) if self._cuda
                        else torch.device("cpu"))
+        self._bases = None
         self.closed = False
         _notify_preload(self)
 
@@ -650,6 +651,22 @@ class Heap:
     def ptr(self, offset, rank=None):
         """The address of offset on this rank's (or local peer rank's) copy."""
         return (L.ptr(self._c, offset) if rank is None else L.peer_ptr(self._c, rank, offset)) or None
+
+    @property
+    def bases(self):
+        """The device pointer table: an int64 tensor of world_size entries on
+        heap.device, entry r the address of rank r's copy of offset 0 in this
+        process (0 for a rank served by another node's heapd). A kernel
+        (Triton, CUDA) reaches rank r's copy of a block at bases[r] +
+        heap.offset(t) - as iris's heap_bases and torch's buffer_ptrs_dev.
+        Every rank's extent is reserved at attach, so the table stays current
+        across growths (an offset an allocation returned is mapped for every
+        local rank)."""
+        if self._bases is None:
+            import torch
+            b = [L.base(self._c, r) or 0 for r in range(self.world_size)]
+            self._bases = torch.tensor(b, dtype=torch.int64, device=self.device)
+        return self._bases
 
     @property
     def mapped(self):
