@@ -80,3 +80,29 @@ def test_peer_rank_that_does_not_exist(sock, heapname):
         with pytest.raises(ValueError, match="rank -1 does not exist"):
             h.peer(x, -1)
         assert torch.equal(h.peer(x, 0), x)
+
+
+def test_stats_fields_as_heapctl_json(sock, heapname):
+    """Python's stats use heapctl --json's field names and types."""
+    import json
+    import subprocess
+    from conftest import BUILD
+    with heapd.Heap(heapname, 0, 1, sock) as h:
+        x = h.zeros(10)
+        p = subprocess.run([os.path.join(BUILD, "heapctl"), "--socket", sock, "--json", "stats",
+                            heapname], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        j = json.loads(p.stdout)
+        jh = j["heaps"][0] if "heaps" in j else j
+        py = heapd.stats(heapname, sock)
+        for k, v in jh.items():
+            assert k in py, f"heapctl's {k!r} is missing from heapd.stats()"
+            if k == "params":
+                for pk, pv in v.items():
+                    assert py["params"][pk] == pv, pk
+            elif k == "ranks":
+                for pk, pv in v[0].items():
+                    assert type(py["ranks"][0][pk]) is type(pv), pk
+            else:
+                assert type(py[k]) is type(v), k
+        del x
