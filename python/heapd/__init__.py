@@ -41,71 +41,10 @@ __all__ = ["__version__", "Heap", "HeapdError", "AsymmetryError", "PeerGoneError
 library_path = L.path
 Status = L.Status
 
-
-# ---- errors ------------------------------------------------------------------
-
-class HeapdError(RuntimeError):
-    """An error of libheapc or heapd: .code (HEAPC_E*, negative), .name
-    ("ERR_ASYMMETRY"), and heapd's message as str(e)."""
-
-    def __init__(self, code, message):
-        super().__init__(message)
-        self.code = code
-        self.name = L.errname(code).decode()
-
-
-class AsymmetryError(HeapdError):
-    """Ranks disagree on the n-th allocation's size (or a collect point).
-    .n, .rank, .size, .other_rank, .other_size when heapd's message names
-    them (an allocation), else None."""
-
-    def __init__(self, code, message):
-        super().__init__(code, message)
-        import re
-        m = re.search(r"asymmetric allocation (\d+) .*?rank (\d+) asked for (\d+) bytes, "
-                      r"rank (\d+) for (\d+)", message)
-        g = [int(v) for v in m.groups()] if m else [None] * 5
-        self.n, self.rank, self.size, self.other_rank, self.other_size = g
-
-
-class PeerGoneError(HeapdError):
-    """A rank disconnected during a collective; the message names it."""
-
-
-class CollectiveTimeoutError(HeapdError, TimeoutError):
-    """A collective timed out (the message names the ranks that never came),
-    or no reply came within Heap(timeout_ms=...)."""
-
-
-class HeapdConnectionError(HeapdError, ConnectionError):
-    """heapd cannot be reached or closed the connection."""
-
-
-class NotHeldError(HeapdError):
-    """Free of a block this rank does not hold (double free)."""
-
-
-class OutOfMemoryError(HeapdError, MemoryError):
-    """The backend could not create a chunk, the heap's va_size or a quota is exhausted."""
-
-
-class StateError(HeapdError):
-    """Not valid now (not attached, rank taken, heap closed)."""
-
-
-class MismatchError(HeapdError):
-    """Attach parameters differ from the heap's."""
-
-
-_BY_CODE = {-5: AsymmetryError, -7: PeerGoneError, -6: CollectiveTimeoutError,
-            -103: CollectiveTimeoutError, -100: HeapdConnectionError, -15: HeapdConnectionError,
-            -12: NotHeldError, -8: OutOfMemoryError, -9: OutOfMemoryError, -17: OutOfMemoryError,
-            -102: OutOfMemoryError, -11: StateError, -4: MismatchError}
-
-
-def _raise(c, rc):
-    msg = L.errstr(c).decode(errors="replace") or L.errname(rc).decode()
-    raise _BY_CODE.get(rc, HeapdError)(rc, msg)
+from ._errors import (_BY_CODE, AsymmetryError, CollectiveTimeoutError,  # noqa: F401
+                      HeapdConnectionError, HeapdError, MismatchError, NotHeldError,
+                      OutOfMemoryError, PeerGoneError, StateError, _raise)
+from ._stats import _stats_of, stats  # noqa: F401
 
 
 def _size(v):
@@ -712,56 +651,6 @@ class Heap:
     def __repr__(self):
         return (f"heapd.Heap({self.name!r}, rank={self.rank}, world_size={self.world_size}, "
                 f"backend={self.backend!r}{', closed' if self.closed else ''})")
-
-
-def stats(name=None, socket=None):
-    """heapd's statistics without attaching: of heap `name` a dict shaped as
-    Heap.stats() (without "client"); with no name, a list of such dicts, one
-    per heap this user may see. ERR_NOT_FOUND raises HeapdError."""
-    c = L.connect(os.fsencode(socket) if socket else None)
-    if not c:
-        raise MemoryError("heapc_connect: out of memory")
-    try:
-        if L.err(c):
-            _raise(c, L.err(c))
-        st = _stats_of(c, name)
-        return st[0] if name is not None and st else st
-    finally:
-        L.free_ctx(c)
-
-
-def _stats_of(c, name):
-    """heapc_stats on context c: the list of dicts; heapd's errors raise."""
-    out = ctypes.POINTER(L.DaemonStats)()
-    rc = L.stats(c, name.encode() if name else None, ctypes.byref(out))
-    if rc:
-        _raise(c, rc)
-    try:
-        return _stats_list(out)
-    finally:
-        L.stats_free(out)
-
-
-def _stats_list(out):
-    res = []
-    for i in range(out.contents.nheaps):
-        hs = out.contents.heaps[i]
-        d = {f: getattr(hs, f) for f, _ in hs._fields_
-             if f not in ("params", "ranks", "nranks", "collect_wait", "growth")}
-        d["collect_wait"] = hs.collect_wait.as_dict()
-        d["growth"] = hs.growth.as_dict()
-        d["name"] = hs.name.decode()
-        d["backend"] = out.contents.backend.decode()
-        d["params"] = {f: getattr(hs.params, f) for f in
-                       ("chunk_size", "initial_size", "va_size", "min_block",
-                        "collect_timeout_ms", "local_size")}
-        d["params"]["policy"] = (L.policy_name(hs.params.policy) or b"").decode()
-        d["collect_pending"] = bool(hs.collect_pending)
-        d["ranks"] = [{f: (bool(v) if f == "attached" else v) for f, v in
-                       ((f, getattr(hs.ranks[j], f)) for f, _ in L.RankStats._fields_)}
-                      for j in range(hs.nranks)]
-        res.append(d)
-    return res
 
 
 _last = None
