@@ -159,7 +159,8 @@ class _Block:
 
     def __init__(self, h, off, stream):
         self.h, self.off, self.stream = h, off, stream
-        h.owned[off] = self
+        with h.lock:
+            h.owned[off] = self
 
     def __del__(self):
         off, self.off = self.off, None
@@ -546,9 +547,7 @@ class Heap:
         c = self._cx()
         st = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
         off = self._offset_of_ptr(st.data_ptr())
-        b = self._h.owned.pop(off, None) if self._h is not None else None
-        if b is not None:
-            b.off = None            # freed here, not again when its tensors are gone
+        self._disarm(off)           # freed here, not again when its tensors are gone
         if stream is None and getattr(t, "is_cuda", False):
             import torch
             stream = torch.cuda.current_stream(t.device)
@@ -559,12 +558,19 @@ class Heap:
         if rc:
             _raise(c, rc)
 
+    def _disarm(self, off):
+        """The block at off is freed explicitly: its owner must not free it again."""
+        h = self._h
+        if h is not None:
+            with h.lock:
+                b = h.owned.pop(off, None)
+            if b is not None:
+                b.off = None
+
     def free_offset(self, offset):
         """free() by the block's offset (heapc_free)."""
         c = self._cx()
-        b = self._h.owned.pop(int(offset), None) if self._h is not None else None
-        if b is not None:
-            b.off = None
+        self._disarm(int(offset))
         rc = L.free(c, int(offset))
         if rc:
             _raise(c, rc)
