@@ -46,13 +46,13 @@ def part_alloc(res, host, sock):
     from heapd import _lib as L
     dev = "cpu" if host else "cuda"
     sizes = {"4K": 4 << 10, "2M": 2 << 20, "64M": 64 << 20}
-    with heapd.Heap(f"torch-bench-{os.getpid()}", 0, 1, sock, chunk_size="256M") as h:
+    with heapd.Heap(f"torch-bench-{os.getpid()}", 0, 1, sock, chunk_size="256M", device=dev) as h:
         for name, size in sizes.items():
             n = 200 if size < (64 << 20) else 40
             ts = []
 
             def one():
-                ts.append(h.empty(size, torch.uint8))
+                ts.append(h.empty(size, dtype=torch.uint8))
             res[f"heapd_empty_us_{name}"] = med(one, n)
             for t in ts:
                 h.free(t)
@@ -102,7 +102,7 @@ torch.cuda.set_device(0)
 dist.init_process_group("nccl", rank=0, world_size=1)
 import heapd, heapd.torch as ht
 h = heapd.Heap("nccl-bench-%d" % os.getpid(), 0, 1, sock)
-x = h.zeros((1,), torch.float32)
+x = h.zeros(1, dtype=torch.float32)
 if mode == "wrap":
     ht.wrap_collectives(h, probe=["all_reduce"], threshold=1)
 for _ in range(200):

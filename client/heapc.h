@@ -531,6 +531,27 @@ void heapc_stats_free(heapc_daemon_stats *s);
  * which it takes effect. Works without attaching. */
 int heapc_force_collect(heapc *c, const char *heap, uint64_t *at_seq);
 
+/* ---- for bindings (python/heapd) ------------------------------------------ */
+
+/* The layout of the public structs above: bumped whenever one of them
+ * changes (a field added, moved or retyped). A binding that copies the
+ * structs (ctypes) compares it, and heapc_sizeof of each, with its own at
+ * load time and refuses a libheapc it does not match. */
+#define HEAPC_ABI_VERSION 1u
+uint32_t heapc_abi_version(void);
+
+/* sizeof the public struct named `type` ("heapc_params", "heapc_status_t",
+ * "heapc_counters", "heapc_rank_stats", "heapc_hist", "heapc_heap_stats",
+ * "heapc_daemon_stats"); 0 for another name. */
+size_t heapc_sizeof(const char *type);
+
+/* A byte size as heapd.conf writes it ("4096", "512K", "64M", "64MiB",
+ * "256 MiB", "1T": decimal digits, an optional binary unit) into *out.
+ * Returns 0, or HEAPC_EINVAL (and leaves *out) for anything else: a sign,
+ * a fraction ("1.5G"), "64MB", "64Mi", 2^64 bytes or more. No context, no
+ * allocation: the parser heapd itself uses. */
+int heapc_parse_size(const char *s, uint64_t *out);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

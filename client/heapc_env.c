@@ -71,10 +71,39 @@ static int env_torchrun(heapc *c, launch *l)
     if ((rc = env_u32(c, l->launcher, "RANK", &l->rank)) || (rc = env_u32(c, l->launcher, "WORLD_SIZE", &l->world)) ||
         (rc = env_u32(c, l->launcher, "LOCAL_WORLD_SIZE", &l->local)))
         return rc;
-    const char *id = getenv("TORCHELASTIC_RUN_ID");
-    snprintf(l->job, sizeof l->job, "%s", id && *id ? id : "none");
+    /* torchrun's run id defaults to "none" (no --rdzv-id): two jobs on one
+     * node would meet in one heap. MASTER_ADDR:MASTER_PORT is unique while
+     * the job runs (its rendezvous store listens there). */
+    const char *id = getenv("TORCHELASTIC_RUN_ID"), *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+    if (id && *id && strcmp(id, "none") != 0)
+        snprintf(l->job, sizeof l->job, "%s", id);
+    else if (addr && *addr && port && *port)
+        snprintf(l->job, sizeof l->job, "%s-%s", addr, port);
+    else
+        return 0; /* no unique id: l->name stays empty (see launch_name) */
     snprintf(l->name, sizeof l->name, "torch-%s", l->job);
     return 0;
+}
+
+/* The heap's name: `heap`, else $HEAPD_HEAP, else the launcher's (l->name);
+ * NULL (error set) when none is unique to the job. */
+static const char *launch_name(heapc *c, const char *heap, const launch *l)
+{
+    if (heap && *heap)
+        return heap;
+    const char *h = getenv("HEAPD_HEAP");
+    if (h && *h)
+        return h;
+    if (l->name[0])
+        return l->name;
+    const char *id = getenv("TORCHELASTIC_RUN_ID");
+    hci_set_err(c, HEAPC_EINVAL,
+                "heapc_attach_env: torchrun gave no run id (TORCHELASTIC_RUN_ID=\"%s\") and "
+                "MASTER_ADDR/MASTER_PORT are not both set, so no heap name unique to this job "
+                "is known; start torchrun with --rdzv-id=ID (--rdzv_id) or --standalone, or "
+                "set HEAPD_HEAP to a name of the job",
+                id ? id : "");
+    return NULL;
 }
 
 /* srun: SLURM_PROCID, SLURM_NTASKS, SLURM_NTASKS_PER_NODE (or
@@ -157,13 +186,10 @@ int heapc_attach_env(heapc *c, const char *heap, const heapc_params *params)
     if (rc == 0) {
         if (p.local_size == 0 && l.local < l.world)
             p.local_size = l.local;
+        heap = launch_name(c, heap, &l);
         if (!p.job || !*p.job)
-            p.job = l.job;
-        if (!heap || !*heap) {
-            const char *h = getenv("HEAPD_HEAP");
-            heap = h && *h ? h : l.name;
-        }
-        rc = hci_attach_locked(c, heap, l.rank, l.world, &p);
+            p.job = l.job[0] ? l.job : heap;
+        rc = heap ? hci_attach_locked(c, heap, l.rank, l.world, &p) : HEAPC_EINVAL;
     }
     pthread_mutex_unlock(&c->mu);
     return rc;

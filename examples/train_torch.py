@@ -2,7 +2,8 @@
 """train_torch.py - a small model trained with torch.distributed, its
 communication buffers on heapd's symmetric heap.
 
-    torchrun --nproc-per-node 2 examples/train_torch.py      # NCCL on GPUs, gloo on CPUs
+    python3 -m torch.distributed.run --nproc_per_node=2 --standalone --redirects 1 --tee 1 examples/train_torch.py
+                                                              # NCCL on GPUs, gloo on CPUs
     python3 examples/train_torch.py --nproc 2                 # no torchrun: spawns the ranks
 
 Each step: forward/backward of an MLP on synthetic data; the gradients are
@@ -36,7 +37,8 @@ def train(args):
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
     dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     dist.init_process_group("nccl" if cuda else "gloo")
-    heap = heapd.Heap.from_env(name=args.heap, socket=args.socket, chunk_size=args.chunk)
+    heap = heapd.Heap.from_env(name=args.heap, socket=args.socket, chunk_size=args.chunk,
+                               device=dev)           # --cpu on a GPU node: host memory on purpose
     if (heap.backend == "cuda") != cuda:
         raise SystemExit(f"rank {rank}: heapd's backend is {heap.backend!r} but this rank runs "
                          f"on {dev.type}: use a cuda heapd with GPUs, a host heapd with --cpu")
@@ -47,8 +49,8 @@ def train(args):
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     params = list(model.parameters())
     n = sum(p.numel() for p in params)
-    grads = heap.zeros((n,), torch.float32)        # the all-reduce buffer, on the heap
-    lossbuf = heap.zeros((1,), torch.float32)
+    grads = heap.zeros(n, dtype=torch.float32)        # the all-reduce buffer, on the heap
+    lossbuf = heap.zeros(1, dtype=torch.float32)
     local = heap.local_ranks()
     nxt = (rank + 1) % world
     g = torch.Generator().manual_seed(rank)
@@ -89,7 +91,7 @@ def train(args):
             off += p.numel()
         opt.step()
         # Scratch on the heap, freed in a rank-dependent order (deferred).
-        scratch.append(heap.empty((256, 64), torch.float32))
+        scratch.append(heap.empty(256, 64, dtype=torch.float32))
         if len(scratch) >= 4:
             rng.shuffle(scratch)
             for t in scratch:

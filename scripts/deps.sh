@@ -9,7 +9,7 @@ set -eu
 PKGS="libuv1-dev libprotobuf-c-dev protobuf-c-compiler check libhiredis-dev
 libinih-dev redis-server pkg-config make gcc gnuplot-nox
 clang libclang-rt-14-dev clang-format python3-torch python3-pytest python3-numpy
-python3-prometheus-client"
+python3-prometheus-client python3-pip python3-setuptools"
 
 [ "${HEAPD_NO_DEPS:-0}" = 1 ] && exit 0
 

@@ -41,7 +41,21 @@ fails=0
     fi
     timeout 180 "$PYT" bench/torch_bench.py $BOPT --build "$B" --json "$O/torch_bench.json"
     echo "torch_bench exit $?"
+    # Issue 31: the one-shot all-reduce over heap.bases, 2 processes on GPU 0
+    # (Triton), timed beside torch.distributed.all_reduce of the same size.
+    if [ $BE = cuda ] && "$PYT" -c 'import triton' 2>/dev/null; then
+        for n in 262144 4194304; do
+            timeout 120 "$PYT" examples/allreduce_triton.py --nproc 2 --elements $n --iters 100
+            echo "allreduce_triton exit $?"
+        done
+    elif [ $BE = cuda ]; then
+        echo "skipped: examples/allreduce_triton.py (no triton for $PYT)"
+    else
+        timeout 120 "$PYT" examples/allreduce_triton.py --nproc 2 --cpu --elements 65536 --iters 20
+        echo "allreduce_triton exit $?"
+    fi
 } 2>&1 | tee "$O/torch_gpu.log"
+grep -q '^allreduce_triton exit [1-9]' "$O/torch_gpu.log" && fails=1
 grep -q '^torch_gpu exit [1-9]' "$O/torch_gpu.log" && fails=1
 grep -q '^torch_bench exit 0' "$O/torch_gpu.log" || fails=1
 kill -TERM "$hpid"; wait "$hpid"; hpid=

@@ -40,6 +40,12 @@ for p in heapd libheapc0 libheapc-dev python3-heapd; do
     check "package $p built" sh -c "ls '$T'/${p}_0.1.0_*.deb >/dev/null 2>&1"
 done
 
+# python3-heapd copies libheapc's structs: it needs exactly its version (issue 31).
+pydeb=$(ls "$T"/python3-heapd_0.1.0_*.deb 2>/dev/null | head -1)
+check "python3-heapd depends on libheapc0 (= 0.1.0) and python3-numpy" \
+    sh -c "dpkg-deb -f '$pydeb' Depends | grep -q 'libheapc0 (= 0.1.0)' && dpkg-deb -f '$pydeb' Depends | grep -q python3-numpy"
+check "python3-heapd recommends python3-torch" sh -c "dpkg-deb -f '$pydeb' Recommends | grep -q python3-torch"
+
 # Extracted into a root, as dpkg would install them.
 ROOT=$T/root
 mkdir "$ROOT"

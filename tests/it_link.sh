@@ -35,6 +35,12 @@ else
     bad "libheapc.so's exports differ from heapc.h's functions (< heapc.h, > exported):"; diff "$T/api.txt" "$T/exported.txt"
 fi
 if grep -qx heapc_errdesc "$T/exported.txt"; then ok "heapc_errdesc is exported"; else bad "heapc_errdesc is not exported"; fi
+# The API bindings rely on (issue 31: python/heapd checks layouts and parses
+# sizes through them) is exported.
+for f in heapc_abi_version heapc_sizeof heapc_parse_size heapc_attach_env; do
+    if nm -D --defined-only "$B/libheapc.so" 2>/dev/null | grep -q " T $f\$"; then ok "libheapc.so exports $f"
+    else bad "libheapc.so does not export $f"; fi
+done
 
 # An instrumented build (make SANITIZE=...) links its programs the same way.
 SAN=

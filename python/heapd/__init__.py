@@ -2,113 +2,92 @@
 
     import heapd, torch
     with heapd.Heap.from_env() as heap:          # torchrun / srun: no arguments
-        x = heap.zeros((1024,), torch.float32)   # same offset on every rank
+        x = heap.zeros(1024, dtype=torch.float32)  # as torch.zeros; same offset on every rank
         y = heap.peer(x, (heap.rank + 1) % heap.world_size)   # the next rank's x
-        heap.free(x)                             # deferred: any order on any rank
+        del x, y                                 # frees the block (deferred; heap.free(x) too)
         heap.collect()                           # collective: reuse what all freed
 
-The n-th allocation (empty, zeros) must have the same size on every rank; a
-rank that differs gets AsymmetryError naming n and both sizes. A tensor holds
-its heap: the heap is detached when it is closed and no tensor (or peer view)
-of it is left. With the cuda backend tensors are CUDA tensors on the rank's
-GPU (set it, e.g. torch.cuda.set_device(LOCAL_RANK), before attaching); with
-the host backend they are CPU tensors in shared memory.
+empty/zeros/ones/full/empty_like/zeros_like/ones_like/full_like follow
+torch's signatures (*size, dtype=None, device=None, requires_grad=False).
+The n-th allocation must have the same size on every rank; a rank that
+differs gets AsymmetryError naming n and both sizes. A tensor holds its heap:
+the heap is detached when it is closed and no tensor (or peer view) of it is
+left; a tensor's block is freed when its last reference goes. With the cuda
+backend tensors are CUDA tensors on the rank's GPU (set it, e.g.
+torch.cuda.set_device(LOCAL_RANK), before attaching); with the host backend
+they are CPU tensors in shared memory. Heap.from_group(pg): one heap per
+torch.distributed process group.
 
 Errors are HeapdError subclasses carrying heapd's message (`.code`,
 `.name`, `str(e)`). Threads: one Heap may be used from several threads
 (libheapc serialises the calls; address and status reads are lock-free).
+Fork: a forked child (a DataLoader worker) never uses its parent's
+connection; its allocations raise StateError. See docs/python.md.
 """
 import ctypes
+import operator
 import os
 import threading
+import weakref
 
 from . import _lib as L
 
-__all__ = ["Heap", "HeapdError", "AsymmetryError", "PeerGoneError", "CollectiveTimeoutError",
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "Heap", "HeapdError", "AsymmetryError", "PeerGoneError", "CollectiveTimeoutError",
            "HeapdConnectionError", "NotHeldError", "OutOfMemoryError", "StateError",
            "MismatchError", "Status", "library_path", "stats"]
 
 library_path = L.path
 Status = L.Status
 
-
-# ---- errors ------------------------------------------------------------------
-
-class HeapdError(RuntimeError):
-    """An error of libheapc or heapd: .code (HEAPC_E*, negative), .name
-    ("ERR_ASYMMETRY"), and heapd's message as str(e)."""
-
-    def __init__(self, code, message):
-        super().__init__(message)
-        self.code = code
-        self.name = L.errname(code).decode()
-
-
-class AsymmetryError(HeapdError):
-    """Ranks disagree on the n-th allocation's size (or a collect point).
-    .n, .rank, .size, .other_rank, .other_size when heapd's message names
-    them (an allocation), else None."""
-
-    def __init__(self, code, message):
-        super().__init__(code, message)
-        import re
-        m = re.search(r"asymmetric allocation (\d+) .*?rank (\d+) asked for (\d+) bytes, "
-                      r"rank (\d+) for (\d+)", message)
-        g = [int(v) for v in m.groups()] if m else [None] * 5
-        self.n, self.rank, self.size, self.other_rank, self.other_size = g
-
-
-class PeerGoneError(HeapdError):
-    """A rank disconnected during a collective; the message names it."""
-
-
-class CollectiveTimeoutError(HeapdError, TimeoutError):
-    """A collective timed out (the message names the ranks that never came),
-    or no reply came within Heap(timeout_ms=...)."""
-
-
-class HeapdConnectionError(HeapdError, ConnectionError):
-    """heapd cannot be reached or closed the connection."""
-
-
-class NotHeldError(HeapdError):
-    """Free of a block this rank does not hold (double free)."""
-
-
-class OutOfMemoryError(HeapdError, MemoryError):
-    """The backend could not create a chunk, the heap's va_size or a quota is exhausted."""
-
-
-class StateError(HeapdError):
-    """Not valid now (not attached, rank taken, heap closed)."""
-
-
-class MismatchError(HeapdError):
-    """Attach parameters differ from the heap's."""
-
-
-_BY_CODE = {-5: AsymmetryError, -7: PeerGoneError, -6: CollectiveTimeoutError,
-            -103: CollectiveTimeoutError, -100: HeapdConnectionError, -15: HeapdConnectionError,
-            -12: NotHeldError, -8: OutOfMemoryError, -9: OutOfMemoryError, -17: OutOfMemoryError,
-            -102: OutOfMemoryError, -11: StateError, -4: MismatchError}
-
-
-def _raise(c, rc):
-    msg = L.errstr(c).decode(errors="replace") or L.errname(rc).decode()
-    raise _BY_CODE.get(rc, HeapdError)(rc, msg)
+from ._errors import (_BY_CODE, AsymmetryError, CollectiveTimeoutError,  # noqa: F401
+                      HeapdConnectionError, HeapdError, MismatchError, NotHeldError,
+                      OutOfMemoryError, PeerGoneError, StateError, _raise)
+from ._stats import _stats_of, stats  # noqa: F401
 
 
 def _size(v):
-    """An int, or a size string as heapd.conf takes it: "3G", "512M", "64K"."""
+    """An int, or a size string as heapd.conf takes it ("3G", "512M", "64KiB"),
+    parsed by libheapc (heapc_parse_size): Python refuses what C refuses."""
     if v is None:
         return 0
+    if isinstance(v, bool):
+        raise TypeError(f"heapd: size {v!r}: want an int or a size string such as \"64M\"")
     if isinstance(v, int):
+        if v < 0:
+            raise ValueError(f"heapd: size {v}: negative")
         return v
-    s = str(v).strip().upper().rstrip("B").rstrip("I")
-    mul = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    if s and s[-1] in mul:
-        return int(float(s[:-1]) * mul[s[-1]])
-    return int(s)
+    out = ctypes.c_uint64()
+    if not isinstance(v, str) or L.parse_size(v.encode(), ctypes.byref(out)):
+        raise ValueError(f"heapd: size {v!r} is not a size: want decimal digits and an "
+                         "optional binary unit (K, M, G, T, KiB, MiB, GiB, TiB, B), e.g. "
+                         "\"64M\" or \"1536M\", as heapd.conf takes it (no fraction, no \"MB\")")
+    return out.value
+
+
+def _torch_sees_cuda():
+    import torch
+    return torch.cuda.is_available()
+
+
+def _device_mismatch(name, backend, device, socket):
+    """Why heapd's memory is not what the caller gets tensors for, or None:
+    a CUDA job on a host-memory heapd (backend = auto fell back: the driver
+    was not ready when heapd started) unless device="cpu" asks for it."""
+    import torch
+    want = torch.device(device).type if device is not None else None
+    where = socket or os.environ.get("HEAPD_SOCKET") or "/run/heapd/heapd.sock"
+    if backend == "host" and (want == "cuda" or (want is None and _torch_sees_cuda())):
+        return (f"heap {name!r}: torch sees CUDA but heapd at {where} serves host memory "
+                "(backend host: heapd.conf says backend = host, or backend = auto found no "
+                "ready CUDA driver when heapd started), so tensors would be CPU tensors; set "
+                "backend = cuda in heapd.conf on GPU nodes and restart heapd, or pass "
+                "device=\"cpu\" to use host memory on purpose")
+    if backend == "cuda" and want == "cpu":
+        return (f"heap {name!r}: device=\"cpu\", but heapd at {where} serves CUDA memory "
+                "(backend cuda): use a host-backend heapd for CPU tensors")
+    return None
 
 
 _POLICY = {None: 0, "default": 0, "coalesce": 1, "seed": 2}
@@ -125,16 +104,38 @@ def _element_size(dtype):
 
 # ---- tensors over heap memory -----------------------------------------------
 
+_PID = os.getpid()   # this process; a forked child gets its own (below)
+
+
+def _after_fork():
+    global _PID
+    _PID = os.getpid()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
 class _Handle:
     """The connection and attachment; shared by the Heap and every tensor made
-    on it, detached when the last of them is gone (or at close when none is)."""
-    __slots__ = ("c", "lock", "__weakref__")
+    on it, detached when the last of them is gone (or at close when none is).
+    Only the process that attached uses it: in a forked child (a DataLoader
+    worker) it is never detached, freed on or collected on (.pid)."""
+    __slots__ = ("c", "lock", "pid", "owned", "__weakref__")
 
     def __init__(self, c):
         self.c = c
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
+        self.pid = _PID
+        self.owned = weakref.WeakValueDictionary()   # offset -> _Block not yet freed
+
+    def mine(self):
+        """The context when this process may use it, else None."""
+        return self.c if self.pid == _PID else None
 
     def release(self):
+        if self.pid != _PID:
+            self.c = None           # the parent's: leave its connection alone
+            return
         with self.lock:
             c, self.c = self.c, None
         if c:
@@ -151,13 +152,42 @@ class _Handle:
             pass
 
 
+class _Block:
+    """One allocation of this rank: frees it (deferred, on the stream it was
+    allocated on) when the last tensor over it is gone, unless Heap.free did."""
+    __slots__ = ("h", "off", "stream", "__weakref__")
+
+    def __init__(self, h, off, stream):
+        self.h, self.off, self.stream = h, off, stream
+        with h.lock:
+            h.owned[off] = self
+
+    def __del__(self):
+        off, self.off = self.off, None
+        h = self.h
+        if off is None or h.pid != _PID:
+            return
+        try:
+            with h.lock:
+                c = h.c
+                if not c:
+                    return
+                if self.stream is not None:
+                    L.free_async(c, off, int(getattr(self.stream, "cuda_stream", self.stream)) or None)
+                else:
+                    L.free(c, off)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
 # Called with the heapc context before it is detached and released (the
 # allocator route unregisters it from its shim).
 _release_hooks = []
 
 
 class _HostMem:
-    """numpy's view of nbytes of heap memory; holds the handle."""
+    """numpy's view of nbytes of heap memory; holds its owner (the handle, or
+    the _Block of an own allocation)."""
     __slots__ = ("__array_interface__", "_h")
 
     def __init__(self, h, ptr, nbytes):
@@ -167,7 +197,7 @@ class _HostMem:
 
 
 class _CudaMem:
-    """torch's view (__cuda_array_interface__) of nbytes of device memory; holds the handle."""
+    """torch's view (__cuda_array_interface__) of nbytes of device memory; holds its owner."""
     __slots__ = ("__cuda_array_interface__", "_h")
 
     def __init__(self, h, ptr, nbytes):
@@ -187,6 +217,28 @@ def _bytes_tensor(h, cuda, ptr, nbytes):
     return torch.from_numpy(numpy.asarray(_HostMem(h, ptr, nbytes)))
 
 
+def _size_args(what, size):
+    """torch.empty's size: ints, or one tuple/list/torch.Size of ints; a
+    tuple of non-negative ints, or TypeError/ValueError naming the call."""
+    for d in size:
+        if type(d).__module__ == "torch" and type(d).__name__ == "dtype":
+            raise TypeError(f"heapd.Heap.{what}(): size must be integers, got {d!r}; pass "
+                            f"the dtype as a keyword, as torch.{what} takes it: dtype={d}")
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):   # torch.Size is a tuple
+        size = tuple(size[0])
+    out = []
+    for d in size:
+        if isinstance(d, bool) or not hasattr(type(d), "__index__"):
+            raise TypeError(f"heapd.Heap.{what}(): size must be integers, got {d!r} "
+                            f"({type(d).__name__}) in {tuple(size)!r}")
+        d = operator.index(d)
+        if d < 0:
+            raise ValueError(f"heapd.Heap.{what}(): negative dimension {d} in size "
+                             f"{tuple(size)!r}")
+        out.append(d)
+    return tuple(out)
+
+
 class Heap:
     """One rank's attachment to a heap (collective: every rank of the heap
     attaches before any returns).
@@ -201,7 +253,7 @@ class Heap:
 
     def __init__(self, name, rank, world_size, socket=None, *, chunk_size=0, initial_size=0,
                  va_size=0, min_block=0, policy=None, collect_timeout_ms=0, device_uuid=None,
-                 local_size=0, job=None, timeout_ms=None, _from_env=False):
+                 local_size=0, job=None, timeout_ms=None, device=None, _from_env=False):
         self._prepare_device()
         c = L.connect(os.fsencode(socket) if socket else None)
         if not c:
@@ -238,11 +290,17 @@ class Heap:
         self.rank = L.rank(c)
         self.world_size = L.world_size(c)
         self.backend = L.backend(c).decode()
+        err = _device_mismatch(self.name, self.backend, device, socket)
+        if err:
+            h.release()
+            raise MismatchError(-4, err)
         self._cuda = self.backend == "cuda"
         self._base = L.base(c, self.rank)
         self._status = L.Status()
-        self._ptr = ctypes.c_void_p()
-        self._off = ctypes.c_uint64()
+        import torch
+        self.device = (torch.device("cuda", torch.cuda.current_device()) if self._cuda
+                       else torch.device("cpu"))
+        self._bases = None
         self.closed = False
         _notify_preload(self)
 
@@ -253,8 +311,59 @@ class Heap:
         SLURM_PROCID, SLURM_NTASKS, SLURM_NTASKS_PER_NODE, SLURM_JOB_ID.
         name: $HEAPD_HEAP, else "torch-<run id>" / "slurm-<job>.<step>".
         With CUDA, the device is set to LOCAL_RANK (SLURM_LOCALID) first.
-        Raises HeapdError (code ERR_INVAL) naming a missing variable."""
-        return cls(name, 0, 0, socket, _from_env=True, **kw)
+        Raises HeapdError (code ERR_INVALID) naming a missing variable, and
+        outside a launcher naming heapd.Heap(name, rank, world_size)."""
+        try:
+            return cls(name, 0, 0, socket, _from_env=True, **kw)
+        except HeapdError as e:
+            if "no launcher environment" not in str(e):
+                raise
+            raise HeapdError(e.code, str(e).replace(
+                "call heapc_attach with the rank and world size",
+                "create heapd.Heap(name, rank, world_size) with them")) from None
+
+    @classmethod
+    def from_group(cls, group=None, name=None, socket=None, **kw):
+        """Attach one heap per torch.distributed process group (collective
+        over the group: every rank of it calls from_group with it). Rank and
+        world size are the group's (dist.get_rank(group), .get_world_size);
+        the name is group rank 0's, broadcast to the group: `name`, else
+        $HEAPD_HEAP plus the group's ranks when not the whole world, else a
+        fresh unique one ("pg<n>-<hex>"). The ranks of the group on this node
+        (by hostname) give local_size, so a group may span nodes. group None:
+        the default (world) group. Several heaps per process: one per group,
+        e.g. a tensor-parallel sub-group beside the world."""
+        import socket as _so
+        import uuid
+
+        import torch.distributed as dist
+        if not dist.is_initialized():
+            raise StateError(-11, "heapd.Heap.from_group: torch.distributed is not initialised: "
+                                  "call dist.init_process_group first, or use Heap.from_env()")
+        g = group if group is not None else dist.group.WORLD
+        rank, world = dist.get_rank(g), dist.get_world_size(g)
+        if rank < 0:
+            raise ValueError("heapd.Heap.from_group: this process is not a member of the group")
+        ranks = dist.get_process_group_ranks(g)
+        if rank == 0:
+            env = os.environ.get("HEAPD_HEAP")
+            if name:
+                mine = name
+            elif env:
+                whole = world == dist.get_world_size()
+                mine = env if whole else f"{env}-g{'.'.join(map(str, ranks))}"
+            else:
+                mine = f"pg{world}-{uuid.uuid4().hex[:16]}"
+        else:
+            mine = None
+        obj = [mine]
+        dist.broadcast_object_list(obj, src=ranks[0], group=g)
+        hosts = [None] * world
+        dist.all_gather_object(hosts, _so.gethostname(), group=g)
+        local = hosts.count(_so.gethostname())
+        kw.setdefault("local_size", 0 if local == world else local)
+        kw.setdefault("job", obj[0])
+        return cls(obj[0], rank, world, socket, **kw)
 
     @staticmethod
     def _prepare_device():
@@ -286,36 +395,109 @@ class Heap:
         del h  # tensors hold their own reference
 
     def _cx(self):
+        if self._h is not None and self._h.pid != _PID:
+            raise StateError(-11, f"heap {self.name!r}: this process (pid {os.getpid()}) is a "
+                             f"forked child of pid {self._h.pid}, which attached the heap; a "
+                             "child (a DataLoader worker) cannot allocate, free or collect on "
+                             "its parent's heap: allocate in the parent, or attach a Heap of "
+                             "its own in the child")
         if self.closed:
             raise StateError(-11, f"heap {self.name!r}: closed")
         return self._c
 
     # ---- allocation ----
     def _alloc(self, nbytes):
+        """The rank's next allocation: (pointer, offset). Outputs per call: a
+        Heap is used from several threads."""
         c = self._cx()
-        rc = L.alloc(c, max(int(nbytes), 1), ctypes.byref(self._ptr), ctypes.byref(self._off))
+        ptr, off = ctypes.c_void_p(), ctypes.c_uint64()
+        rc = L.alloc(c, max(int(nbytes), 1), ctypes.byref(ptr), ctypes.byref(off))
         if rc:
             _raise(c, rc)
-        return self._ptr.value
+        return ptr.value, off.value
 
-    def empty(self, shape, dtype=None, *, nbytes=None):
-        """A tensor of `shape` and `dtype` (default torch.float32) on the heap:
-        the rank's next allocation. Contents: whatever the block held."""
+    def _check_device(self, what, device):
+        if device is None:
+            return
         import torch
-        dtype = dtype or torch.float32
-        if isinstance(shape, int):
-            shape = (shape,)
+        d = torch.device(device)
+        if d.type != self.device.type or (d.index is not None and d.index != self.device.index):
+            raise ValueError(f"heapd.Heap.{what}(): device={str(d)!r}, but heap {self.name!r} "
+                             f"serves {str(self.device)!r} memory (backend {self.backend!r}); "
+                             "leave device out, or pass the heap's device")
+
+    def _new(self, what, size, dtype, device, requires_grad):
+        import torch
+        shape = _size_args(what, size)
+        dtype = torch.get_default_dtype() if dtype is None else dtype
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"heapd.Heap.{what}(): dtype={dtype!r} is not a torch.dtype")
+        self._check_device(what, device)
         n = 1
         for d in shape:
-            n *= int(d)
+            n *= d
         nb = n * _element_size(dtype)
-        p = self._alloc(nb)
-        t = _bytes_tensor(self._h, self._cuda, p, max(nb, 1))[:nb]
-        return t.view(dtype).view(tuple(shape))
+        # Checked before this point: an error consumes no allocation number.
+        p, off = self._alloc(nb)
+        stream = torch.cuda.current_stream(self.device) if self._cuda else None
+        t = _bytes_tensor(_Block(self._h, off, stream), self._cuda, p, max(nb, 1))[:nb]
+        t = t.view(dtype).view(shape)
+        if requires_grad:
+            t.requires_grad_(True)
+        return t
 
-    def zeros(self, shape, dtype=None):
-        """empty(), then zeroed."""
-        return self.empty(shape, dtype).zero_()
+    def empty(self, *size, dtype=None, device=None, requires_grad=False):
+        """As torch.empty: a tensor of `size` (ints, or one tuple) and `dtype`
+        (default torch.get_default_dtype()) on the heap, the rank's next
+        allocation. device: None or the heap's (Heap.device). Contents:
+        whatever the block held. Freed when its last tensor is gone."""
+        return self._new("empty", size, dtype, device, requires_grad)
+
+    def zeros(self, *size, dtype=None, device=None, requires_grad=False):
+        """As torch.zeros: empty(), then zeroed."""
+        t = self._new("zeros", size, dtype, device, False)
+        t.zero_()
+        return t.requires_grad_(True) if requires_grad else t
+
+    def ones(self, *size, dtype=None, device=None, requires_grad=False):
+        """As torch.ones."""
+        t = self._new("ones", size, dtype, device, False)
+        t.fill_(1)
+        return t.requires_grad_(True) if requires_grad else t
+
+    def full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
+        """As torch.full: dtype from fill_value when not given (bool, int64,
+        the default float dtype, complex)."""
+        import torch
+        if dtype is None:
+            dtype = torch.full((), fill_value).dtype
+        t = self._new("full", (size,) if isinstance(size, (tuple, list)) else (size,),
+                      dtype, device, False)
+        t.fill_(fill_value)
+        return t.requires_grad_(True) if requires_grad else t
+
+    def _like(self, what, t, dtype, device, requires_grad):
+        return self._new(what, (tuple(t.shape),), t.dtype if dtype is None else dtype, device,
+                         requires_grad)
+
+    def empty_like(self, t, *, dtype=None, device=None, requires_grad=False):
+        """As torch.empty_like, on the heap (contiguous; t's shape and dtype)."""
+        return self._like("empty_like", t, dtype, device, requires_grad)
+
+    def zeros_like(self, t, *, dtype=None, device=None, requires_grad=False):
+        x = self._like("zeros_like", t, dtype, device, False)
+        x.zero_()
+        return x.requires_grad_(True) if requires_grad else x
+
+    def ones_like(self, t, *, dtype=None, device=None, requires_grad=False):
+        x = self._like("ones_like", t, dtype, device, False)
+        x.fill_(1)
+        return x.requires_grad_(True) if requires_grad else x
+
+    def full_like(self, t, fill_value, *, dtype=None, device=None, requires_grad=False):
+        x = self._like("full_like", t, dtype, device, False)
+        x.fill_(fill_value)
+        return x.requires_grad_(True) if requires_grad else x
 
     def _offset(self, t):
         """Offset of t's first element, checking that it is this heap's own copy."""
@@ -335,6 +517,9 @@ class Heap:
         t's shape, dtype and strides (a view: writes go to the peer)."""
         import torch
         c = self._cx()
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.world_size:
+            raise ValueError(f"heap {self.name!r}: rank {rank!r} does not exist: the heap has "
+                             f"world size {self.world_size} (ranks 0 to {self.world_size - 1})")
         st = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
         s0 = st.data_ptr()
         soff = self._offset_of_ptr(s0)
@@ -362,6 +547,7 @@ class Heap:
         c = self._cx()
         st = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
         off = self._offset_of_ptr(st.data_ptr())
+        self._disarm(off)           # freed here, not again when its tensors are gone
         if stream is None and getattr(t, "is_cuda", False):
             import torch
             stream = torch.cuda.current_stream(t.device)
@@ -372,8 +558,19 @@ class Heap:
         if rc:
             _raise(c, rc)
 
+    def _disarm(self, off):
+        """The block at off is freed explicitly: its owner must not free it again."""
+        h = self._h
+        if h is not None:
+            with h.lock:
+                b = h.owned.pop(off, None)
+            if b is not None:
+                b.off = None
+
     def free_offset(self, offset):
+        """free() by the block's offset (heapc_free)."""
         c = self._cx()
+        self._disarm(int(offset))
         rc = L.free(c, int(offset))
         if rc:
             _raise(c, rc)
@@ -399,6 +596,22 @@ class Heap:
     def ptr(self, offset, rank=None):
         """The address of offset on this rank's (or local peer rank's) copy."""
         return (L.ptr(self._c, offset) if rank is None else L.peer_ptr(self._c, rank, offset)) or None
+
+    @property
+    def bases(self):
+        """The device pointer table: an int64 tensor of world_size entries on
+        heap.device, entry r the address of rank r's copy of offset 0 in this
+        process (0 for a rank served by another node's heapd). A kernel
+        (Triton, CUDA) reaches rank r's copy of a block at bases[r] +
+        heap.offset(t) - as iris's heap_bases and torch's buffer_ptrs_dev.
+        Every rank's extent is reserved at attach, so the table stays current
+        across growths (an offset an allocation returned is mapped for every
+        local rank)."""
+        if self._bases is None:
+            import torch
+            b = [L.base(self._c, r) or 0 for r in range(self.world_size)]
+            self._bases = torch.tensor(b, dtype=torch.int64, device=self.device)
+        return self._bases
 
     @property
     def mapped(self):
@@ -444,52 +657,6 @@ class Heap:
     def __repr__(self):
         return (f"heapd.Heap({self.name!r}, rank={self.rank}, world_size={self.world_size}, "
                 f"backend={self.backend!r}{', closed' if self.closed else ''})")
-
-
-def stats(name=None, socket=None):
-    """heapd's statistics of heap `name` (None: every heap this user may see),
-    without attaching: a list of dicts like Heap.stats(). ENOTFOUND raises
-    HeapdError."""
-    c = L.connect(os.fsencode(socket) if socket else None)
-    if not c:
-        raise MemoryError("heapc_connect: out of memory")
-    try:
-        if L.err(c):
-            _raise(c, L.err(c))
-        return _stats_of(c, name)
-    finally:
-        L.free_ctx(c)
-
-
-def _stats_of(c, name):
-    """heapc_stats on context c: the list of dicts; heapd's errors raise."""
-    out = ctypes.POINTER(L.DaemonStats)()
-    rc = L.stats(c, name.encode() if name else None, ctypes.byref(out))
-    if rc:
-        _raise(c, rc)
-    try:
-        return _stats_list(out)
-    finally:
-        L.stats_free(out)
-
-
-def _stats_list(out):
-    res = []
-    for i in range(out.contents.nheaps):
-        hs = out.contents.heaps[i]
-        d = {f: getattr(hs, f) for f, _ in hs._fields_
-             if f not in ("params", "ranks", "nranks", "collect_wait", "growth")}
-        d["collect_wait"] = hs.collect_wait.as_dict()
-        d["growth"] = hs.growth.as_dict()
-        d["name"] = hs.name.decode()
-        d["backend"] = out.contents.backend.decode()
-        d["params"] = {f: getattr(hs.params, f) for f in
-                       ("chunk_size", "initial_size", "va_size", "min_block",
-                        "collect_timeout_ms", "local_size")}
-        d["ranks"] = [{f: getattr(hs.ranks[j], f) for f, _ in L.RankStats._fields_}
-                      for j in range(hs.nranks)]
-        res.append(d)
-    return res
 
 
 _last = None

@@ -4,8 +4,12 @@ library when it is loaded. Function pointers are looked up once, at import.
 Which libheapc: when libheapc_nccl_preload.so is in the process (LD_PRELOAD),
 its copy (it carries libheapc, exported) - one copy of libheapc per process,
 so the preload's probe reads the page of the heap this package attached.
-Otherwise $HEAPC_LIB (a path), then the build tree of the checkout this
-package lies in (build/, build-gpu/), then the system's libheapc.so.0."""
+Otherwise $HEAPD_LIB (or its old name $HEAPC_LIB; a path), then a libheapc.so
+inside the package (a pip install that bundled one), then the build tree of
+the checkout this package lies in (build/, build-gpu/), then the system's
+libheapc.so.0. At import the struct layouts are checked against the
+library's (heapc_abi_version, heapc_sizeof): a libheapc of another layout
+raises ImportError instead of being read as garbage."""
 import ctypes
 import os
 from ctypes import (POINTER, Structure, byref, c_char_p, c_double, c_int, c_size_t, c_uint32,
@@ -20,14 +24,22 @@ def _find():
     glob = ctypes.CDLL(None)
     if hasattr(glob, "hnccl_preload_bind") and hasattr(glob, "heapc_connect"):
         return glob, "the LD_PRELOAD'ed libheapc_nccl_preload.so", None
-    env = os.environ.get("HEAPC_LIB")
+    var = "HEAPD_LIB" if os.environ.get("HEAPD_LIB") else "HEAPC_LIB"
+    env = os.environ.get(var)
     if env:
         try:
             return ctypes.CDLL(env), env, None
         except OSError as e:
-            raise ImportError(f"heapd: HEAPC_LIB={env} cannot be loaded: {e}; point HEAPC_LIB "
+            raise ImportError(f"heapd: {var}={env} cannot be loaded: {e}; point {var} "
                               "at a libheapc.so built for this machine (make, or make STATIC=1 "
                               "on a machine without libprotobuf-c)") from None
+    # A libheapc.so shipped inside the package (pip install with HEAPD_BUNDLE_LIB)
+    p = os.path.join(_here, "libheapc.so")
+    if os.path.exists(p):
+        try:
+            return ctypes.CDLL(p), p, None
+        except OSError as e:
+            tried.append(f"{p}: {e}")
     for b in ("build", "build-gpu"):
         p = os.path.join(_root, b, "libheapc.so")
         if os.path.exists(p):
@@ -124,6 +136,7 @@ free_ctx = _fn("heapc_free_ctx", None, H)
 err = _fn("heapc_err", c_int, H)
 errstr = _fn("heapc_errstr", c_char_p, H)
 errname = _fn("heapc_errname", c_char_p, c_int)
+policy_name = _fn("heapc_policy_name", c_char_p, c_int)
 backend = _fn("heapc_backend", c_char_p, H)
 server = _fn("heapc_server", c_char_p, H)
 set_timeout = _fn("heapc_set_timeout", c_int, H, c_int)
@@ -151,5 +164,38 @@ get_counters = _fn("heapc_get_counters", c_int, H, POINTER(Counters))
 stats = _fn("heapc_stats", c_int, H, c_char_p, POINTER(POINTER(DaemonStats)))
 stats_free = _fn("heapc_stats_free", None, POINTER(DaemonStats))
 force_collect = _fn("heapc_force_collect", c_int, H, c_char_p, POINTER(c_uint64))
+
+# ---- the layout check (issue 31 item 8) ----
+ABI_VERSION = 1   # client/heapc.h's HEAPC_ABI_VERSION that these structs copy
+_STRUCTS = {"heapc_params": Params, "heapc_status_t": Status, "heapc_counters": Counters,
+            "heapc_rank_stats": RankStats, "heapc_hist": Hist, "heapc_heap_stats": HeapStats,
+            "heapc_daemon_stats": DaemonStats}
+
+
+def check_abi(lib=lib, where=path):
+    """ImportError unless `lib`'s struct layouts are the ones copied here."""
+    if not hasattr(lib, "heapc_abi_version") or not hasattr(lib, "heapc_sizeof"):
+        raise ImportError(f"heapd: the libheapc at {where} predates heapc_abi_version (an "
+                          "older build): its struct layouts cannot be checked; rebuild or "
+                          "reinstall libheapc of this version")
+    ver = lib.heapc_abi_version
+    ver.restype, ver.argtypes = c_uint32, []
+    v = ver()
+    if v != ABI_VERSION:
+        raise ImportError(f"heapd: the libheapc at {where} has struct layout {v}, this package "
+                          f"copies layout {ABI_VERSION}: install the heapd package of the same "
+                          "version as libheapc")
+    sz = getattr(lib, "heapc_sizeof")
+    sz.restype, sz.argtypes = c_size_t, [c_char_p]
+    bad = [f"{n} is {sz(n.encode())} bytes there, {ctypes.sizeof(t)} here"
+           for n, t in _STRUCTS.items() if sz(n.encode()) != ctypes.sizeof(t)]
+    if bad:
+        raise ImportError(f"heapd: the libheapc at {where} does not match this package's "
+                          "struct layouts (" + "; ".join(bad) + "): install the heapd package "
+                          "of the same version as libheapc")
+
+
+check_abi()
+parse_size = _fn("heapc_parse_size", c_int, c_char_p, POINTER(c_uint64))
 
 __all__ = ["lib", "path", "byref"]

@@ -318,7 +318,7 @@ _pluggable = None
 
 
 def _shim_path():
-    env = os.environ.get("HEAPC_TORCH_LIB")
+    env = os.environ.get("HEAPD_TORCH_LIB") or os.environ.get("HEAPC_TORCH_LIB")
     if env:
         return env
     p = os.path.join(os.path.dirname(L.path) if os.path.isabs(L.path) else "", "libheapc_torch.so")

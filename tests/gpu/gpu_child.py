@@ -25,8 +25,8 @@ def tensors():
     torch.cuda.set_device(0)
     with heapd.Heap(name, rank, world, sock) as h:
         out["backend"] = h.backend
-        x = h.zeros((1024, 256), torch.float32)
-        y = h.empty((3, 5), torch.bfloat16)
+        x = h.zeros(1024, 256, dtype=torch.float32)
+        y = h.empty(3, 5, dtype=torch.bfloat16)
         out["device"] = str(x.device)
         out["is_cuda"] = x.is_cuda and y.is_cuda
         x.add_(2.5)
@@ -34,7 +34,7 @@ def tensors():
         out["offsets"] = [h.offset(x), h.offset(y)]
         s = h.status()
         out["device_free"], out["device_total"] = s.device_free, s.device_total
-        big = h.zeros((100 << 20,), torch.uint8)        # over a 64 MiB chunk: growth
+        big = h.zeros(100 << 20, dtype=torch.uint8)        # over a 64 MiB chunk: growth
         big[-1] = 7
         out["big_last"] = int(big[-1])
         out["growths"] = h.status().growths
@@ -46,7 +46,7 @@ def tensors():
 def peer():
     torch.cuda.set_device(0)
     with heapd.Heap(name, rank, world, sock) as h:
-        x = h.zeros((4096,), torch.float32)
+        x = h.zeros(4096, dtype=torch.float32)
         h.collect()
         other = 1 - rank
         px = h.peer(x, other)
@@ -111,10 +111,10 @@ def nccl():
     with heapd.Heap(name, rank, world, sock) as h:
         pre = ht.preload()
         out["preload"] = pre is not None
-        x = h.zeros((1 << 20,), torch.float32)
+        x = h.zeros(1 << 20, dtype=torch.float32)
         x.fill_(3.0)
         dist.all_reduce(x)
-        g = h.zeros((1 << 20,), torch.float32)
+        g = h.zeros(1 << 20, dtype=torch.float32)
         dist.all_gather_into_tensor(g, x)
         torch.cuda.synchronize()
         out["values_ok"] = float(x[0]) == 3.0 and float(g[-1]) == 3.0

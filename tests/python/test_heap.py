@@ -31,14 +31,15 @@ def _offsets(rank, world, sock, name):
     rng = random.Random(1234)          # same sizes on every rank
     dtypes = [torch.float32, torch.float16, torch.int64, torch.uint8, torch.bfloat16]
     with heapd.Heap(name, rank, world, sock, chunk_size="1M", initial_size="1M") as h:
-        offs, ptrs = [], []
+        offs, ptrs, keep = [], [], []   # kept: a dropped tensor frees its block
         for i in range(200):
             shape = (rng.randint(1, 64), rng.randint(1, 300))
-            t = h.empty(shape, dtypes[i % len(dtypes)])
+            t = h.empty(shape, dtype=dtypes[i % len(dtypes)])
             assert t.shape == shape and t.dtype == dtypes[i % len(dtypes)]
             assert t.device.type == "cpu"
             offs.append(h.offset(t))
             ptrs.append(t.data_ptr())
+            keep.append(t)
         assert len(set(ptrs)) == len(ptrs)
         return offs, h.status().growths
 
@@ -53,8 +54,8 @@ def test_offsets_identical(sock, heapname):
 
 def _peer(rank, world, sock, name):
     with heapd.Heap(name, rank, world, sock) as h:
-        x = h.zeros((256, 4), torch.float32)
-        big = h.zeros((3, 1 << 18), torch.int32)    # 3 MiB: in a grown chunk
+        x = h.zeros((256, 4), dtype=torch.float32)
+        big = h.zeros((3, 1 << 18), dtype=torch.int32)    # 3 MiB: in a grown chunk
         h.collect()                                  # everyone allocated and zeroed
         nxt = (rank + 1) % world
         px = h.peer(x, nxt)
@@ -82,7 +83,7 @@ def test_peer_views(sock, heapname):
 def _orders(rank, world, sock, name):
     sizes = [4 << 10, 64 << 10, 8 << 10, 256 << 10, 1 << 10, 16 << 10] * 6
     with heapd.Heap(name, rank, world, sock, chunk_size="4M", initial_size="4M") as h:
-        ts = [h.empty(s, torch.uint8) for s in sizes]
+        ts = [h.empty(s, dtype=torch.uint8) for s in sizes]
         first = [h.offset(t) for t in ts]
         order = list(range(len(ts)))
         random.Random(rank * 7919 + 1).shuffle(order)   # a different order per rank
@@ -100,7 +101,7 @@ def _orders(rank, world, sock, name):
         released = h.status().rank_released
         h.collect()
         st = h.status()
-        again = [h.offset(h.empty(s, torch.uint8)) for s in sizes]
+        again = [h.offset(h.empty(s, dtype=torch.uint8)) for s in sizes]
         # (heap-wide figures like live may already include another rank's
         # next allocations: read this rank's own)
         return first, again, released, st.rank_released, st.collects, h.status().growths
@@ -124,16 +125,16 @@ def test_free_orders_then_collect_and_reuse(sock, heapname):
 def _asym(rank, world, sock, name, ev):
     with heapd.Heap(name, rank, world, sock) as h:
         if rank == 0:
-            h.empty(1024, torch.uint8)
+            h.empty(1024, dtype=torch.uint8)
             ev.set()
-            h.empty(16, torch.uint8)    # waits for nothing: next number
+            h.empty(16, dtype=torch.uint8)    # waits for nothing: next number
             return "ok"
         ev.wait(60)
         try:
-            h.empty(2048, torch.uint8)
+            h.empty(2048, dtype=torch.uint8)
         except heapd.AsymmetryError:
             # nothing changed: this rank is still at allocation 0
-            t = h.empty(1024, torch.uint8)
+            t = h.empty(1024, dtype=torch.uint8)
             assert h.offset(t) == 0
             raise
         return "no error"
@@ -217,17 +218,17 @@ def test_from_env_missing_variable(sock):
 
 def test_tensor_keeps_heap_alive(sock, heapname):
     h = heapd.Heap(heapname, 0, 1, sock)
-    x = h.zeros((1000,), torch.float64)
+    x = h.zeros((1000,), dtype=torch.float64)
     v = x[10:20]
     h.close()
     with pytest.raises(heapd.StateError):
         h.empty(10)
     x.fill_(3.0)                          # still mapped: the tensor holds the heap
     assert float(v.sum()) == 30.0
-    assert heapd.stats(heapname, sock)[0]["clients"] == 1
+    assert heapd.stats(heapname, sock)["clients"] == 1
     del x
     gc.collect()
-    assert heapd.stats(heapname, sock)[0]["clients"] == 1   # the view still holds it
+    assert heapd.stats(heapname, sock)["clients"] == 1   # the view still holds it
     del v
     gc.collect()
     with pytest.raises(heapd.HeapdError) as e:
@@ -254,7 +255,7 @@ def test_free_on_stream_waits_for_it(sock, heapname):
     hs = L.lib.heapc_hstream_create()
     assert hs
     h = heapd.Heap(heapname, 0, 1, sock)
-    x = h.zeros((1 << 16,), torch.uint8)
+    x = h.zeros((1 << 16,), dtype=torch.uint8)
     ticket = L.lib.heapc_hstream_begin(hs)   # work on x is "in flight"
     h.free(x, stream=hs)
     h.collect()                              # does not wait: x stays held

@@ -1,0 +1,66 @@
+"""heapd's errors: HeapdError and its subclasses, raised from libheapc's
+codes with heapd's message."""
+from . import _lib as L
+
+class HeapdError(RuntimeError):
+    """An error of libheapc or heapd: .code (HEAPC_E*, negative), .name
+    ("ERR_ASYMMETRY"), and heapd's message as str(e)."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+        self.name = L.errname(code).decode()
+
+
+class AsymmetryError(HeapdError):
+    """Ranks disagree on the n-th allocation's size (or a collect point).
+    .n, .rank, .size, .other_rank, .other_size when heapd's message names
+    them (an allocation), else None."""
+
+    def __init__(self, code, message):
+        super().__init__(code, message)
+        import re
+        m = re.search(r"asymmetric allocation (\d+) .*?rank (\d+) asked for (\d+) bytes, "
+                      r"rank (\d+) for (\d+)", message)
+        g = [int(v) for v in m.groups()] if m else [None] * 5
+        self.n, self.rank, self.size, self.other_rank, self.other_size = g
+
+
+class PeerGoneError(HeapdError):
+    """A rank disconnected during a collective; the message names it."""
+
+
+class CollectiveTimeoutError(HeapdError, TimeoutError):
+    """A collective timed out (the message names the ranks that never came),
+    or no reply came within Heap(timeout_ms=...)."""
+
+
+class HeapdConnectionError(HeapdError, ConnectionError):
+    """heapd cannot be reached or closed the connection."""
+
+
+class NotHeldError(HeapdError):
+    """Free of a block this rank does not hold (double free)."""
+
+
+class OutOfMemoryError(HeapdError, MemoryError):
+    """The backend could not create a chunk, the heap's va_size or a quota is exhausted."""
+
+
+class StateError(HeapdError):
+    """Not valid now (not attached, rank taken, heap closed)."""
+
+
+class MismatchError(HeapdError):
+    """Attach parameters differ from the heap's."""
+
+
+_BY_CODE = {-5: AsymmetryError, -7: PeerGoneError, -6: CollectiveTimeoutError,
+            -103: CollectiveTimeoutError, -100: HeapdConnectionError, -15: HeapdConnectionError,
+            -12: NotHeldError, -8: OutOfMemoryError, -9: OutOfMemoryError, -17: OutOfMemoryError,
+            -102: OutOfMemoryError, -11: StateError, -4: MismatchError}
+
+
+def _raise(c, rc):
+    msg = L.errstr(c).decode(errors="replace") or L.errname(rc).decode()
+    raise _BY_CODE.get(rc, HeapdError)(rc, msg)
