@@ -35,9 +35,13 @@ enum {
 #define HPO_NAMES_X(U, l, w) ", " #l
 #define HPO_NAMES            (HPO_POLICIES(HPO_NAMES_X) + 2)
 
+/* ", 1 (coalesce), 2 (seed)": every wire value with its name, for messages. */
+#define HPO_WIRE_CHOICES_X(U, l, w) ", " #w " (" #l ")"
+#define HPO_WIRE_CHOICES            HPO_POLICIES(HPO_WIRE_CHOICES_X)
+
 /* Ties each row's wire value to heapd.proto (where its header is included). */
 #define HPO_CHECK_WIRE_X(U, l, w) _Static_assert(HEAPD__POLICY__POLICY_##U == w, "common/policy.h: wire of " #l);
-#define HPO_CHECK_WIRE()          HPO_POLICIES(HPO_CHECK_WIRE_X) _Static_assert(HEAPD__POLICY__POLICY_DEFAULT == 0, "")
+#define HPO_CHECK_WIRE()          HPO_POLICIES(HPO_CHECK_WIRE_X) _Static_assert(HEAPD__POLICY__POLICY_DEFAULT == 0, "");
 
 /* The name of row i, NULL if there is none. */
 static inline const char *hpo_name(unsigned i)

@@ -123,7 +123,7 @@ enum {
 /* Where heapd.proto's header is included: each code's ErrCode exists (a
  * renamed or removed ErrCode fails the build). */
 #define HA_CHECK_WIRE_X(N, v, w, s) _Static_assert(HEAPD__ERR_CODE__ERR_##w >= 0, "ha: ErrCode of HA_" #N);
-#define HA_CHECK_WIRE()             HA_ERRORS(HA_CHECK_WIRE_X) _Static_assert(HEAPD__ERR_CODE__ERR_NONE == 0, "")
+#define HA_CHECK_WIRE()             HA_ERRORS(HA_CHECK_WIRE_X) _Static_assert(HEAPD__ERR_CODE__ERR_NONE == 0, "");
 
 typedef struct ha_alloc_result {
     uint64_t offset;        /* HA_OK: where the block starts (same on every rank) */
