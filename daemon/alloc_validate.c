@@ -50,6 +50,58 @@ static int cmp_iv(const void *a, const void *b)
         goto out;                                                                                                      \
     } while (0)
 
+#define BFAIL(...)                                                                                                     \
+    do {                                                                                                               \
+        if (err && errlen)                                                                                             \
+            snprintf(err, errlen, __VA_ARGS__);                                                                        \
+        return HA_EINVAL;                                                                                              \
+    } while (0)
+
+/* One block record b: its size, class, place, holder bits and flags; adds
+ * its size to held[r] or rel[r] for every rank r. */
+static int check_block(const ha_heap *h, const ha_blk *b, uint64_t *held, uint64_t *rel, char *err, size_t errlen)
+{
+    uint64_t sz = b->size;
+    const char *what = "block";
+    if (sz == 0 || sz % h->p.min_block || b->klog != log2u(sz))
+        BFAIL("%s at %llu has size %llu (class 2^%u): not a multiple of min_block or a wrong class", what,
+              (unsigned long long)b->off, (unsigned long long)sz, b->klog);
+    if (b->klog < h->kmin || b->klog > h->kmax)
+        BFAIL("%s at %llu has class 2^%u outside 2^%u..2^%u", what, (unsigned long long)b->off, b->klog, h->kmin,
+              h->kmax);
+    if (b->off % h->p.min_block)
+        BFAIL("%s at %llu is not aligned to min_block", what, (unsigned long long)b->off);
+    if (b->off + sz > h->mapped || b->off + sz < b->off)
+        BFAIL("%s at %llu (+%llu) ends past the extent", what, (unsigned long long)b->off, (unsigned long long)sz);
+    if (hat_find(&h->tab, b->off) != b)
+        BFAIL("%s at %llu is not reachable in the table", what, (unsigned long long)b->off);
+    if (b->mark)
+        BFAIL("%s at %llu carries a stale mark", what, (unsigned long long)b->off);
+    const uint64_t *hw = hat_held(&h->tab, b);
+    uint32_t nheld = 0;
+    for (uint32_t r = 0; r < h->p.ranks; r++) {
+        if ((hw[r / 64] >> (r % 64)) & 1) {
+            nheld++;
+            held[r] += sz;
+        } else {
+            rel[r] += sz;
+        }
+    }
+    for (size_t w = 0; w < h->tab.words; w++) {
+        uint32_t lo = (uint32_t)(w * 64);
+        uint64_t valid = h->p.ranks - lo >= 64 ? UINT64_MAX : (UINT64_C(1) << (h->p.ranks - lo)) - 1;
+        if (hw[w] & ~valid)
+            BFAIL("block at %llu has held bits for ranks >= %u", (unsigned long long)b->off, h->p.ranks);
+    }
+    if (nheld + b->nrel != h->p.ranks)
+        BFAIL("block at %llu: %u holders + %u releases != %u ranks", (unsigned long long)b->off, nheld, b->nrel,
+              h->p.ranks);
+    if ((b->nrel == h->p.ranks) != (b->pending == 1))
+        BFAIL("block at %llu: pending flag %u but %u of %u ranks released", (unsigned long long)b->off, b->pending,
+              b->nrel, h->p.ranks);
+    return HA_OK;
+}
+
 int ha_validate(const ha_heap *h, char *err, size_t errlen)
 {
     int rc = HA_OK;
@@ -73,43 +125,9 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
             continue;
         count++;
         uint64_t sz = b->size;
-        const char *what = "block";
-        if (sz == 0 || sz % h->p.min_block || b->klog != log2u(sz))
-            VFAIL("%s at %llu has size %llu (class 2^%u): not a multiple of min_block or a wrong class", what,
-                  (unsigned long long)b->off, (unsigned long long)sz, b->klog);
-        if (b->klog < h->kmin || b->klog > h->kmax)
-            VFAIL("%s at %llu has class 2^%u outside 2^%u..2^%u", what, (unsigned long long)b->off, b->klog, h->kmin,
-                  h->kmax);
-        if (b->off % h->p.min_block)
-            VFAIL("%s at %llu is not aligned to min_block", what, (unsigned long long)b->off);
-        if (b->off + sz > h->mapped || b->off + sz < b->off)
-            VFAIL("%s at %llu (+%llu) ends past the extent", what, (unsigned long long)b->off, (unsigned long long)sz);
-        if (hat_find(&h->tab, b->off) != b)
-            VFAIL("%s at %llu is not reachable in the table", what, (unsigned long long)b->off);
-        if (b->mark)
-            VFAIL("%s at %llu carries a stale mark", what, (unsigned long long)b->off);
-        const uint64_t *hw = hat_held(&h->tab, b);
-        uint32_t nheld = 0;
-        for (uint32_t r = 0; r < h->p.ranks; r++) {
-            if ((hw[r / 64] >> (r % 64)) & 1) {
-                nheld++;
-                held[r] += sz;
-            } else {
-                rel[r] += sz;
-            }
-        }
-        for (size_t w = 0; w < h->tab.words; w++) {
-            uint32_t lo = (uint32_t)(w * 64);
-            uint64_t valid = h->p.ranks - lo >= 64 ? UINT64_MAX : (UINT64_C(1) << (h->p.ranks - lo)) - 1;
-            if (hw[w] & ~valid)
-                VFAIL("block at %llu has held bits for ranks >= %u", (unsigned long long)b->off, h->p.ranks);
-        }
-        if (nheld + b->nrel != h->p.ranks)
-            VFAIL("block at %llu: %u holders + %u releases != %u ranks", (unsigned long long)b->off, nheld, b->nrel,
-                  h->p.ranks);
-        if ((b->nrel == h->p.ranks) != (b->pending == 1))
-            VFAIL("block at %llu: pending flag %u but %u of %u ranks released", (unsigned long long)b->off, b->pending,
-                  b->nrel, h->p.ranks);
+        rc = check_block(h, b, held, rel, err, errlen);
+        if (rc)
+            goto out;
         if (b->pending) {
             pend += sz;
             npend++;

@@ -121,6 +121,54 @@ START_TEST(codes)
 }
 END_TEST
 
+static ha_heap *mk(ha_policy pol)
+{
+    ha_params p = {.ranks = 2,
+                   .chunk_size = 1 << 20,
+                   .initial_size = 1 << 20,
+                   .va_size = 8 << 20,
+                   .min_block = 512,
+                   .policy = pol};
+    ha_heap *h = NULL;
+    ck_assert_int_eq(ha_create(&p, &h, NULL, 0), HA_OK);
+    ha_alloc_result res;
+    ck_assert_int_eq(ha_alloc(h, 4096, &res), HA_OK);
+    ck_assert_int_eq(ha_validate(h, NULL, 0), HA_OK);
+    return h;
+}
+
+/* Each policy's validate (through its table) catches a broken invariant of
+ * its own, and ha_validate reports it. */
+START_TEST(validators_catch)
+{
+    char err[256] = "";
+    ha_heap *h = mk(HA_POLICY_SEED);
+    h->bump += 1; /* misaligned */
+    ck_assert_int_eq(ha_validate(h, err, sizeof err), HA_EINVAL);
+    ck_assert_msg(strstr(err, "bump") != NULL, "seed: %s", err);
+    h->bump -= 1;
+    ck_assert_int_eq(ha_validate(h, err, sizeof err), HA_OK);
+    ha_destroy(h);
+
+    h = mk(HA_POLICY_COALESCE);
+    /* split the free extent [4096, 1 MiB) in two adjacent ones */
+    hac_fx f = {4096, (1 << 20) - 4096};
+    hac_del(h, f);
+    hac_add(h, 4096, 4096);
+    hac_add(h, 8192, (1 << 20) - 8192);
+    ck_assert_int_eq(ha_validate(h, err, sizeof err), HA_EINVAL);
+    ck_assert_msg(strstr(err, "adjacent") != NULL, "coalesce: %s", err);
+    ha_destroy(h);
+
+    h = mk(HA_POLICY_COALESCE);
+    h->ops = ha_policy_ops_of(HA_POLICY_SEED);
+    ck_assert_int_eq(ha_validate(h, err, sizeof err), HA_EINVAL);
+    ck_assert_msg(strstr(err, "table") != NULL, "%s", err);
+    h->ops = ha_policy_ops_of(HA_POLICY_COALESCE);
+    ha_destroy(h);
+}
+END_TEST
+
 static Suite *policy_suite(void)
 {
     Suite *s = suite_create("policy");
@@ -129,6 +177,7 @@ static Suite *policy_suite(void)
     tcase_add_test(tc, proto_values_are_rows);
     tcase_add_test(tc, tables_complete);
     tcase_add_test(tc, codes);
+    tcase_add_test(tc, validators_catch);
     suite_add_tcase(s, tc);
     return s;
 }
