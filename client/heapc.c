@@ -1,6 +1,7 @@
 /* heapc.c - libheapc, the heapd client library. See heapc.h (the public API)
  * and docs/protocol.md (the contract with heapd). */
 #include "heapc_int.h"
+#include "policy.h"
 
 int hci_set_err(heapc *c, int code, const char *fmt, ...)
 {
@@ -53,18 +54,11 @@ const char *heapc_errdesc(int code)
     return "unknown error code";
 }
 
+/* The names of common/policy.h's list, by wire value (heapctl, python/heapd). */
 const char *heapc_policy_name(heapc_policy p)
 {
-    switch (p) {
-    case HEAPC_POLICY_DEFAULT:
-        return "default";
-    case HEAPC_POLICY_COALESCE:
-        return "coalesce";
-    case HEAPC_POLICY_SEED:
-        return "seed";
-    default:
-        return "unknown";
-    }
+    int i = hpo_from_wire((int)p);
+    return p == HEAPC_POLICY_DEFAULT ? "default" : i < 0 ? "unknown" : hpo_name((unsigned)i);
 }
 
 int heapc_err(const heapc *c) { return c ? c->err : HEAPC_EOOM; }

@@ -191,7 +191,8 @@ typedef enum heapc_policy {
     HEAPC_POLICY_SEED = 2,     /* the seed policy: LIFO classes, bump, mapped/8 trigger */
 } heapc_policy;
 
-/* "default", "coalesce", "seed"; "unknown" otherwise. */
+/* "default" (0), else the policy's name ("coalesce", "seed": the values from
+ * 1 up, without a gap), "unknown" past the last. */
 const char *heapc_policy_name(heapc_policy p);
 
 /* Heap parameters. A zeroed struct (or params == NULL) takes heapd's

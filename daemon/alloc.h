@@ -51,27 +51,37 @@
 #ifndef HEAPD_ALLOC_H
 #define HEAPD_ALLOC_H
 
+#include "policy.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
 #define HA_MAX_RANKS 4096u
 
+/* The policies (the rows of common/policy.h, in its order; each one's
+ * algorithm in its file, alloc_<name>.c, behind an ha_policy_ops table,
+ * alloc_int.h):
+ *
+ * coalesce (HA_POLICY_COALESCE, 0) - the default. Exact sizes (the next
+ *   multiple of min_block), free extents merged with their free neighbours
+ *   when reclaimed; address-ordered first fit; a block of a size bin whose
+ *   blocks nearly all (98%) die before a collect, and every block of at
+ *   least mapped / 16, is placed from the top of the heap down, the others
+ *   from the bottom up; a collect before growing, and a compaction collect
+ *   once half the heap was handed out since the last one and a bottom-up
+ *   block would land more than half the heap above what that collect left in
+ *   use, or once an eighth was handed out before a block of at least an
+ *   eighth of the heap (alloc_coalesce.c).
+ * seed (HA_POLICY_SEED, 1) - the seed pull request's final algorithm: exact
+ *   power-of-two classes with LIFO free lists, a bump pointer aligned to
+ *   min_block, top-of-heap rollback at collect, collect when the bytes handed
+ *   out since the last collect reach mapped / 8, collect before growing
+ *   (alloc_seed.c). */
 typedef enum ha_policy {
-    /* Default. Exact sizes (the next multiple of min_block), free extents
-     * merged with their free neighbours when reclaimed; address-ordered
-     * first fit; size bins whose blocks nearly all (95%) die before a
-     * collect are placed from the top of the heap down, the others from the
-     * bottom up; a collect before growing, and a compaction collect once
-     * half the heap was handed out since the last one and a bottom-up block
-     * would land more than half the heap above what that collect left in
-     * use, or once an eighth was handed out before a block of at least an
-     * eighth of the heap. */
-    HA_POLICY_COALESCE = 0,
-    /* The seed pull request's final algorithm: exact power-of-two classes
-     * with LIFO free lists, a bump pointer aligned to min_block, top-of-heap
-     * rollback at collect, collect when the bytes handed out since the last
-     * collect reach mapped / 8, collect before growing. */
-    HA_POLICY_SEED = 1,
+#define HA_POLICY_X(U, l, w) HA_POLICY_##U,
+    HPO_POLICIES(HA_POLICY_X)
+#undef HA_POLICY_X
+        HA_POLICY_COUNT
 } ha_policy;
 
 typedef struct ha_params {
@@ -84,17 +94,36 @@ typedef struct ha_params {
 } ha_params;
 
 /* Return codes. >= 0: the call did what it says (or asks for a step);
- * < 0: an error, nothing changed. */
+ * < 0: an error, nothing changed. HA_ERRORS(X): X(NAME, value, the
+ * protocol's ErrCode the daemon answers it with (ERR_<wire>; NONE: no error),
+ * description); it generates the HA_<NAME> codes, ha_errname and
+ * ha_strerror (and, with heapd.proto's header, HA_CHECK_WIRE's asserts). */
+#define HA_ERRORS(X)                                                                                                   \
+    X(OK, 0, NONE, "success")                                                                                          \
+    X(NEED_COLLECT, 1, NONE, "a collect is needed before this allocation")                                             \
+    X(NEED_GROW, 2, NONE, "the heap must grow before this allocation")                                                 \
+    X(EINVAL, -1, INVALID, "invalid argument")                                                                         \
+    X(ENOMEM, -2, NO_MEMORY, "out of memory for allocator bookkeeping")                                                \
+    X(EVA, -3, VA_EXHAUSTED, "the allocation does not fit in the heap's va_size")                                      \
+    X(ENOTHELD, -4, NOT_HELD, "no block held by this rank starts at this offset")                                      \
+    X(ESTATE, -5, STATE, "call not valid in the heap's current state")
+
+/* HA_NEED_COLLECT: nothing allocated: collect, then call again.
+ * HA_NEED_GROW: nothing allocated: grow by res.grow_chunks, call again.
+ * HA_EINVAL: bad parameter or argument. HA_ENOMEM: bookkeeping memory could
+ * not be allocated. HA_EVA: the allocation does not fit even at va_size.
+ * HA_ENOTHELD: free of an offset the rank does not hold. HA_ESTATE: call not
+ * valid now (grow not requested, ...). */
 enum {
-    HA_OK = 0,
-    HA_NEED_COLLECT = 1, /* nothing allocated: collect, then call again */
-    HA_NEED_GROW = 2,    /* nothing allocated: grow by res.grow_chunks, call again */
-    HA_EINVAL = -1,      /* bad parameter or argument */
-    HA_ENOMEM = -2,      /* bookkeeping memory could not be allocated */
-    HA_EVA = -3,         /* the allocation does not fit even at va_size */
-    HA_ENOTHELD = -4,    /* free of an offset the rank does not hold */
-    HA_ESTATE = -5,      /* call not valid now (grow not requested, ...) */
+#define HA_ERR_X(N, v, w, s) HA_##N = v,
+    HA_ERRORS(HA_ERR_X)
+#undef HA_ERR_X
 };
+
+/* Where heapd.proto's header is included: each code's ErrCode exists (a
+ * renamed or removed ErrCode fails the build). */
+#define HA_CHECK_WIRE_X(N, v, w, s) _Static_assert(HEAPD__ERR_CODE__ERR_##w >= 0, "ha: ErrCode of HA_" #N);
+#define HA_CHECK_WIRE()             HA_ERRORS(HA_CHECK_WIRE_X) _Static_assert(HEAPD__ERR_CODE__ERR_NONE == 0, "");
 
 typedef struct ha_alloc_result {
     uint64_t offset;        /* HA_OK: where the block starts (same on every rank) */
@@ -134,8 +163,9 @@ int ha_params_check(const ha_params *p, char *err, size_t errlen);
  * with parameters p keeps for an extent of `mapped` bytes: about 4 bits per
  * min_block; 0 under the seed policy. Block records are not included. */
 uint64_t ha_meta_bytes(const ha_params *p, uint64_t mapped);
+/* The policy's name (common/policy.h), "unknown" for no policy. */
 const char *ha_policy_name(ha_policy p);
-/* "seed" or "coalesce" (also "default") -> *out; HA_EINVAL otherwise. */
+/* A policy's name (also "default": the first) -> *out; HA_EINVAL otherwise. */
 int ha_policy_parse(const char *s, ha_policy *out);
 
 /* Lifetime --------------------------------------------------------------- */
@@ -207,6 +237,9 @@ size_t ha_memory_usage(const ha_heap *h);
  * run it after every mutating call and abort on a violation. */
 int ha_validate(const ha_heap *h, char *err, size_t errlen);
 
+/* The code's sentence / its name ("HA_EVA"); "unknown allocator error" /
+ * "HA_UNKNOWN" for no code. */
 const char *ha_strerror(int code);
+const char *ha_errname(int code);
 
 #endif

@@ -1,7 +1,11 @@
-/* alloc_coalesce.c - the coalesce (default) policy's free space: extents in
- * bitmaps, merging, the size bins' direction and the first fit (prefix
- * hac_; the structures and their invariants are in alloc_int.h). */
+/* alloc_coalesce.c - the coalesce (default) policy: its free space
+ * (extents in bitmaps, merging, the size bins' direction and the first
+ * fit, prefix hac_), its allocation step, collects and validator, and its
+ * table ha_coalesce_ops (the structures and their invariants are in
+ * alloc_int.h). */
 #include "alloc_int.h"
+
+#include <stdio.h>
 
 /* ---- coalesce free space -----------------------------------------------
  *
@@ -341,3 +345,249 @@ uint64_t hac_top_free_run(const ha_heap *h)
         return h->mapped;
     return hab_prev(&h->fstart, last) << h->kmin;
 }
+
+/* ---- the policy's table ---------------------------------------------------- */
+
+static uint64_t co_class_size(const ha_params *p, uint64_t size) { return align_up(size, p->min_block); }
+
+static uint64_t co_meta_bytes(const ha_params *p, uint64_t mapped)
+{
+    /* fstart and fend: a bit per min_block each; freebits[k] for every bin
+     * k >= log2(min_block): mapped >> k bits, about as many again; the
+     * 64-ary summary levels add 1/63. */
+    uint64_t bytes = (mapped / p->min_block) / 2;
+    return bytes + bytes / 63;
+}
+
+static int co_create(ha_heap *h)
+{
+    if (hac_resize(h, h->mapped))
+        return HA_ENOMEM;
+    hac_add(h, 0, h->mapped);
+    return HA_OK;
+}
+
+static void co_destroy(ha_heap *h)
+{
+    hab_free(&h->fstart);
+    hab_free(&h->fend);
+    for (int k = 0; k < 64; k++)
+        hab_free(&h->freebits[k]);
+}
+
+/* The answer when nothing fits: a collect, a growth or HA_EVA. */
+static int co_nofit(ha_heap *h, uint64_t c, ha_alloc_result *res)
+{
+    /* No provably empty collect: none when a collect already ran
+     * since the last allocation (whoever started it), none when no
+     * block exists (a fresh heap; tab.count is the same on every
+     * node: blocks appear at allocations and go at collects). */
+    if (!h->collect_answered && h->tab.count > 0)
+        return ha_ask_collect(h, res, HA_COLLECT_FULL);
+    uint64_t need = hac_top_free_run(h) + c;
+    if (need > h->p.va_size) {
+        /* No growth can help: a collect the seed's rule asks for
+         * may (blocks may have been freed since the last one), so
+         * ask for it rather than fail. */
+        if (!h->asked_answered && h->tab.count > 0)
+            return ha_ask_collect(h, res, HA_COLLECT_FULL);
+        h->collect_answered = h->asked_answered = h->skip_pending = false;
+        return HA_EVA;
+    }
+    /* Counted when the growth happens (an answer changes no stats). */
+    h->skip_pending = !h->asked_answered;
+    res->grow_chunks = (uint32_t)((need - h->mapped + h->p.chunk_size - 1) / h->p.chunk_size);
+    return HA_NEED_GROW;
+}
+
+/* The coalesce policy's step: HA_OK with *off, or the answer to return. */
+static int co_step(ha_heap *h, uint64_t c, uint32_t k, ha_alloc_result *res, uint64_t *off)
+{
+    bool down = hac_top_down(h, k, c);
+    hac_fx fit = hac_find(h, c, down);
+    if (!h->collect_answered && fit.size) {
+        uint64_t handed = h->handed_since_collect;
+        bool large = c >= h->mapped / CO_LARGE_DIV && handed >= h->mapped / CO_LARGE_DIV;
+        bool high =
+            !down && handed >= h->mapped / CO_HIGH_DIV && fit.off + c > h->used_at_collect + h->mapped / CO_HIGH_DIV;
+        if (large || high)
+            return ha_ask_collect(h, res, HA_COLLECT_TRIGGER);
+    }
+    if (!fit.size)
+        return co_nofit(h, c, res);
+    *off = hac_carve(h, fit, c, down);
+    if (!down && fit.size > c) /* where the next block from this extent goes */
+        hat_prefetch(&h->tab, *off + c);
+    if (++h->cls_alloc[k] >= HA_DECAY_AT) {
+        h->cls_alloc[k] /= 2;
+        h->cls_reclaim[k] /= 2;
+    }
+    return HA_OK;
+}
+
+static int co_grow(ha_heap *h, uint64_t nm)
+{
+    if (hac_resize(h, nm))
+        return HA_ENOMEM;
+    uint64_t old = h->mapped;
+    h->mapped = nm;
+    hac_insert_merge(h, old, nm - old);
+    return HA_OK;
+}
+
+/* The record's home slot and the free bitmaps' words around the block. */
+static inline void co_prefetch_block(const ha_heap *h, uint64_t off)
+{
+    hat_prefetch(&h->tab, off);
+    uint64_t u = off >> h->kmin;
+    __builtin_prefetch(&h->fstart.w[0][u / 64], 1);
+    __builtin_prefetch(&h->fend.w[0][u ? (u - 1) / 64 : 0], 1);
+}
+
+/* Merges each block into the free space, in ascending order. */
+static uint64_t co_reclaim(ha_heap *h, const uint64_t *offs, size_t n)
+{
+    uint64_t total = 0;
+    bool pf = h->tab.cap >= HA_PREFETCH_CAP;
+    for (size_t i = 0; i < n; i++) {
+        if (pf && i + 2 * HA_PREFETCH < n)
+            co_prefetch_block(h, offs[i + 2 * HA_PREFETCH]);
+        if (pf && i + HA_PREFETCH < n) {
+            /* second stage: the record asked for HA_PREFETCH steps ago
+             * gives the block's size bin, whose bitmap word the free
+             * extent will be entered in (unless it merges into another) */
+            const ha_blk *a = hat_find(&h->tab, offs[i + HA_PREFETCH]);
+            if (a)
+                __builtin_prefetch(&h->freebits[a->klog].w[0][(a->off >> a->klog) / 64], 1);
+        }
+        ha_blk *b = hat_find(&h->tab, offs[i]);
+        uint32_t k = b->klog;
+        uint64_t sz = b->size;
+        hat_erase(&h->tab, b);
+        hac_insert_merge(h, offs[i], sz);
+        if (++h->cls_reclaim[k] > h->cls_alloc[k])
+            h->cls_reclaim[k] = h->cls_alloc[k];
+        total += sz;
+    }
+    return total;
+}
+
+static uint64_t co_top(const ha_heap *h) { return hac_top_free_run(h); }
+
+#define CFAIL(...)                                                                                                     \
+    do {                                                                                                               \
+        if (err && errlen)                                                                                             \
+            snprintf(err, errlen, __VA_ARGS__);                                                                        \
+        return HA_EINVAL;                                                                                              \
+    } while (0)
+
+/* A bin's counts, mask, cached windows, extents and keys (co_validate). */
+static int co_validate_bin(const ha_heap *h, uint32_t k, uint64_t n, char *err, size_t errlen)
+{
+    if ((n != 0) != ((h->binmask >> k) & 1))
+        CFAIL("bin 2^%u: the mask of non-empty bins is stale", k);
+    if (n && (h->bin_lo[k] != hab_first(&h->freebits[k]) || h->bin_hi[k] != hab_last(&h->freebits[k])))
+        CFAIL("bin 2^%u: the cached lowest or highest extent is stale", k);
+    for (int d = 0; d < 2; d++) {
+        const hac_fx *c = d ? &h->bin_hi_fx[k] : &h->bin_lo_fx[k];
+        uint64_t w = d ? h->bin_hi[k] : h->bin_lo[k];
+        if (!c->size)
+            continue;
+        uint64_t u = c->off >> h->kmin, e = hab_next(&h->fend, u);
+        if (!n || w == HA_EMPTY || c->off >> k != w || c->off % h->p.min_block || !hab_test(&h->fstart, u) ||
+            e == HA_EMPTY || ((e - u + 1) << h->kmin) != c->size || log2u(c->size) != k)
+            CFAIL("bin 2^%u: the cached %s extent (%llu, +%llu) is not the free extent of "
+                  "window %llu",
+                  k, d ? "highest" : "lowest", (unsigned long long)c->off, (unsigned long long)c->size,
+                  (unsigned long long)w);
+    }
+    if (n && h->lo_key[k] != (h->bin_lo_fx[k].size ? h->bin_lo_fx[k].off : h->bin_lo[k] << k))
+        CFAIL("bin 2^%u: the key of its lowest extent is stale", k);
+    if (n &&
+        h->hi_key[k] != (h->bin_hi_fx[k].size ? h->bin_hi_fx[k].off + h->bin_hi_fx[k].size : (h->bin_hi[k] + 3) << k))
+        CFAIL("bin 2^%u: the key of its highest extent is stale", k);
+    if (n != h->nbin[k])
+        CFAIL("bin 2^%u holds %llu free extents but its count says %llu", k, (unsigned long long)n,
+              (unsigned long long)h->nbin[k]);
+    return HA_OK;
+}
+
+/* A bitmap's summary levels, and its count of positions (co_validate). */
+static int co_validate_bits(const hab_bits *b, uint32_t a, uint64_t want, char *err, size_t errlen)
+{
+    uint64_t bits = 0;
+    for (uint32_t l = 0; l + 1 < b->nlevels; l++)
+        for (size_t j = 0; j < b->nw[l]; j++) {
+            bool up = (b->w[l + 1][j / 64] >> (j % 64)) & 1;
+            if (up != (b->w[l][j] != 0))
+                CFAIL("free bitmap %u: summary level %u word %zu is stale", a, l + 1, j);
+        }
+    for (size_t w = 0; w < b->nw[0]; w++)
+        bits += (uint64_t)__builtin_popcountll(b->w[0][w]);
+    if (bits != want)
+        CFAIL("free bitmap %u has %llu bits set for %llu free extents", a, (unsigned long long)bits,
+              (unsigned long long)want);
+    return HA_OK;
+}
+
+/* Free extents maximal and in their bins, every bin's cache, every bitmap's
+ * summary; the free regions: the extents. */
+static int co_validate(const ha_heap *h, ha_region_fn add, void *data, char *err, size_t errlen)
+{
+    uint64_t nbin[64] = {0};
+    size_t nfx = 0;
+    for (size_t w = 0; w < h->fstart.nw[0]; w++) {
+        uint64_t word = h->fstart.w[0][w];
+        while (word) {
+            uint64_t u = w * 64 + (uint64_t)__builtin_ctzll(word);
+            word &= word - 1;
+            uint64_t e = hab_next(&h->fend, u);
+            if (u >= h->fstart.nbits || e == HA_EMPTY || ((e + 1) << h->kmin) > h->mapped)
+                CFAIL("free extent at %llu has no end inside the extent", (unsigned long long)(u << h->kmin));
+            uint64_t o = u << h->kmin, sz = (e - u + 1) << h->kmin;
+            uint32_t k = log2u(sz);
+            if (k < h->kmin || k > h->kmax || !hab_test(&h->freebits[k], o >> k))
+                CFAIL("free extent at %llu (+%llu) is missing from the bitmap of its bin 2^%u", (unsigned long long)o,
+                      (unsigned long long)sz, k);
+            if (hab_next(&h->fstart, u + 1) <= e)
+                CFAIL("free extent at %llu (+%llu) contains another's start", (unsigned long long)o,
+                      (unsigned long long)sz);
+            if (hab_test(&h->fstart, e + 1))
+                CFAIL("free extents at %llu and %llu are adjacent (not merged)", (unsigned long long)o,
+                      (unsigned long long)(o + sz));
+            nbin[k]++;
+            nfx++;
+            if (add(data, o, sz))
+                CFAIL("out of memory while validating");
+        }
+    }
+    if (nfx != h->nfree)
+        CFAIL("%zu free extents but the count says %llu", nfx, (unsigned long long)h->nfree);
+    int rc = co_validate_bits(&h->fstart, 0, nfx, err, errlen);
+    if (!rc)
+        rc = co_validate_bits(&h->fend, 1, nfx, err, errlen);
+    for (uint32_t k = h->kmin, a = 2; !rc && k <= h->kmax; k++, a++) {
+        rc = co_validate_bin(h, k, nbin[k], err, errlen);
+        if (!rc)
+            rc = co_validate_bits(&h->freebits[k], a, nbin[k], err, errlen);
+    }
+    return rc;
+}
+
+static int co_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res)
+{
+    return ha_alloc_with(h, size, res, co_class_size, co_step);
+}
+
+const ha_policy_ops ha_coalesce_ops = {
+    .class_size = co_class_size,
+    .meta_bytes = co_meta_bytes,
+    .create = co_create,
+    .destroy = co_destroy,
+    .alloc = co_alloc,
+    .grow = co_grow,
+    .reclaim = co_reclaim,
+    .top = co_top,
+    .validate = co_validate,
+    .every_collect_answers = true,
+};

@@ -6,8 +6,12 @@
  *                     grow, free, collect, introspection
  *   alloc_bits.c      hierarchical bitmaps (prefix hab_)
  *   alloc_table.c     the block table, offset vectors, the offset sort (hat_)
- *   alloc_coalesce.c  the coalesce policy's free extents and fit (hac_)
- *   alloc_validate.c  ha_validate, every invariant written below
+ *   alloc_coalesce.c  the coalesce policy: free extents, fit, its table
+ *                     ha_coalesce_ops (hac_)
+ *   alloc_seed.c      the seed policy: LIFO lists, bump pointer, its table
+ *                     ha_seed_ops
+ *   alloc_validate.c  ha_validate, every invariant written below (each
+ *                     policy's own through its table)
  *
  * Notation used in the invariants below:
  *   E        = h->mapped (the extent), a multiple of chunk_size, <= va_size
@@ -312,6 +316,69 @@ typedef struct hac_fx {
     uint64_t off, size; /* size 0: none */
 } hac_fx;
 
+/* ---- policies ------------------------------------------------------------
+ *
+ * A policy is a row of common/policy.h and its table, ha_<name>_ops, in its
+ * own file; the core reaches it only through h->ops (ha_create takes it from
+ * ha_policy_ops_of). ha_alloc, ha_grow, ha_collect* do the policy-free part
+ * (arguments, the block table, counters, the collect flags) and call:
+ *   class_size  the size class of size bytes (min_block <= size <= 2^63)
+ *   meta_bytes  ha_meta_bytes: the policy's bookkeeping for `mapped` bytes
+ *   create      a fresh heap's free space: [0, h->mapped) (NULL: nothing)
+ *   destroy     frees what the policy allocated (NULL: nothing)
+ *   alloc       ha_alloc (h, res not NULL): ha_alloc_with(h, size, res,
+ *               class size, step), the policy's step being one step of an
+ *               allocation of class c (k = log2(c), the table has room for
+ *               one record): HA_OK with *off (the bytes taken from the free
+ *               space), or the answer to return (HA_NEED_*, HA_EVA; through
+ *               ha_ask_collect for a collect). Static dispatch: the hot path
+ *               makes one indirect call, ha_alloc's.
+ *   grow        the extent becomes nm bytes (sets h->mapped; [old, nm) free);
+ *               HA_ENOMEM leaves the heap unchanged
+ *   reserve     room for reclaiming offs[0..n) (pending records) so that
+ *               reclaim cannot fail (NULL: none needed)
+ *   reclaim     returns the blocks of offs[0..n) (sorted ascending, pending
+ *               records, already out of the pending vector) to the free
+ *               space, erases their records; the bytes reclaimed
+ *   top         ha_stats.top: the highest byte in use or pending + 1
+ *   validate    the policy's invariants (alloc_int.h), and hands each free
+ *               region to add (which tiles them with the blocks)
+ *   every_collect_answers  a collect the caller ran on its own answers an
+ *               HA_NEED_COLLECT to come (coalesce) or not (seed) */
+typedef int (*ha_region_fn)(void *data, uint64_t off, uint64_t size);
+typedef struct ha_policy_ops {
+    uint64_t (*class_size)(const ha_params *p, uint64_t size);
+    uint64_t (*meta_bytes)(const ha_params *p, uint64_t mapped);
+    int (*create)(ha_heap *h);
+    void (*destroy)(ha_heap *h);
+    int (*alloc)(ha_heap *h, uint64_t size, ha_alloc_result *res);
+    int (*grow)(ha_heap *h, uint64_t nm);
+    int (*reserve)(ha_heap *h, const uint64_t *offs, size_t n);
+    uint64_t (*reclaim)(ha_heap *h, const uint64_t *offs, size_t n);
+    uint64_t (*top)(const ha_heap *h);
+    int (*validate)(const ha_heap *h, ha_region_fn add, void *data, char *err, size_t errlen);
+    bool every_collect_answers;
+} ha_policy_ops;
+
+/* One table per row of common/policy.h. */
+#define HA_OPS_X(U, l, w) extern const ha_policy_ops ha_##l##_ops;
+HPO_POLICIES(HA_OPS_X)
+#undef HA_OPS_X
+
+/* The table of policy p, NULL if p is none. */
+const ha_policy_ops *ha_policy_ops_of(ha_policy p);
+
+/* Prefetching pays where the table outgrows the caches (4 MiB of slots,
+ * 2^17 of them: about 6.5 * 10^4 blocks and more); below, it is only
+ * instructions (issue 19). */
+#define HA_PREFETCH_CAP ((size_t)1 << 17)
+/* Collects walk their offsets in order: each step asks for the lines a
+ * later step will touch (its record's home slot; coalesce: the free
+ * bitmaps' words around it; reclaim 2 * HA_PREFETCH steps ahead and,
+ * coalesce, its size bin's bitmap word HA_PREFETCH ahead), so that their
+ * misses overlap. */
+#define HA_PREFETCH 8
+
 /* ---- the heap -----------------------------------------------------------
  *
  * Invariants (checked by ha_validate):
@@ -387,7 +454,60 @@ struct ha_heap {
     bool skip_pending;         /* the last HA_NEED_GROW skipped a collect the seed's rule asks for */
     uint64_t collects_skipped; /* coalesce: collects the seed's rule would have asked for */
     uint64_t *rel_bytes;       /* per rank */
+    const ha_policy_ops *ops;  /* == ha_policy_ops_of(p.policy) */
+    void *priv;                /* a policy's own state beyond the fields above
+                                * (its create allocates it, its destroy frees it) */
 };
+
+/* Debug builds (HEAPD_DEBUG): aborts, naming where, if ha_validate fails. */
+#ifdef HEAPD_DEBUG
+void ha_debug_check(const ha_heap *h, const char *where);
+#define HA_DEBUG_CHECK(h, where) ha_debug_check((h), (where))
+#else
+#define HA_DEBUG_CHECK(h, where) ((void)0)
+#endif
+
+/* The body of every policy's alloc (ha_alloc, alloc.h): class and step
+ * are the policy's own functions, inlined here. */
+typedef uint64_t (*ha_class_fn)(const ha_params *p, uint64_t size);
+typedef int (*ha_step_fn)(ha_heap *h, uint64_t c, uint32_t k, ha_alloc_result *res, uint64_t *off);
+static inline __attribute__((always_inline)) int ha_alloc_with(ha_heap *h, uint64_t size, ha_alloc_result *res,
+                                                               ha_class_fn cls, ha_step_fn step)
+{
+    memset(res, 0, sizeof *res);
+    if (size == 0)
+        return HA_EINVAL;
+    if (size > (UINT64_C(1) << 63))
+        return HA_EVA;
+    uint64_t c = cls(&h->p, size < h->p.min_block ? h->p.min_block : size);
+    if (c > h->p.va_size)
+        return HA_EVA;
+    uint32_t k = log2u(c);
+    if (hat_reserve(&h->tab, 1))
+        return HA_ENOMEM;
+    uint64_t off = 0;
+    int rc = step(h, c, k, res, &off);
+    if (rc != HA_OK)
+        return rc;
+    hat_insert(&h->tab, off, c, h->p.ranks);
+    h->live_bytes += c;
+    h->free_bytes -= c;
+    h->allocs++;
+    h->handed_since_collect += c;
+    h->collect_answered = h->asked_answered = h->skip_pending = false;
+    res->offset = off;
+    res->block_size = c;
+    HA_DEBUG_CHECK(h, "ha_alloc");
+    return HA_OK;
+}
+
+/* The answer HA_NEED_COLLECT (a policy's alloc step asks for a collect). */
+static inline int ha_ask_collect(ha_heap *h, ha_alloc_result *res, uint8_t reason)
+{
+    h->collect_asked = true;
+    res->collect_reason = reason;
+    return HA_NEED_COLLECT;
+}
 
 /* ---- the coalesce policy (alloc_coalesce.c) --------------------------------
  *

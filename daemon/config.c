@@ -239,7 +239,7 @@ static int parse_policy(parse_state *st, const key_desc *k, const char *value)
 {
     (void)k;
     if (ha_policy_parse(value, &st->cfg.policy))
-        return key_msg(st, "policy: \"%s\" is not one of coalesce, seed", value);
+        return key_msg(st, "policy: \"%s\" is not one of %s", value, HPO_NAMES);
     return 1;
 }
 

@@ -1,6 +1,6 @@
 /* heapsim - replay an allocation trace through heapd's allocator core.
  *
- *   heapsim [--policy seed|coalesce] [--offsets] TRACE     (TRACE "-": stdin)
+ *   heapsim [--policy P] [--offsets] TRACE     (TRACE "-": stdin)
  *
  * The same code the daemon runs (daemon/alloc.h) makes every decision, so
  * a trace replayed here lands on the offsets a real job would get. The trace
@@ -28,7 +28,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: heapsim [--policy seed|coalesce] [--offsets] TRACE\n"
+            "usage: heapsim [--policy P] [--offsets] TRACE\n"
             "       heapsim --help | --version\n"
             "\n"
             "Replays TRACE (\"-\" reads stdin) through heapd's allocator core and prints\n"
@@ -42,7 +42,7 @@ static void usage(FILE *f)
             "run or no block existed, where the seed's rule asks).\n"
             "\n"
             "options:\n"
-            "  --policy P   allocator policy: coalesce (default) or seed\n"
+            "  --policy P   allocator policy, one of: %s (the first is the default)\n"
             "  --offsets    first print \"c\" for every collect and \"a ID OFFSET\" for\n"
             "               every allocation, in order (a triggered collect comes\n"
             "               before the line of the allocation that triggered it)\n"
@@ -59,7 +59,7 @@ static void usage(FILE *f)
             "any word of up to %d characters and can be reused once every rank freed it.\n"
             "\n"
             "exit status: 0 ok, 1 an allocation failed, 2 usage error or bad trace line\n",
-            MAX_ID_LEN);
+            HPO_NAMES, MAX_ID_LEN);
 }
 
 /* ---- ID map ---------------------------------------------------------------- */
@@ -641,7 +641,7 @@ int main(int argc, char **argv)
             s.offsets = 1;
         } else if (strcmp(a, "--policy") == 0) {
             if (i + 1 == argc) {
-                fprintf(stderr, "heapsim: --policy needs a value: seed or coalesce\n");
+                fprintf(stderr, "heapsim: --policy needs a value: one of %s\n", HPO_NAMES);
                 return 2;
             }
             pol = argv[++i];
@@ -667,12 +667,12 @@ int main(int argc, char **argv)
             return 2;
         }
         if (pol && ha_policy_parse(pol, &s.policy) != HA_OK) {
-            fprintf(stderr, "heapsim: unknown policy '%s': use seed or coalesce\n", pol);
+            fprintf(stderr, "heapsim: unknown policy '%s': use one of %s\n", pol, HPO_NAMES);
             return 2;
         }
     }
     if (path == NULL) {
-        fprintf(stderr, "heapsim: no trace given; usage: heapsim [--policy seed|coalesce] "
+        fprintf(stderr, "heapsim: no trace given; usage: heapsim [--policy P] "
                         "[--offsets] TRACE (\"-\" for stdin)\n");
         return 2;
     }

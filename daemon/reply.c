@@ -76,7 +76,7 @@ static void fill_params(const ha_params *ap, uint32_t timeout_ms, Heapd__HeapPar
     p->initial_size = ap->initial_size;
     p->va_size = ap->va_size;
     p->min_block = ap->min_block;
-    p->policy = ap->policy == HA_POLICY_SEED ? HEAPD__POLICY__POLICY_SEED : HEAPD__POLICY__POLICY_COALESCE;
+    p->policy = (Heapd__Policy)hpo_to_wire(ap->policy); /* common/policy.h */
     p->collect_timeout_ms = timeout_ms;
 }
 

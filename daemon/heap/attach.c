@@ -121,10 +121,8 @@ static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint6
     ap.va_size = pick(rp ? rp->va_size : 0, cfg->va_size);
     ap.initial_size = pick(rp ? rp->initial_size : 0, cfg->initial_size ? cfg->initial_size : ap.chunk_size);
     ap.policy = cfg->policy;
-    if (rp && rp->policy == HEAPD__POLICY__POLICY_SEED)
-        ap.policy = HA_POLICY_SEED;
-    else if (rp && rp->policy == HEAPD__POLICY__POLICY_COALESCE)
-        ap.policy = HA_POLICY_COALESCE;
+    if (rp && hpo_from_wire(rp->policy) >= 0) /* common/policy.h */
+        ap.policy = (ha_policy)hpo_from_wire(rp->policy);
     uint64_t gran = hb_granularity(r->be, 0);
     if (gran && ap.chunk_size % gran) {
         char b1[32], b2[32];
@@ -245,7 +243,7 @@ static bool params_differ(const hd_heap *h, const Heapd__Attach *m, char *why, s
     CHK(collect_timeout_ms, "collect_timeout_ms", h->timeout_ms)
 #undef CHK
     if (p->policy != HEAPD__POLICY__POLICY_DEFAULT) {
-        ha_policy want = p->policy == HEAPD__POLICY__POLICY_SEED ? HA_POLICY_SEED : HA_POLICY_COALESCE;
+        ha_policy want = (ha_policy)hpo_from_wire(p->policy); /* known: attach_check */
         if (want != h->ap.policy) {
             snprintf(why, len, "policy %s differs from the heap's %s", ha_policy_name(want),
                      ha_policy_name(h->ap.policy));
@@ -306,11 +304,9 @@ static int attach_check(hd_peer *c, uint64_t id, const Heapd__Attach *m)
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "job %s", why);
         return -1;
     }
-    if (m->params && m->params->policy != HEAPD__POLICY__POLICY_DEFAULT &&
-        m->params->policy != HEAPD__POLICY__POLICY_COALESCE && m->params->policy != HEAPD__POLICY__POLICY_SEED) {
-        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID,
-                      "policy %d is unknown: use 0 (heapd's default), 1 (coalesce) or 2 (seed)",
-                      (int)m->params->policy);
+    if (m->params && m->params->policy != HEAPD__POLICY__POLICY_DEFAULT && hpo_from_wire(m->params->policy) < 0) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "policy %d is unknown: use 0 (heapd's default)%s",
+                      (int)m->params->policy, HPO_WIRE_CHOICES);
         return -1;
     }
     if (m->world_size < 1 || m->world_size > HA_MAX_RANKS) {

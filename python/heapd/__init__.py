@@ -90,7 +90,15 @@ def _device_mismatch(name, backend, device, socket):
     return None
 
 
-_POLICY = {None: 0, "default": 0, "coalesce": 1, "seed": 2}
+def _policies():
+    """{name: wire value}: libheapc's names (heapc_policy_name), 0 the default."""
+    d, v = {None: 0}, 0
+    while (n := L.policy_name(v)) != b"unknown":
+        d[n.decode()], v = v, v + 1
+    return d
+
+
+_POLICY = _policies()
 _esize = {}
 
 
@@ -269,7 +277,8 @@ class Heap:
             L.set_timeout(c, int(timeout_ms))
         if policy not in _POLICY:
             h.release()
-            raise ValueError(f"heapd.Heap: policy {policy!r}: want 'coalesce' or 'seed'")
+            want = " or ".join(repr(k) for k in _POLICY if k not in (None, "default"))
+            raise ValueError(f"heapd.Heap: policy {policy!r}: want {want}")
         self._keep = (os.fsencode(device_uuid) if device_uuid else None,
                       job.encode() if job else None)
         p = L.Params(_size(chunk_size), _size(initial_size), _size(va_size), _size(min_block),
