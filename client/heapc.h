@@ -506,6 +506,9 @@ typedef struct heapc_heap_stats {
     uint32_t owner_uid;        /* the uid that created the heap */
     heapc_hist collect_wait;   /* seconds from the first rank's collect to the replies */
     heapc_hist growth;         /* seconds heapd took to create a growth's chunks */
+    /* What quota_uid charges besides chunks: the allocator's bitmaps and
+     * block records, the decision log (issue 33). */
+    uint64_t bookkeeping_bytes;
 } heapc_heap_stats;
 
 typedef struct heapc_daemon_stats {
@@ -538,7 +541,7 @@ int heapc_force_collect(heapc *c, const char *heap, uint64_t *at_seq);
  * changes (a field added, moved or retyped). A binding that copies the
  * structs (ctypes) compares it, and heapc_sizeof of each, with its own at
  * load time and refuses a libheapc it does not match. */
-#define HEAPC_ABI_VERSION 1u
+#define HEAPC_ABI_VERSION 2u
 uint32_t heapc_abi_version(void);
 
 /* sizeof the public struct named `type` ("heapc_params", "heapc_status_t",

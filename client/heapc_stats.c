@@ -183,6 +183,7 @@ static int copy_heap_stats(heapc_heap_stats *o, const Heapd__HeapStats *h)
     o->pending_collect_seq = h->pending_collect_seq;
     o->collect_pending = h->collect_pending;
     o->owner_uid = h->owner_uid;
+    o->bookkeeping_bytes = h->bookkeeping_bytes;
     copy_hist(&o->collect_wait, h->collect_wait);
     copy_hist(&o->growth, h->growth);
     o->device_free = h->device_free;

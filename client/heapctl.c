@@ -331,10 +331,11 @@ static void json_heap(const heapc_heap_stats *h)
            ", \"free_bytes\": %" PRIu64 ", \"collects\": %" PRIu64 ", \"growths\": %" PRIu64 ", \"clients\": %" PRIu32
            ", \"next_seq\": %" PRIu64 ", \"epoch\": %" PRIu64
            ", \"collect_pending\": %s, \"pending_collect_seq\": %" PRIu64 ", \"device_free\": %" PRIu64
-           ", \"device_total\": %" PRIu64 ", \"collects_skipped\": %" PRIu64 ", \"ranks\": [",
+           ", \"device_total\": %" PRIu64 ", \"collects_skipped\": %" PRIu64 ", \"bookkeeping_bytes\": %" PRIu64
+           ", \"ranks\": [",
            h->mapped, h->live_bytes, h->released_bytes, h->free_bytes, h->collects, h->growths, h->clients, h->next_seq,
            h->epoch, h->collect_pending ? "true" : "false", h->pending_collect_seq, h->device_free, h->device_total,
-           h->collects_skipped);
+           h->collects_skipped, h->bookkeeping_bytes);
     for (size_t r = 0; r < h->nranks; r++) {
         const heapc_rank_stats *k = &h->ranks[r];
         printf("%s{\"rank\": %" PRIu32 ", \"attached\": %s, \"pid\": %" PRIu32 ", \"live_bytes\": %" PRIu64
@@ -460,6 +461,7 @@ static int stats_heap_rows(table *th, table *tp, const heapc_heap_stats *h)
         cellf(prow[9], "-");
     }
     cellf(prow[10], "%" PRIu64, h->collects_skipped);
+    human(h->bookkeeping_bytes, prow[11], CELL);
     return 0;
 }
 
@@ -493,15 +495,15 @@ static int stats_tables(const heapc_daemon_stats *s)
     static const char *hh[] = {"HEAP", "WORLD",    "CLIENTS", "MAPPED", "LIVE",      "RELEASED",
                                "FREE", "COLLECTS", "GROWTHS", "ALLOCS", "COLLECT_AT"};
     static const int hr[] = {0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
-    static const char *ph[] = {"HEAP",    "POLICY", "CHUNK",       "INITIAL",      "VA",     "MIN_BLOCK",
-                               "TIMEOUT", "EPOCH",  "DEVICE_FREE", "DEVICE_TOTAL", "SKIPPED"};
-    static const int pr[] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    static const char *ph[] = {"HEAP",    "POLICY", "CHUNK",       "INITIAL",      "VA",      "MIN_BLOCK",
+                               "TIMEOUT", "EPOCH",  "DEVICE_FREE", "DEVICE_TOTAL", "SKIPPED", "BOOKKEEPING"};
+    static const int pr[] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     static const char *rh[] = {"HEAP",     "RANK",     "ATTACHED",    "PID",    "LIVE",
                                "RELEASED", "NEXT_SEQ", "STREAM_WAIT", "NO_SYNC"};
     static const int rr[] = {0, 1, 0, 1, 1, 1, 1, 1, 1};
     table th, tp, tr;
     tbl_init(&th, 11, hh, hr);
-    tbl_init(&tp, 11, ph, pr);
+    tbl_init(&tp, 12, ph, pr);
     tbl_init(&tr, 9, rh, rr);
     int rc = 0;
     for (size_t i = 0; i < s->nheaps && rc == 0; i++) {

@@ -101,27 +101,40 @@ static void prom_daemon(prom *m, const heapc_daemon_stats *s)
                 "heapd.conf quota_heap: most chunk memory of one heap (0: no limit).");
     fprintf(f, "heapd_quota_heap_bytes %" PRIu64 "\n", s->quota_heap);
     prom_family(m, "heapd_quota_uid_bytes", "gauge",
-                "heapd.conf quota_uid: most chunk memory of one uid's heaps (0: no limit).");
+                "heapd.conf quota_uid: most chunk memory and bookkeeping of one uid's heaps (0: no limit).");
     fprintf(f, "heapd_quota_uid_bytes %" PRIu64 "\n", s->quota_uid);
 }
 
-/* Quota use per uid: the chunk memory of its heaps on this node. */
+/* Quota use per uid: the chunk memory of its heaps on this node, their
+ * bookkeeping, and the two together (what quota_uid bounds). */
 static void prom_uids(prom *m, const heapc_daemon_stats *s)
 {
+    static const char *fam[][2] = {
+        {"heapd_uid_chunk_bytes", "Chunk memory of all heaps of a uid on this node."},
+        {"heapd_uid_bookkeeping_bytes",
+         "heapd's bookkeeping of all heaps of a uid on this node (allocator bitmaps and block records, decision "
+         "logs)."},
+        {"heapd_uid_quota_bytes",
+         "Chunk memory and bookkeeping of a uid's heaps on this node (what quota_uid bounds)."},
+    };
     FILE *f = m->f;
-    prom_family(m, "heapd_uid_chunk_bytes", "gauge",
-                "Chunk memory of all heaps of a uid on this node (what quota_uid bounds).");
-    for (size_t i = 0; i < s->nheaps; i++) {
-        int first = 1;
-        for (size_t j = 0; j < i && first; j++)
-            first = s->heaps[j].owner_uid != s->heaps[i].owner_uid;
-        if (!first)
-            continue;
-        uint64_t sum = 0;
-        for (size_t j = i; j < s->nheaps; j++)
-            if (s->heaps[j].owner_uid == s->heaps[i].owner_uid)
-                sum += s->heaps[j].mapped * (s->heaps[j].nranks ? s->heaps[j].nranks : 1);
-        fprintf(f, "heapd_uid_chunk_bytes{owner_uid=\"%" PRIu32 "\"} %" PRIu64 "\n", s->heaps[i].owner_uid, sum);
+    for (size_t k = 0; k < 3; k++) {
+        prom_family(m, fam[k][0], "gauge", fam[k][1]);
+        for (size_t i = 0; i < s->nheaps; i++) {
+            int first = 1;
+            for (size_t j = 0; j < i && first; j++)
+                first = s->heaps[j].owner_uid != s->heaps[i].owner_uid;
+            if (!first)
+                continue;
+            uint64_t ch = 0, bk = 0;
+            for (size_t j = i; j < s->nheaps; j++)
+                if (s->heaps[j].owner_uid == s->heaps[i].owner_uid) {
+                    ch += s->heaps[j].mapped * (s->heaps[j].nranks ? s->heaps[j].nranks : 1);
+                    bk += s->heaps[j].bookkeeping_bytes;
+                }
+            const uint64_t v[] = {ch, bk, ch + bk};
+            fprintf(f, "%s{owner_uid=\"%" PRIu32 "\"} %" PRIu64 "\n", fam[k][0], s->heaps[i].owner_uid, v[k]);
+        }
     }
 }
 
@@ -145,6 +158,9 @@ static void prom_heaps(prom *m, const heapc_daemon_stats *s)
         {"heapd_heap_collect_pending", "gauge", "1 when a collect is owed (forced or the allocator's)."},
         {"heapd_heap_device_free_bytes", "gauge", "Free memory of the heap's device (host backend: MemAvailable)."},
         {"heapd_heap_device_total_bytes", "gauge", "Total memory of the heap's device (host backend: MemTotal)."},
+        {"heapd_heap_bookkeeping_bytes", "gauge",
+         "heapd's bookkeeping of the heap that quota_uid charges besides its chunks (allocator bitmaps and block "
+         "records, decision log)."},
     };
     for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
         if (!s->nheaps)
@@ -164,7 +180,8 @@ static void prom_heaps(prom *m, const heapc_daemon_stats *s)
                                 (double)h->next_seq,
                                 h->collect_pending ? 1 : 0,
                                 (double)h->device_free,
-                                (double)h->device_total};
+                                (double)h->device_total,
+                                (double)h->bookkeeping_bytes};
             prom_heap(m, fam[k].name, h, NULL, v[k]);
         }
     }

@@ -467,3 +467,13 @@ size_t ha_memory_usage(const ha_heap *h)
     }
     return m;
 }
+
+size_t ha_block_bytes(const ha_heap *h, size_t more)
+{
+    size_t cap = h->tab.cap;
+    while ((h->tab.count + more) * 2 > cap)
+        cap *= 2;
+    size_t rec = sizeof(ha_blk) + (h->tab.words > 1 ? h->tab.words * sizeof(uint64_t) : 0);
+    size_t pend = h->pending.cap > cap / 2 ? h->pending.cap : cap / 2;
+    return cap * rec + cap / 8 + pend * sizeof(uint64_t);
+}

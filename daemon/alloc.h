@@ -229,6 +229,13 @@ void ha_get_stats(const ha_heap *h, ha_stats *out);
 void ha_rank_stats(const ha_heap *h, uint32_t rank, uint64_t *held_bytes, uint64_t *released_bytes);
 /* Bytes of bookkeeping memory the heap uses (for benchmarks). */
 size_t ha_memory_usage(const ha_heap *h);
+/* Bytes of the block records once `more` more blocks exist: the block
+ * table at its capacity (it doubles whenever it would be more than half
+ * full and never shrinks; 32 bytes a slot, holder rows of more than 64
+ * ranks beside, a bit a slot of occupancy) and room for the list of
+ * released blocks (8 bytes per two slots, or its capacity if larger). What
+ * heapd charges to quota_uid besides ha_meta_bytes; O(1) for small `more`. */
+size_t ha_block_bytes(const ha_heap *h, size_t more);
 
 /* Checks every invariant written above the structs in alloc_int.h: blocks and
  * free space tile [0, mapped) with no overlap, free structures consistent,

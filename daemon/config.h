@@ -50,7 +50,8 @@ typedef struct hd_config {
     char admin_group[64]; /* "" : none */
     long admin_gid;       /* resolved at load, -1: none */
     /* Quotas in bytes of chunk memory (every rank's chunks); 0: none.
-     * quota_uid also counts the allocator's bookkeeping of the uid's heaps. */
+     * quota_uid also counts heapd's bookkeeping of the uid's heaps (bitmaps,
+     * block records, decision logs: registry.c's uid_use). */
     uint64_t quota_heap;
     uint64_t quota_uid;
     /* Several nodes: the store that reconciles collects ("" : single node)

@@ -265,6 +265,7 @@ static void heap_stats(const hd_heap_info *in, Heapd__HeapStats *s, Heapd__HeapP
     s->collects_skipped = in->collects_skipped;
     s->growths = in->growths;
     s->owner_uid = in->owner_uid;
+    s->bookkeeping_bytes = in->bookkeeping_bytes;
     s->clients = in->clients;
     s->next_seq = in->next_seq;
     s->epoch = in->epoch;

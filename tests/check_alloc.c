@@ -339,6 +339,30 @@ START_TEST(create_and_params)
 }
 END_TEST
 
+/* ha_block_bytes (issue 33 item 9): the block table at its capacity, which
+ * doubles when an insert would make it more than half full, with a bit a
+ * slot of occupancy and 8 bytes per two slots for the released list. */
+START_TEST(block_bytes_double_with_the_table)
+{
+    ha_heap *h = mk(policies[_i], 4, 4 * MiB, 4 * MiB, 4 * MiB, 4 * KiB);
+    const size_t one = 64 * 32 + 64 / 8 + 32 * 8; /* 64 slots of 32 bytes */
+    ck_assert_uint_eq(ha_block_bytes(h, 0), one);
+    ck_assert_uint_eq(ha_block_bytes(h, 32), one);
+    ck_assert_uint_eq(ha_block_bytes(h, 33), 2 * one);
+    ha_alloc_result r;
+    for (int i = 0; i < 32; i++)
+        ck_assert_int_eq(ha_alloc(h, 4 * KiB, &r), HA_OK);
+    ck_assert_uint_eq(ha_block_bytes(h, 0), one);
+    ck_assert_uint_eq(ha_block_bytes(h, 1), 2 * one);
+    ck_assert_int_eq(ha_alloc(h, 4 * KiB, &r), HA_OK);
+    ck_assert_uint_eq(ha_block_bytes(h, 0), 2 * one);
+    ha_destroy(h);
+    h = mk(policies[_i], 100, 4 * MiB, 4 * MiB, 4 * MiB, 4 * KiB); /* two words of holder bits */
+    ck_assert_uint_eq(ha_block_bytes(h, 0), 64 * (32 + 16) + 64 / 8 + 32 * 8);
+    ha_destroy(h);
+}
+END_TEST
+
 /* ---- the alloc protocol ------------------------------------------------- */
 
 START_TEST(exact_fit_then_grow)
@@ -1545,6 +1569,7 @@ static Suite *alloc_suite(void)
     tcase_add_test(tc, policy_names);
     tcase_add_loop_test(tc, class_sizes, 0, 2);
     tcase_add_loop_test(tc, create_and_params, 0, 2);
+    tcase_add_loop_test(tc, block_bytes_double_with_the_table, 0, 2);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("protocol");

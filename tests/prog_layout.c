@@ -132,6 +132,7 @@ static void stats(void)
     F(heapc_heap_stats, owner_uid);
     F(heapc_heap_stats, collect_wait);
     F(heapc_heap_stats, growth);
+    F(heapc_heap_stats, bookkeeping_bytes);
     end();
     BEGIN(heapc_daemon_stats);
     F(heapc_daemon_stats, version);

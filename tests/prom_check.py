@@ -26,7 +26,8 @@ def samples(fam, suffix=""):
 # The parser names counter families without _total; the samples keep it.
 for name, typ in [("heapd_up", "gauge"), ("heapd_uptime_seconds", "gauge"), ("heapd_clients", "gauge"),
                   ("heapd_store_connected", "gauge"), ("heapd_quota_heap_bytes", "gauge"),
-                  ("heapd_uid_chunk_bytes", "gauge"), ("heapd_heap_mapped_bytes", "gauge"),
+                  ("heapd_uid_chunk_bytes", "gauge"), ("heapd_uid_quota_bytes", "gauge"),
+                  ("heapd_heap_bookkeeping_bytes", "gauge"), ("heapd_heap_mapped_bytes", "gauge"),
                   ("heapd_heap_collects", "counter"), ("heapd_heap_growths", "counter"),
                   ("heapd_heap_allocations", "counter"), ("heapd_heap_collect_wait_seconds", "histogram"),
                   ("heapd_heap_growth_seconds", "histogram"), ("heapd_rank_attached", "gauge")]:

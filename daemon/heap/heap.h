@@ -86,6 +86,7 @@ typedef struct hd_heap_info {
     uint64_t mapped, live_bytes, released_bytes, free_bytes, collects, growths;
     uint64_t collects_skipped;
     uint32_t owner_uid;
+    uint64_t bookkeeping_bytes;           /* what quota_uid charges besides chunks (issue 33) */
     const hd_hist *collect_wait, *growth; /* metrics (issue 20) */
     uint32_t clients;
     uint64_t next_seq, epoch;

@@ -189,6 +189,12 @@ bool hh_heap_client_gone(hd_heap *h);
  * timeout_ms, then the registry's heap_timeout. */
 void hh_arm_timer(hd_heap *h, bool attach);
 hd_heap *hh_heap_find(hd_registry *r, const char *name);
+/* Bookkeeping heapd keeps for heap h that quota_uid charges besides its
+ * chunks: the allocator's (ha_meta_bytes of its extent, ha_block_bytes) and
+ * hh_heap_log_bytes. */
+uint64_t hh_heap_meta_bytes(const hd_heap *h);
+/* The decision log and the held allocations, at their capacity. */
+uint64_t hh_heap_log_bytes(const hd_heap *h);
 int hh_quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t have, uint64_t add, uint64_t meta_add,
                    char *why, size_t len);
 heap_ref *hh_heap_ref_new(hd_heap *h);

@@ -217,28 +217,40 @@ void hd_registry_destroy(hd_registry *r)
     uv_close((uv_handle_t *)&r->meminfo, registry_closed);
 }
 
-/* Bytes the heaps of `uid` use: every rank's chunks and the allocator's
- * bookkeeping (ha_meta_bytes). */
-static uint64_t uid_bytes(const hd_registry *r, uid_t uid)
+uint64_t hh_heap_log_bytes(const hd_heap *h) { return h->caplog * sizeof *h->log + h->capheld * sizeof *h->held; }
+
+uint64_t hh_heap_meta_bytes(const hd_heap *h)
 {
-    uint64_t sum = 0;
+    ha_stats st;
+    ha_get_stats(h->core, &st);
+    return ha_meta_bytes(&h->ap, st.mapped) + ha_block_bytes(h->core, 0) + hh_heap_log_bytes(h);
+}
+
+/* What the heaps of `uid` use, as quota_uid counts it: every rank's chunks
+ * (*chunks), the allocator's bookkeeping (*core: ha_meta_bytes, the
+ * free-space bitmaps, and ha_block_bytes, the block records) and the
+ * decision logs (*log: hh_heap_log_bytes). */
+static void uid_use(const hd_registry *r, uid_t uid, uint64_t *chunks, uint64_t *core, uint64_t *log)
+{
+    *chunks = *core = *log = 0;
     for (const hd_heap *h = r->heaps; h; h = h->next)
         if (h->owner == uid) {
             ha_stats st;
             ha_get_stats(h->core, &st);
-            sum += st.mapped * h->local_size + ha_meta_bytes(&h->ap, st.mapped);
+            *chunks += st.mapped * h->local_size;
+            *core += ha_meta_bytes(&h->ap, st.mapped) + ha_block_bytes(h->core, 0);
+            *log += hh_heap_log_bytes(h);
         }
-    return sum;
 }
 
 /* 0 if `add` more chunk bytes and `meta_add` more bookkeeping bytes for
  * heap h (NULL: a new heap named `name`) of `uid` fit the quotas (current
  * heap chunk bytes `have`), else -1 with why. quota_heap counts chunks
- * only; quota_uid counts both. */
+ * only; quota_uid counts both (uid_use). */
 int hh_quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t have, uint64_t add, uint64_t meta_add,
                    char *why, size_t len)
 {
-    char b1[32], b2[32], b3[32], b4[32];
+    char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], b7[32];
     if (r->cfg.quota_heap && have + add > r->cfg.quota_heap) {
         snprintf(why, len,
                  "heap \"%s\" would use %s of chunk memory (now %s), over the per-heap quota of %s "
@@ -247,14 +259,21 @@ int hh_quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t h
                  hh_human(r->cfg.quota_heap, b3, sizeof b3));
         return -1;
     }
-    uint64_t u = uid_bytes(r, uid);
-    if (r->cfg.quota_uid && u + add + meta_add > r->cfg.quota_uid) {
-        snprintf(why, len,
-                 "uid %ld would use %s of chunk memory and heapd bookkeeping over all its heaps "
-                 "(now %s; this request: %s of bookkeeping), over the per-uid quota of %s (heapd.conf "
-                 "quota_uid); use a larger min_block, a smaller heap, or ask for a larger quota_uid",
-                 (long)uid, hh_human(u + add + meta_add, b1, sizeof b1), hh_human(u, b2, sizeof b2),
-                 hh_human(meta_add, b4, sizeof b4), hh_human(r->cfg.quota_uid, b3, sizeof b3));
+    if (!r->cfg.quota_uid)
+        return 0;
+    uint64_t ch, core, log;
+    uid_use(r, uid, &ch, &core, &log);
+    uint64_t u = ch + core + log;
+    if (u + add + meta_add > r->cfg.quota_uid) {
+        snprintf(
+            why, len,
+            "uid %ld would use %s of chunk memory and heapd bookkeeping (now %s of chunks, %s of "
+            "allocator bookkeeping, %s of decision logs; adding %s of chunks, %s of bookkeeping), over the per-uid "
+            "quota of %s (heapd.conf quota_uid); use a larger min_block, fewer and larger allocations, a "
+            "smaller heap, or a larger quota_uid",
+            (long)uid, hh_human(u + add + meta_add, b1, sizeof b1), hh_human(ch, b2, sizeof b2),
+            hh_human(core, b5, sizeof b5), hh_human(log, b6, sizeof b6), hh_human(add, b7, sizeof b7),
+            hh_human(meta_add, b4, sizeof b4), hh_human(r->cfg.quota_uid, b3, sizeof b3));
         return -1;
     }
     return 0;
@@ -319,6 +338,7 @@ static size_t heap_info(hd_heap *h, hd_heap_info *s, hd_rank_info *rs)
     s->collects_skipped = st.collects_skipped;
     s->growths = st.growths;
     s->owner_uid = (uint32_t)h->owner;
+    s->bookkeeping_bytes = hh_heap_meta_bytes(h);
     s->collect_wait = &h->coll_wait;
     s->growth = &h->growth;
     s->clients = h->nattached;

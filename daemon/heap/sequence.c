@@ -85,22 +85,47 @@ static void hold_alloc(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64
     h->held[h->nheld++] = (struct held_alloc){c, id, seq, size};
 }
 
-/* Room for one more decision. Returns 0, or -1 once the peer got the error. */
-static int log_reserve(hd_heap *h, hd_peer *c, uint64_t id)
+/* The owner's quota_uid charged for the bookkeeping decision `seq` adds
+ * before it is made: the log doubling to `ncap` entries and the block
+ * table's growth (ha_block_bytes). Returns 0, or -1 once the peer got
+ * ERR_QUOTA naming the figures. */
+static int charge_decision(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size, size_t ncap)
 {
-    if (h->nlog == h->caplog) {
-        if (h->nlog >= HD_LOG_TRIM)
-            trim_log(h);
-        if (h->nlog == h->caplog) {
-            size_t nc = h->caplog ? h->caplog * 2 : 64;
-            hd_decision *nl = realloc(h->log, nc * sizeof *nl);
-            if (!nl) {
-                hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
-                return -1;
-            }
-            h->log = nl;
-            h->caplog = nc;
+    uint64_t log_add = (uint64_t)(ncap - h->caplog) * sizeof *h->log;
+    uint64_t tab_add = ha_block_bytes(h->core, 1) - ha_block_bytes(h->core, 0);
+    char why[1024];
+    if ((!log_add && !tab_add) || !hh_quota_check(h->reg, h->name, h->owner, 0, 0, log_add + tab_add, why, sizeof why))
+        return 0;
+    char b1[32], b2[32], logmsg[160] = "";
+    if (log_add)
+        snprintf(logmsg, sizeof logmsg,
+                 "%sthe decision log by %s, which keeps the %llu decisions the slowest rank has not made",
+                 tab_add ? " and " : "", hh_human(log_add, b2, sizeof b2),
+                 (unsigned long long)(h->decided - h->log_base));
+    hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_QUOTA,
+                  "allocation %llu of %llu bytes on heap \"%s\" would grow %s%s%s; %s", (unsigned long long)seq,
+                  (unsigned long long)size, h->name, tab_add ? "the block records by " : "",
+                  tab_add ? hh_human(tab_add, b1, sizeof b1) : "", logmsg, why);
+    return -1;
+}
+
+/* Room for one more decision, its bookkeeping charged (charge_decision).
+ * Returns 0, or -1 once the peer got the error. */
+static int log_reserve(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size)
+{
+    if (h->nlog == h->caplog && h->nlog >= HD_LOG_TRIM)
+        trim_log(h);
+    size_t nc = h->nlog < h->caplog ? h->caplog : h->caplog ? h->caplog * 2 : 64;
+    if (charge_decision(h, c, id, seq, size, nc))
+        return -1;
+    if (nc > h->caplog) {
+        hd_decision *nl = realloc(h->log, nc * sizeof *nl);
+        if (!nl) {
+            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+            return -1;
         }
+        h->log = nl;
+        h->caplog = nc;
     }
     return 0;
 }
@@ -127,10 +152,10 @@ static void alloc_failed(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint
  * decision, or NULL once the peer got its answer (collect needed, error). */
 static const hd_decision *decide(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size, uint32_t rank)
 {
-    if (log_reserve(h, c, id))
+    if (log_reserve(h, c, id, seq, size))
         return NULL;
     ha_alloc_result res;
-    char err[512];
+    char err[1024];
     for (;;) {
         int rc = ha_alloc(h->core, size, &res);
         if (rc == HA_OK)

@@ -113,7 +113,8 @@ class HeapStats(Structure):
                 ("device_total", c_uint64), ("nranks", c_size_t),
                 ("ranks", POINTER(RankStats)), ("collects_skipped", c_uint64),
                 ("collect_pending", c_int),
-                ("owner_uid", c_uint32), ("collect_wait", Hist), ("growth", Hist)]
+                ("owner_uid", c_uint32), ("collect_wait", Hist), ("growth", Hist),
+                ("bookkeeping_bytes", c_uint64)]
 
 
 class DaemonStats(Structure):
@@ -166,7 +167,7 @@ stats_free = _fn("heapc_stats_free", None, POINTER(DaemonStats))
 force_collect = _fn("heapc_force_collect", c_int, H, c_char_p, POINTER(c_uint64))
 
 # ---- the layout check (issue 31 item 8) ----
-ABI_VERSION = 1   # client/heapc.h's HEAPC_ABI_VERSION that these structs copy
+ABI_VERSION = 2   # client/heapc.h's HEAPC_ABI_VERSION that these structs copy
 _STRUCTS = {"heapc_params": Params, "heapc_status_t": Status, "heapc_counters": Counters,
             "heapc_rank_stats": RankStats, "heapc_hist": Hist, "heapc_heap_stats": HeapStats,
             "heapc_daemon_stats": DaemonStats}
