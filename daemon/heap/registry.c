@@ -295,7 +295,7 @@ void hd_peer_error(hd_peer *c, uint64_t id, Heapd__ErrCode code, const char *fmt
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    c->out->error(c, id, code, msg);
+    c->out->error(c, id, code, msg, NULL);
 }
 
 /* ---- stats ----------------------------------------------------------------- */
