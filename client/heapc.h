@@ -24,7 +24,8 @@
  * heapc_errstr(c) one sentence saying what happened and what to do. Errors
  * that heapd reports keep heapd's code (HEAPC_E<name> = -ERR_<name> of
  * docs/protocol.md) and heapd's message, verbatim: an asymmetry error, for
- * instance, names the allocation number and both sizes. The library never
+ * instance, names the allocation number, both ranks and both sizes (which
+ * heapc_last_asymmetry gives as numbers). The library never
  * prints, never exits, never raises a signal (SIGPIPE included).
  *
  * Collective calls. heapc_attach, heapc_collect and (when heapd answers that a
