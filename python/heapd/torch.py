@@ -370,9 +370,10 @@ def install_allocator():
         _set(shim.heapc_torch_set_current, ctypes.c_void_p, [ctypes.c_void_p])
         _set(shim.heapc_torch_last_error, ctypes.c_char_p, [])
         _set(shim.heapc_torch_last_code, ctypes.c_int, [])
-        _set(shim.heapc_torch_last_asymmetry, ctypes.c_size_t,
-             [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32),
-              ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t])
+        if hasattr(shim, "heapc_torch_last_asymmetry"):  # a shim of before issue 31: no figures
+            _set(shim.heapc_torch_last_asymmetry, ctypes.c_size_t,
+                 [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32),
+                  ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t])
         _set(shim.heapc_torch_counters, None, [ctypes.c_uint64 * 6])
         _shim, _pluggable = shim, pl
         return pl
@@ -453,7 +454,7 @@ def _refusal(shim, n):
     msg = (f"heapd.torch.use_heap: {n} allocation(s) in the block were refused by heapd and "
            f"came from the driver instead (not on the heap); the last: "
            f"{shim.heapc_torch_last_error().decode()}")
-    if code == -5:
+    if code == -5 and hasattr(shim, "heapc_torch_last_asymmetry"):
         an = ctypes.c_uint64()
         ranks, sizes = (ctypes.c_uint32 * L.ASYM_MAX)(), (ctypes.c_uint64 * L.ASYM_MAX)()
         k = min(shim.heapc_torch_last_asymmetry(ctypes.byref(an), ranks, sizes, L.ASYM_MAX), L.ASYM_MAX)
