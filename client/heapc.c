@@ -10,6 +10,8 @@ int hci_set_err(heapc *c, int code, const char *fmt, ...)
     vsnprintf(c->errstr, sizeof c->errstr, fmt, ap);
     va_end(ap);
     c->err = code;
+    if (code != HEAPC_EASYMMETRY)
+        c->asym_count = 0; /* a rewrapped asymmetry keeps heapd's figures */
     return code;
 }
 
@@ -17,7 +19,37 @@ int hci_ok(heapc *c)
 {
     c->err = HEAPC_OK;
     c->errstr[0] = '\0';
+    c->asym_count = 0;
     return HEAPC_OK;
+}
+
+/* The figures of heapd's Error e (an asymmetric allocation's, else none). */
+static void keep_asymmetry(heapc *c, const Heapd__Error *e)
+{
+    size_t n = e->n_asym_ranks < e->n_asym_sizes ? e->n_asym_ranks : e->n_asym_sizes;
+    if (e->code != HEAPD__ERR_CODE__ERR_ASYMMETRY)
+        n = 0;
+    c->asym_count = n < ASYM_MAX ? n : ASYM_MAX;
+    c->asym_n = e->asym_n;
+    for (size_t i = 0; i < c->asym_count; i++) {
+        c->asym_ranks[i] = e->asym_ranks[i];
+        c->asym_sizes[i] = e->asym_sizes[i];
+    }
+}
+
+size_t heapc_last_asymmetry(const heapc *c, uint64_t *n, uint32_t *ranks, uint64_t *sizes, size_t max)
+{
+    if (!c || c->err != HEAPC_EASYMMETRY || !c->asym_count)
+        return 0;
+    if (n)
+        *n = c->asym_n;
+    for (size_t i = 0; i < max && i < c->asym_count; i++) {
+        if (ranks)
+            ranks[i] = c->asym_ranks[i];
+        if (sizes)
+            sizes[i] = c->asym_sizes[i];
+    }
+    return c->asym_count;
 }
 
 /* Each of heapd's codes is the protocol's ErrCode negated. */
@@ -229,6 +261,7 @@ static int rpc_check(heapc *c, const Heapd__Frame *req, Heapd__Frame__BodyCase w
             hci_set_err(c, code, "heapd refused %s: %s", body_name(req->body_case), heapc_errname(code));
         else
             hci_set_err(c, code, "%s", msg);
+        keep_asymmetry(c, m->error);
         if (code == HEAPC_EVERSION)
             conn_dead(c, code, "%s", c->errstr);
         rc = code;

@@ -24,7 +24,8 @@
  * heapc_errstr(c) one sentence saying what happened and what to do. Errors
  * that heapd reports keep heapd's code (HEAPC_E<name> = -ERR_<name> of
  * docs/protocol.md) and heapd's message, verbatim: an asymmetry error, for
- * instance, names the allocation number and both sizes. The library never
+ * instance, names the allocation number, both ranks and both sizes (which
+ * heapc_last_asymmetry gives as numbers). The library never
  * prints, never exits, never raises a signal (SIGPIPE included).
  *
  * Collective calls. heapc_attach, heapc_collect and (when heapd answers that a
@@ -263,7 +264,8 @@ int heapc_detach(heapc *c);
  * not NULL) gets the offset, identical on every rank for the same allocation
  * number; *ptr (if not NULL) gets heapc_ptr(c, offset). Every rank's n-th
  * heapc_alloc must ask for the same size, else HEAPC_EASYMMETRY (heapd's
- * message names n and both sizes; this rank stays at n).
+ * message names n, both ranks and both sizes, heapc_last_asymmetry gives
+ * them; the heap is poisoned: every rank's next call on it fails so).
  * When heapd says a collect is needed first (before the heap grows, on the
  * policy's trigger, or forced by `heapctl collect`) the call sends the queued
  * frees whose stream work completed (heapc_free_async), takes part in the
@@ -555,6 +557,21 @@ size_t heapc_sizeof(const char *type);
  * a fraction ("1.5G"), "64MB", "64Mi", 2^64 bytes or more. No context, no
  * allocation: the parser heapd itself uses. */
 int heapc_parse_size(const char *s, uint64_t *out);
+
+/* ---- an asymmetric allocation's figures ---------------------------------- */
+
+/* When the last call failed with HEAPC_EASYMMETRY because ranks asked for
+ * different sizes as their n-th allocation (heapd then poisons the heap:
+ * every rank's next call on it, alloc, free, collect or attach, fails the
+ * same way, a collect in progress too), the figures heapd sent with the
+ * error (docs/protocol.md, Error): *n is that allocation number and
+ * ranks[i] asked for sizes[i] bytes, in the order they asked (ranks[0]
+ * decided n), for i < max. Returns how many ranks heapd named (2), or 0
+ * when the last call did not fail so: a success, another error, an
+ * asymmetric collect, a heapd that predates the fields. n, ranks and sizes
+ * may be NULL (max 0: only the count). Reads the last call's result as
+ * heapc_errstr does. */
+size_t heapc_last_asymmetry(const heapc *c, uint64_t *n, uint32_t *ranks, uint64_t *sizes, size_t max);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

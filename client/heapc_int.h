@@ -37,6 +37,7 @@
 #define FREE_BATCH_DEFAULT 1024u
 #define FREE_BATCH_MAX     65536u /* 65536 varints of <= 10 bytes: far below HW_FRAME_MAX */
 #define ALLOC_MAX_ROUNDS   8      /* collect_needed answers tolerated for one allocation */
+#define ASYM_MAX           16     /* ranks of an asymmetry error kept (heapd names 2) */
 
 /* ---- live-offset set ------------------------------------------------------
  * Open addressing, linear probing, backward-shift deletion. Keys are block
@@ -81,11 +82,17 @@ typedef struct view {
  *   other offsets are refused here); fq holds queued frees (fq_n <= fq_cap).
  * - fence_on <=> `fence` and its completion source exist (made on the first
  *   stream-ordered free, gone at detach or teardown).
- * - err/errstr: the last call's result (HEAPC_OK and "" after a success).
+ * - err/errstr: the last call's result (HEAPC_OK and "" after a success);
+ *   asym_count > 0 only while err == HEAPC_EASYMMETRY came from heapd with
+ *   an asymmetric allocation's figures (asym_count <= ASYM_MAX).
  */
 struct heapc {
     int err;
     char errstr[ERRSTR_LEN];
+    uint64_t asym_n;
+    size_t asym_count;
+    uint32_t asym_ranks[ASYM_MAX];
+    uint64_t asym_sizes[ASYM_MAX];
 
     pthread_mutex_t mu;
     hcs_sock sock;             /* sock.fd: -1 once the connection is gone */

@@ -23,8 +23,10 @@
  * (a NULL becomes a tensor at address 0 and a device fault later), so when
  * heapd refuses an allocation (ERR_ASYMMETRY, quota, ...) the block comes
  * from the driver instead, the failure is counted (heap_failures) and its
- * code and message kept (heapc_torch_last_code / heapc_torch_last_error):
- * python/heapd raises them when the use_heap block ends. Only when the
+ * code and message kept (heapc_torch_last_code / heapc_torch_last_error),
+ * and an asymmetric allocation's figures (heapc_torch_last_asymmetry, from
+ * libheapc's heapc_last_asymmetry): python/heapd raises them when the
+ * use_heap block ends. Only when the
  * driver fails too is NULL returned. Thread-safe: torch allocates from
  * several threads (autograd's device threads): the heap calls serialise in
  * libheapc; the current heap is one process-wide atomic pointer.
@@ -44,15 +46,18 @@ typedef const char *(*errstr_fn)(const heapc *c);
 typedef void *(*base_fn)(heapc *c, uint32_t rank);
 typedef uint32_t (*rank_fn)(heapc *c);
 typedef uint64_t (*mapped_fn)(heapc *c);
+typedef size_t (*asym_fn)(const heapc *c, uint64_t *n, uint32_t *ranks, uint64_t *sizes, size_t max);
 
 void *heapc_torch_alloc(ssize_t size, int device, void *stream);
 void heapc_torch_free(void *ptr, ssize_t size, int device, void *stream);
-int heapc_torch_init(void *alloc, void *free, void *errstr, void *base, void *rank, void *mapped);
+/* asym (heapc_last_asymmetry) may be NULL: no figures then. */
+int heapc_torch_init(void *alloc, void *free, void *errstr, void *base, void *rank, void *mapped, void *asym);
 int heapc_torch_register(heapc *c, uint64_t va_size);
 int heapc_torch_unregister(heapc *c);
 heapc *heapc_torch_set_current(heapc *c);
 const char *heapc_torch_last_error(void);
 int heapc_torch_last_code(void);
+size_t heapc_torch_last_asymmetry(uint64_t *n, uint32_t *ranks, uint64_t *sizes, size_t max);
 void heapc_torch_counters(uint64_t out[6]);
 
 static alloc_fn h_alloc;
@@ -61,6 +66,7 @@ static errstr_fn h_errstr;
 static base_fn h_base;
 static rank_fn h_rank;
 static mapped_fn h_mapped;
+static asym_fn h_asym;
 
 #define MAXHEAPS 16
 static struct {
@@ -71,11 +77,18 @@ static _Atomic(heapc *) current;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static char last_err[512];
 static _Atomic int last_code;
+#define ASYM_MAX 16
+static struct { /* the last refusal's asymmetric allocation (count 0: none), under mu */
+    uint64_t n;
+    size_t count;
+    uint32_t ranks[ASYM_MAX];
+    uint64_t sizes[ASYM_MAX];
+} last_asym;
 /* heap allocs, heap frees, heap alloc failures, driver allocs, driver frees,
  * frees of blocks of no registered heap after it went (ignored) */
 static _Atomic uint64_t ctr[6];
 
-int heapc_torch_init(void *alloc, void *free, void *errstr, void *base, void *rank, void *mapped)
+int heapc_torch_init(void *alloc, void *free, void *errstr, void *base, void *rank, void *mapped, void *asym)
 {
     if (!alloc || !free || !errstr || !base || !rank || !mapped)
         return -1;
@@ -85,6 +98,7 @@ int heapc_torch_init(void *alloc, void *free, void *errstr, void *base, void *ra
     *(void **)&h_base = base;
     *(void **)&h_rank = rank;
     *(void **)&h_mapped = mapped;
+    *(void **)&h_asym = asym;
     return 0;
 }
 
@@ -127,6 +141,22 @@ heapc *heapc_torch_set_current(heapc *c) { return atomic_exchange(&current, c); 
 const char *heapc_torch_last_error(void) { return last_err; }
 
 int heapc_torch_last_code(void) { return atomic_load(&last_code); }
+
+size_t heapc_torch_last_asymmetry(uint64_t *n, uint32_t *ranks, uint64_t *sizes, size_t max)
+{
+    pthread_mutex_lock(&mu);
+    size_t k = last_asym.count;
+    if (k && n)
+        *n = last_asym.n;
+    for (size_t i = 0; i < k && i < max; i++) {
+        if (ranks)
+            ranks[i] = last_asym.ranks[i];
+        if (sizes)
+            sizes[i] = last_asym.sizes[i];
+    }
+    pthread_mutex_unlock(&mu);
+    return k;
+}
 
 void heapc_torch_counters(uint64_t out[6])
 {
@@ -203,6 +233,8 @@ void *heapc_torch_alloc(ssize_t size, int device, void *stream)
         pthread_mutex_lock(&mu);
         snprintf(last_err, sizeof last_err, "heapd allocation of %zd bytes failed: %s", size, h_errstr(c));
         atomic_store(&last_code, rc);
+        size_t k = h_asym ? h_asym(c, &last_asym.n, last_asym.ranks, last_asym.sizes, ASYM_MAX) : 0;
+        last_asym.count = k < ASYM_MAX ? k : ASYM_MAX;
         pthread_mutex_unlock(&mu);
     }
     uintptr_t p = 0;

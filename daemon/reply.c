@@ -46,7 +46,8 @@ static void close_fds(int *fds, size_t n)
             close(fds[i]);
 }
 
-static void send_error(const hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *msg)
+/* asym: an asymmetric allocation's fields (the heap is poisoned), or NULL. */
+static void send_error(const hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *msg, const hd_asym_out *asym)
 {
     const ProtobufCEnumValue *ev = protobuf_c_enum_descriptor_get_value(&heapd__err_code__descriptor, (int)code);
     hd_log_ctx_err(ev ? ev->name : NULL);
@@ -55,6 +56,13 @@ static void send_error(const hd_peer *p, uint64_t id, Heapd__ErrCode code, const
     Heapd__Error e = HEAPD__ERROR__INIT;
     e.code = code;
     e.message = (char *)msg;
+    if (asym) {
+        e.asym_n = asym->n;
+        e.n_asym_ranks = asym->nranks;
+        e.asym_ranks = (uint32_t *)asym->ranks;
+        e.n_asym_sizes = asym->nranks;
+        e.asym_sizes = (uint64_t *)asym->sizes;
+    }
     send_body(sink_of(p), id, HEAPD__FRAME__BODY_ERROR, &e, NULL, 0);
 }
 
@@ -138,21 +146,24 @@ static size_t send_chunk_batches(const hd_frame_sink *out, uint64_t id, const hd
     return sent;
 }
 
-static void out_error(hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *msg) { send_error(p, id, code, msg); }
+static void out_error(hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *msg, const hd_asym_out *asym)
+{
+    send_error(p, id, code, msg, asym);
+}
 
 static void out_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
 {
     /* Chunks first, the status page fd last (status_index == nchunks). */
     size_t sent = send_chunk_batches(sink_of(p), id, a->chunks, a->nchunks, a->fds, a->nfds - a->nchunks);
     if (sent == SIZE_MAX) {
-        send_error(p, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        send_error(p, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory", NULL);
         return;
     }
     Heapd__ChunkRef *store;
     Heapd__ChunkRef **ptrs = chunk_refs(refs_at(a->chunks, sent), a->nchunks - sent, &store);
     if (a->nchunks > sent && !ptrs) {
         close_fds(fds_at(a->fds, sent), a->nfds - sent);
-        send_error(p, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        send_error(p, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory", NULL);
         return;
     }
     Heapd__HeapParams params;
@@ -178,14 +189,14 @@ static void out_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
 {
     size_t sent = send_chunk_batches(sink_of(p), id, a->new_chunks, a->nchunks, a->fds, 0);
     if (sent == SIZE_MAX) {
-        send_error(p, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        send_error(p, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory", NULL);
         return;
     }
     Heapd__ChunkRef *store;
     Heapd__ChunkRef **ptrs = chunk_refs(refs_at(a->new_chunks, sent), a->nchunks - sent, &store);
     if (a->nchunks > sent && !ptrs) {
         close_fds(fds_at(a->fds, sent), a->nchunks - sent);
-        send_error(p, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        send_error(p, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory", NULL);
         return;
     }
     Heapd__AllocReply ar = HEAPD__ALLOC_REPLY__INIT;
@@ -303,7 +314,7 @@ static void out_stats(hd_peer *p, uint64_t id, const hd_stats_out *so)
     Heapd__Histogram *hg = calloc(2 * (n ? n : 1), sizeof *hg);
     uint64_t(*hn)[HD_HIST_N] = calloc(2 * (n ? n : 1), sizeof *hn);
     if (!hs || !hsp || !pp || !rs || !rsp || !hg || !hn) {
-        send_error(p, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        send_error(p, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory", NULL);
         goto out;
     }
     for (size_t i = 0, j = 0; i < n; j += so->heaps[i].n_ranks, i++) {

@@ -38,6 +38,7 @@ typedef struct rec {
     uint32_t owner_uid;
     uint64_t coll_wait_count, growth_count, stream_waiting, dev_waits_avoided, uptime_ms;
     const char *store;
+    hd_asym_out asym; /* an error's (nranks 0: none) */
 } rec;
 
 static rec recs[MAXREC];
@@ -60,11 +61,13 @@ static void close_all(int *fds, size_t n)
         close(fds[i]);
 }
 
-static void s_error(hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *msg)
+static void s_error(hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *msg, const hd_asym_out *asym)
 {
     rec *r = record(p, id, R_ERROR);
     r->code = code;
     snprintf(r->msg, sizeof r->msg, "%s", msg);
+    if (asym)
+        r->asym = *asym;
 }
 
 static void s_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
@@ -333,18 +336,65 @@ START_TEST(identical_offsets)
 }
 END_TEST
 
+/* x is the poisoned heap's ERR_ASYMMETRY: allocation n, rank 0 decided it
+ * at s0 bytes, rank 1 asked for s1. */
+static void is_poison(const rec *x, uint64_t n, uint64_t s0, uint64_t s1)
+{
+    ck_assert_msg(x->kind == R_ERROR && x->code == HEAPD__ERR_CODE__ERR_ASYMMETRY, "kind %d code %d: %s", x->kind,
+                  x->code, x->msg);
+    ck_assert_uint_eq(x->asym.nranks, 2);
+    ck_assert_uint_eq(x->asym.n, n);
+    ck_assert_uint_eq(x->asym.ranks[0], 0);
+    ck_assert_uint_eq(x->asym.ranks[1], 1);
+    ck_assert_uint_eq(x->asym.sizes[0], s0);
+    ck_assert_uint_eq(x->asym.sizes[1], s1);
+    ck_assert_msg(strstr(x->msg, "asymmetric allocation ") && strstr(x->msg, "poisoned"), "%s", x->msg);
+}
+
 START_TEST(asymmetry)
 {
     alloc(0, 0, 4096);
+    uint64_t off = last(0)->offset;
     alloc(1, 0, 8192);
     const rec *x = last(1);
-    ck_assert_int_eq(x->kind, R_ERROR);
-    ck_assert_int_eq(x->code, HEAPD__ERR_CODE__ERR_ASYMMETRY);
+    is_poison(x, 0, 4096, 8192);
     ck_assert_msg(strstr(x->msg, "allocation 0 ") && strstr(x->msg, "8192") && strstr(x->msg, "4096"), "%s", x->msg);
-    /* Nothing changed: the right size still gets the decision. */
+    char msg[sizeof x->msg];
+    snprintf(msg, sizeof msg, "%s", x->msg);
+    /* Poisoned (issue 31): every later call of either rank gets the same
+     * error, the right size too, the rank that decided too. */
     alloc(1, 0, 4096);
-    ck_assert_int_eq(last(1)->kind, R_ALLOC);
-    ck_assert_uint_eq(last(1)->offset, recs[0].offset);
+    is_poison(last(1), 0, 4096, 8192);
+    alloc(0, 1, 4096);
+    is_poison(last(0), 0, 4096, 8192);
+    free1(0, off);
+    is_poison(last(0), 0, 4096, 8192);
+    collect(1, 0);
+    is_poison(last(1), 0, 4096, 8192);
+    ck_assert_str_eq(last(1)->msg, msg);
+    /* A new client of the heap too; detach still works. */
+    attach(2, 0, 2, 0);
+    is_poison(last(2), 0, 4096, 8192);
+    hd_heap_detach(reg, &peers[0], 7);
+    ck_assert_int_eq(last(0)->kind, R_DETACH);
+    validate();
+}
+END_TEST
+
+/* A collect in progress when the heap is poisoned fails with the poison. */
+START_TEST(asymmetry_wakes_collect)
+{
+    alloc(0, 0, 100);
+    alloc(1, 0, 100);
+    alloc(0, 1, 4096);
+    collect(0, 2); /* rank 0 waits for rank 1 */
+    int before = nrecs;
+    alloc(1, 1, 8192);
+    ck_assert_int_eq(nrecs, before + 2);
+    is_poison(last(0), 1, 4096, 8192);
+    is_poison(last(1), 1, 4096, 8192);
+    collect(0, 2); /* the collect ended: asking again is not "already waiting" */
+    is_poison(last(0), 1, 4096, 8192);
 }
 END_TEST
 
@@ -514,6 +564,7 @@ static Suite *heap_suite(void)
     TCase *tf = tcase_create("formed");
     tcase_add_checked_fixture(tf, setup_formed2, teardown);
     tcase_add_test(tf, asymmetry);
+    tcase_add_test(tf, asymmetry_wakes_collect);
     tcase_add_test(tf, forced_collect);
     tcase_add_test(tf, detach_destroys);
     tcase_add_test(tf, stats_figures);

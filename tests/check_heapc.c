@@ -105,6 +105,24 @@ static void freply_error(fake *f, uint64_t id, Heapd__ErrCode code, const char *
     fsend(f, &rep, NULL, 0);
 }
 
+/* heapd's ERR_ASYMMETRY of a poisoned heap: allocation n, ranks[i] asked
+ * for sizes[i] bytes (issue 31). */
+static void freply_asym(fake *f, uint64_t id, uint64_t n, uint32_t *ranks, uint64_t *sizes, const char *msg)
+{
+    Heapd__Error e = HEAPD__ERROR__INIT;
+    e.code = HEAPD__ERR_CODE__ERR_ASYMMETRY;
+    e.message = (char *)msg;
+    e.asym_n = n;
+    e.n_asym_ranks = e.n_asym_sizes = 2;
+    e.asym_ranks = ranks;
+    e.asym_sizes = sizes;
+    Heapd__Frame rep = HEAPD__FRAME__INIT;
+    rep.id = id;
+    rep.body_case = HEAPD__FRAME__BODY_ERROR;
+    rep.error = &e;
+    fsend(f, &rep, NULL, 0);
+}
+
 static int fhello(fake *f)
 {
     Heapd__Frame *m = fexpect(f, HEAPD__FRAME__BODY_HELLO);
@@ -398,6 +416,14 @@ static void script_session(fake *f)
     freply_error(f, m->id, HEAPD__ERR_CODE__ERR_ASYMMETRY,
                  "asymmetric allocation 2 on heap \"h\": rank 1 asked for 7 bytes, rank 0 for 8");
     heapd__frame__free_unpacked(m, NULL);
+    /* again, with the figures of a poisoned heap (issue 31) */
+    m = fexpect(f, HEAPD__FRAME__BODY_ALLOC);
+    if (!m)
+        return;
+    uint32_t ranks[2] = {0, 1};
+    uint64_t sizes[2] = {8, 7};
+    freply_asym(f, m->id, 2, ranks, sizes, "poisoned");
+    heapd__frame__free_unpacked(m, NULL);
     /* then frees, a collect and detach */
     fdetach(f, fserve_frees(f));
 }
@@ -478,9 +504,24 @@ START_TEST(test_session)
     ck_assert_int_eq(heapc_alloc(c, 8, NULL, NULL), HEAPC_EASYMMETRY);
     ck_assert_str_eq(heapc_errstr(c), "asymmetric allocation 2 on heap \"h\": rank 1 asked for 7 bytes, rank 0 for 8");
     ck_assert_uint_eq(heapc_next_seq(c), 2);
+    ck_assert_uint_eq(heapc_last_asymmetry(c, NULL, NULL, NULL, 0), 0); /* a message only */
+    /* The figures of an asymmetric allocation: kept until the next call. */
+    ck_assert_int_eq(heapc_alloc(c, 8, NULL, NULL), HEAPC_EASYMMETRY);
+    uint64_t an = 0, asz[2] = {0, 0};
+    uint32_t ark[2] = {9, 9};
+    ck_assert_uint_eq(heapc_last_asymmetry(c, &an, ark, asz, 2), 2);
+    ck_assert_uint_eq(an, 2);
+    ck_assert_uint_eq(ark[0], 0);
+    ck_assert_uint_eq(ark[1], 1);
+    ck_assert_uint_eq(asz[0], 8);
+    ck_assert_uint_eq(asz[1], 7);
+    ark[1] = 9;
+    ck_assert_uint_eq(heapc_last_asymmetry(c, NULL, ark, NULL, 1), 2);
+    ck_assert_uint_eq(ark[1], 9);
 
     /* Batch size: validated; one queued free then goes out with the collect. */
     ck_assert_int_eq(heapc_set_free_batch(c, 0), HEAPC_EINVAL);
+    ck_assert_uint_eq(heapc_last_asymmetry(c, NULL, NULL, NULL, 0), 0);
     ck_assert_int_eq(heapc_set_free_batch(c, 2), 0);
     ck_assert_int_eq(heapc_free_ptr(c, (char *)heapc_base(c, 0) + CHUNK), 0);
     ck_assert_int_eq(heapc_free_ptr(c, (char *)heapc_base(c, 1)), HEAPC_EINVAL);

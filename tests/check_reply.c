@@ -98,9 +98,28 @@ START_TEST(errors_carry_code_message_and_id)
     ck_assert_int_eq(f->error->code, HEAPD__ERR_CODE__ERR_INVALID);
     ck_assert_str_eq(f->error->message, "size -3 is not a size");
     ck_assert_uint_eq(got[0].nfds, 0);
+    ck_assert_uint_eq(f->error->n_asym_ranks, 0); /* no figures but an asymmetry's */
     f = frame(1, 0, HEAPD__FRAME__BODY_ERROR);
     ck_assert_int_eq(f->error->code, HEAPD__ERR_CODE__ERR_SHUTDOWN);
     ck_assert_int_eq(admits + closes, 0);
+}
+END_TEST
+
+/* An asymmetric allocation's figures go into the Error's fields (issue 31). */
+START_TEST(asymmetry_figures_in_the_error)
+{
+    hd_asym_out a = {.n = 5, .nranks = 2, .ranks = {3, 1}, .sizes = {4096, 8192}};
+    peer.out->error(&peer, 9, HEAPD__ERR_CODE__ERR_ASYMMETRY, "poisoned", &a);
+    const Heapd__Frame *f = frame(0, 9, HEAPD__FRAME__BODY_ERROR);
+    ck_assert_int_eq(f->error->code, HEAPD__ERR_CODE__ERR_ASYMMETRY);
+    ck_assert_str_eq(f->error->message, "poisoned");
+    ck_assert_uint_eq(f->error->asym_n, 5);
+    ck_assert_uint_eq(f->error->n_asym_ranks, 2);
+    ck_assert_uint_eq(f->error->n_asym_sizes, 2);
+    ck_assert_uint_eq(f->error->asym_ranks[0], 3);
+    ck_assert_uint_eq(f->error->asym_ranks[1], 1);
+    ck_assert_uint_eq(f->error->asym_sizes[0], 4096);
+    ck_assert_uint_eq(f->error->asym_sizes[1], 8192);
 }
 END_TEST
 
@@ -309,6 +328,7 @@ static Suite *reply_suite(void)
     TCase *tc = tcase_create("frames");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, errors_carry_code_message_and_id);
+    tcase_add_test(tc, asymmetry_figures_in_the_error);
     tcase_add_test(tc, small_replies);
     tcase_add_test(tc, attach_fits_one_frame);
     tcase_add_test(tc, attach_status_page_alone);

@@ -6,7 +6,8 @@
 # timing (both policies); data written through a peer pointer read by that
 # peer; growth; forced collect from heapctl during a workload; a missing rank
 # named after the timeout (attach and collect); a disconnected rank named at
-# once; the asymmetry error; heapctl text and JSON output and exit codes.
+# once; the asymmetry error and the heap it poisons (ring and socket);
+# heapctl text and JSON output and exit codes.
 set -u
 BUILD=${BUILD:-build}
 SRC=${HEAPD_SRC:-$(pwd)}
@@ -152,6 +153,42 @@ waitrank 1; r1=$rc; touch "$T/asym.go"; waitrank 0
 check "asymmetry: the second rank gets ERR_ASYMMETRY (exit 4)" test $r1 = 4
 check "asymmetry: the message names allocation 0 and both sizes" \
     grep -q 'asymmetric allocation 0 .*2048 bytes.*1024' "$T/asym.1.err"
+
+# The heap is poisoned (issue 31): rank 0 allocated 4K as allocation 1, rank 1
+# asks 8K; rank 0's next call (an alloc, a flush of its frees, a collect; a
+# collect it waits in) fails too, with the same figures: n, both ranks, both
+# sizes. On the request ring and on the socket.
+rings() { grep -c 'request ring of' "$T/heapd.log"; }
+for tr in ring socket; do
+    export HEAPC_TRANSPORT=$tr
+    before=$(rings)
+    # next call: a flush of a free, then an alloc (both refused)
+    rank pa$tr 0 2 -- alloc 1K alloc 4K touch "$T/pa$tr.0" waitfile "$T/pa$tr.go" \
+        free 0 try flush alloc 1K
+    rank pa$tr 1 2 -- alloc 1K waitfile "$T/pa$tr.0" alloc 8K
+    waitrank 1; r1=$rc; touch "$T/pa$tr.go"; waitrank 0; r0=$rc
+    fig='n=1 ranks=0,1 sizes=4096,8192'
+    want="asymmetry: $fig"
+    check "poison ($tr): the later rank gets ERR_ASYMMETRY with n, both ranks and sizes (exit $r1)" \
+        sh -c "test $r1 = 4 && grep -qx '$want' '$T/pa$tr.1.err'"
+    check "poison ($tr): the earlier rank's free is refused with the same figures" \
+        sh -c "grep -q '^e ERR_ASYMMETRY .*poisoned' '$T/pa$tr.0.out' && grep -qx 'x asymmetry $fig' '$T/pa$tr.0.out'"
+    check "poison ($tr): the earlier rank's next alloc gets ERR_ASYMMETRY with the same figures (exit $r0)" \
+        sh -c "test $r0 = 4 && grep -qx '$want' '$T/pa$tr.0.err'"
+    # next call: a collect (rank 0 may already wait in it when rank 1 asks)
+    rank pc$tr 0 2 -- alloc 1K alloc 4K touch "$T/pc$tr.0" collect
+    rank pc$tr 1 2 -- alloc 1K waitfile "$T/pc$tr.0" alloc 8K
+    waitrank 1; r1=$rc; waitrank 0; r0=$rc
+    check "poison ($tr): the earlier rank's collect gets ERR_ASYMMETRY with the same figures (exit $r0, $r1)" \
+        sh -c "test $r0 = 4 -a $r1 = 4 && grep -qx '$want' '$T/pc$tr.0.err' && grep -qx '$want' '$T/pc$tr.1.err'"
+    after=$(rings)
+    if [ $tr = ring ]; then
+        check "poison (ring): the ranks used request rings" test $((after - before)) = 4
+    else
+        check "poison (socket): no ring was set up" test $((after - before)) = 0
+    fi
+    unset HEAPC_TRANSPORT
+done
 
 # ---- 6. heapctl ------------------------------------------------------------------------
 rank ctl 0 2 -- alloc 3000 alloc 1M free 0 flush stats touch "$T/ctl.0" waitfile "$T/ctl.go"

@@ -102,7 +102,9 @@ static void usage(FILE *f)
                "  exit [CODE]         exit at once with CODE (default 0), without detaching\n"
                "\n"
                "At start (unless --no-attach) it prints 'attached RANK WORLD MAPPED NEXT_SEQ'.\n"
-               "Errors print 'error: CODE: message' on stderr (CODE as ERR_ASYMMETRY).\n"
+               "Errors print 'error: CODE: message' on stderr (CODE as ERR_ASYMMETRY); an\n"
+               "asymmetric allocation's figures follow as 'asymmetry: n=N ranks=A,B\n"
+               "sizes=SA,SB' (inside 'try': 'x asymmetry n=N ...' on stdout).\n"
                "\n"
                "Exit status: 0 ok; 1 other error; 2 usage; 3 check failed; 4 ERR_ASYMMETRY;\n"
                "5 ERR_TIMEOUT or no reply; 6 ERR_PEER_GONE; 7 connection to heapd failed or\n"
@@ -162,15 +164,44 @@ static int exit_code(int err)
     }
 }
 
-/* A heapc call failed: report; returns the exit code, or 0 inside 'try'. */
+/* An asymmetric allocation's figures (heapc_last_asymmetry) as
+ * "n=N ranks=A,B sizes=SA,SB" into buf; "" when the error has none. */
+static const char *asym_line(char *buf, size_t len)
+{
+    uint64_t n = 0, sizes[8];
+    uint32_t ranks[8];
+    size_t k = heapc_last_asymmetry(g.c, &n, ranks, sizes, 8);
+    buf[0] = '\0';
+    if (!k)
+        return buf;
+    size_t o = (size_t)snprintf(buf, len, "n=%" PRIu64 " ranks=", n);
+    for (size_t i = 0; i < k && i < 8 && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%" PRIu32, i ? "," : "", ranks[i]);
+    if (o < len)
+        o += (size_t)snprintf(buf + o, len - o, " sizes=");
+    for (size_t i = 0; i < k && i < 8 && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%" PRIu64, i ? "," : "", sizes[i]);
+    return buf;
+}
+
+/* A heapc call failed: report; returns the exit code, or 0 inside 'try'.
+ * An asymmetric allocation's figures follow on a line of their own:
+ * 'x asymmetry n=N ranks=A,B sizes=SA,SB' (stdout inside 'try'), else
+ * 'asymmetry: n=N ...' on stderr. */
 static int fail_heapc(int rc)
 {
+    char al[256];
+    asym_line(al, sizeof al);
     if (try_mode) {
         printf("e %s %s\n", heapc_errname(rc), heapc_errstr(g.c));
+        if (al[0])
+            printf("x asymmetry %s\n", al);
         fflush(stdout);
         return 0;
     }
     fprintf(stderr, "error: %s: %s\n", heapc_errname(rc), heapc_errstr(g.c));
+    if (al[0])
+        fprintf(stderr, "asymmetry: %s\n", al);
     return exit_code(rc);
 }
 

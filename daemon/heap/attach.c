@@ -344,6 +344,8 @@ static hd_heap *attach_heap(hd_registry *r, hd_peer *c, uint64_t id, const Heapd
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_MISMATCH, "heap \"%s\" exists with other parameters: %s", h->name,
                       err);
         return NULL;
+    } else if (hh_poison_check(h, c, id)) {
+        return NULL;
     }
     return h;
 }

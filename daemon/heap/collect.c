@@ -20,7 +20,9 @@ static void collect_fail_waiting(hd_heap *h, Heapd__ErrCode code, const char *ms
         hd_rank *k = &h->ranks[q];
         if (k->in_collect) {
             k->in_collect = false;
-            if (k->conn)
+            if (k->conn && code == HEAPD__ERR_CODE__ERR_ASYMMETRY && hh_poisoned(h))
+                hh_poison_reply(h, k->conn, k->collect_id);
+            else if (k->conn)
                 hd_peer_error(k->conn, k->collect_id, code, "%s", msg);
         }
     }
@@ -202,6 +204,8 @@ void hd_heap_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Colle
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "collect before attach: attach to a heap first");
         return;
     }
+    if (hh_poison_check(h, c, id))
+        return;
     hd_rank *k = &h->ranks[b->rank];
     if (k->in_collect) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "rank %u is already waiting in a collect", b->rank);
@@ -238,6 +242,7 @@ void hd_heap_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Colle
     if (!h->coll_active) {
         h->coll_active = true;
         h->coll_left = collect_rank_left;
+        h->coll_fail = hh_collect_fail;
         h->coll_start_ns = uv_hrtime();
         h->coll_seq = m->seq;
         h->coll_waiting = 0;

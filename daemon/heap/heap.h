@@ -4,8 +4,11 @@
  * What it promises:
  *   - Each allocation number of a heap is decided once, by the allocator
  *     core, and every rank's n-th allocation gets that decision; a rank whose
- *     n-th size differs gets ERR_ASYMMETRY naming n and both sizes, and
- *     nothing changes.
+ *     n-th size differs gets ERR_ASYMMETRY naming n, both ranks and both
+ *     sizes (hd_asym_out), and the heap is poisoned: from then on every
+ *     call of every rank on it (attach, alloc, free, collect; a collect in
+ *     progress too) gets that same error, until the heap is gone. Detach
+ *     and stats still work.
  *   - Attach and Collect are collective over every rank of the heap; a rank
  *     that does not come within the heap's timeout, or disconnects, is named
  *     in the error every waiting rank gets.
@@ -109,9 +112,21 @@ typedef struct hd_stats_out {
     uint64_t quota_heap, quota_uid;
 } hd_stats_out;
 
-/* Every message the heap wing sends, one function each. */
+/* An asymmetric allocation, the structured part of its ERR_ASYMMETRY
+ * (docs/protocol.md, Error): allocation n; ranks[i] asked for sizes[i]
+ * bytes, in the order they asked (ranks[0] decided n), i < nranks. */
+#define HD_ASYM_RANKS 2
+typedef struct hd_asym_out {
+    uint64_t n;
+    uint32_t nranks;
+    uint32_t ranks[HD_ASYM_RANKS];
+    uint64_t sizes[HD_ASYM_RANKS];
+} hd_asym_out;
+
+/* Every message the heap wing sends, one function each. An Error's asym is
+ * NULL but for an asymmetric allocation's. */
 typedef struct hd_reply_ops {
-    void (*error)(hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *msg);
+    void (*error)(hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *msg, const hd_asym_out *asym);
     void (*attach)(hd_peer *p, uint64_t id, const hd_attach_out *a);
     void (*alloc)(hd_peer *p, uint64_t id, const hd_alloc_out *a);
     void (*free)(hd_peer *p, uint64_t id, uint32_t accepted);

@@ -13,11 +13,14 @@
  *   bottom  registry.c heaps by name and their lifetime, quotas, status
  *                      pages, stats, the validator
  *           chunks.c   a rank's chunks and the chunk refs replies carry
+ *           poison.c   a heap poisoned by an asymmetric allocation, and the
+ *                      one error every later call on it gets
  *
  * What a lower floor must reach above it, it reaches through a callback
  * set from above: the heap timer's expiry (registry's heap_timeout hook,
  * given by timeout.c's hd_registry_create), a rank leaving during a collect
- * (the heap's coll_left, set by collect.c when a collect starts), the
+ * (the heap's coll_left, set by collect.c when a collect starts), the heap
+ * poisoned during a collect (coll_fail, set beside it), the
  * store's force requests (store.h's hd_store_on_force, called by force.c's
  * hd_registry_set_store). A heap's lifetime has one home: registry.c's
  * hh_heap_new and hh_heap_client_gone. */
@@ -75,7 +78,10 @@ typedef struct hd_rank {
  *   log_base <= min(next_seq of attached ranks) (trimmed lazily);
  *   collect_at == UINT64_MAX or collect_at == decided (a collect is owed
  *   before allocation number `decided`);
- *   coll_active => coll_waiting == number of ranks with in_collect. */
+ *   coll_active => coll_waiting == number of ranks with in_collect;
+ *   poison.nranks == 0 (healthy) or HD_ASYM_RANKS with
+ *   poison.sizes[0] != poison.sizes[1] (poisoned: set once, never cleared;
+ *   poison_msg is the message every later call gets). */
 struct hd_heap {
     hd_registry *reg;
     char name[HD_NAME_MAX + 1];
@@ -106,6 +112,12 @@ struct hd_heap {
     /* While coll_active (coll_active => coll_left != NULL): a rank's
      * client left; set by collect.c, called by attach.c. */
     void (*coll_left)(hd_heap *h, uint32_t rank, bool clean);
+    /* While coll_active (coll_active => coll_fail != NULL): the collect in
+     * progress fails (the heap was poisoned); set by collect.c, called by
+     * sequence.c. */
+    void (*coll_fail)(hd_heap *h, Heapd__ErrCode code, const char *msg);
+    hd_asym_out poison; /* poison.c */
+    char poison_msg[600];
     uint64_t coll_seq;
     uint32_t coll_waiting;
     /* Cross-node collect (local_size < world_size). */
@@ -213,6 +225,16 @@ int hh_rank_add_chunks(hd_heap *h, hd_rank *k, uint32_t upto, char *err, size_t 
 void hh_rank_trim_chunks(hd_heap *h, hd_rank *k, uint32_t keep);
 void hh_chunk_msg_free(chunk_msg *m, bool close_fds);
 int hh_chunk_msg_build(hd_heap *h, uint32_t from, uint32_t to, chunk_msg *m);
+
+/* poison.c */
+/* Poisons h: allocation n was decided for rank `first` at first_size bytes,
+ * and rank `rank` asked for size. Logs it; answers nobody. */
+void hh_poison_set(hd_heap *h, uint64_t n, uint32_t first, uint64_t first_size, uint32_t rank, uint64_t size);
+static inline bool hh_poisoned(const hd_heap *h) { return h->poison.nranks > 0; }
+/* Answers request id of c with h's poison (ERR_ASYMMETRY, its fields). */
+void hh_poison_reply(const hd_heap *h, hd_peer *c, uint64_t id);
+/* If h is poisoned: answers request id of c so and returns true. */
+bool hh_poison_check(const hd_heap *h, hd_peer *c, uint64_t id);
 
 /* ---- middle floor --------------------------------------------------------- */
 

@@ -314,7 +314,7 @@ void hd_peer_error(hd_peer *c, uint64_t id, Heapd__ErrCode code, const char *fmt
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    c->out->error(c, id, code, msg);
+    c->out->error(c, id, code, msg, NULL);
 }
 
 /* ---- stats ----------------------------------------------------------------- */
@@ -476,8 +476,11 @@ static int heap_validate(const hd_heap *h, char *why, size_t len)
     if (joined != h->njoined || attached != h->nattached || joined > h->local_size)
         BAD("heap \"%s\": %u joined, %u attached; counted %u and %u", h->name, joined, attached, h->njoined,
             h->nattached);
-    if (h->coll_active && !h->coll_left)
-        BAD("heap \"%s\": a collect is active without its coll_left", h->name);
+    if (h->coll_active && (!h->coll_left || !h->coll_fail))
+        BAD("heap \"%s\": a collect is active without its coll_left or coll_fail", h->name);
+    if (h->poison.nranks && (h->poison.nranks != HD_ASYM_RANKS || h->poison.sizes[0] == h->poison.sizes[1]))
+        BAD("heap \"%s\": poisoned by allocation %llu without two ranks of different sizes", h->name,
+            (unsigned long long)h->poison.n);
     if (waiting != (h->coll_active ? h->coll_waiting : 0))
         BAD("heap \"%s\": %u ranks in the collect, %u counted", h->name, waiting, h->coll_waiting);
     return 0;

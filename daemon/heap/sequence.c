@@ -222,12 +222,24 @@ static void send_alloc(hd_heap *h, hd_rank *k, hd_peer *c, uint64_t id, uint64_t
     hh_chunk_msg_free(&cm, false);
 }
 
+/* The peer's rank asked for `size` bytes as allocation seq, decided as d:
+ * the heap is poisoned; the peer, and a collect in progress, get it. */
+static void poison(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, const hd_decision *d, uint64_t size)
+{
+    hh_poison_set(h, seq, d->rank, d->size, hd_peer_binding(c)->rank, size);
+    hh_poison_reply(h, c, id);
+    if (h->coll_active)
+        h->coll_fail(h, HEAPD__ERR_CODE__ERR_ASYMMETRY, h->poison_msg);
+}
+
 /* Allocation `seq` of `size` bytes by the peer's rank (an Alloc, or one
  * held during a forced collect's agreement). */
 void hh_heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size)
 {
     hd_binding *b = hd_peer_binding(c);
     hd_rank *k = &h->ranks[b->rank];
+    if (hh_poison_check(h, c, id))
+        return;
     if (seq != k->next_seq) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "allocation number %llu out of order: rank %u is at %llu",
                       (unsigned long long)seq, b->rank, (unsigned long long)k->next_seq);
@@ -250,11 +262,7 @@ void hh_heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64
     if (seq < h->decided) {
         d = &h->log[seq - h->log_base];
         if (d->size != size) {
-            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_ASYMMETRY,
-                          "asymmetric allocation %llu on heap \"%s\": rank %u asked for %llu bytes, rank %u for %llu; "
-                          "every rank must make the same allocations in the same order",
-                          (unsigned long long)seq, h->name, b->rank, (unsigned long long)size, d->rank,
-                          (unsigned long long)d->size);
+            poison(h, c, id, seq, d, size);
             return;
         }
     } else {
@@ -298,6 +306,8 @@ void hd_heap_free(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Free *m)
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "free before attach: attach to a heap first");
         return;
     }
+    if (hh_poison_check(h, c, id))
+        return;
     size_t bad = 0;
     int rc = ha_free_batch(h->core, h->ranks[b->rank].lidx, m->offsets, m->n_offsets, &bad);
     if (rc == HA_ENOTHELD) {

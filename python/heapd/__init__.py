@@ -10,7 +10,8 @@
 empty/zeros/ones/full/empty_like/zeros_like/ones_like/full_like follow
 torch's signatures (*size, dtype=None, device=None, requires_grad=False).
 The n-th allocation must have the same size on every rank; a rank that
-differs gets AsymmetryError naming n and both sizes. A tensor holds its heap:
+differs gets AsymmetryError (.n, .ranks, .sizes) and the heap is poisoned:
+every rank's next call on it raises the same error. A tensor holds its heap:
 the heap is detached when it is closed and no tensor (or peer view) of it is
 left; a tensor's block is freed when its last reference goes. With the cuda
 backend tensors are CUDA tensors on the rank's GPU (set it, e.g.

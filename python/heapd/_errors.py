@@ -13,17 +13,21 @@ class HeapdError(RuntimeError):
 
 
 class AsymmetryError(HeapdError):
-    """Ranks disagree on the n-th allocation's size (or a collect point).
-    .n, .rank, .size, .other_rank, .other_size when heapd's message names
-    them (an allocation), else None."""
+    """Ranks disagree on the n-th allocation's size (or on a collect point).
+    For an allocation heapd poisons the heap: every rank's next call on it
+    raises this same error. .n (the allocation number), .ranks and .sizes
+    (ranks[i] asked for sizes[i] bytes, in the order they asked: ranks[0]
+    decided n) come from heapd's error fields (libheapc's
+    heapc_last_asymmetry), never from the message; .rank/.size name the rank
+    that differed (ranks[-1]), .other_rank/.other_size the one that decided
+    (ranks[0]). None and [] for an asymmetric collect."""
 
-    def __init__(self, code, message):
+    def __init__(self, code, message, asym=None):
         super().__init__(code, message)
-        import re
-        m = re.search(r"asymmetric allocation (\d+) .*?rank (\d+) asked for (\d+) bytes, "
-                      r"rank (\d+) for (\d+)", message)
-        g = [int(v) for v in m.groups()] if m else [None] * 5
-        self.n, self.rank, self.size, self.other_rank, self.other_size = g
+        n, ranks, sizes = asym if asym else (None, [], [])
+        self.n, self.ranks, self.sizes = n, list(ranks), list(sizes)
+        self.rank, self.size = (ranks[-1], sizes[-1]) if ranks else (None, None)
+        self.other_rank, self.other_size = (ranks[0], sizes[0]) if ranks else (None, None)
 
 
 class PeerGoneError(HeapdError):
@@ -63,4 +67,6 @@ _BY_CODE = {-5: AsymmetryError, -7: PeerGoneError, -6: CollectiveTimeoutError,
 
 def _raise(c, rc):
     msg = L.errstr(c).decode(errors="replace") or L.errname(rc).decode()
+    if rc == -5:
+        raise AsymmetryError(rc, msg, L.asymmetry(c))
     raise _BY_CODE.get(rc, HeapdError)(rc, msg)

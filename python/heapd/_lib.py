@@ -198,5 +198,21 @@ def check_abi(lib=lib, where=path):
 
 check_abi()
 parse_size = _fn("heapc_parse_size", c_int, c_char_p, POINTER(c_uint64))
+# An asymmetric allocation's figures (issue 31); None in a libheapc before them.
+last_asymmetry = (_fn("heapc_last_asymmetry", c_size_t, H, POINTER(c_uint64), POINTER(c_uint32),
+                      POINTER(c_uint64), c_size_t)
+                  if hasattr(lib, "heapc_last_asymmetry") else None)
+ASYM_MAX = 16
+
+
+def asymmetry(c):
+    """The last call's asymmetric allocation on context c, as heapd sent it:
+    (n, ranks, sizes) with ranks[i] asking for sizes[i] bytes in the order
+    they asked; None when the last call did not fail so."""
+    if last_asymmetry is None or not c:
+        return None
+    n, ranks, sizes = c_uint64(), (c_uint32 * ASYM_MAX)(), (c_uint64 * ASYM_MAX)()
+    k = min(last_asymmetry(c, byref(n), ranks, sizes, ASYM_MAX), ASYM_MAX)
+    return (n.value, list(ranks[:k]), list(sizes[:k])) if k else None
 
 __all__ = ["lib", "path", "byref"]

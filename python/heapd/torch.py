@@ -350,9 +350,10 @@ def install_allocator():
         path = _shim_path()
         shim = ctypes.CDLL(path)
         addr = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
-        _set(shim.heapc_torch_init, ctypes.c_int, [ctypes.c_void_p] * 6)
+        _set(shim.heapc_torch_init, ctypes.c_int, [ctypes.c_void_p] * 7)
+        asym = addr(L.last_asymmetry) if L.last_asymmetry is not None else None
         if shim.heapc_torch_init(addr(L.alloc), addr(L.free_async), addr(L.errstr), addr(L.base),
-                                 addr(L.rank), addr(L.mapped)):
+                                 addr(L.rank), addr(L.mapped), asym):
             raise RuntimeError("heapd.torch: heapc_torch_init failed")
         from torch.cuda.memory import CUDAPluggableAllocator, change_current_allocator
         pl = CUDAPluggableAllocator(path, "heapc_torch_alloc", "heapc_torch_free")
@@ -369,6 +370,10 @@ def install_allocator():
         _set(shim.heapc_torch_set_current, ctypes.c_void_p, [ctypes.c_void_p])
         _set(shim.heapc_torch_last_error, ctypes.c_char_p, [])
         _set(shim.heapc_torch_last_code, ctypes.c_int, [])
+        if hasattr(shim, "heapc_torch_last_asymmetry"):  # a shim of before issue 31: no figures
+            _set(shim.heapc_torch_last_asymmetry, ctypes.c_size_t,
+                 [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32),
+                  ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t])
         _set(shim.heapc_torch_counters, None, [ctypes.c_uint64 * 6])
         _shim, _pluggable = shim, pl
         return pl
@@ -437,12 +442,24 @@ def use_heap(heap):
         _shim.heapc_torch_set_current(prev)
     n = allocator_counters()["heap_failures"] - failures
     if n:
-        from . import _BY_CODE
-        code = _shim.heapc_torch_last_code()
-        raise _BY_CODE.get(code, HeapdError)(
-            code, f"heapd.torch.use_heap: {n} allocation(s) in the block were refused by heapd "
-                  f"and came from the driver instead (not on the heap); the last: "
-                  f"{allocator_last_error()}")
+        raise _refusal(_shim, n)
+
+
+def _refusal(shim, n):
+    """The HeapdError of a use_heap block whose n allocations heapd refused:
+    the last refusal's code and message, and for an asymmetric allocation
+    heapd's figures (AsymmetryError's n, ranks, sizes)."""
+    from . import _BY_CODE, AsymmetryError
+    code = shim.heapc_torch_last_code()
+    msg = (f"heapd.torch.use_heap: {n} allocation(s) in the block were refused by heapd and "
+           f"came from the driver instead (not on the heap); the last: "
+           f"{shim.heapc_torch_last_error().decode()}")
+    if code == -5 and hasattr(shim, "heapc_torch_last_asymmetry"):
+        an = ctypes.c_uint64()
+        ranks, sizes = (ctypes.c_uint32 * L.ASYM_MAX)(), (ctypes.c_uint64 * L.ASYM_MAX)()
+        k = min(shim.heapc_torch_last_asymmetry(ctypes.byref(an), ranks, sizes, L.ASYM_MAX), L.ASYM_MAX)
+        return AsymmetryError(code, msg, (an.value, list(ranks[:k]), list(sizes[:k])) if k else None)
+    return _BY_CODE.get(code, HeapdError)(code, msg)
 
 
 def allocator_last_error():

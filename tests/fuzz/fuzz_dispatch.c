@@ -137,6 +137,21 @@ static void f_hello(int i, const Heapd__HelloReply *r)
           r->backend ? r->backend : "(null)");
 }
 
+/* An Error frame, its asymmetry figures (issue 31) decoded, to the wing's
+ * checking sink. */
+static void fw_error(hd_peer *q, const Heapd__Frame *f)
+{
+    const Heapd__Error *e = f->error;
+    CHECK(e->n_asym_ranks == e->n_asym_sizes && e->n_asym_ranks <= HD_ASYM_RANKS,
+          "an Error with %zu asymmetry ranks and %zu sizes", e->n_asym_ranks, e->n_asym_sizes);
+    hd_asym_out a = {.n = e->asym_n, .nranks = (uint32_t)e->n_asym_ranks};
+    for (size_t k = 0; k < e->n_asym_ranks && k < HD_ASYM_RANKS; k++) {
+        a.ranks[k] = e->asym_ranks[k];
+        a.sizes[k] = e->asym_sizes[k];
+    }
+    fw_sink.error(q, f->id, e->code, e->message, a.nranks ? &a : NULL);
+}
+
 static void f_frame(int i, hd_peer *q, const Heapd__Frame *f, int *fds, size_t nfds)
 {
     switch (f->body_case) {
@@ -145,7 +160,7 @@ static void f_frame(int i, hd_peer *q, const Heapd__Frame *f, int *fds, size_t n
          * of memory): their fds are the client's to close. */
         fw_take_fds(batches[i].fds, batches[i].n, "ChunkBatch before an Error");
         batches[i].n = 0;
-        fw_sink.error(q, f->id, f->error->code, f->error->message);
+        fw_error(q, f);
         break;
     case HEAPD__FRAME__BODY_HELLO_REPLY:
         f_hello(i, f->hello_reply);

@@ -138,13 +138,16 @@ static void fw_take_fds(const int *fds, size_t n, const char *what)
     }
 }
 
-static void s_error(hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *msg)
+static void s_error(hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *msg, const hd_asym_out *asym)
 {
     TRACE("%d: error %d: %s\n", fw_index(p), (int)code, msg);
     (void)id;
     CHECK(protobuf_c_enum_descriptor_get_value(&heapd__err_code__descriptor, (int)code), "unknown error code %d",
           (int)code);
     CHECK(msg && *msg && strlen(msg) < 1500, "error %d: empty or overlong message", (int)code);
+    CHECK(!asym || (code == HEAPD__ERR_CODE__ERR_ASYMMETRY && asym->nranks == HD_ASYM_RANKS &&
+                    asym->sizes[0] != asym->sizes[1]),
+          "error %d: asymmetry fields on another error, or not two ranks of different sizes", (int)code);
 }
 
 static void s_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)

@@ -90,7 +90,9 @@ def alloc_route():
     del outside0, outside1
     h.collect()
     # Different sizes on the two ranks: the rank that asks second is refused
-    # (ERR_ASYMMETRY), gets driver memory, and the block raises.
+    # (ERR_ASYMMETRY), gets driver memory, and the block raises. The heap is
+    # poisoned (issue 31): every rank's next call - here a collect, which the
+    # first rank may already wait in - raises the same AsymmetryError.
     out["asym"] = None
     try:
         with ht.use_heap(h):
@@ -98,7 +100,12 @@ def alloc_route():
             z.fill_(1)
             torch.cuda.synchronize()
     except heapd.AsymmetryError as e:
-        out["asym"] = [e.n, e.size, e.other_size]
+        out["asym"] = [e.n, e.ranks, e.sizes]
+    out["poisoned"] = None
+    try:
+        h.collect()
+    except heapd.AsymmetryError as e:
+        out["poisoned"] = [e.n, e.ranks, e.sizes]
     h.close()
     del mapped_va
 

@@ -28,7 +28,7 @@ def _child(fn, rank, world, args, q):
         res = fn(rank, world, *args)
         q.put((rank, "ok", res))
     except BaseException as e:  # noqa: BLE001
-        extra = {k: getattr(e, k) for k in ("n", "size", "other_size", "code", "name")
+        extra = {k: getattr(e, k) for k in ("n", "ranks", "sizes", "size", "other_size", "code", "name")
                  if hasattr(e, k)}
         q.put((rank, "raised", (type(e).__name__, str(e), extra, traceback.format_exc())))
     finally:

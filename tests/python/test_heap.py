@@ -122,33 +122,95 @@ def test_free_orders_then_collect_and_reuse(sock, heapname):
     assert max(res[0][1]) < 4 << 20
 
 
-def _asym(rank, world, sock, name, ev):
+def _figures(e):
+    return e.n, e.ranks, e.sizes
+
+
+def _shim_refusal(h):
+    """Rank 0's next allocation through libheapc_torch.so, the allocator
+    route's shim (heapd.torch.use_heap needs CUDA; the shim's refusal path
+    does not): refused, and the HeapdError use_heap would raise."""
+    import ctypes
+    import heapd.torch as ht
+    from heapd import _lib as L
+    shim = ctypes.CDLL(ht._shim_path())
+    addr = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+    ht._set(shim.heapc_torch_init, ctypes.c_int, [ctypes.c_void_p] * 7)
+    assert shim.heapc_torch_init(addr(L.alloc), addr(L.free_async), addr(L.errstr), addr(L.base),
+                                 addr(L.rank), addr(L.mapped), addr(L.last_asymmetry)) == 0
+    ht._set(shim.heapc_torch_set_current, ctypes.c_void_p, [ctypes.c_void_p])
+    ht._set(shim.heapc_torch_alloc, ctypes.c_void_p, [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p])
+    ht._set(shim.heapc_torch_last_code, ctypes.c_int, [])
+    ht._set(shim.heapc_torch_last_error, ctypes.c_char_p, [])
+    ht._set(shim.heapc_torch_last_asymmetry, ctypes.c_size_t,
+            [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32),
+             ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t])
+    shim.heapc_torch_set_current(h._c)
+    try:
+        assert not shim.heapc_torch_alloc(16, 0, None)     # refused; no driver here either
+    finally:
+        shim.heapc_torch_set_current(None)
+    return ht._refusal(shim, 1)
+
+
+def _asym(rank, world, sock, name, ev, done, via_shim=False):
     with heapd.Heap(name, rank, world, sock) as h:
+        keep = [h.empty(1024, dtype=torch.uint8)]          # allocation 0: the same on both
         if rank == 0:
-            h.empty(1024, dtype=torch.uint8)
+            keep.append(h.empty(4096, dtype=torch.uint8))  # allocation 1, decided by rank 0
             ev.set()
-            h.empty(16, dtype=torch.uint8)    # waits for nothing: next number
-            return "ok"
+            done.wait(60)                                  # rank 1 was refused
+            if via_shim:
+                raise _shim_refusal(h)
+            try:
+                h.empty(16, dtype=torch.uint8)             # rank 0's next call: the heap is poisoned
+            except heapd.AsymmetryError as e:
+                with pytest.raises(heapd.AsymmetryError) as again:
+                    h.collect()                            # every call, a collect too
+                assert _figures(again.value) == _figures(e)
+                raise
+            return "no error"
         ev.wait(60)
         try:
-            h.empty(2048, dtype=torch.uint8)
-        except heapd.AsymmetryError:
-            # nothing changed: this rank is still at allocation 0
-            t = h.empty(1024, dtype=torch.uint8)
-            assert h.offset(t) == 0
+            h.empty(8192, dtype=torch.uint8)               # allocation 1, another size
+        except heapd.AsymmetryError as e:
+            with pytest.raises(heapd.AsymmetryError) as again:
+                h.empty(4096, dtype=torch.uint8)           # poisoned: the right size too
+            assert _figures(again.value) == _figures(e)
             raise
+        finally:
+            done.set()
         return "no error"
 
 
-def test_asymmetry_error(sock, heapname):
+def test_asymmetry_poisons_the_heap(sock, heapname):
+    """Issue 31 item 5: the rank that asks second gets AsymmetryError, and so
+    does the earlier rank's next call; both carry heapd's figures: n, both
+    ranks and both sizes (libheapc's heapc_last_asymmetry, not the text)."""
     import multiprocessing as mp
-    ev = mp.get_context("fork").Event()
-    res, _ = run_ranks(_asym, 2, sock, heapname, ev)
-    assert res[0] == ("ok", "ok")
-    kind, (cls, msg, extra, _tb) = res[1]
-    assert kind == "raised" and cls == "AsymmetryError", res[1]
-    assert extra["n"] == 0 and extra["size"] == 2048 and extra["other_size"] == 1024, msg
-    assert extra["name"] == "ERR_ASYMMETRY" and "asymmetric allocation 0" in msg
+    ctx = mp.get_context("fork")
+    ev, done = ctx.Event(), ctx.Event()
+    res, _ = run_ranks(_asym, 2, sock, heapname, ev, done)
+    for r in (0, 1):
+        kind, val = res[r]
+        assert kind == "raised" and val[0] == "AsymmetryError", f"rank {r}: {res[r]}"
+        cls, msg, extra, _tb = val
+        assert extra["name"] == "ERR_ASYMMETRY" and "poisoned" in msg, msg
+        assert (extra["n"], extra["ranks"], extra["sizes"]) == (1, [0, 1], [4096, 8192]), extra
+        assert extra["size"] == 8192 and extra["other_size"] == 4096, extra
+
+
+def test_asymmetry_figures_through_the_torch_shim(sock, heapname):
+    """use_heap's error (the shim's refusal) carries the same figures."""
+    import multiprocessing as mp
+    ctx = mp.get_context("fork")
+    ev, done = ctx.Event(), ctx.Event()
+    res, _ = run_ranks(_asym, 2, sock, heapname, ev, done, True)
+    for r in (0, 1):
+        kind, val = res[r]
+        assert kind == "raised" and val[0] == "AsymmetryError", f"rank {r}: {res[r]}"
+        assert (val[2]["n"], val[2]["ranks"], val[2]["sizes"]) == (1, [0, 1], [4096, 8192]), val
+    assert "refused by heapd" in res[0][1][1], res[0][1][1]
 
 
 def _gone(rank, world, sock, name, ev):
