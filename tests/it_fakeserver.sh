@@ -8,7 +8,8 @@
 #      never come (ERR_NOREPLY after the default HEAPC_FRAME_TIMEOUT_MS, and
 #      after $HEAPC_FRAME_TIMEOUT_MS), the same with its payload (ERR_CONN);
 #      an unsealed ring memfd truncated after the attach (refused: the Alloc
-#      goes on the socket); a status page left mid-update (ERR_BUSY, bounded)
+#      goes on the socket); a growth chunk without seals (ERR_BADFD); a status
+#      page left mid-update (ERR_BUSY, bounded)
 #   11 heapc_attach_env with launcher ids over 127 bytes: two ids sharing
 #      their first 127 bytes make two heap names (the id is cut and hashed),
 #      a job heapd takes (at most 127 bytes, valid UTF-8); short ids as before
@@ -20,7 +21,7 @@ F=$BUILD/tests/prog_fakeserver
 lib_tmpdir fake
 
 # ---- item 7: fds and frames from a hostile server ------------------------------------
-for c in status0 unsealed regular nofds_body ring busy; do
+for c in status0 unsealed regular nofds_body ring growbad busy; do
     bounded 120 "$F" "$c" >"$T/$c.out" 2>&1 || sed 's/^/    | /' "$T/$c.out"
     check "$(sed -n 's/^ok   //p; s/^FAIL //p' "$T/$c.out" | head -1 | cut -c1-150)" grep -q '^ok ' "$T/$c.out"
 done

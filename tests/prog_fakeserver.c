@@ -18,6 +18,8 @@
  *               and is truncated to 0 bytes once the client has attached;
  *               the client then allocates [the ring is refused: the Alloc
  *               comes on the socket and gets this server's ERR_INVALID]
+ *   growbad     a good attach, then an AllocReply whose growth chunk is a
+ *               memfd without seals [ERR_BADFD]
  *   busy        a good attach whose status page stays mid-update
  *               [heapc_status: ERR_BUSY]
  *   env         the client calls heapc_attach_env with the environment it
@@ -242,6 +244,25 @@ static int serve_one(int fd, const Heapd__Frame *m)
         if (is("ring"))
             pending = ring_memfd;
         return 0;
+    case HEAPD__FRAME__BODY_ALLOC:
+        if (is("growbad")) { /* a growth whose new chunk has no seals */
+            Heapd__ChunkRef ref = HEAPD__CHUNK_REF__INIT, *refs = &ref;
+            ref.index = 1;
+            Heapd__AllocReply ar = HEAPD__ALLOC_REPLY__INIT;
+            ar.seq = m->alloc->seq;
+            ar.offset = CHUNK;
+            ar.block_size = CHUNK;
+            ar.mapped = 2 * CHUNK;
+            ar.n_new_chunks = 1;
+            ar.new_chunks = &refs;
+            f.body_case = HEAPD__FRAME__BODY_ALLOC_REPLY;
+            f.alloc_reply = &ar;
+            int cfd = sealed_memfd(CHUNK, 0);
+            send_frame(fd, &f, &cfd, 1);
+            close(cfd);
+            return 0;
+        }
+        /* fall through */
     default:
         printf("     the server got a request (body %d) on the socket\n", (int)m->body_case);
         fflush(stdout);
@@ -340,7 +361,7 @@ static int client(const char *path, int out)
             volatile char *p = heapc_ptr(c, 0);
             p[0] = 1; /* SIGBUS if the chunk was cut short */
         }
-        if (rc == HEAPC_OK && is("ring")) {
+        if (rc == HEAPC_OK && (is("ring") || is("growbad"))) {
             void *ptr;
             uint64_t off;
             rc = heapc_alloc(c, 64, &ptr, &off);
@@ -371,7 +392,7 @@ static const char *expected(void)
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: prog_fakeserver status0|unsealed|regular|nofds|nofds_body|ring|busy|env\n");
+        fprintf(stderr, "usage: prog_fakeserver status0|unsealed|regular|nofds|nofds_body|ring|growbad|busy|env\n");
         return 2;
     }
     kase = argv[1];
