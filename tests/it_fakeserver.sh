@@ -3,8 +3,9 @@
 # 11), with tests/prog_fakeserver.c: a server that speaks the real protocol
 # and sends what heapd never does. The client must return an error, never
 # die of a signal (SIGBUS) nor hang:
-#   7  a 0-byte status page, an unsealed chunk truncated after the attach, a
-#      regular file as a chunk (ERR_BADFD); a frame header promising fds that
+#   7  a 0-byte status page, an unsealed status page and an unsealed chunk
+#      truncated after the attach, a regular file as a chunk (ERR_BADFD);
+#      a frame header promising fds that
 #      never come (ERR_NOREPLY after the default HEAPC_FRAME_TIMEOUT_MS, and
 #      after $HEAPC_FRAME_TIMEOUT_MS), the same with its payload (ERR_CONN);
 #      an unsealed ring memfd truncated after the attach (refused: the Alloc
@@ -21,7 +22,7 @@ F=$BUILD/tests/prog_fakeserver
 lib_tmpdir fake
 
 # ---- item 7: fds and frames from a hostile server ------------------------------------
-for c in status0 unsealed regular nofds_body ring growbad busy; do
+for c in status0 status_unsealed unsealed regular nofds_body ring growbad busy; do
     bounded 120 "$F" "$c" >"$T/$c.out" 2>&1 || sed 's/^/    | /' "$T/$c.out"
     check "$(sed -n 's/^ok   //p; s/^FAIL //p' "$T/$c.out" | head -1 | cut -c1-150)" grep -q '^ok ' "$T/$c.out"
 done

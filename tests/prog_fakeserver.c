@@ -10,6 +10,10 @@
  *   unsealed    chunk 0 is a memfd without seals, truncated to 0 bytes once
  *               the client has attached; the client then touches it
  *               [ERR_BADFD: the attach refuses it, nothing faults]
+ *   status_unsealed
+ *               the status page is a memfd without seals, truncated to 0
+ *               bytes once the client has attached; the client then reads
+ *               it (heapc_status) [ERR_BADFD: the attach refuses it]
  *   regular     chunk 0 is a regular file [ERR_BADFD]
  *   nofds       the AttachReply is a frame header announcing fds, then
  *               nothing more [ERR_NOREPLY, within HEAPC_FRAME_TIMEOUT_MS]
@@ -68,7 +72,7 @@ static int sealed_memfd(size_t size, int seals)
     return fd;
 }
 
-static int status_page(int odd)
+static int status_page(int odd, int seal)
 {
     int fd = sealed_memfd(HS_PAGE_SIZE, 0);
     hs_page *p = mmap(NULL, HS_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -80,7 +84,8 @@ static int status_page(int odd)
     p->version = HS_VERSION;
     p->seq = odd ? 1 : 2;
     munmap(p, HS_PAGE_SIZE);
-    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+    if (seal)
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
     return fd;
 }
 
@@ -115,7 +120,9 @@ static void truncate_it(int fd)
     if (ftruncate(fd, 0) != 0)
         perror("ftruncate");
     else
-        printf("     the server truncated the %s memfd after the client attached\n", is("ring") ? "ring" : "chunk");
+        printf("     the server truncated the %s memfd after the client attached\n", is("ring")       ? "ring"
+                                                                                     : is("unsealed") ? "chunk"
+                                                                                                      : "status page");
     fflush(stdout);
 }
 
@@ -157,7 +164,8 @@ static void send_attach(int fd, uint64_t id)
     } else {
         fds[0] = sealed_memfd(CHUNK, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
     }
-    fds[1] = is("status0") ? sealed_memfd(0, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) : status_page(is("busy"));
+    fds[1] = is("status0") ? sealed_memfd(0, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+                           : status_page(is("busy"), !is("status_unsealed"));
     if (is("nofds") || is("nofds_body")) {
         /* A header announcing 2 fds; with nofds_body its payload too, but
          * no fd ever comes. */
@@ -177,6 +185,8 @@ static void send_attach(int fd, uint64_t id)
     }
     if (is("unsealed"))
         pending = dup(fds[0]);
+    if (is("status_unsealed"))
+        pending = dup(fds[1]);
     close(fds[0]);
     close(fds[1]);
 }
@@ -355,7 +365,7 @@ static int client(const char *path, int out)
         rc = heapc_attach_env(c, NULL, NULL);
     } else if (rc == HEAPC_OK) {
         rc = heapc_attach(c, "fake", 0, 1, NULL);
-        if (rc == HEAPC_OK && (is("unsealed") || is("ring")))
+        if (rc == HEAPC_OK && (is("unsealed") || is("ring") || is("status_unsealed")))
             attached();
         if (rc == HEAPC_OK && is("unsealed")) {
             volatile char *p = heapc_ptr(c, 0);
@@ -366,7 +376,7 @@ static int client(const char *path, int out)
             uint64_t off;
             rc = heapc_alloc(c, 64, &ptr, &off);
         }
-        if (rc == HEAPC_OK && is("busy")) {
+        if (rc == HEAPC_OK && (is("busy") || is("status_unsealed"))) {
             heapc_status_t st;
             rc = heapc_status(c, &st);
         }
@@ -392,7 +402,9 @@ static const char *expected(void)
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: prog_fakeserver status0|unsealed|regular|nofds|nofds_body|ring|growbad|busy|env\n");
+        fprintf(
+            stderr,
+            "usage: prog_fakeserver status0|status_unsealed|unsealed|regular|nofds|nofds_body|ring|growbad|busy|env\n");
         return 2;
     }
     kase = argv[1];
