@@ -194,6 +194,11 @@ static int rpc_fail(heapc *c, const Heapd__Frame *req, int rc, const hcx_err *e,
         return conn_closed_by_heapd(c, sending ? "while sending" : "before answering", b);
     case HCX_ETOOBIG:
         return hci_set_err(c, HEAPC_EINVAL, "the %s request is too large to send: %s", b, e->why);
+    case HCX_ESTALL:
+        return conn_dead(c, HEAPC_ENOREPLY,
+                         "reading heapd's reply to %s: %s; the connection was closed because its state is "
+                         "unknown: connect and attach again",
+                         b, e->why);
     case HCX_ETIMEOUT:
         return conn_dead(c, HEAPC_ENOREPLY,
                          "no reply from heapd to %s within %d ms%s; the connection was closed because its "

@@ -106,7 +106,9 @@ extern "C" {
     X(HEAPC_EOOM, -102, ERR_OOM, "out of host memory in the client")                                                   \
     X(HEAPC_ENOREPLY, -103, ERR_NOREPLY, "no reply within heapc_set_timeout's limit; the connection was closed")       \
     X(HEAPC_ESYNC, -104, ERR_SYNC, "the device-sync hook failed before a collect")                                     \
-    X(HEAPC_EBUSY, -105, ERR_BUSY, "heapc_status: the status page stayed mid-update (heapd died or stopped)")
+    X(HEAPC_EBUSY, -105, ERR_BUSY, "heapc_status: the status page stayed mid-update (heapd died or stopped)")          \
+    X(HEAPC_EBADFD, -106, ERR_BADFD,                                                                                   \
+      "heapd sent an fd that is not a sealed memfd of the size needed (or not a doorbell)")
 #define HEAPC_ERRNO_MAP(X) HEAPC_DAEMON_ERRNO_MAP(X) HEAPC_CLIENT_ERRNO_MAP(X)
 
 enum {
@@ -118,7 +120,7 @@ enum {
 
 /* Short name of a code: "ERR_ASYMMETRY" for heapd's codes (as in
  * docs/protocol.md), "ERR_CONN", "ERR_MAP", "ERR_OOM", "ERR_NOREPLY",
- * "ERR_SYNC", "ERR_BUSY" for the client's, "OK" for 0, "ERR_UNKNOWN" otherwise.
+ * "ERR_SYNC", "ERR_BUSY", "ERR_BADFD" for the client's, "OK" for 0, "ERR_UNKNOWN" otherwise.
  * Thread-safe. */
 const char *heapc_errname(int code);
 
@@ -181,7 +183,12 @@ const char *heapc_backend(const heapc *c);
 /* Client-side limit, in milliseconds, on waiting for any one reply; < 0 (the
  * default) waits as long as heapd takes (heapd bounds collectives with the
  * heap's collect_timeout_ms). When it expires the call fails with
- * HEAPC_ENOREPLY and the connection is closed. */
+ * HEAPC_ENOREPLY and the connection is closed.
+ * Whatever this limit, once the first byte of a frame from heapd has come,
+ * the rest of it (payload and fds) must come within HEAPC_FRAME_TIMEOUT_MS
+ * (default 10000; $HEAPC_FRAME_TIMEOUT_MS overrides, at connect), else the
+ * call fails the same way: a frame cut short never hangs the client. */
+#define HEAPC_FRAME_TIMEOUT_MS 10000
 int heapc_set_timeout(heapc *c, int timeout_ms);
 
 /* ---- attach ------------------------------------------------------------- */

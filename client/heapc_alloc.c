@@ -498,7 +498,7 @@ static int alloc_locked(heapc *c, size_t size, void **ptr, uint64_t *offset)
             int keep = c->err;
             char msg[ERRSTR_LEN];
             snprintf(msg, sizeof msg, "%s", c->errstr);
-            hci_set_err(c, keep == HEAPC_EOOM ? HEAPC_EOOM : HEAPC_EMAP,
+            hci_set_err(c, keep == HEAPC_EOOM || keep == HEAPC_EBADFD ? keep : HEAPC_EMAP,
                         "allocation %" PRIu64 " of heap %s was made at offset %" PRIu64
                         " but is not usable here: %s (free it; detach and attach again to remap)",
                         c->next_seq - 1, c->heap, off, msg);

@@ -67,7 +67,10 @@ int hci_map_chunks(heapc *c, const view *v, Heapd__ChunkRef **refs, size_t n, co
             continue;
         int rc = hm_map_chunk(s, r->index, raw->fds[r->fd_index], merr, sizeof merr);
         if (rc != HM_OK)
-            return hci_set_err(c, rc == HM_ENOMEM ? HEAPC_EOOM : HEAPC_EMAP,
+            return hci_set_err(c,
+                               rc == HM_ENOMEM   ? HEAPC_EOOM
+                               : rc == HM_EBADFD ? HEAPC_EBADFD
+                                                 : HEAPC_EMAP,
                                "mapping chunk %" PRIu32 " of rank %" PRIu32 " of heap %s failed: %s", r->index, r->rank,
                                c->heap, merr);
         c->ctr.chunks_mapped++;
@@ -298,11 +301,17 @@ static int attach_spaces(heapc *c, view *v, const char *heap, int ordinal)
 }
 
 /* attach, step 8: the status page stays open for libheapc_nccl; every other
- * fd is closed by hci_rpc_done (heapc_map.h: hm_map_chunk never takes the fd). */
-static void attach_status_page(heapc *c, const Heapd__AttachReply *ar, hw_frame *raw)
+ * fd is closed by hci_rpc_done (heapc_map.h: hm_map_chunk never takes the fd).
+ * A page that is no sealed memfd of HS_PAGE_SIZE bytes fails the attach
+ * (reading a short one would fault); one that is not a status page (magic,
+ * version) is ignored as before. */
+static int attach_status_page(heapc *c, const Heapd__AttachReply *ar, hw_frame *raw)
 {
     if (ar->status_fd_index < 0 || (size_t)ar->status_fd_index >= raw->nfds)
-        return;
+        return HEAPC_OK;
+    char merr[320];
+    if (hm_check_memfd(raw->fds[ar->status_fd_index], HS_PAGE_SIZE, "the status page", merr, sizeof merr) != HM_OK)
+        return hci_set_err(c, HEAPC_EBADFD, "attaching heap %s: %s", c->heap, merr);
     c->status_fd = raw->fds[ar->status_fd_index];
     raw->fds[ar->status_fd_index] = -1;
     void *pg = mmap(NULL, HS_PAGE_SIZE, PROT_READ, MAP_SHARED, c->status_fd, 0);
@@ -310,6 +319,7 @@ static void attach_status_page(heapc *c, const Heapd__AttachReply *ar, hw_frame 
         atomic_store_explicit(&c->status_page, (const hs_page *)pg, memory_order_release);
     else if (pg != MAP_FAILED)
         munmap(pg, HS_PAGE_SIZE);
+    return HEAPC_OK;
 }
 
 /* A failed attach: frees v when it was not published, forgets the attach
@@ -373,7 +383,8 @@ int hci_attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world,
     memset(&c->ctr, 0, sizeof c->ctr);
     if ((rc = hci_map_chunks(c, v, ar->chunks, ar->n_chunks, &raw)) != HEAPC_OK)
         goto fail;
-    attach_status_page(c, ar, &raw);
+    if ((rc = attach_status_page(c, ar, &raw)) != HEAPC_OK)
+        goto fail;
     /* Publish: the view first, then the extent (it checks the chunks). */
     c->next_seq = ar->next_seq;
     c->live_complete = ar->next_seq == 0;

@@ -63,6 +63,30 @@ typedef struct launch {
     char job[128], name[192];
 } launch;
 
+/* The job id a + sep + b into job[128]. heapd takes jobs of up to 127
+ * bytes: a longer id is cut (at a UTF-8 character's start) to leave room
+ * for "~" and 16 hex digits of the whole id's 64-bit FNV-1a hash, so that
+ * two ids that share their first bytes never make one job (or heap) name. */
+static void job_id(char job[128], const char *a, const char *sep, const char *b)
+{
+    size_t la = strlen(a), ls = strlen(sep), lb = strlen(b), n = la + ls + lb;
+    if (n <= 127) {
+        snprintf(job, 128, "%s%s%s", a, sep, b);
+        return;
+    }
+    uint64_t h = 1469598103934665603ull;
+    const char *part[3] = {a, sep, b};
+    for (int i = 0; i < 3; i++)
+        for (const unsigned char *p = (const unsigned char *)part[i]; *p; p++)
+            h = (h ^ *p) * 1099511628211ull;
+    char full[128];
+    snprintf(full, sizeof full, "%s%s%s", a, sep, b); /* cut at 127 */
+    size_t keep = 127 - 17;
+    while (keep > 0 && ((unsigned char)full[keep] & 0xc0) == 0x80)
+        keep--; /* not inside a character */
+    snprintf(job, 128, "%.*s~%016" PRIx64, (int)keep, full, h);
+}
+
 /* torchrun: RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, TORCHELASTIC_RUN_ID. */
 static int env_torchrun(heapc *c, launch *l)
 {
@@ -76,9 +100,9 @@ static int env_torchrun(heapc *c, launch *l)
      * the job runs (its rendezvous store listens there). */
     const char *id = getenv("TORCHELASTIC_RUN_ID"), *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
     if (id && *id && strcmp(id, "none") != 0)
-        snprintf(l->job, sizeof l->job, "%s", id);
+        job_id(l->job, id, "", "");
     else if (addr && *addr && port && *port)
-        snprintf(l->job, sizeof l->job, "%s-%s", addr, port);
+        job_id(l->job, addr, "-", port);
     else
         return 0; /* no unique id: l->name stays empty (see launch_name) */
     snprintf(l->name, sizeof l->name, "torch-%s", l->job);
@@ -136,7 +160,7 @@ static int env_slurm(heapc *c, launch *l)
         return hci_set_err(c, HEAPC_EINVAL,
                            "heapc_attach_env: SLURM_JOB_ID is not set, but "
                            "SLURM_PROCID is: start the job with srun, or set SLURM_JOB_ID");
-    snprintf(l->job, sizeof l->job, "%s.%s", id, step && *step ? step : "0");
+    job_id(l->job, id, ".", step && *step ? step : "0");
     snprintf(l->name, sizeof l->name, "slurm-%s", l->job);
     return 0;
 }

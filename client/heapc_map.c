@@ -4,6 +4,7 @@
 #include "heapc_cuda.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -102,19 +103,44 @@ static int host_reserve(hm_space *s, char *err, size_t errlen)
     return HM_OK;
 }
 
-static int host_map(hm_space *s, uint32_t index, int fd, char *err, size_t errlen)
+_Static_assert(HM_SEALS_NEEDED == (F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW), "HM_SEALS_NEEDED");
+
+int hm_check_memfd(int fd, uint64_t need, const char *role, char *err, size_t errlen)
 {
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
-        return fail(err, errlen, HM_EINVAL, "hm_map_chunk: fd %d of chunk %" PRIu32 " is not usable: %s", fd, index,
+        return fail(err, errlen, HM_EBADFD, "the fd of %s is not usable: %s", role, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode))
+        return fail(err, errlen, HM_EBADFD, "the fd of %s is not a memfd (not even a file: mode 0%o)", role,
+                    (unsigned)(st.st_mode & S_IFMT));
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0) {
+        int e = errno;
+        return fail(err, errlen, HM_EBADFD,
+                    "the fd of %s is not a memfd (F_GET_SEALS: %s): heapd hands out sealed memfds only", role,
                     strerror(e));
     }
-    if (st.st_size < 0 || (uint64_t)st.st_size < s->chunk_size)
-        return fail(err, errlen, HM_EINVAL,
-                    "hm_map_chunk: chunk %" PRIu32 "'s fd holds %lld bytes, less than the "
-                    "heap's chunk_size %" PRIu64 "; heapd and the client disagree on the chunk size",
-                    index, (long long)st.st_size, s->chunk_size);
+    if ((seals & HM_SEALS_NEEDED) != HM_SEALS_NEEDED)
+        return fail(err, errlen, HM_EBADFD,
+                    "the memfd of %s lacks the seals%s%s%s that heapd sets (it has 0x%x): it could be cut short "
+                    "under the mapping",
+                    role, seals & F_SEAL_SHRINK ? "" : " F_SEAL_SHRINK", seals & F_SEAL_GROW ? "" : " F_SEAL_GROW",
+                    seals & F_SEAL_SEAL ? "" : " F_SEAL_SEAL", (unsigned)seals);
+    if (st.st_size < 0 || (uint64_t)st.st_size < need)
+        return fail(err, errlen, HM_EBADFD, "the memfd of %s holds %lld bytes, less than the %" PRIu64 " needed", role,
+                    (long long)st.st_size, need);
+    return HM_OK;
+}
+
+static int host_map(hm_space *s, uint32_t index, int fd, char *err, size_t errlen)
+{
+    char role[48];
+    snprintf(role, sizeof role, "chunk %" PRIu32, index);
+    int rc = hm_check_memfd(fd, s->chunk_size, role, err, errlen);
+    if (rc != HM_OK)
+        return rc;
     char *at = (char *)s->base + (uint64_t)index * s->chunk_size;
     void *p = mmap(at, s->chunk_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
     if (p == MAP_FAILED) {

@@ -5,9 +5,10 @@
  * at base + k * chunk_size, so heap offsets are plain additions to base.
  *
  *   HM_HOST  base is a host address. The range is reserved with an anonymous
- *            PROT_NONE MAP_NORESERVE mapping; a chunk (a memfd from heapd's
- *            host backend) replaces its slot with a MAP_SHARED read/write
- *            mapping. Unmapped slots fault on access.
+ *            PROT_NONE MAP_NORESERVE mapping; a chunk (a sealed memfd from
+ *            heapd's host backend, checked by hm_check_memfd) replaces its
+ *            slot with a MAP_SHARED read/write mapping. Unmapped slots
+ *            fault on access.
  *   HM_CUDA  base is a CUDA device address (unified addressing): the range is
  *            reserved with cuMemAddressReserve; a chunk (a POSIX fd exported
  *            by heapd's cuda backend, on this rank's GPU or a local peer's) is
@@ -49,7 +50,8 @@ typedef enum hm_status {
     HM_ENOMEM = -2,    /* out of address space or device memory */
     HM_EUNAVAIL = -3,  /* CUDA is not available (no driver, no GPU, no headers) */
     HM_ENOTFOUND = -4, /* no GPU has that UUID */
-    HM_ESYS = -5       /* a system or driver call failed */
+    HM_ESYS = -5,      /* a system or driver call failed */
+    HM_EBADFD = -6     /* host: the fd is not a sealed memfd of the size needed */
 } hm_status;
 
 /* Fields are read-only for callers; set them only through this API. */
@@ -80,9 +82,22 @@ int hm_reserve(hm_kind kind, uint64_t va_size, uint64_t chunk_size, hm_space *ou
 int hm_set_cuda_device(hm_space *s, int ordinal, char *err, size_t errlen);
 
 /* Maps the chunk behind fd at base + index * chunk_size. The fd is not
- * consumed (see above). Errors: index out of range, slot already mapped, an
- * fd smaller than chunk_size (host), or the driver's refusal (cuda). */
+ * consumed (see above). Errors: index out of range, slot already mapped,
+ * host: an fd that hm_check_memfd refuses (HM_EBADFD: unsealed, short, not a
+ * memfd); cuda: the driver's refusal (a CUDA POSIX fd is no memfd and has
+ * no seals: cuMemImportFromShareableHandle checks it). */
 int hm_map_chunk(hm_space *s, uint32_t index, int fd, char *err, size_t errlen);
+
+/* The seals every memfd heapd hands out carries (F_SEAL_SHRINK,
+ * F_SEAL_GROW, F_SEAL_SEAL): nobody can shrink it under a mapping, so a
+ * mapping of its first `need` bytes never faults (SIGBUS). */
+#define HM_SEALS_NEEDED 0x0007 /* F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW */
+
+/* HM_OK if fd is a memfd sealed with HM_SEALS_NEEDED (F_GET_SEALS; a file
+ * of any other kind has no such seals: a regular file, a pipe) holding at
+ * least need bytes (fstat); else HM_EBADFD with a sentence naming role
+ * ("chunk 3 of rank 1", "the status page") and what is missing. */
+int hm_check_memfd(int fd, uint64_t need, const char *role, char *err, size_t errlen);
 
 /* base, or NULL when s is not reserved. */
 void *hm_base(const hm_space *s);

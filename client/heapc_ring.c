@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "heapc_map.h"
 #include "ring_layout.h"
 
 /* Invariants: s is the number of the next request; every request before
@@ -74,13 +75,26 @@ hcr_ring *hcr_open(int memfd, int doorbell, uint32_t nslots, uint32_t slot_size,
                    size_t len)
 {
     hcr_ring *r = calloc(1, sizeof *r);
+    if (len)
+        why[0] = '\0';
     struct stat st;
     if (!r) {
         snprintf(why, len, "out of memory");
         goto fail;
     }
-    if (fstat(memfd, &st) || st.st_size < (off_t)HR_HDR_SIZE) {
-        snprintf(why, len, "heapd's ring memfd is not usable (%s)", errno ? strerror(errno) : "too small");
+    /* A sealed memfd only: one heapd (or whoever answers on its socket)
+     * could shrink under the mapping would fault (SIGBUS) at a request. */
+    if (hm_check_memfd(memfd, HR_HDR_SIZE, "the request ring", why, len) != HM_OK || fstat(memfd, &st)) {
+        if (!why[0])
+            snprintf(why, len, "heapd's ring memfd is not usable: %s", strerror(errno));
+        goto fail;
+    }
+    /* The doorbell is written: an eventfd (an anonymous inode) never raises
+     * a signal there, a pipe or socket with no reader would (SIGPIPE), a
+     * file over RLIMIT_FSIZE too (SIGXFSZ). */
+    struct stat dst;
+    if (fstat(doorbell, &dst) || (dst.st_mode & S_IFMT) != 0) {
+        snprintf(why, len, "heapd's ring doorbell is not an eventfd (file type 0%o)", (unsigned)(dst.st_mode & S_IFMT));
         goto fail;
     }
     r->size = (size_t)st.st_size;

@@ -34,7 +34,9 @@ int hcr_wanted(char *why, size_t len);
 /* Maps the ring (takes both fds, closed on failure). nlocal: this node's
  * ranks of the heap (spinners = nlocal + heapd). side: the socket, whose
  * readable, next and await the ring uses (it must outlive the ring). NULL
- * with why. */
+ * with why, also when memfd is not a sealed memfd (heapc_map.h:
+ * hm_check_memfd) or doorbell is not an eventfd: nothing heapd sends can
+ * make a later request fault or raise a signal. */
 hcr_ring *hcr_open(int memfd, int doorbell, uint32_t nslots, uint32_t slot_size, uint32_t nlocal, hcx side, char *why,
                    size_t len);
 void hcr_close(hcr_ring *r);

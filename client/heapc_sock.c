@@ -1,17 +1,26 @@
 /* heapc_sock.c - libheapc's socket transport (see heapc_sock.h). */
 #include "heapc_sock.h"
+#include "heapc.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 void hcs_init(hcs_sock *s)
 {
     s->fd = -1;
     hw_reader_init(&s->rd);
+    s->stall_ms = HEAPC_FRAME_TIMEOUT_MS;
+    const char *e = getenv("HEAPC_FRAME_TIMEOUT_MS");
+    char *end;
+    long v = e && *e ? strtol(e, &end, 10) : 0;
+    if (e && *e && !*end && v > 0 && v <= INT_MAX)
+        s->stall_ms = (int)v;
 }
 
 int hcs_connect(hcs_sock *s, const char *path, char *why, size_t len)
@@ -44,16 +53,66 @@ static int sock_send(void *data, uint64_t id, const void *buf, size_t len, const
     return rc == HW_ETOOBIG ? HCX_ETOOBIG : HCX_EIO;
 }
 
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The next frame within timeout_ms (< 0: no limit); once part of a frame
+ * has come, its rest within s->stall_ms whatever timeout_ms says: a server
+ * that announces a frame (or its fds) and sends no more never hangs us.
+ * hw_recv_frame's codes; *stalled: the timeout was the stall limit. */
+static int recv_bounded(hcs_sock *s, int timeout_ms, hw_frame *raw, int *stalled, char *why, size_t len)
+{
+    int64_t t0 = now_ms(), stall0 = -1;
+    for (;;) {
+        int rc = hw_read(s->fd, &s->rd, raw, why, len);
+        if (rc != HW_AGAIN)
+            return rc;
+        int64_t now = now_ms(), deadline = timeout_ms < 0 ? INT64_MAX : t0 + timeout_ms;
+        *stalled = 0;
+        if (!hw_reader_in_frame(&s->rd)) {
+            stall0 = -1;
+        } else {
+            if (stall0 < 0)
+                stall0 = now;
+            if (stall0 + s->stall_ms < deadline) {
+                deadline = stall0 + s->stall_ms;
+                *stalled = 1;
+            }
+        }
+        if (now >= deadline) {
+            if (*stalled)
+                snprintf(why, len,
+                         "heapd began a frame and sent no more of it (its bytes or the fds its header announced) "
+                         "within %d ms",
+                         s->stall_ms);
+            else
+                snprintf(why, len, "no frame arrived within %d ms", timeout_ms);
+            return HW_ETIMEDOUT;
+        }
+        int64_t left = deadline == INT64_MAX ? -1 : deadline - now;
+        struct pollfd p = {.fd = s->fd, .events = POLLIN};
+        if (poll(&p, 1, left > INT32_MAX ? INT32_MAX : (int)left) < 0 && errno != EINTR) {
+            snprintf(why, len, "poll on heapd's socket failed: %s", strerror(errno));
+            return HW_ESYS;
+        }
+    }
+}
+
 static int sock_next(void *data, int timeout_ms, Heapd__Frame **m, hw_frame *raw, hcx_err *e)
 {
     hcs_sock *s = data;
     e->ring = 0;
     *m = NULL;
-    int rc = hw_recv_frame(s->fd, &s->rd, raw, timeout_ms, e->why, sizeof e->why);
+    int stalled = 0;
+    int rc = recv_bounded(s, timeout_ms, raw, &stalled, e->why, sizeof e->why);
     if (rc == HW_EOF || rc == HW_EPARTIAL || (rc == HW_ESYS && (errno == ECONNRESET || errno == EPIPE)))
         return HCX_ECLOSED;
     if (rc == HW_ETIMEDOUT)
-        return HCX_ETIMEOUT;
+        return stalled ? HCX_ESTALL : HCX_ETIMEOUT;
     if (rc < 0)
         return HCX_EIO;
     *m = heapd__frame__unpack(NULL, raw->len, raw->data);

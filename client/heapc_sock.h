@@ -13,16 +13,19 @@
 #include "heapc_xport.h"
 #include "wire.h"
 
-/* fd < 0 <=> not connected (then rd holds nothing). */
+/* fd < 0 <=> not connected (then rd holds nothing). stall_ms > 0: how long
+ * the rest of a frame may take once part of it has come (heapc.h:
+ * HEAPC_FRAME_TIMEOUT_MS, $HEAPC_FRAME_TIMEOUT_MS at hcs_init). */
 typedef struct hcs_sock {
     int fd;
     hw_reader rd;
+    int stall_ms;
 } hcs_sock;
 
 /* The operations; their data is an hcs_sock. */
 extern const hcx_ops hcs_ops;
 
-/* Not connected. */
+/* Not connected; stall_ms from the environment. */
 void hcs_init(hcs_sock *s);
 /* Connects to heapd at path: 0, or -1 with why (it names the path and the
  * fix). */

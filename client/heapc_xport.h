@@ -33,6 +33,7 @@ enum {
     HCX_EIO = -4,      /* the transport failed (why says how) */
     HCX_EDECODE = -5,  /* heapd's bytes are not a heapd.Frame */
     HCX_EPROTO = -6,   /* the ring broke its invariants (why says how) */
+    HCX_ESTALL = -7,   /* a frame begun and not finished within the socket's stall limit */
 };
 
 /* What went wrong, for hci_rpc's sentence. */

@@ -315,6 +315,8 @@ static int pfd_push(hw_reader *r, const int *fds, size_t n, uint64_t pos)
 
 static int in_frame(const hw_reader *r) { return r->have_hdr || r->hdr_got > 0 || r->npfd > 0; }
 
+int hw_reader_in_frame(const hw_reader *r) { return in_frame(r) || r->start < r->end; }
+
 /* hw_read, step 1: where the next read goes (*iov). The rest of a large
  * payload goes straight into the frame (*direct); else into the read buffer,
  * made on first use. 0, or an error code. */

@@ -144,6 +144,9 @@ size_t hw_reader_fds_held(const hw_reader *r);
 void hw_reader_shrink(hw_reader *r);
 /* 1 if bytes are buffered that hw_read has not parsed yet. */
 int hw_reader_buffered(const hw_reader *r);
+/* 1 if part of a frame has come (header bytes, payload, fds) and the rest
+ * has not: what a reader bounds with a stall timeout. */
+int hw_reader_in_frame(const hw_reader *r);
 
 /*
  * Read what the socket has (never blocks: MSG_DONTWAIT) and return the next

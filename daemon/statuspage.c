@@ -8,6 +8,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010 /* Linux 5.1; older libc headers lack it */
+#endif
+
 int hd_status_create(hd_status *s, uint32_t rank, char *err, size_t errlen)
 {
     s->fd = -1;
@@ -28,8 +32,18 @@ int hd_status_create(hd_status *s, uint32_t rank, char *err, size_t errlen)
         close(fd);
         return -1;
     }
-    /* Clients may map it but never resize it under heapd. */
-    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+    /* Clients may map it but never resize it under heapd, nor write it:
+     * F_SEAL_FUTURE_WRITE refuses every write and writable mapping from now
+     * on, heapd's own mapping (made above) stays writable. A kernel older
+     * than 5.1 lacks it (EINVAL): the page is then writable by its clients,
+     * as before; libheapc needs only the three others (heapc_map.h). */
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0 &&
+        (errno != EINVAL || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)) {
+        snprintf(err, errlen, "sealing the status page failed: %s; heapd needs Linux 3.17 or newer", strerror(errno));
+        munmap(p, HS_PAGE_SIZE);
+        close(fd);
+        return -1;
+    }
     s->fd = fd;
     s->page = p;
     memset(p, 0, HS_PAGE_SIZE);

@@ -7,6 +7,7 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "heapc.h"
+#include "heapc_map.h"
 #include "heapd.pb-c.h"
 #include "wire.h"
 #include "check_util.h"
@@ -296,9 +298,11 @@ static void fake_start(fake *f, void (*script)(fake *))
     ck_assert_msg(f->lfd >= 0, "listen: %s", err);
     for (int r = 0; r < 2; r++)
         for (int i = 0; i < 4; i++) {
-            f->chunks[r][i] = memfd_create("check_heapc", MFD_CLOEXEC);
+            f->chunks[r][i] = memfd_create("check_heapc", MFD_CLOEXEC | MFD_ALLOW_SEALING);
             ck_assert_int_ge(f->chunks[r][i], 0);
             ck_assert_int_eq(ftruncate(f->chunks[r][i], CHUNK), 0);
+            /* as heapd's chunks: libheapc refuses others (issue 33 item 7) */
+            ck_assert_int_eq(fcntl(f->chunks[r][i], F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
         }
     f->script = script;
     ck_assert_int_eq(pthread_create(&f->th, NULL, fake_main, f), 0);
@@ -427,6 +431,41 @@ static void script_session(fake *f)
     /* then frees, a collect and detach */
     fdetach(f, fserve_frees(f));
 }
+
+/* Issue 33 item 7: only a memfd sealed as heapd seals it, of the size
+ * needed, passes hm_check_memfd; the error names the role. */
+START_TEST(test_check_memfd)
+{
+    char err[320];
+    int good = memfd_create("c", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    ck_assert_int_eq(ftruncate(good, 8192), 0);
+    ck_assert_int_eq(fcntl(good, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+    ck_assert_int_eq(hm_check_memfd(good, 8192, "chunk 1", err, sizeof err), HM_OK);
+    ck_assert_int_eq(hm_check_memfd(good, 8193, "chunk 1", err, sizeof err), HM_EBADFD);
+    ck_assert_msg(strstr(err, "chunk 1 holds 8192 bytes, less than the 8193 needed"), "%s", err);
+    int shrinkable = memfd_create("c", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    ck_assert_int_eq(ftruncate(shrinkable, 8192), 0);
+    ck_assert_int_eq(fcntl(shrinkable, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SEAL), 0);
+    ck_assert_int_eq(hm_check_memfd(shrinkable, 4096, "the status page", err, sizeof err), HM_EBADFD);
+    ck_assert_msg(strstr(err, "the status page lacks the seals F_SEAL_SHRINK that"), "%s", err);
+    char path[] = "/tmp/check_heapc.XXXXXX";
+    int file = mkstemp(path);
+    unlink(path);
+    ck_assert_int_eq(ftruncate(file, 8192), 0);
+    ck_assert_int_eq(hm_check_memfd(file, 4096, "chunk 0", err, sizeof err), HM_EBADFD);
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    ck_assert_int_eq(hm_check_memfd(p[0], 4096, "chunk 0", err, sizeof err), HM_EBADFD);
+    ck_assert_msg(strstr(err, "chunk 0 is not a memfd"), "%s", err);
+    ck_assert_int_eq(hm_check_memfd(-1, 4096, "chunk 0", err, sizeof err), HM_EBADFD);
+    close(good);
+    close(shrinkable);
+    close(file);
+    close(p[0]);
+    close(p[1]);
+    ck_assert_str_eq(heapc_errname(HEAPC_EBADFD), "ERR_BADFD");
+}
+END_TEST
 
 START_TEST(test_session)
 {
@@ -629,6 +668,7 @@ static Suite *suite(void)
     TCase *t = tcase_create("client");
     tcase_add_test(t, test_connect_refused);
     tcase_add_test(t, test_names);
+    tcase_add_test(t, test_check_memfd);
     tcase_add_test(t, test_session);
     tcase_add_test(t, test_free_batch);
     tcase_add_test(t, test_daemon_dies);

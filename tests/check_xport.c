@@ -4,6 +4,7 @@
  * (hr_put into the response slots); and the socket transport (heapc_sock.c)
  * over a socket pair: stale frames dropped, a hang-up, heapd's last words. */
 #include <check.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "check_util.h"
+#include "heapc.h"
 #include "heapc_ring.h"
 #include "heapc_sock.h"
 #include "ring_layout.h"
@@ -132,9 +134,11 @@ static void rig_open(rig *g)
     memset(g, 0, sizeof *g);
     g->side.answer_s = -1;
     setenv("HEAPC_RING_SPIN_US", "0", 1);
-    int memfd = memfd_create("check_xport", MFD_CLOEXEC);
+    int memfd = memfd_create("check_xport", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     ck_assert_int_ge(memfd, 0);
     ck_assert_int_eq(ftruncate(memfd, (off_t)hr_size(G)), 0);
+    /* as heapd's ring: libheapc refuses others (issue 33 item 7) */
+    ck_assert_int_eq(fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
     g->mem = mmap(NULL, hr_size(G), PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
     ck_assert_ptr_ne(g->mem, MAP_FAILED);
     hr_init(g->mem, G);
@@ -328,6 +332,57 @@ START_TEST(sock_await_drops_stale)
 }
 END_TEST
 
+/* Issue 33 item 7: a ring memfd without seals, or short, and a doorbell
+ * that is no eventfd are refused (a truncated ring would fault at the next
+ * request, a pipe doorbell raise SIGPIPE). */
+START_TEST(ring_refuses_bad_fds)
+{
+    char why[256];
+    hcx side = {&fake_ops, NULL};
+    int seals[3] = {0, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL};
+    size_t size[3] = {hr_size(G), 100, hr_size(G)};
+    const char *want[3] = {"lacks the seals F_SEAL_SHRINK F_SEAL_GROW F_SEAL_SEAL", "less than", "not an eventfd"};
+    for (int i = 0; i < 3; i++) {
+        int memfd = memfd_create("check_xport", MFD_CLOEXEC | MFD_ALLOW_SEALING), p[2];
+        ck_assert_int_eq(ftruncate(memfd, (off_t)size[i]), 0);
+        ck_assert_int_eq(seals[i] ? fcntl(memfd, F_ADD_SEALS, seals[i]) : 0, 0);
+        ck_assert_int_eq(pipe(p), 0);
+        int bell = i == 2 ? p[1] : eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (i != 2)
+            close(p[1]);
+        close(p[0]);
+        ck_assert_ptr_null(hcr_open(memfd, bell, G.nslots, G.slot_size, 1, side, why, sizeof why));
+        ck_assert_msg(strstr(why, want[i]), "case %d: %s", i, why);
+    }
+}
+END_TEST
+
+/* Issue 33 item 7: a frame whose header came and whose rest never does
+ * ends after the stall limit even with no timeout (-1): HCX_ESTALL. */
+START_TEST(sock_stall_bounded)
+{
+    setenv("HEAPC_FRAME_TIMEOUT_MS", "200", 1);
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    hcs_sock s;
+    hcs_init(&s);
+    unsetenv("HEAPC_FRAME_TIMEOUT_MS");
+    ck_assert_int_eq(s.stall_ms, 200);
+    s.fd = sv[0];
+    unsigned char hdr[8] = {10, 0, 0, 0, 2, 0, 0, 0}; /* 10 bytes and 2 fds, never sent */
+    ck_assert_int_eq(write(sv[1], hdr, sizeof hdr), (ssize_t)sizeof hdr);
+    Heapd__Frame *m;
+    hw_frame raw;
+    hcx_err e = {0};
+    ck_assert_int_eq(hcs_ops.await(&s, 1, -1, &m, &raw, &e), HCX_ESTALL);
+    ck_assert_msg(strstr(e.why, "within 200 ms"), "%s", e.why);
+    hcs_close(&s);
+    close(sv[1]);
+    hcs_init(&s);
+    ck_assert_int_eq(s.stall_ms, HEAPC_FRAME_TIMEOUT_MS);
+}
+END_TEST
+
 static Suite *xport_suite(void)
 {
     Suite *s = suite_create("xport");
@@ -335,9 +390,11 @@ static Suite *xport_suite(void)
     tcase_add_test(tc, ring_carries);
     tcase_add_test(tc, ring_reply_marker_readable);
     tcase_add_test(tc, ring_failures);
+    tcase_add_test(tc, ring_refuses_bad_fds);
     suite_add_tcase(s, tc);
     tc = tcase_create("socket");
     tcase_add_test(tc, sock_await_drops_stale);
+    tcase_add_test(tc, sock_stall_bounded);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -97,7 +97,8 @@ static void usage(FILE *f)
                "  status              print the status page: 'p mapped=.. live=.. ...'\n"
                "  statusstuck         make the status page look mid-write (its seq odd, as\n"
                "                      a heapd dead mid-update leaves it) and read it: 'busy'\n"
-               "                      when heapc_status gives up with ERR_BUSY\n"
+               "                      when heapc_status gives up with ERR_BUSY; 'readonly'\n"
+               "                      when heapd sealed the page against writes (EPERM)\n"
                "  try CMD ...         run CMD; on error print 'e CODE message' and go on\n"
                "  exit [CODE]         exit at once with CODE (default 0), without detaching\n"
                "\n"
@@ -610,17 +611,21 @@ static int run_tokens(char **tok, int ntok, int *xcode)
         } else if (!strcmp(cmd, "statusstuck")) {
             int sfd = heapc_status_fd(g.c);
             uint64_t *pg = sfd < 0 ? MAP_FAILED : mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
-            if (pg == MAP_FAILED) {
+            if (pg == MAP_FAILED && sfd >= 0 && errno == EPERM) { /* heapd sealed it: F_SEAL_FUTURE_WRITE */
+                printf("readonly\n");
+                fflush(stdout);
+            } else if (pg == MAP_FAILED) {
                 fprintf(stderr, "error: cannot map the status page writable: %s\n", strerror(errno));
                 return 1;
+            } else {
+                uint64_t *seq = (uint64_t *)((char *)pg + offsetof(hs_page, seq));
+                __atomic_store_n(seq, __atomic_load_n(seq, __ATOMIC_RELAXED) | 1, __ATOMIC_RELEASE);
+                heapc_status_t st;
+                int src = heapc_status(g.c, &st);
+                printf("%s\n", src == HEAPC_EBUSY ? "busy" : heapc_errname(src));
+                fflush(stdout);
+                munmap(pg, 4096);
             }
-            uint64_t *seq = (uint64_t *)((char *)pg + offsetof(hs_page, seq));
-            __atomic_store_n(seq, __atomic_load_n(seq, __ATOMIC_RELAXED) | 1, __ATOMIC_RELEASE);
-            heapc_status_t st;
-            int src = heapc_status(g.c, &st);
-            printf("%s\n", src == HEAPC_EBUSY ? "busy" : heapc_errname(src));
-            fflush(stdout);
-            munmap(pg, 4096);
         } else if (!strcmp(cmd, "exit")) {
             *xcode = 0;
             if (i < ntok && parse_u64(tok[i], &a) == 0) {

@@ -37,12 +37,12 @@ __version__ = "0.1.0"
 
 __all__ = ["__version__", "Heap", "HeapdError", "AsymmetryError", "PeerGoneError", "CollectiveTimeoutError",
            "HeapdConnectionError", "NotHeldError", "OutOfMemoryError", "StateError",
-           "MismatchError", "Status", "library_path", "stats"]
+           "MismatchError", "BadFdError", "Status", "library_path", "stats"]
 
 library_path = L.path
 Status = L.Status
 
-from ._errors import (_BY_CODE, AsymmetryError, CollectiveTimeoutError,  # noqa: F401
+from ._errors import (_BY_CODE, AsymmetryError, BadFdError, CollectiveTimeoutError,  # noqa: F401
                       HeapdConnectionError, HeapdError, MismatchError, NotHeldError,
                       OutOfMemoryError, PeerGoneError, StateError, _raise)
 from ._stats import _stats_of, stats  # noqa: F401

@@ -59,10 +59,16 @@ class MismatchError(HeapdError):
     """Attach parameters differ from the heap's."""
 
 
+class BadFdError(HeapdError):
+    """heapd (or whatever answers on its socket) sent an fd that is not a
+    sealed memfd of the size needed, or a ring doorbell that is no eventfd:
+    refused, so that nothing it sent can fault this process."""
+
+
 _BY_CODE = {-5: AsymmetryError, -7: PeerGoneError, -6: CollectiveTimeoutError,
             -103: CollectiveTimeoutError, -100: HeapdConnectionError, -15: HeapdConnectionError,
             -12: NotHeldError, -8: OutOfMemoryError, -9: OutOfMemoryError, -17: OutOfMemoryError,
-            -102: OutOfMemoryError, -11: StateError, -4: MismatchError}
+            -102: OutOfMemoryError, -11: StateError, -4: MismatchError, -106: BadFdError}
 
 
 def _raise(c, rc):

@@ -107,3 +107,10 @@ def test_stats_fields_as_heapctl_json(sock, heapname):
             else:
                 assert type(py[k]) is type(v), k
         del x
+
+
+def test_every_client_code_has_its_name():
+    """Issue 33 item 7: ERR_BADFD (-106) is known, with its own class."""
+    assert L.errname(-106).decode() == "ERR_BADFD"
+    assert heapd._errors._BY_CODE[-106] is heapd.BadFdError
+    assert issubclass(heapd.BadFdError, heapd.HeapdError)
