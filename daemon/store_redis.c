@@ -83,9 +83,10 @@ static void conn_lost(hd_store *s, conn *c, const char *why)
             hd_store_req_finish(q, 0, NULL, NULL, 0);
         } else if (q->state == ST_QUEUED)
             hd_store_req_fail_conn(q, was, why);
-        else if (q->kind == RQ_COLLECT && is_sub)
+        else if (q->kind == RQ_COLLECT && is_sub && q->state != ST_MERGE && q->state != ST_FETCH)
             hd_store_req_fail_conn(q, was, why); /* its result can no longer reach us */
-        else if (!is_sub && (q->state == ST_SENT || q->state == ST_TIMING))
+        else if (!is_sub &&
+                 (q->state == ST_SENT || q->state == ST_TIMING || q->state == ST_MERGE || q->state == ST_FETCH))
             hd_store_req_fail_conn(q, was, why); /* its reply is lost */
     }
 }
@@ -497,12 +498,16 @@ int hd_store_open_opts(uv_loop_t *loop, const hd_store_opts *o, hd_store **out, 
         hd_store_seterr(err, errlen, "out of memory creating the store");
         return -1;
     }
-    if (parse_url(s, url, err, errlen) != 0 || load_credentials(s, o->credentials, err, errlen) != 0) {
+    if (parse_url(s, url, err, errlen) != 0 || load_credentials(s, o->credentials, err, errlen) != 0 ||
+        hd_store_load_key(s, o->key_file, o->credentials, err, errlen) != 0) {
+        explicit_bzero(s->key, sizeof s->key);
         explicit_bzero(s->pass, sizeof s->pass);
         free(s);
         return -1;
     }
     s->loop = loop;
+    s->warn = o->warn;
+    s->warn_arg = o->warn_arg;
     memcpy(s->node, node, nl + 1);
     snprintf(s->node_chan, sizeof s->node_chan, HD_STORE_NODE_CHANNEL "%s", node);
     sha1_hex(COLLECT_LUA, sizeof COLLECT_LUA - 1, s->sha);

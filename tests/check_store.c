@@ -398,6 +398,19 @@ static void expect_result(int i, const uint64_t *want, size_t nwant)
 
 static void counters(int i, uint64_t *cmd, uint64_t *msg) { hd_store_counters(N[i].s, cmd, msg); }
 
+/* One collect of k nodes: one command each, and one more (the signed
+ * PUBLISH of the result, issue 33 item 1) from the node that completed it. */
+static void expect_one_collect(const uint64_t *c0, const uint64_t *c1, int k)
+{
+    uint64_t sum = 0;
+    for (int i = 0; i < k; i++) {
+        ck_assert_msg(c1[i] - c0[i] >= 1 && c1[i] - c0[i] <= 2, "%s sent %" PRIu64 " commands for one collect",
+                      N[i].name, c1[i] - c0[i]);
+        sum += c1[i] - c0[i];
+    }
+    ck_assert_uint_eq(sum, (uint64_t)k + 1);
+}
+
 /* ---- tests --------------------------------------------------------------- */
 
 START_TEST(t_three_nodes_intersection)
@@ -422,13 +435,13 @@ START_TEST(t_three_nodes_intersection)
     for (int i = 0; i < NNODES; i++) {
         expect_result(i, want, 5);
         counters(i, &c1[i], &m1[i]);
-        ck_assert_msg(c1[i] - c0[i] == 1, "%s sent %" PRIu64 " commands for one collect", N[i].name, c1[i] - c0[i]);
         ck_assert_uint_le(m1[i] - m0[i], 1);
         msgs += m1[i] - m0[i];
     }
+    expect_one_collect(c0, c1, NNODES);
     /* every node but the one that completed it got one message */
     ck_assert_uint_eq(msgs, NNODES - 1);
-    printf("3 nodes: 1 command per node per collect, %" PRIu64 " messages in all\n", msgs);
+    printf("3 nodes: 1 command per node per collect (+1 publish), %" PRIu64 " messages in all\n", msgs);
 }
 END_TEST
 
@@ -459,9 +472,14 @@ START_TEST(t_latency)
            (double)(now_ms() - t0) / ROUNDS);
     hd_store_counters(N[0].s, NULL, &m1);
     mm = m1 - m0;
-    for (int i = 0; i < NNODES; i++) {
-        counters(i, &c1[i], NULL);
-        ck_assert_uint_eq(c1[i] - c0[i], ROUNDS);
+    {
+        uint64_t sum = 0;
+        for (int i = 0; i < NNODES; i++) {
+            counters(i, &c1[i], NULL);
+            ck_assert_uint_ge(c1[i] - c0[i], ROUNDS);
+            sum += c1[i] - c0[i];
+        }
+        ck_assert_uint_eq(sum, (uint64_t)ROUNDS * (NNODES + 1)); /* + the completer's publish */
     }
     ck_assert_uint_le(mm, ROUNDS);
     free(offs);
@@ -544,8 +562,8 @@ START_TEST(t_any_order)
         for (int i = 0; i < NNODES; i++) {
             expect_result(i, ref, nref);
             counters(i, &c1[i], NULL);
-            ck_assert_uint_eq(c1[i] - c0[i], 1);
         }
+        expect_one_collect(c0, c1, NNODES);
     }
     for (int i = 0; i < NNODES; i++)
         free(sets[i]);
@@ -613,7 +631,8 @@ START_TEST(t_large)
     for (int i = 0; i < NNODES; i++) {
         expect_result(i, want, nw);
         counters(i, &c1[i], NULL);
-        ck_assert_uint_eq(c1[i] - c0[i], 1);
+        /* staged in pieces (issue 33 item 5), then the commit */
+        ck_assert_uint_ge(c1[i] - c0[i], 1 + (L + HD_STORE_PIECE - 1) / HD_STORE_PIECE);
     }
     ck_assert_uint_gt(nw, L / 2);
     for (int i = 0; i < NNODES; i++)
@@ -659,7 +678,7 @@ START_TEST(t_timeout)
     ck_assert_uint_lt(N[2].t_done - t0, 2500); /* at once, not at its 5 s timeout */
     for (int i = 0; i < NNODES; i++)
         counters(i, &c1[i], NULL);
-    ck_assert_uint_eq(c1[0] - c0[0], 2); /* the collect, and the timeout's decision + lookup */
+    ck_assert_uint_eq(c1[0] - c0[0], 3); /* the collect, the timeout's decision + lookup, its publish */
     ck_assert_uint_eq(c1[1] - c0[1], 1);
     ck_assert_uint_eq(c1[2] - c0[2], 1);
 
@@ -765,7 +784,7 @@ START_TEST(t_abort)
     ck_assert_str_eq(N[2].msg, "rank 4 died");
     ck_assert_int_eq(N[2].done, 1);
     counters(2, &c1, NULL);
-    ck_assert_uint_eq(c1 - c0, 2); /* contribute + abort */
+    ck_assert_uint_eq(c1 - c0, 3); /* contribute + abort + its publish */
 
     /* Abort before contributing: the callback comes without a round trip. */
     collect(1, 5, 6, r[1], 2, a, 1, 10000, "job");
@@ -824,9 +843,9 @@ START_TEST(t_redis_killed)
     for (int i = 0; i < NNODES; i++) {
         expect_result(i, a, 2);
         counters(i, &c1[i], NULL);
-        ck_assert_uint_eq(c1[i] - c0[i], 1);
         ck_assert(hd_store_ready(N[i].s));
     }
+    expect_one_collect(c0, c1, NNODES);
 }
 END_TEST
 
@@ -959,12 +978,14 @@ START_TEST(t_script_flush)
         for (int i = 0; i < 2; i++)
             collect(i, round, 2, r[i], 1, a, 2, 5000, "job");
         ck_assert(run_until(nodes_done, &k, 5000));
+        uint64_t sum = 0;
         for (int i = 0; i < 2; i++) {
             expect_result(i, a, 2);
             counters(i, &c1[i], NULL);
-            /* round 1 is EVAL; round 2 is EVALSHA -> NOSCRIPT -> EVAL */
-            ck_assert_uint_eq(c1[i] - c0[i], round == 2 ? 2 : 1);
+            sum += c1[i] - c0[i];
         }
+        /* round 1 is EVAL; round 2 is EVALSHA -> NOSCRIPT -> EVAL; + the publish */
+        ck_assert_uint_eq(sum, round == 2 ? 5 : 3);
     }
 }
 END_TEST
