@@ -12,8 +12,9 @@
  *   c: 5 world size, 6 "collect N of heap \"H\"", 7 ranks (big-endian u32),
  *      8 candidates (big-endian u64, ascending: byte order is numeric order),
  *      9 "" (inline: 8 holds them all) or the byte length of the candidates
- *      the node staged in PREFIX:u:NODE (SET/APPEND in pieces before this
- *      call; issue 33 item 5)
+ *      the node staged in the hash PREFIX:u:NODE (fields "0", "1", ... of
+ *      32768 bytes, HD_STORE_PIECE_BYTES, the last one shorter; HSET before
+ *      this call; issue 33 item 5)
  *   t: 5 world size, 6 "collect N of heap \"H\" timed out after T ms"
  *   a: 5 message ("E<n>:" text, n = -HD_STORE_E*: every stored failure has one)
  *   p: 5 a message, published to heapd:node:NAME of every node in the hash
@@ -28,7 +29,7 @@
  *   call; {'aborted', message} op 'a' recorded it; {'sent', n} op 'p'.
  * Work per call is bounded by the piece size, not by the block count: an
  * inline set is at most HD_STORE_PIECE offsets, so the running inline
- * intersection is too; staged sets are only measured (STRLEN) here.
+ * intersection is too; staged sets are only counted (HLEN, HSTRLEN) here.
  * Hash fields: w world, cov ranks covered, nodes (space-separated, arrival
  * order), set running intersection of the inline sets, big the staged sets
  * ("NODE LEN ..."), abort, done, r:NODE the ranks NODE contributed
@@ -132,11 +133,13 @@ static const char COLLECT_LUA[] =
     "end\n"
     "local set, big, staged = h[5], h[7], tonumber(ARGV[9] or '')\n"
     "if staged then\n"
-    "  local have = redis.call('STRLEN', prefix .. ':u:' .. node)\n"
-    "  if have ~= staged then\n"
-    "    local msg = 'E1:' .. ARGV[6] .. ': node ' .. node .. ' staged ' .. have .. ' bytes of candidates in Redis, "
-    "not ' ..\n"
-    "      staged .. ' (its pieces were lost: keys evicted, or another program writing heapd keys?)'\n"
+    "  local uk, piece = prefix .. ':u:' .. node, 32768\n"
+    "  local np = math.ceil(staged / piece)\n"
+    "  local have = redis.call('HLEN', uk)\n"
+    "  if have ~= np or redis.call('HSTRLEN', uk, tostring(np - 1)) ~= staged - (np - 1) * piece then\n"
+    "    local msg = 'E1:' .. ARGV[6] .. ': node ' .. node .. ' staged ' .. have ..\n"
+    "      ' pieces of candidates in Redis, not ' .. np ..\n"
+    "      ' (its pieces were lost: keys evicted, or another program writing heapd keys?)'\n"
     "    fail(msg)\n"
     "    return {'abort', msg, 'n'}\n"
     "  end\n"

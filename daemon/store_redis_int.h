@@ -57,9 +57,9 @@ enum req_state {
     ST_DONE    /* result parked; delivered from the timer */
 };
 
-/* GETRANGE in pieces of one or more string keys into one buffer (issue 33
+/* HGET of the pieces of one or more piece hashes into one buffer (issue 33
  * item 5). Invariants: nkeys >= 1; sum(klen) == len; ki < nkeys or all
- * replies are in; 0 <= koff <= klen[ki]; pending == GETRANGE replies still
+ * replies are in; 0 <= koff <= klen[ki]; pending == HGET replies still
  * due; got <= len. */
 typedef struct fetch {
     char **keys;
@@ -266,7 +266,7 @@ const redisReply *hd_store_reply_str(const redisReply *r, size_t i);
 
 /* ---- store_redis_merge.c: big sets, signed messages (issue 33) ---------- */
 
-/* Queues q's pieces (SET ... EX, APPEND) to PREFIX:u:NODE: 0 or -1. */
+/* Queues q's pieces (HSET PREFIX:u:NODE I PIECE, EXPIRE): 0 or -1. */
 int hd_store_send_stage(hd_store *s, req *q);
 /* out: HMAC-SHA1 hex of kind || prefix || '\n' || body, or HD_STORE_NOMAC
  * without a key. */

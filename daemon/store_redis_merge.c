@@ -2,10 +2,10 @@
  * see store_redis_int.h).
  *
  * Item 5: one node's contribution of more than HD_STORE_PIECE offsets is
- * staged in pieces (SET ... EX, APPEND) to PREFIX:u:NODE before its commit,
+ * staged in pieces (HSET PREFIX:u:NODE I PIECE) to PREFIX:u:NODE before its commit,
  * so no command costs Redis more than a piece and other jobs' commands run in
  * between. The node whose commit covers the last rank fetches the staged
- * sets of the others (GETRANGE, one piece per command), intersects them with
+ * sets of the others (HGET, one piece per command), intersects them with
  * its own and with the script's inline intersection, and distributes the
  * result: inline in the message when it fits a piece, else stored in pieces
  * at PREFIX:res and announced with a short note that every node follows.
@@ -22,6 +22,9 @@
 
 #include "hmac.h"
 #include "store_redis_int.h"
+
+/* store_lua.h's staged check counts pieces of this size. */
+_Static_assert(HD_STORE_PIECE_BYTES == 32768, "the script's `piece`");
 
 /* ---- signing ------------------------------------------------------------- */
 
@@ -79,21 +82,27 @@ void hd_store_warn_drop(hd_store *s, const char *why)
 
 /* ---- pieces -------------------------------------------------------------- */
 
-/* SET key data EX ttl, then APPEND the rest, a piece per command. */
+/* HSET key I piece for each piece I (fields "0", "1", ...: each its own
+ * allocation in Redis, so no command copies what came before, as APPEND's
+ * reallocations would), then EXPIRE key ttl. */
 static int send_pieces(hd_store *s, const char *key, const char *data, size_t len, uint32_t ttl)
 {
-    char ttls[16];
+    char ttls[16], idx[24];
     snprintf(ttls, sizeof ttls, "%" PRIu32, ttl ? ttl : HD_STORE_ABORT_TTL_S);
     for (size_t off = 0; off < len || off == 0; off += HD_STORE_PIECE_BYTES) {
         size_t n = len - off < HD_STORE_PIECE_BYTES ? len - off : HD_STORE_PIECE_BYTES;
-        const char *argv[5] = {off ? "APPEND" : "SET", key, data + off, "EX", ttls};
-        size_t alen[5] = {off ? 6 : 3, strlen(key), n, 2, strlen(ttls)};
-        if (redisAsyncCommandArgv(s->cmd.ac, NULL, NULL, off ? 3 : 5, argv, alen) != REDIS_OK)
+        snprintf(idx, sizeof idx, "%zu", off / HD_STORE_PIECE_BYTES);
+        const char *argv[4] = {"HSET", key, idx, data + off};
+        size_t alen[4] = {4, strlen(key), strlen(idx), n};
+        if (redisAsyncCommandArgv(s->cmd.ac, NULL, NULL, 4, argv, alen) != REDIS_OK)
             return -1;
         s->commands++;
         if (!len)
             break;
     }
+    if (redisAsyncCommand(s->cmd.ac, NULL, NULL, "EXPIRE %s %s", key, ttls) != REDIS_OK)
+        return -1;
+    s->commands++;
     return 0;
 }
 
@@ -136,7 +145,7 @@ static fetch *fetch_new(size_t nkeys)
 
 static void on_fetch_reply(redisAsyncContext *ac, void *reply, void *priv);
 
-/* Queues every GETRANGE of q->fx (a piece each): 0 or -1. */
+/* Queues every HGET of q->fx (a piece each): 0 or -1. */
 static int fetch_send(hd_store *s, req *q)
 {
     fetch *f = q->fx;
@@ -149,11 +158,11 @@ static int fetch_send(hd_store *s, req *q)
     for (size_t i = 0; i < f->nkeys; i++)
         for (size_t off = 0; off < f->klen[i]; off += HD_STORE_PIECE_BYTES) {
             size_t n = f->klen[i] - off < HD_STORE_PIECE_BYTES ? f->klen[i] - off : HD_STORE_PIECE_BYTES;
-            char a[24], b[24];
-            snprintf(a, sizeof a, "%zu", off);
-            snprintf(b, sizeof b, "%zu", off + n - 1);
-            if (redisAsyncCommand(s->cmd.ac, on_fetch_reply, (void *)(uintptr_t)q->id, "GETRANGE %s %s %s", f->keys[i],
-                                  a, b) != REDIS_OK)
+            char idx[24];
+            (void)n;
+            snprintf(idx, sizeof idx, "%zu", off / HD_STORE_PIECE_BYTES);
+            if (redisAsyncCommand(s->cmd.ac, on_fetch_reply, (void *)(uintptr_t)q->id, "HGET %s %s", f->keys[i], idx) !=
+                REDIS_OK)
                 return -1;
             s->commands++;
             f->pending++;

@@ -207,6 +207,7 @@ typedef struct node {
     uint64_t *res;
     size_t nres;
     uint64_t t_done;
+    int seq; /* the order callbacks came in, over all nodes */
     int forces;
     char fheap[300], finc[300];
     int fdone, fstatus;
@@ -224,6 +225,11 @@ typedef struct node {
 
 static node N[NNODES];
 static char url[64];
+static int done_seq;
+/* Issue 33 item 1: two cluster keys (files, mode 0600) and the warnings. */
+static char key_dir[64], key1[128], key2[128];
+static int nwarn;
+static char warned[1024];
 
 static void on_tick(uv_timer_t *t) { (void)t; }
 
@@ -273,6 +279,7 @@ static void on_collect(void *arg, int status, const char *errmsg, const uint64_t
     nd->done++;
     nd->status = status;
     nd->t_done = now_ms();
+    nd->seq = ++done_seq;
     snprintf(nd->msg, sizeof nd->msg, "%s", errmsg ? errmsg : "");
     free(nd->res);
     nd->res = NULL;
@@ -1130,6 +1137,187 @@ END_TEST
 
 /* ---- tests without a working Redis --------------------------------------- */
 
+static void on_warn(void *arg, const char *msg)
+{
+    (void)arg;
+    nwarn++;
+    snprintf(warned, sizeof warned, "%s", msg);
+}
+
+/* Node i with a cluster key file (NULL: none) and the warning callback. */
+static void open_node_key(int i, const char *keyfile)
+{
+    char err[ERRLEN];
+    hd_store_opts o = {.url = url, .node = N[i].name, .key_file = keyfile, .warn = on_warn, .warn_arg = &N[i]};
+    snprintf(N[i].name, sizeof N[i].name, "n%d", i);
+    ck_assert_msg(hd_store_open_opts(&loop, &o, &N[i].s, err, sizeof err) == 0, "open: %s", err);
+    ck_assert_int_eq(hd_store_signed(N[i].s), keyfile != NULL);
+}
+
+static int warned_once(void *arg)
+{
+    (void)arg;
+    return nwarn > 0;
+}
+
+static void publish_raw(redisContext *c, const char *chan, const char *msg, size_t len)
+{
+    redisReply *rep = redisCommand(c, "PUBLISH %s %b", chan, msg, len);
+    ck_assert_ptr_nonnull(rep);
+    ck_assert_int_eq(rep->type, REDIS_REPLY_INTEGER);
+    ck_assert_int_eq(rep->integer, 1); /* n0 is subscribed */
+    freeReplyObject(rep);
+}
+
+/* 'R' or 'A', the collect's prefix, '\n', then mac (NULL: the format the
+ * script used to publish, without one) and the body. */
+static size_t forge(char *out, char kind, const char *prefix, const char *mac, const uint64_t *v, size_t n,
+                    const char *text)
+{
+    size_t at = (size_t)sprintf(out, "%c%s\n%s", kind, prefix, mac ? mac : "");
+    for (size_t i = 0; i < n; i++)
+        for (int b = 0; b < 8; b++)
+            out[at++] = (char)(unsigned char)(v[i] >> (56 - 8 * b));
+    if (text)
+        at += (size_t)sprintf(out + at, "%s", text);
+    return at;
+}
+
+START_TEST(t_forged_result)
+{
+    /* Issue 33 item 1: a program that can reach Redis publishes a forged
+     * result (and a forged failure) to a node's channel while that node waits
+     * in a cross-node collect. The node drops them, warns, and then gets the
+     * genuine result, the same as the other node's: no divergence. Before,
+     * the node reclaimed 1024, which n1's rank still held. */
+    static const uint32_t r0[] = {0}, r1[] = {1};
+    const uint64_t a0[] = {512, 1024, 2048}, a1[] = {512, 2048, 4096}, want[] = {512, 2048};
+    const char *prefix = "heapd:job:inc-1:c1", *chan = "heapd:node:n0";
+    char msg[512];
+    redisContext *c;
+    int k = 2;
+
+    for (int i = 0; i < 2; i++)
+        open_node_key(i, key1);
+    ck_assert(run_until(nodes_ready, &k, 5000));
+    c = redis_sync();
+    collect(0, 1, 2, r0, 1, a0, 3, 5000, "job");
+    for (uint64_t end = now_ms() + 3000; now_ms() < end && !redis_int(c, "EXISTS %s", "heapd:job:inc-1:c1:s");)
+        run_for(5);
+    ck_assert_int_eq(redis_int(c, "EXISTS %s", "heapd:job:inc-1:c1:s"), 1); /* n0 waits in Redis */
+    nwarn = 0;
+    publish_raw(c, chan, msg, forge(msg, 'R', prefix, NULL, a0, 3, NULL));
+    publish_raw(c, chan, msg, forge(msg, 'R', prefix, "0123456789abcdef0123456789abcdef01234567", a0, 3, NULL));
+    publish_raw(c, chan, msg, forge(msg, 'R', prefix, "----------------------------------------", a0, 3, NULL));
+    publish_raw(c, chan, msg, forge(msg, 'A', prefix, "0123456789abcdef0123456789abcdef01234567", NULL, 0, "E1:x"));
+    ck_assert(run_until(warned_once, NULL, 3000));
+    run_for(50);
+    ck_assert_msg(N[0].done == 0, "n0 took a forged message: status %d \"%s\", %zu offsets", N[0].status, N[0].msg,
+                  N[0].nres);
+    ck_assert_msg(strstr(warned, "dropped") && strstr(warned, chan) && strstr(warned, "MAC"), "%s", warned);
+    printf("forged: %s\n", warned);
+    collect(1, 1, 2, r1, 1, a1, 3, 5000, "job");
+    ck_assert(run_until(nodes_done, &k, 5000));
+    expect_result(0, want, 2);
+    expect_result(1, want, 2);
+
+    /* A node with another key: its result is dropped too, so n0 reports the
+     * lost result at its timeout instead of applying an unverified one. */
+    hd_store_close(N[1].s);
+    open_node_key(1, key2);
+    ck_assert(run_until(nodes_ready, &k, 5000));
+    collect(0, 2, 2, r0, 1, a0, 3, 500, "job");
+    run_for(50);
+    collect(1, 2, 2, r1, 1, a1, 3, 5000, "job");
+    ck_assert(run_until(nodes_done, &k, 500 + HD_STORE_GRACE_MS + 2000));
+    expect_result(1, want, 2);
+    ck_assert_int_eq(N[0].status, HD_STORE_ETIMEOUT);
+    ck_assert_msg(strstr(N[0].msg, "did not reach this node"), "%s", N[0].msg);
+    redisFree(c);
+}
+END_TEST
+
+static void fill(uint64_t *v, size_t *n, size_t want, unsigned skip)
+{
+    *n = 0;
+    for (uint64_t x = 0; *n < want; x++)
+        if (!skip || x % skip)
+            v[(*n)++] = x * 512;
+}
+
+/* The longest command in SLOWLOG (every command is logged: threshold 0). */
+static long long slowest(redisContext *c, char *name, size_t len)
+{
+    redisReply *rep = redisCommand(c, "SLOWLOG GET 1000000");
+    long long most = 0;
+    ck_assert_ptr_nonnull(rep);
+    for (size_t i = 0; i < rep->elements; i++) {
+        redisReply *e = rep->element[i];
+        if (e->elements >= 4 && e->element[2]->integer > most) {
+            most = e->element[2]->integer;
+            snprintf(name, len, "%s", e->element[3]->elements ? e->element[3]->element[0]->str : "?");
+        }
+    }
+    freeReplyObject(rep);
+    return most;
+}
+
+START_TEST(t_big_interleave)
+{
+    /* Issue 33 item 5: two nodes collect 400,000 candidates each; another
+     * heap's collect issued meanwhile completes first, and no command holds
+     * Redis longer than a piece costs (SLOWLOG, every command logged): the
+     * script used to intersect every candidate in one call (~0.3 s here). */
+    enum { L = 400000 };
+    static const uint32_t r0[] = {0}, r1[] = {1};
+    const uint64_t small[] = {512, 1024};
+    uint64_t *s0 = malloc(L * sizeof *s0), *s1 = malloc(L * sizeof *s1);
+    size_t n0, n1;
+    char name[64] = "";
+    long long most;
+    redisContext *c;
+    redisReply *rep;
+    int k = NNODES;
+
+    open_nodes(NNODES);
+    c = redis_sync();
+    rep = redisCommand(c, "CONFIG SET slowlog-log-slower-than 0");
+    freeReplyObject(rep);
+    rep = redisCommand(c, "CONFIG SET slowlog-max-len 1000000");
+    freeReplyObject(rep);
+    fill(s0, &n0, L, 0);
+    fill(s1, &n1, L, 5); /* s1 drops every fifth: the result is s0 ∩ s1 */
+    {
+        size_t nw = 0;
+        uint64_t *want = malloc(L * sizeof *want);
+        for (size_t i = 0; i < n1; i++)
+            if (s1[i] < s0[n0 - 1] + 1)
+                want[nw++] = s1[i];
+        rep = redisCommand(c, "SLOWLOG RESET");
+        freeReplyObject(rep);
+        collect(0, 1, 2, r0, 1, s0, n0, 30000, "big");
+        collect(1, 1, 2, r1, 1, s1, n1, 30000, "big");
+        run_for(2); /* the big pieces are on their way */
+        collect(2, 1, 1, r0, 1, small, 2, 30000, "small");
+        ck_assert(run_until(nodes_done, &k, 30000));
+        expect_result(0, want, nw);
+        expect_result(1, want, nw);
+        expect_result(2, small, 2);
+        free(want);
+    }
+    ck_assert_msg(N[2].seq == 1, "the small collect came %d of 3", N[2].seq);
+    most = slowest(c, name, sizeof name);
+    printf("big: 2 nodes x %d offsets; the longest command took %lld us (%s); the small collect came first\n", L, most,
+           name);
+    ck_assert_msg(most < 60000, "a command held Redis %lld us (%s)", most, name);
+    rep = redisCommand(c, "CONFIG SET slowlog-log-slower-than 10000");
+    freeReplyObject(rep);
+    redisFree(c);
+    free(s0);
+    free(s1);
+}
+END_TEST
+
 static void setup_bare(void)
 {
     memset(N, 0, sizeof N);
@@ -1226,6 +1414,8 @@ static Suite *store_suite(void)
     tcase_add_test(tc, t_args);
     tcase_add_test(tc, t_world_mismatch);
     tcase_add_test(tc, t_hostname);
+    tcase_add_test(tc, t_forged_result);
+    tcase_add_test(tc, t_big_interleave);
     suite_add_tcase(s, tc);
 
     tcase_add_checked_fixture(tb, setup_bare, teardown);
@@ -1250,7 +1440,25 @@ int main(void)
         perror("mkdtemp");
         return 1;
     }
+    snprintf(key_dir, sizeof key_dir, "/tmp/check_store_key.XXXXXX");
+    if (!mkdtemp(key_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    snprintf(key1, sizeof key1, "%s/k1", key_dir);
+    snprintf(key2, sizeof key2, "%s/k2", key_dir);
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(i ? key2 : key1, "w");
+        if (!f || fprintf(f, "%s\n", i ? "another-cluster-key-0123456789" : "the-cluster-key-0123456789abcdef") < 0 ||
+            fclose(f) != 0 || chmod(i ? key2 : key1, 0600) != 0) {
+            perror("key file");
+            return 1;
+        }
+    }
     rc = cku_run(store_suite());
+    unlink(key1);
+    unlink(key2);
+    rmdir(key_dir);
     /* redis-server writes nothing there (--save "", no AOF, log to stdout) */
     if (rmdir(redis_dir) != 0)
         fprintf(stderr, "could not remove %s: %s\n", redis_dir, strerror(errno));
