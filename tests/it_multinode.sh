@@ -55,6 +55,9 @@ rport=$REDIS_PORT
 ok "redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$rport (pid $REDIS_PID)"
 
 # ---- 4 heapd nodes ---------------------------------------------------------------
+# The cluster key (issue 33 item 1): every node signs the results it publishes
+# and drops unsigned ones, so every scenario below runs with signed messages.
+(umask 077; echo "it-multinode-cluster-key-$$-0123456789" >"$T/store.key")
 for n in $NODES; do
     cat >"$T/n$n.conf" <<EOF
 socket = $T/n$n.sock
@@ -64,6 +67,7 @@ chunk_size = 1M
 va_size = 256M
 collect_timeout_ms = 5000
 store = redis://127.0.0.1:$rport
+store_key = $T/store.key
 node = n$n
 EOF
     S=$T/n$n.sock start_heapd "$T/n$n.conf" "$T/n$n.log"
