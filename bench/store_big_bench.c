@@ -17,6 +17,7 @@
 #include <hiredis/hiredis.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <uv.h>
@@ -171,7 +172,8 @@ static long long slowest(redisContext *c, char *name, size_t len)
     long long most = 0;
     for (size_t i = 0; r && i < r->elements; i++) {
         redisReply *e = r->element[i];
-        if (e->elements >= 4 && e->element[2]->integer > most) {
+        if (e->elements >= 4 && e->element[2]->integer > most && e->element[3]->elements &&
+            strcasecmp(e->element[3]->element[0]->str, "slowlog")) {
             most = e->element[2]->integer;
             snprintf(name, len, "%s", e->element[3]->elements ? e->element[3]->element[0]->str : "?");
         }
