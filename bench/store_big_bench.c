@@ -11,7 +11,8 @@
  * big collect, the big collect's duration, and the longest command Redis ran
  * (SLOWLOG with every command logged).
  *
- *   store_big_bench [--sizes 100000,1000000] [--redis-server PATH]
+ *   store_big_bench [--sizes 100000,1000000] [--quick: 10^5 only] [--json FILE]
+ *                   [--redis-server PATH]
  */
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
@@ -149,20 +150,33 @@ static void victim_main(const char *url)
     _exit(0);
 }
 
+typedef struct pstat {
+    size_t n;
+    double p50, p99, max;
+} pstat;
+
 /* The victim's collects that started in [t0, t1]. */
-static void pct(const char *what, double t0, double t1)
+static pstat pct(const char *what, double t0, double t1)
 {
+    pstat st = {0};
     nlat = 0;
     for (size_t i = 0; i < g_sh->n; i++)
         if (g_sh->t[i] >= t0 && g_sh->t[i] <= t1)
             lat[nlat++] = g_sh->l[i];
     if (!nlat) {
         printf("  %-28s no collects\n", what);
-        return;
+        return st;
     }
     qsort(lat, nlat, sizeof lat[0], cmp_double);
-    printf("  %-28s %6zu collects: p50 %8.1f us  p99 %8.1f us  max %8.1f us\n", what, nlat, lat[nlat / 2],
-           lat[nlat * 99 / 100], lat[nlat - 1]);
+    st = (pstat){nlat, lat[nlat / 2], lat[nlat * 99 / 100], lat[nlat - 1]};
+    printf("  %-28s %6zu collects: p50 %8.1f us  p99 %8.1f us  max %8.1f us\n", what, st.n, st.p50, st.p99, st.max);
+    return st;
+}
+
+static void json_stat(FILE *f, const char *key, pstat st)
+{
+    fprintf(f, "\"%s\": {\"collects\": %zu, \"p50_us\": %.1f, \"p99_us\": %.1f, \"max_us\": %.1f}", key, st.n, st.p50,
+            st.p99, st.max);
 }
 
 /* The longest command since SLOWLOG RESET, its name in name. */
@@ -185,24 +199,42 @@ static long long slowest(redisContext *c, char *name, size_t len)
 
 int main(int argc, char **argv)
 {
-    char redis[PATH_MAX] = "/usr/bin/redis-server", url[64], err[1024];
+    char redis[PATH_MAX] = "", url[64], err[1024];
+    const char *json = NULL;
     size_t sizes[8] = {100000, 1000000}, nsizes = 2;
+    FILE *jf = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--redis-server") && i + 1 < argc)
             snprintf(redis, sizeof redis, "%s", argv[++i]);
+        else if (!strcmp(argv[i], "--json") && i + 1 < argc)
+            json = argv[++i];
+        else if (!strcmp(argv[i], "--quick"))
+            nsizes = 1;
         else if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
             char *p = argv[++i], *end;
             for (nsizes = 0; *p && nsizes < 8; p = *end ? end + 1 : end)
                 sizes[nsizes++] = strtoull(p, &end, 10);
         } else {
-            fprintf(stderr, "usage: " NAME " [--sizes N,N] [--redis-server PATH]\n");
+            fprintf(stderr, "usage: " NAME " [--sizes N,N] [--quick] [--json FILE] [--redis-server PATH]\n");
             return 2;
         }
     }
-    if (access(redis, X_OK) != 0) {
+    if (!redis[0]) {
+        const char *path = getenv("PATH");
+        char buf[4096], *save = NULL;
+        snprintf(buf, sizeof buf, "%s", path ? path : "/usr/bin:/bin");
+        for (char *d = strtok_r(buf, ":", &save); d && !redis[0]; d = strtok_r(NULL, ":", &save)) {
+            snprintf(redis, sizeof redis, "%s/redis-server", d);
+            if (access(redis, X_OK) != 0)
+                redis[0] = 0;
+        }
+    }
+    if (!redis[0] || access(redis, X_OK) != 0) {
         printf("skipped: redis-server not installed\n");
         return 0;
     }
+    if (json && !(jf = fopen(json, "w")))
+        die("%s: %s", json, strerror(errno));
     signal(SIGPIPE, SIG_IGN);
     signal(SIGINT, on_signal);
     (void)self_dir_file;
@@ -227,7 +259,12 @@ int main(int argc, char **argv)
     double u0 = now_us();
     while (g_sh->n < 2000)
         usleep(10000);
-    pct("another uid, unloaded", u0, now_us());
+    pstat un = pct("another uid, unloaded", u0, now_us());
+    if (jf) {
+        fprintf(jf, "{\"bench\": \"" NAME "\", \"piece\": %d, ", HD_STORE_PIECE);
+        json_stat(jf, "unloaded", un);
+        fprintf(jf, ", \"big\": [");
+    }
     for (size_t k = 0; k < nsizes; k++) {
         size_t L = sizes[k], nb = 0;
         uint64_t *sa = malloc(L * 8), *sb = malloc(L * 8);
@@ -246,9 +283,19 @@ int main(int argc, char **argv)
         long long most = slowest(c, name, sizeof name);
         printf("big collect: 2 nodes x %zu candidates of 512 B took %.1f ms; longest Redis command %lld us (%s)\n", L,
                (t1 - A.t0) / 1000, most, name);
-        pct("another uid, meanwhile", A.t0, t1);
+        pstat mw = pct("another uid, meanwhile", A.t0, t1);
+        if (jf) {
+            fprintf(jf, "%s{\"candidates\": %zu, \"collect_ms\": %.1f, \"longest_cmd_us\": %lld, ", k ? ", " : "", L,
+                    (t1 - A.t0) / 1000, most);
+            json_stat(jf, "victim", mw);
+            fprintf(jf, "}");
+        }
         free(sa);
         free(sb);
+    }
+    if (jf) {
+        fprintf(jf, "]}\n");
+        fclose(jf);
     }
     g_sh->stop = 1;
     reap(vpid, SIGTERM, 5000);
