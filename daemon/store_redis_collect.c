@@ -204,7 +204,7 @@ static void on_contrib_reply(redisAsyncContext *ac, void *reply, void *priv)
     req *q = hd_store_req_find(s, (uint64_t)(uintptr_t)priv);
     const redisReply *e;
 
-    if (!q || q->state == ST_DONE)
+    if (!q || q->state == ST_DONE || q->state == ST_FETCH || q->state == ST_MERGE)
         return;
     if (!r) {
         hd_store_req_fail_conn(q, 1, hd_store_null_reply_why(s, ac));
@@ -256,7 +256,8 @@ static void on_timeout_reply(redisAsyncContext *ac, void *reply, void *priv)
     req *q = hd_store_req_find(s, (uint64_t)(uintptr_t)priv);
     const redisReply *e;
 
-    if (!q || q->state == ST_DONE)
+    /* ST_FETCH: the signed note came first; the fetch decides. */
+    if (!q || q->state == ST_DONE || q->state == ST_FETCH || q->state == ST_MERGE)
         return;
     if (!r) {
         hd_store_req_failc(q, HD_STORE_ETIMEOUT,
