@@ -11,9 +11,10 @@
  * size, ranks covered, the nodes seen, the running intersection of their
  * candidate sets, and "abort" / "done" once decided) and a bitmap KEYS[2] of
  * the ranks seen. Each contribution intersects the node's set with the stored
- * one (so Redis holds one set, never one per node) and marks its ranks; the
- * one that covers the last rank publishes the result to every other node and
- * returns it. An abort or a timeout is recorded in the same hash, so every
+ * one (so Redis holds one set of the small contributions; a set over a piece
+ * is staged apart: store_redis_merge.c) and marks its ranks; the one that
+ * covers the last rank returns the result, and that node publishes it, signed,
+ * to every other node (op 'p'). An abort or a timeout is recorded in the same hash, so every
  * node gets the same outcome: whichever of "complete" and "fail" reaches
  * Redis first wins, atomically.
  *

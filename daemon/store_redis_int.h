@@ -77,7 +77,7 @@ typedef struct fetch {
  *   0 < id <= s->next_id;
  *   state in {ST_WAIT, ST_TIMING, ST_GRACE, ST_MERGE, ST_FETCH} => kind ==
  *     RQ_COLLECT;
- *   state in {ST_MERGE, ST_FETCH} <=> fx != NULL;
+ *   state in {ST_MERGE, ST_FETCH} => fx != NULL (kept until the request is freed);
  *   staged == (set_len > HD_STORE_PIECE_BYTES); staged_sent => staged;
  *   state == ST_DONE <=> the outcome (status, errmsg, res, nres) is parked
  *     and the timer is due at 0 ms; else the timer is the request's deadline;
