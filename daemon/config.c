@@ -261,6 +261,20 @@ static int parse_store_credentials(parse_state *st, const key_desc *k, const cha
     return 1;
 }
 
+/* Issue 33 item 1: the cluster key file (the credentials file's checks). */
+static int parse_store_key(parse_state *st, const key_desc *k, const char *value)
+{
+    hd_config *c = &st->cfg;
+    char why[600];
+    (void)k;
+    if (strlen(value) >= sizeof c->store_key)
+        return key_msg(st, "store_key: the path is longer than %zu bytes", sizeof c->store_key - 1);
+    if (value[0] && hd_store_check_key(value, NULL, 0, NULL, why, sizeof why))
+        return key_msg(st, "%s", why);
+    snprintf(c->store_key, sizeof c->store_key, "%s", value);
+    return 1;
+}
+
 static int parse_store(parse_state *st, const key_desc *k, const char *value)
 {
     hd_config *c = &st->cfg;
@@ -359,6 +373,7 @@ static const key_desc keys[] = {
     {"quota_uid", parse_size_key, OFF(quota_uid), 0, 0, NULL, -1},
     {"store", parse_store, 0, 0, 0, NULL, -1},
     {"store_credentials", parse_store_credentials, 0, 0, 0, NULL, -1},
+    {"store_key", parse_store_key, 0, 0, 0, NULL, -1},
     {"node", parse_node, 0, 0, 0, NULL, -1},
     {"admin_group", parse_admin_group, 0, 0, 0, NULL, -1},
     {"chunk_size", parse_size_key, OFF(chunk_size), 4096, 0, NULL, L_CHUNK},

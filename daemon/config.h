@@ -58,6 +58,7 @@ typedef struct hd_config {
      * and this node's name in it (default: the host name). */
     char store[256];
     char store_credentials[256]; /* the store's AUTH file ("" : none; issue 33 item 1) */
+    char store_key[256];         /* the cluster key that signs collect results ("" : from the credentials) */
     char node[65];
     uint32_t meminfo_interval_ms; /* device memory sampling period */
     /* Request rings (issue 16, daemon/ring.h): offered at RingSetup when

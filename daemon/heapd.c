@@ -158,10 +158,11 @@ static void on_hup(uv_signal_t *s, int signum)
     if (n.max_clients != d->cfg.max_clients)
         hd_warn("SIGHUP: max_clients changed; restart heapd to apply");
     if (strcmp(n.store, d->cfg.store) || strcmp(n.node, d->cfg.node) ||
-        strcmp(n.store_credentials, d->cfg.store_credentials))
-        hd_warn("SIGHUP: store/node/store_credentials changed; restart heapd to apply");
+        strcmp(n.store_credentials, d->cfg.store_credentials) || strcmp(n.store_key, d->cfg.store_key))
+        hd_warn("SIGHUP: store/node/store_credentials/store_key changed; restart heapd to apply");
     snprintf(n.store, sizeof n.store, "%s", d->cfg.store);
     snprintf(n.store_credentials, sizeof n.store_credentials, "%s", d->cfg.store_credentials);
+    snprintf(n.store_key, sizeof n.store_key, "%s", d->cfg.store_key);
     snprintf(n.node, sizeof n.node, "%s", d->cfg.node);
     snprintf(n.socket_path, sizeof n.socket_path, "%s", d->cfg.socket_path);
     n.socket_mode = d->cfg.socket_mode;
@@ -204,7 +205,7 @@ static void print_config(const char *path, const hd_config *c)
         printf("store = %.*s:***%s\n", (int)(pw - c->store), c->store, at);
     else
         printf("store = %s\n", c->store);
-    printf("store_credentials = %s\nnode = %s\n", c->store_credentials, c->node);
+    printf("store_credentials = %s\nstore_key = %s\nnode = %s\n", c->store_credentials, c->store_key, c->node);
     printf("ring = %s\n", c->ring ? "on" : "off");
     if (c->ring_spin_us < 0)
         printf("ring_spin_us = auto\n");
@@ -352,6 +353,13 @@ static int create_heaps(daemon_state *d)
     return HEAPD_GO_ON;
 }
 
+/* The store's warnings (messages it dropped: issue 33 item 1). */
+static void store_warn(void *arg, const char *msg)
+{
+    (void)arg;
+    hd_warn("%s", msg);
+}
+
 /* The cross-node store when `store =` is set, and the timer that keeps it
  * connected: HEAPD_GO_ON or 1. */
 static int open_store(daemon_state *d)
@@ -359,7 +367,11 @@ static int open_store(daemon_state *d)
     char err[1024] = "";
     if (!d->cfg.store[0])
         return HEAPD_GO_ON;
-    hd_store_opts so = {.url = d->cfg.store, .node = d->cfg.node, .credentials = d->cfg.store_credentials};
+    hd_store_opts so = {.url = d->cfg.store,
+                        .node = d->cfg.node,
+                        .credentials = d->cfg.store_credentials,
+                        .key_file = d->cfg.store_key,
+                        .warn = store_warn};
     if (hd_store_open_opts(d->loop, &so, &d->store, err, sizeof err)) {
         hd_error("store %s: %s", d->cfg.store, err);
         return 1;
@@ -373,6 +385,9 @@ static int open_store(daemon_state *d)
     uv_unref((uv_handle_t *)&d->store_watch);
     hd_info("heaps may span nodes: collects are reconciled through %s as node \"%s\"", hd_store_url(d->store),
             d->cfg.node);
+    if (!hd_store_signed(d->store))
+        hd_warn("store: collect results are not signed (no store_key or store_credentials): a program that can "
+                "publish to Redis can forge them; docs/multinode.md \"Security\"");
     return HEAPD_GO_ON;
 }
 

@@ -1,16 +1,14 @@
 /* sha1.c - SHA-1 (FIPS 180-4), for EVALSHA: the store names its Lua script
  * by its SHA-1, as Redis does. Written for heapd from the FIPS 180-4 text; no
- * code borrowed. Not for anything where collisions matter. */
+ * code borrowed. Collisions matter nowhere here: HMAC-SHA1 (hmac.c) only
+ * needs SHA-1 as a PRF. */
 #include "sha1.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
-static uint32_t rol32(uint32_t x, int n)
-{
-    return (x << n) | (x >> (32 - n));
-}
+static uint32_t rol32(uint32_t x, int n) { return (x << n) | (x >> (32 - n)); }
 
 static void sha1_block(uint32_t h[5], const unsigned char *p)
 {
@@ -36,25 +34,57 @@ static void sha1_block(uint32_t h[5], const unsigned char *p)
     h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e;
 }
 
-void sha1_hex(const void *data, size_t len, char out[41])
+void sha1_init(sha1_ctx *c)
 {
-    uint32_t h[5] = {0x67452301u, 0xEFCDAB89u, 0x98BADCFEu, 0x10325476u, 0xC3D2E1F0u};
-    const unsigned char *p = data;
-    unsigned char tail[128];
-    size_t full = len / 64 * 64, rest = len - full, tl;
-    uint64_t bits = (uint64_t)len * 8;
-
-    for (size_t i = 0; i < full; i += 64)
-        sha1_block(h, p + i);
-    memset(tail, 0, sizeof tail);
-    memcpy(tail, p + full, rest);
-    tail[rest] = 0x80;
-    tl = rest + 1 + 8 <= 64 ? 64 : 128;
-    for (int i = 0; i < 8; i++)
-        tail[tl - 1 - i] = (unsigned char)(bits >> (8 * i));
-    for (size_t i = 0; i < tl; i += 64)
-        sha1_block(h, tail + i);
-    for (int i = 0; i < 5; i++)
-        snprintf(out + 8 * i, 9, "%08" PRIx32, h[i]);
+    static const uint32_t h0[5] = {0x67452301u, 0xEFCDAB89u, 0x98BADCFEu, 0x10325476u, 0xC3D2E1F0u};
+    memcpy(c->h, h0, sizeof h0);
+    c->used = 0;
+    c->total = 0;
 }
 
+void sha1_update(sha1_ctx *c, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    c->total += len;
+    if (c->used) {
+        size_t take = 64 - c->used < len ? 64 - c->used : len;
+        memcpy(c->buf + c->used, p, take);
+        c->used += take;
+        p += take;
+        len -= take;
+        if (c->used < 64)
+            return;
+        sha1_block(c->h, c->buf);
+        c->used = 0;
+    }
+    for (; len >= 64; p += 64, len -= 64)
+        sha1_block(c->h, p);
+    memcpy(c->buf, p, len);
+    c->used = len;
+}
+
+void sha1_final(sha1_ctx *c, unsigned char out[20])
+{
+    uint64_t bits = c->total * 8;
+    unsigned char pad[72] = {0x80};
+    size_t padlen = (c->used < 56 ? 56 : 120) - c->used;
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++)
+        len8[i] = (unsigned char)(bits >> (56 - 8 * i));
+    sha1_update(c, pad, padlen);
+    sha1_update(c, len8, 8);
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < 4; j++)
+            out[4 * i + j] = (unsigned char)(c->h[i] >> (24 - 8 * j));
+}
+
+void sha1_hex(const void *data, size_t len, char out[41])
+{
+    sha1_ctx c;
+    unsigned char d[20];
+    sha1_init(&c);
+    sha1_update(&c, data, len);
+    sha1_final(&c, d);
+    for (int i = 0; i < 20; i++)
+        snprintf(out + 2 * i, 3, "%02x", d[i]);
+}

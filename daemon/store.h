@@ -12,10 +12,16 @@
  *     in Redis (one Lua script), so no node can apply a result another node
  *     reports as failed, as long as Redis stays up.
  *   - Traffic: one command per node per collect on the command connection
- *     (EVALSHA; EVAL the first time on each connection), plus one pub/sub
- *     message to every node but the one that completed the collect. A node
- *     that times out sends one more command (which decides the timeout in
- *     Redis and fetches the missing ranks).
+ *     (EVALSHA; EVAL the first time on each connection), and one more from
+ *     the node that completed the collect (or recorded its failure): it
+ *     publishes the signed outcome to every other node (one pub/sub message
+ *     each). A node that times out sends one more command (which decides
+ *     the timeout in Redis and fetches the missing ranks). A node with more
+ *     than HD_STORE_PIECE (4096) candidates stages them in pieces first
+ *     (one command per piece), the completing node fetches those and
+ *     intersects them, and a result over a piece is stored in pieces that
+ *     every node fetches: no command costs Redis more than one piece
+ *     (issue 33 item 5).
  *   - A callback is called exactly once, never from inside the call that
  *     registered it and never from inside hiredis: always from a libuv timer
  *     of the store (except hd_store_close, which calls every pending callback
@@ -30,7 +36,9 @@
  *     until it expires. ':', '%', spaces and control characters in heap and
  *     incarnation names are %-escaped.
  *   - Pub/sub channels: heapd:node:NODE (one per node; collect results and
- *     failures) and heapd:force (forced-collect requests, every node).
+ *     failures, published by the node that decided them, signed with the
+ *     cluster key when there is one) and heapd:force (forced-collect
+ *     requests, every node).
  * Runs on the loop thread only. A library: it never prints or exits. The
  * program must ignore SIGPIPE (heapd does): hiredis writes with write(2). */
 #ifndef HEAPD_STORE_H
@@ -59,10 +67,21 @@ int hd_store_open(uv_loop_t *loop, const char *url, const char *node, hd_store *
  * "USER PASSWORD" or "PASSWORD". With either, every connection sends AUTH
  * before anything else; a refused AUTH fails the pending requests with a
  * message naming the user and what to check. */
+/* Signed results (issue 33 item 1): key_file, when not NULL or "", is a
+ * file readable by heapd's user only whose first line (16 to 256 bytes) is
+ * the cluster key, the same on every node; without it the key is derived
+ * from the credentials file's password; with neither, messages are not
+ * signed. With a key, every collect result and failure a node publishes
+ * carries HMAC-SHA1(key, kind || collect || result), and a node drops any
+ * message on its channel without a valid one (warn is called, at most once
+ * a second, with a sentence naming what was dropped; NULL: silently). */
 typedef struct hd_store_opts {
     const char *url;
     const char *node;
     const char *credentials;
+    const char *key_file;
+    void (*warn)(void *arg, const char *msg);
+    void *warn_arg;
 } hd_store_opts;
 int hd_store_open_opts(uv_loop_t *loop, const hd_store_opts *o, hd_store **out, char *err, size_t errlen);
 /* Reads and checks a credentials file as hd_store_open_opts would: 0 with
@@ -71,6 +90,12 @@ int hd_store_open_opts(uv_loop_t *loop, const hd_store_opts *o, hd_store **out, 
  * others, owned by another user, empty, too long). */
 int hd_store_check_credentials(const char *path, char *user, size_t userlen, char *pass, size_t passlen, char *err,
                                size_t errlen);
+/* Reads and checks a key file as hd_store_open_opts would: 0, or -1 with
+ * err saying what is wrong (the credentials file's checks, and a key of 16
+ * to 256 bytes). key may be NULL (check only). */
+int hd_store_check_key(const char *path, unsigned char *key, size_t keycap, size_t *keylen, char *err, size_t errlen);
+/* 1 when this store signs and checks its messages (a key), else 0. */
+int hd_store_signed(const hd_store *s);
 /* The last AUTH refusal ("" : none since the last successful AUTH). */
 const char *hd_store_auth_error(const hd_store *s);
 /* Checks url with hd_store_open's parser (nothing connects): 0, or -1 with
@@ -109,6 +134,11 @@ typedef void (*hd_store_cb)(void *arg, int status /* 0 ok, <0 an HD_STORE_E* cod
 int hd_store_collect(hd_store *s, const char *heap, const char *incarnation, uint64_t cnum, uint32_t world_size,
                      const uint32_t *local_ranks, size_t nlocal, const uint64_t *offsets, size_t n, uint32_t timeout_ms,
                      uint32_t ttl_s, hd_store_cb cb, void *arg, char *err, size_t errlen);
+
+/* Issue 33 item 5: the most offsets one command carries (a contribution
+ * inline, a staged piece, a fetched piece, a result inline): Redis's time
+ * per call is bounded by it, whatever the block count. */
+#define HD_STORE_PIECE 4096
 
 /* The most a timed-out collect's callback comes after its timeout_ms. */
 #define HD_STORE_GRACE_MS 1000

@@ -11,9 +11,10 @@
  * size, ranks covered, the nodes seen, the running intersection of their
  * candidate sets, and "abort" / "done" once decided) and a bitmap KEYS[2] of
  * the ranks seen. Each contribution intersects the node's set with the stored
- * one (so Redis holds one set, never one per node) and marks its ranks; the
- * one that covers the last rank publishes the result to every other node and
- * returns it. An abort or a timeout is recorded in the same hash, so every
+ * one (so Redis holds one set of the small contributions; a set over a piece
+ * is staged apart: store_redis_merge.c) and marks its ranks; the one that
+ * covers the last rank returns the result, and that node publishes it, signed,
+ * to every other node (op 'p'). An abort or a timeout is recorded in the same hash, so every
  * node gets the same outcome: whichever of "complete" and "fail" reaches
  * Redis first wins, atomically.
  *
@@ -83,9 +84,10 @@ static void conn_lost(hd_store *s, conn *c, const char *why)
             hd_store_req_finish(q, 0, NULL, NULL, 0);
         } else if (q->state == ST_QUEUED)
             hd_store_req_fail_conn(q, was, why);
-        else if (q->kind == RQ_COLLECT && is_sub)
+        else if (q->kind == RQ_COLLECT && is_sub && q->state != ST_MERGE && q->state != ST_FETCH)
             hd_store_req_fail_conn(q, was, why); /* its result can no longer reach us */
-        else if (!is_sub && (q->state == ST_SENT || q->state == ST_TIMING))
+        else if (!is_sub &&
+                 (q->state == ST_SENT || q->state == ST_TIMING || q->state == ST_MERGE || q->state == ST_FETCH))
             hd_store_req_fail_conn(q, was, why); /* its reply is lost */
     }
 }
@@ -497,12 +499,16 @@ int hd_store_open_opts(uv_loop_t *loop, const hd_store_opts *o, hd_store **out, 
         hd_store_seterr(err, errlen, "out of memory creating the store");
         return -1;
     }
-    if (parse_url(s, url, err, errlen) != 0 || load_credentials(s, o->credentials, err, errlen) != 0) {
+    if (parse_url(s, url, err, errlen) != 0 || load_credentials(s, o->credentials, err, errlen) != 0 ||
+        hd_store_load_key(s, o->key_file, o->credentials, err, errlen) != 0) {
+        explicit_bzero(s->key, sizeof s->key);
         explicit_bzero(s->pass, sizeof s->pass);
         free(s);
         return -1;
     }
     s->loop = loop;
+    s->warn = o->warn;
+    s->warn_arg = o->warn_arg;
     memcpy(s->node, node, nl + 1);
     snprintf(s->node_chan, sizeof s->node_chan, HD_STORE_NODE_CHANNEL "%s", node);
     sha1_hex(COLLECT_LUA, sizeof COLLECT_LUA - 1, s->sha);

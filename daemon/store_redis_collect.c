@@ -76,18 +76,36 @@ static void on_contrib_reply(redisAsyncContext *ac, void *reply, void *priv);
 static void on_timeout_reply(redisAsyncContext *ac, void *reply, void *priv);
 static void on_abort_reply(redisAsyncContext *ac, void *reply, void *priv);
 
+/* A set over a piece is staged first (store_redis_merge.c) and the commit
+ * names its length; a smaller one goes inline. */
 int hd_store_send_contrib(hd_store *s, req *q)
 {
-    char world[16], head[400];
-    const char *extra[4];
-    size_t len[4];
+    char world[16], head[400], staged[24] = "";
+    const char *extra[5];
+    size_t len[5];
+    if (q->staged && !q->staged_sent) {
+        if (hd_store_send_stage(s, q) != 0)
+            return -1;
+        q->staged_sent = 1;
+    }
+    if (q->staged)
+        snprintf(staged, sizeof staged, "%zu", q->set_len);
     snprintf(world, sizeof world, "%" PRIu32, q->world);
     snprintf(head, sizeof head, "collect %" PRIu64 " of heap \"%s\"", q->cnum, q->heap);
     extra[0] = world, len[0] = strlen(world);
     extra[1] = head, len[1] = strlen(head);
     extra[2] = q->ranks ? q->ranks : "", len[2] = q->ranks_len;
-    extra[3] = q->set ? q->set : "", len[3] = q->set_len;
-    return hd_store_send_script(s, q, on_contrib_reply, "c", 4, extra, len);
+    extra[3] = q->set && !q->staged ? q->set : "", len[3] = q->staged ? 0 : q->set_len;
+    extra[4] = staged, len[4] = strlen(staged);
+    return hd_store_send_script(s, q, on_contrib_reply, "c", 5, extra, len);
+}
+
+/* This call recorded a failure in Redis: tell the other nodes (signed). */
+static void publish_abort(hd_store *s, req *q, const redisReply *r, const redisReply *msg)
+{
+    const redisReply *n = hd_store_reply_str(r, 2);
+    if (msg && (!n || (n->len == 1 && n->str[0] == 'n')))
+        hd_store_publish_signed(s, q, 'A', msg->str, msg->len);
 }
 
 int hd_store_send_timeout(hd_store *s, req *q)
@@ -186,7 +204,7 @@ static void on_contrib_reply(redisAsyncContext *ac, void *reply, void *priv)
     req *q = hd_store_req_find(s, (uint64_t)(uintptr_t)priv);
     const redisReply *e;
 
-    if (!q || q->state == ST_DONE)
+    if (!q || q->state == ST_DONE || q->state == ST_FETCH || q->state == ST_MERGE)
         return;
     if (!r) {
         hd_store_req_fail_conn(q, 1, hd_store_null_reply_why(s, ac));
@@ -206,12 +224,16 @@ static void on_contrib_reply(redisAsyncContext *ac, void *reply, void *priv)
                            q->cnum, q->heap, s->hostport, (int)r->len, r->str);
         return;
     }
-    if (reply_is(r, 0, "ok") && (e = hd_store_reply_str(r, 1)) != NULL) {
-        hd_store_finish_with_blob(q, e->str, e->len);
+    if (reply_is(r, 0, "ok") && r->elements >= 4) {
+        hd_store_merge_start(s, q, r);
+    } else if (reply_is(r, 0, "ok") && (e = hd_store_reply_str(r, 1)) != NULL) {
+        hd_store_complete(s, q, e->str, e->len);
     } else if (reply_is(r, 0, "wait")) {
         if (q->state == ST_SENT)
             q->state = ST_WAIT;
     } else if (reply_is(r, 0, "abort") && (e = hd_store_reply_str(r, 1)) != NULL) {
+        if (r->elements >= 3)
+            publish_abort(s, q, r, e);
         hd_store_req_fail_stored(q, e->str, e->len);
     } else if (reply_is(r, 0, "done")) {
         hd_store_req_failf(q,
@@ -234,7 +256,8 @@ static void on_timeout_reply(redisAsyncContext *ac, void *reply, void *priv)
     req *q = hd_store_req_find(s, (uint64_t)(uintptr_t)priv);
     const redisReply *e;
 
-    if (!q || q->state == ST_DONE)
+    /* ST_FETCH: the signed note came first; the fetch decides. */
+    if (!q || q->state == ST_DONE || q->state == ST_FETCH || q->state == ST_MERGE)
         return;
     if (!r) {
         hd_store_req_failc(q, HD_STORE_ETIMEOUT,
@@ -250,6 +273,8 @@ static void on_timeout_reply(redisAsyncContext *ac, void *reply, void *priv)
         return;
     }
     if (reply_is(r, 0, "abort") && (e = hd_store_reply_str(r, 1)) != NULL) {
+        if (r->elements >= 3)
+            publish_abort(s, q, r, e);
         hd_store_req_fail_stored(q, e->str, e->len);
     } else if (reply_is(r, 0, "done")) {
         /* It completed just before: the message with the result was sent to
@@ -290,6 +315,8 @@ static void on_abort_reply(redisAsyncContext *ac, void *reply, void *priv)
     }
     if (r && (reply_is(r, 0, "aborted") || reply_is(r, 0, "abort")) && (e = hd_store_reply_str(r, 1)) != NULL) {
         /* Recorded (ours or an earlier failure: every node reports that one). */
+        if (reply_is(r, 0, "aborted"))
+            publish_abort(s, q, r, e);
         if (t)
             hd_store_req_fail_stored(t, e->str, e->len);
     } else if (r && reply_is(r, 0, "done")) {
@@ -426,6 +453,7 @@ int hd_store_collect(hd_store *s, const char *heap, const char *incarnation, uin
     q->ranks_len = nlocal * 4;
     q->ranks = malloc(q->ranks_len);
     q->set_len = n * 8;
+    q->staged = q->set_len > HD_STORE_PIECE_BYTES;
     q->set = n ? malloc(q->set_len) : NULL;
     if (!q->heap || !q->inc || !q->prefix || !q->ranks || (n && !q->set)) {
         free(sorted);

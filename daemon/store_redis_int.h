@@ -11,12 +11,16 @@
  *                          and aborts in Redis, their replies, the result;
  *   store_redis_pubsub.c   pub/sub messages (collect results and failures of
  *                          other nodes, forced-collect requests) and forced
- *                          collect publishing.
+ *                          collect publishing;
+ *   store_redis_merge.c    big candidate sets in pieces (staging, fetching,
+ *                          intersecting on the completing node) and signed
+ *                          messages (issue 33 items 1 and 5);
+ *   store_redis_auth.c     the credentials file, AUTH and the MAC key.
  *
  * Every function these files share is hd_store_*, and every macro here
  * HD_STORE_*, like the API's; what only one file uses is static there. The
  * types and enums below (req, conn, force_note, RQ_*, ST_*) are seen by
- * these four files only. */
+ * these files only. */
 #ifndef HEAPD_STORE_REDIS_INT_H
 #define HEAPD_STORE_REDIS_INT_H
 
@@ -34,6 +38,9 @@
 #define HD_STORE_NODE_CHANNEL             "heapd:node:"
 #define HD_STORE_ABORT_REQ_TIMEOUT_MS     10000
 #define HD_STORE_FORCE_DEFAULT_TIMEOUT_MS 10000
+#define HD_STORE_PIECE_BYTES              (HD_STORE_PIECE * 8)
+/* A message's MAC field when this node has no key: the same width. */
+#define HD_STORE_NOMAC "----------------------------------------"
 
 /* ---- state ------------------------------------------------------------- */
 
@@ -45,13 +52,33 @@ enum req_state {
     ST_WAIT,   /* collect: Redis said wait; the result comes as a message */
     ST_TIMING, /* collect: timed out here; the timeout op is in flight */
     ST_GRACE,  /* collect: Redis said it completed; the message is due */
+    ST_MERGE,  /* collect: we completed it; fetching the staged sets to intersect */
+    ST_FETCH,  /* collect: a signed note said where the result is; fetching it */
     ST_DONE    /* result parked; delivered from the timer */
 };
+
+/* HGET of the pieces of one or more piece hashes into one buffer (issue 33
+ * item 5). Invariants: nkeys >= 1; sum(klen) == len; ki < nkeys or all
+ * replies are in; 0 <= koff <= klen[ki]; pending == HGET replies still
+ * due; got <= len. */
+typedef struct fetch {
+    char **keys;
+    size_t *klen;
+    size_t nkeys;
+    char *buf;
+    size_t len, got;
+    size_t ki, koff; /* where the next reply goes */
+    size_t pending;
+    int bad; /* a reply was short, or not a string */
+} fetch;
 
 /* One request: a collect contribution, an abort, or a force PUBLISH.
  * Invariants (while linked in s->reqs):
  *   0 < id <= s->next_id;
- *   state in {ST_WAIT, ST_TIMING, ST_GRACE} => kind == RQ_COLLECT;
+ *   state in {ST_WAIT, ST_TIMING, ST_GRACE, ST_MERGE, ST_FETCH} => kind ==
+ *     RQ_COLLECT;
+ *   state in {ST_MERGE, ST_FETCH} => fx != NULL (kept until the request is freed);
+ *   staged == (set_len > HD_STORE_PIECE_BYTES); staged_sent => staged;
  *   state == ST_DONE <=> the outcome (status, errmsg, res, nres) is parked
  *     and the timer is due at 0 ms; else the timer is the request's deadline;
  *   state == ST_DONE and status < 0 => errmsg != NULL unless out of memory;
@@ -89,6 +116,14 @@ typedef struct req {
     uint64_t *res;
     size_t nres;
     uint64_t receivers;
+    /* big sets (issue 33 item 5) */
+    int staged;      /* the set goes to PREFIX:u:NODE in pieces, then commits */
+    int staged_sent; /* its pieces are queued on cmd */
+    fetch *fx;       /* ST_MERGE: the staged sets of the others; ST_FETCH: the result */
+    char *inl;       /* ST_MERGE: the inline intersection, when has_inl */
+    size_t inl_len;
+    int has_inl;
+    char rmac[41]; /* ST_FETCH: the result's MAC the note promised */
 } req;
 
 /* One hiredis connection.
@@ -155,6 +190,15 @@ struct hd_store {
     int have_auth;
     char user[128], pass[256];
     char auth_err[1024];
+    /* Signed results (issue 33 item 1): have_key => keylen > 0; messages on
+     * the node channel are accepted only with a valid MAC then. dropped:
+     * messages dropped since the last warning (one a second at most). */
+    int have_key;
+    unsigned char key[64];
+    size_t keylen;
+    void (*warn)(void *arg, const char *msg);
+    void *warn_arg;
+    uint64_t dropped, warned_at;
 };
 
 /* ---- store_redis.c: connections and the script ------------------------- */
@@ -177,6 +221,11 @@ int hd_store_send_script(hd_store *s, req *q, redisCallbackFn *fn, const char *o
 /* store_redis_auth.c: queues AUTH on ac when the store has credentials
  * (before anything else on that connection): 0, or -1 if it cannot. */
 int hd_store_auth_send(hd_store *s, redisAsyncContext *ac);
+/* Sets s->key from key_file, else from the credentials file's password
+ * (s->pass, already loaded), else none: 0, or -1 with err filled. */
+int hd_store_load_key(hd_store *s, const char *key_file, const char *credentials, char *err, size_t errlen);
+#define HD_STORE_KEY_MIN 16
+#define HD_STORE_KEY_MAX 256
 void hd_store_seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 char *hd_store_xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* 1 when name is 1 to HD_STORE_NAME_MAX bytes, else 0 with err filled. */
@@ -214,6 +263,26 @@ void hd_store_finish_with_blob(req *q, const char *p, size_t len);
 const char *hd_store_null_reply_why(hd_store *s, const redisAsyncContext *ac);
 /* Element i of an array reply when it is a string, else NULL. */
 const redisReply *hd_store_reply_str(const redisReply *r, size_t i);
+
+/* ---- store_redis_merge.c: big sets, signed messages (issue 33) ---------- */
+
+/* Queues q's pieces (HSET PREFIX:u:NODE I PIECE, EXPIRE): 0 or -1. */
+int hd_store_send_stage(hd_store *s, req *q);
+/* out: HMAC-SHA1 hex of kind || prefix || '\n' || body, or HD_STORE_NOMAC
+ * without a key. */
+void hd_store_sign(const hd_store *s, char kind, const char *prefix, const char *body, size_t len, char out[41]);
+/* Signs and publishes kind prefix '\n' MAC body to every other node of q's
+ * collect (op 'p'): 0 or -1. */
+int hd_store_publish_signed(hd_store *s, req *q, char kind, const char *body, size_t len);
+/* We completed q inline: publish the result, then deliver it. */
+void hd_store_complete(hd_store *s, req *q, const char *res, size_t len);
+/* We completed q with staged sets: r is the script's 4-element 'ok'. */
+void hd_store_merge_start(hd_store *s, req *q, const redisReply *r);
+/* A verified 'S' note for q: fetch the result (len bytes, MAC rmac). */
+void hd_store_fetch_result(hd_store *s, req *q, size_t len, const char *rmac);
+void hd_store_fetch_free(fetch *f);
+/* Counts a dropped message and warns (rate-limited) through s->warn. */
+void hd_store_warn_drop(hd_store *s, const char *why);
 
 /* ---- store_redis_pubsub.c: messages and forced collects ---------------- */
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "hmac.h"
 #include "store_redis_int.h"
 
 /* ---- forced collects ------------------------------------------------------ */
@@ -108,24 +109,63 @@ static void got_force(hd_store *s, const char *p, size_t len)
     uv_timer_start(&s->defer, on_defer, 0, 0);
 }
 
+/* The collect of ours a message names, if it waits for one. */
+static req *waiting_collect(hd_store *s, const char *prefix, size_t plen)
+{
+    for (req *q = s->reqs; q; q = q->next) {
+        if (q->kind != RQ_COLLECT || q->state == ST_DONE || q->state == ST_QUEUED || q->state == ST_MERGE ||
+            q->state == ST_FETCH)
+            continue;
+        if (strlen(q->prefix) == plen && !memcmp(q->prefix, prefix, plen))
+            return q;
+    }
+    return NULL;
+}
+
+/* kind prefix '\n' MAC(40 hex) body: 'R' a result, 'A' a failure, 'S' a
+ * note "LEN RMAC" for a result stored at PREFIX:res. Without a valid MAC
+ * (with a key) the message is dropped (issue 33 item 1). */
 static void got_node_message(hd_store *s, const char *p, size_t len)
 {
-    /* kind prefix '\n' body */
-    const char *nl = len ? memchr(p, '\n', len) : NULL;
-    size_t plen;
-    if (!nl || (p[0] != 'R' && p[0] != 'A'))
+    const char *nl = len ? memchr(p, '\n', len) : NULL, *body;
+    char mac[HMAC_HEX_LEN + 1];
+    size_t plen, blen;
+    req *q;
+    if (!nl || (p[0] != 'R' && p[0] != 'A' && p[0] != 'S'))
         return;
     plen = (size_t)(nl - p) - 1;
-    for (req *q = s->reqs; q; q = q->next) {
-        if (q->kind != RQ_COLLECT || q->state == ST_DONE || q->state == ST_QUEUED)
-            continue;
-        if (strlen(q->prefix) != plen || memcmp(q->prefix, p + 1, plen))
-            continue;
-        if (p[0] == 'R')
-            hd_store_finish_with_blob(q, nl + 1, len - (size_t)(nl + 1 - p));
-        else
-            hd_store_req_fail_stored(q, nl + 1, len - (size_t)(nl + 1 - p));
+    if (!(q = waiting_collect(s, p + 1, plen)))
         return;
+    if ((size_t)(p + len - (nl + 1)) < HMAC_HEX_LEN) {
+        hd_store_warn_drop(s, "a message too short to carry a MAC");
+        return;
+    }
+    body = nl + 1 + HMAC_HEX_LEN;
+    blen = len - (size_t)(body - p);
+    if (s->have_key) {
+        hd_store_sign(s, p[0], q->prefix, body, blen, mac);
+        if (!hmac_equal(mac, nl + 1, HMAC_HEX_LEN)) {
+            char why[400];
+            snprintf(why, sizeof why, "a %s for %s %s", p[0] == 'A' ? "failure" : "result", q->prefix,
+                     memcmp(nl + 1, HD_STORE_NOMAC, HMAC_HEX_LEN) ? "with a bad MAC" : "without a MAC");
+            hd_store_warn_drop(s, why);
+            return;
+        }
+    }
+    if (p[0] == 'R') {
+        hd_store_finish_with_blob(q, body, blen);
+    } else if (p[0] == 'A') {
+        hd_store_req_fail_stored(q, body, blen);
+    } else {
+        char note[80], *end;
+        unsigned long long n;
+        snprintf(note, sizeof note, "%.*s", (int)(blen < sizeof note - 1 ? blen : sizeof note - 1), body);
+        n = strtoull(note, &end, 10);
+        if (*end != ' ' || strlen(end + 1) != HMAC_HEX_LEN || n % 8) {
+            hd_store_warn_drop(s, "a malformed result note");
+            return;
+        }
+        hd_store_fetch_result(s, q, (size_t)n, end + 1);
     }
 }
 

@@ -50,6 +50,7 @@ void hd_store_maybe_free(hd_store *s)
 {
     if (s->closing && s->nhandles == 0) {
         explicit_bzero(s->pass, sizeof s->pass);
+        explicit_bzero(s->key, sizeof s->key);
         free(s);
     }
 }
@@ -64,6 +65,8 @@ static void req_free(req *q)
     free(q->msg);
     free(q->errmsg);
     free(q->res);
+    free(q->inl);
+    hd_store_fetch_free(q->fx);
     free(q);
 }
 
@@ -326,6 +329,14 @@ static void on_req_timer(uv_timer_t *t)
                            "collect %" PRIu64 " of heap \"%s\" timed out after %" PRIu32 " ms; Redis at %s did not "
                            "answer within %d ms more, so which ranks are missing is unknown",
                            q->cnum, q->heap, q->timeout_ms, s->hostport, HD_STORE_GRACE_MS);
+        return;
+    case ST_MERGE:
+    case ST_FETCH:
+        hd_store_req_failc(q, HD_STORE_ETIMEOUT,
+                           "collect %" PRIu64 " of heap \"%s\" completed in Redis, but reading %s back from Redis at "
+                           "%s did not finish within %" PRIu32 " ms",
+                           q->cnum, q->heap, q->state == ST_MERGE ? "the staged candidate sets" : "its result",
+                           s->hostport, q->timeout_ms);
         return;
     case ST_GRACE:
         hd_store_req_failc(q, HD_STORE_ETIMEOUT,

@@ -279,6 +279,33 @@ START_TEST(reload_is_stricter)
 END_TEST
 
 /* The shipped heapd.conf: every key at its default, but backend. */
+START_TEST(store_key_file)
+{
+    /* Issue 33 item 1: the cluster key's file, checked like store_credentials. */
+    char kp[96], text[160];
+    hd_config c;
+    snprintf(kp, sizeof kp, "%s/store.key", dir);
+    snprintf(text, sizeof text, "store_key = %s\n", kp);
+    FILE *f = fopen(kp, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("a-cluster-key-of-32-bytes-012345\n", f);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_int_eq(chmod(kp, 0644), 0);
+    load_fails(text, 1, "store_key ");
+    ck_assert_msg(strstr(err, "readable or writable by others"), "%s", err);
+    ck_assert_int_eq(chmod(kp, 0600), 0);
+    ck_assert_msg(load(text, &c) == 0, "%s", err);
+    ck_assert_str_eq(c.store_key, kp);
+    f = fopen(kp, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("short\n", f);
+    ck_assert_int_eq(fclose(f), 0);
+    load_fails(text, 1, "store_key ");
+    ck_assert_msg(strstr(err, "16 to 256"), "%s", err);
+    unlink(kp);
+}
+END_TEST
+
 START_TEST(shipped_file)
 {
     const char *src = getenv("HEAPD_SRC");
@@ -337,6 +364,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, cross_key_checks);
     tcase_add_test(tc, reload_is_stricter);
     tcase_add_test(tc, shipped_file);
+    tcase_add_test(tc, store_key_file);
     suite_add_tcase(su, tc);
     return su;
 }

@@ -207,6 +207,7 @@ typedef struct node {
     uint64_t *res;
     size_t nres;
     uint64_t t_done;
+    int seq; /* the order callbacks came in, over all nodes */
     int forces;
     char fheap[300], finc[300];
     int fdone, fstatus;
@@ -224,6 +225,11 @@ typedef struct node {
 
 static node N[NNODES];
 static char url[64];
+static int done_seq;
+/* Issue 33 item 1: two cluster keys (files, mode 0600) and the warnings. */
+static char key_dir[64], key1[128], key2[128];
+static int nwarn;
+static char warned[1024];
 
 static void on_tick(uv_timer_t *t) { (void)t; }
 
@@ -273,6 +279,7 @@ static void on_collect(void *arg, int status, const char *errmsg, const uint64_t
     nd->done++;
     nd->status = status;
     nd->t_done = now_ms();
+    nd->seq = ++done_seq;
     snprintf(nd->msg, sizeof nd->msg, "%s", errmsg ? errmsg : "");
     free(nd->res);
     nd->res = NULL;
@@ -398,6 +405,19 @@ static void expect_result(int i, const uint64_t *want, size_t nwant)
 
 static void counters(int i, uint64_t *cmd, uint64_t *msg) { hd_store_counters(N[i].s, cmd, msg); }
 
+/* One collect of k nodes: one command each, and one more (the signed
+ * PUBLISH of the result, issue 33 item 1) from the node that completed it. */
+static void expect_one_collect(const uint64_t *c0, const uint64_t *c1, int k)
+{
+    uint64_t sum = 0;
+    for (int i = 0; i < k; i++) {
+        ck_assert_msg(c1[i] - c0[i] >= 1 && c1[i] - c0[i] <= 2, "%s sent %" PRIu64 " commands for one collect",
+                      N[i].name, c1[i] - c0[i]);
+        sum += c1[i] - c0[i];
+    }
+    ck_assert_uint_eq(sum, (uint64_t)k + 1);
+}
+
 /* ---- tests --------------------------------------------------------------- */
 
 START_TEST(t_three_nodes_intersection)
@@ -422,13 +442,13 @@ START_TEST(t_three_nodes_intersection)
     for (int i = 0; i < NNODES; i++) {
         expect_result(i, want, 5);
         counters(i, &c1[i], &m1[i]);
-        ck_assert_msg(c1[i] - c0[i] == 1, "%s sent %" PRIu64 " commands for one collect", N[i].name, c1[i] - c0[i]);
         ck_assert_uint_le(m1[i] - m0[i], 1);
         msgs += m1[i] - m0[i];
     }
+    expect_one_collect(c0, c1, NNODES);
     /* every node but the one that completed it got one message */
     ck_assert_uint_eq(msgs, NNODES - 1);
-    printf("3 nodes: 1 command per node per collect, %" PRIu64 " messages in all\n", msgs);
+    printf("3 nodes: 1 command per node per collect (+1 publish), %" PRIu64 " messages in all\n", msgs);
 }
 END_TEST
 
@@ -459,9 +479,14 @@ START_TEST(t_latency)
            (double)(now_ms() - t0) / ROUNDS);
     hd_store_counters(N[0].s, NULL, &m1);
     mm = m1 - m0;
-    for (int i = 0; i < NNODES; i++) {
-        counters(i, &c1[i], NULL);
-        ck_assert_uint_eq(c1[i] - c0[i], ROUNDS);
+    {
+        uint64_t sum = 0;
+        for (int i = 0; i < NNODES; i++) {
+            counters(i, &c1[i], NULL);
+            ck_assert_uint_ge(c1[i] - c0[i], ROUNDS);
+            sum += c1[i] - c0[i];
+        }
+        ck_assert_uint_eq(sum, (uint64_t)ROUNDS * (NNODES + 1)); /* + the completer's publish */
     }
     ck_assert_uint_le(mm, ROUNDS);
     free(offs);
@@ -544,8 +569,8 @@ START_TEST(t_any_order)
         for (int i = 0; i < NNODES; i++) {
             expect_result(i, ref, nref);
             counters(i, &c1[i], NULL);
-            ck_assert_uint_eq(c1[i] - c0[i], 1);
         }
+        expect_one_collect(c0, c1, NNODES);
     }
     for (int i = 0; i < NNODES; i++)
         free(sets[i]);
@@ -583,6 +608,8 @@ START_TEST(t_empty)
 }
 END_TEST
 
+static void open_node_key(int i, const char *keyfile);
+
 START_TEST(t_large)
 {
     enum { L = 100000 };
@@ -592,7 +619,10 @@ START_TEST(t_large)
     uint64_t c0[NNODES], c1[NNODES], t0;
     int k = NNODES;
 
-    open_nodes(NNODES);
+    /* signed (issue 33 item 1): the big result's note and its fetched pieces are checked */
+    for (int i = 0; i < NNODES; i++)
+        open_node_key(i, key1);
+    ck_assert(run_until(nodes_ready, &k, 5000));
     for (int i = 0; i < NNODES; i++) {
         s[i] = malloc(L * sizeof *s[i]);
         n[i] = 0;
@@ -613,7 +643,8 @@ START_TEST(t_large)
     for (int i = 0; i < NNODES; i++) {
         expect_result(i, want, nw);
         counters(i, &c1[i], NULL);
-        ck_assert_uint_eq(c1[i] - c0[i], 1);
+        /* staged in pieces (issue 33 item 5), then the commit */
+        ck_assert_uint_ge(c1[i] - c0[i], 1 + (L + HD_STORE_PIECE - 1) / HD_STORE_PIECE);
     }
     ck_assert_uint_gt(nw, L / 2);
     for (int i = 0; i < NNODES; i++)
@@ -659,7 +690,7 @@ START_TEST(t_timeout)
     ck_assert_uint_lt(N[2].t_done - t0, 2500); /* at once, not at its 5 s timeout */
     for (int i = 0; i < NNODES; i++)
         counters(i, &c1[i], NULL);
-    ck_assert_uint_eq(c1[0] - c0[0], 2); /* the collect, and the timeout's decision + lookup */
+    ck_assert_uint_eq(c1[0] - c0[0], 3); /* the collect, the timeout's decision + lookup, its publish */
     ck_assert_uint_eq(c1[1] - c0[1], 1);
     ck_assert_uint_eq(c1[2] - c0[2], 1);
 
@@ -765,7 +796,7 @@ START_TEST(t_abort)
     ck_assert_str_eq(N[2].msg, "rank 4 died");
     ck_assert_int_eq(N[2].done, 1);
     counters(2, &c1, NULL);
-    ck_assert_uint_eq(c1 - c0, 2); /* contribute + abort */
+    ck_assert_uint_eq(c1 - c0, 3); /* contribute + abort + its publish */
 
     /* Abort before contributing: the callback comes without a round trip. */
     collect(1, 5, 6, r[1], 2, a, 1, 10000, "job");
@@ -824,9 +855,9 @@ START_TEST(t_redis_killed)
     for (int i = 0; i < NNODES; i++) {
         expect_result(i, a, 2);
         counters(i, &c1[i], NULL);
-        ck_assert_uint_eq(c1[i] - c0[i], 1);
         ck_assert(hd_store_ready(N[i].s));
     }
+    expect_one_collect(c0, c1, NNODES);
 }
 END_TEST
 
@@ -959,12 +990,14 @@ START_TEST(t_script_flush)
         for (int i = 0; i < 2; i++)
             collect(i, round, 2, r[i], 1, a, 2, 5000, "job");
         ck_assert(run_until(nodes_done, &k, 5000));
+        uint64_t sum = 0;
         for (int i = 0; i < 2; i++) {
             expect_result(i, a, 2);
             counters(i, &c1[i], NULL);
-            /* round 1 is EVAL; round 2 is EVALSHA -> NOSCRIPT -> EVAL */
-            ck_assert_uint_eq(c1[i] - c0[i], round == 2 ? 2 : 1);
+            sum += c1[i] - c0[i];
         }
+        /* round 1 is EVAL; round 2 is EVALSHA -> NOSCRIPT -> EVAL; + the publish */
+        ck_assert_uint_eq(sum, round == 2 ? 5 : 3);
     }
 }
 END_TEST
@@ -1109,6 +1142,187 @@ END_TEST
 
 /* ---- tests without a working Redis --------------------------------------- */
 
+static void on_warn(void *arg, const char *msg)
+{
+    (void)arg;
+    nwarn++;
+    snprintf(warned, sizeof warned, "%s", msg);
+}
+
+/* Node i with a cluster key file (NULL: none) and the warning callback. */
+static void open_node_key(int i, const char *keyfile)
+{
+    char err[ERRLEN];
+    hd_store_opts o = {.url = url, .node = N[i].name, .key_file = keyfile, .warn = on_warn, .warn_arg = &N[i]};
+    snprintf(N[i].name, sizeof N[i].name, "n%d", i);
+    ck_assert_msg(hd_store_open_opts(&loop, &o, &N[i].s, err, sizeof err) == 0, "open: %s", err);
+    ck_assert_int_eq(hd_store_signed(N[i].s), keyfile != NULL);
+}
+
+static int warned_once(void *arg)
+{
+    (void)arg;
+    return nwarn > 0;
+}
+
+static void publish_raw(redisContext *c, const char *chan, const char *msg, size_t len)
+{
+    redisReply *rep = redisCommand(c, "PUBLISH %s %b", chan, msg, len);
+    ck_assert_ptr_nonnull(rep);
+    ck_assert_int_eq(rep->type, REDIS_REPLY_INTEGER);
+    ck_assert_int_eq(rep->integer, 1); /* n0 is subscribed */
+    freeReplyObject(rep);
+}
+
+/* 'R' or 'A', the collect's prefix, '\n', then mac (NULL: the format the
+ * script used to publish, without one) and the body. */
+static size_t forge(char *out, char kind, const char *prefix, const char *mac, const uint64_t *v, size_t n,
+                    const char *text)
+{
+    size_t at = (size_t)sprintf(out, "%c%s\n%s", kind, prefix, mac ? mac : "");
+    for (size_t i = 0; i < n; i++)
+        for (int b = 0; b < 8; b++)
+            out[at++] = (char)(unsigned char)(v[i] >> (56 - 8 * b));
+    if (text)
+        at += (size_t)sprintf(out + at, "%s", text);
+    return at;
+}
+
+START_TEST(t_forged_result)
+{
+    /* Issue 33 item 1: a program that can reach Redis publishes a forged
+     * result (and a forged failure) to a node's channel while that node waits
+     * in a cross-node collect. The node drops them, warns, and then gets the
+     * genuine result, the same as the other node's: no divergence. Before,
+     * the node reclaimed 1024, which n1's rank still held. */
+    static const uint32_t r0[] = {0}, r1[] = {1};
+    const uint64_t a0[] = {512, 1024, 2048}, a1[] = {512, 2048, 4096}, want[] = {512, 2048};
+    const char *prefix = "heapd:job:inc-1:c1", *chan = "heapd:node:n0";
+    char msg[512];
+    redisContext *c;
+    int k = 2;
+
+    for (int i = 0; i < 2; i++)
+        open_node_key(i, key1);
+    ck_assert(run_until(nodes_ready, &k, 5000));
+    c = redis_sync();
+    collect(0, 1, 2, r0, 1, a0, 3, 5000, "job");
+    for (uint64_t end = now_ms() + 3000; now_ms() < end && !redis_int(c, "EXISTS %s", "heapd:job:inc-1:c1:s");)
+        run_for(5);
+    ck_assert_int_eq(redis_int(c, "EXISTS %s", "heapd:job:inc-1:c1:s"), 1); /* n0 waits in Redis */
+    nwarn = 0;
+    publish_raw(c, chan, msg, forge(msg, 'R', prefix, NULL, a0, 3, NULL));
+    publish_raw(c, chan, msg, forge(msg, 'R', prefix, "0123456789abcdef0123456789abcdef01234567", a0, 3, NULL));
+    publish_raw(c, chan, msg, forge(msg, 'R', prefix, "----------------------------------------", a0, 3, NULL));
+    publish_raw(c, chan, msg, forge(msg, 'A', prefix, "0123456789abcdef0123456789abcdef01234567", NULL, 0, "E1:x"));
+    ck_assert(run_until(warned_once, NULL, 3000));
+    run_for(50);
+    ck_assert_msg(N[0].done == 0, "n0 took a forged message: status %d \"%s\", %zu offsets", N[0].status, N[0].msg,
+                  N[0].nres);
+    ck_assert_msg(strstr(warned, "dropped") && strstr(warned, chan) && strstr(warned, "MAC"), "%s", warned);
+    printf("forged: %s\n", warned);
+    collect(1, 1, 2, r1, 1, a1, 3, 5000, "job");
+    ck_assert(run_until(nodes_done, &k, 5000));
+    expect_result(0, want, 2);
+    expect_result(1, want, 2);
+
+    /* A node with another key: its result is dropped too, so n0 reports the
+     * lost result at its timeout instead of applying an unverified one. */
+    hd_store_close(N[1].s);
+    open_node_key(1, key2);
+    ck_assert(run_until(nodes_ready, &k, 5000));
+    collect(0, 2, 2, r0, 1, a0, 3, 500, "job");
+    run_for(50);
+    collect(1, 2, 2, r1, 1, a1, 3, 5000, "job");
+    ck_assert(run_until(nodes_done, &k, 500 + HD_STORE_GRACE_MS + 2000));
+    expect_result(1, want, 2);
+    ck_assert_int_eq(N[0].status, HD_STORE_ETIMEOUT);
+    ck_assert_msg(strstr(N[0].msg, "did not reach this node"), "%s", N[0].msg);
+    redisFree(c);
+}
+END_TEST
+
+static void fill(uint64_t *v, size_t *n, size_t want, unsigned skip)
+{
+    *n = 0;
+    for (uint64_t x = 0; *n < want; x++)
+        if (!skip || x % skip)
+            v[(*n)++] = x * 512;
+}
+
+/* The longest command in SLOWLOG (every command is logged: threshold 0). */
+static long long slowest(redisContext *c, char *name, size_t len)
+{
+    redisReply *rep = redisCommand(c, "SLOWLOG GET 1000000");
+    long long most = 0;
+    ck_assert_ptr_nonnull(rep);
+    for (size_t i = 0; i < rep->elements; i++) {
+        redisReply *e = rep->element[i];
+        if (e->elements >= 4 && e->element[2]->integer > most) {
+            most = e->element[2]->integer;
+            snprintf(name, len, "%s", e->element[3]->elements ? e->element[3]->element[0]->str : "?");
+        }
+    }
+    freeReplyObject(rep);
+    return most;
+}
+
+START_TEST(t_big_interleave)
+{
+    /* Issue 33 item 5: two nodes collect 400,000 candidates each; another
+     * heap's collect issued meanwhile completes first, and no command holds
+     * Redis longer than a piece costs (SLOWLOG, every command logged): the
+     * script used to intersect every candidate in one call (~0.3 s here). */
+    enum { L = 400000 };
+    static const uint32_t r0[] = {0}, r1[] = {1};
+    const uint64_t small[] = {512, 1024};
+    uint64_t *s0 = malloc(L * sizeof *s0), *s1 = malloc(L * sizeof *s1);
+    size_t n0, n1;
+    char name[64] = "";
+    long long most;
+    redisContext *c;
+    redisReply *rep;
+    int k = NNODES;
+
+    open_nodes(NNODES);
+    c = redis_sync();
+    rep = redisCommand(c, "CONFIG SET slowlog-log-slower-than 0");
+    freeReplyObject(rep);
+    rep = redisCommand(c, "CONFIG SET slowlog-max-len 1000000");
+    freeReplyObject(rep);
+    fill(s0, &n0, L, 0);
+    fill(s1, &n1, L, 5); /* s1 drops every fifth: the result is s0 ∩ s1 */
+    {
+        size_t nw = 0;
+        uint64_t *want = malloc(L * sizeof *want);
+        for (size_t i = 0; i < n1; i++)
+            if (s1[i] < s0[n0 - 1] + 1)
+                want[nw++] = s1[i];
+        rep = redisCommand(c, "SLOWLOG RESET");
+        freeReplyObject(rep);
+        collect(0, 1, 2, r0, 1, s0, n0, 30000, "big");
+        collect(1, 1, 2, r1, 1, s1, n1, 30000, "big");
+        run_for(2); /* the big pieces are on their way */
+        collect(2, 1, 1, r0, 1, small, 2, 30000, "small");
+        ck_assert(run_until(nodes_done, &k, 30000));
+        expect_result(0, want, nw);
+        expect_result(1, want, nw);
+        expect_result(2, small, 2);
+        free(want);
+    }
+    ck_assert_msg(N[2].seq == 1, "the small collect came %d of 3", N[2].seq);
+    most = slowest(c, name, sizeof name);
+    printf("big: 2 nodes x %d offsets; the longest command took %lld us (%s); the small collect came first\n", L, most,
+           name);
+    ck_assert_msg(most < 60000, "a command held Redis %lld us (%s)", most, name);
+    rep = redisCommand(c, "CONFIG SET slowlog-log-slower-than 10000");
+    freeReplyObject(rep);
+    redisFree(c);
+    free(s0);
+    free(s1);
+}
+END_TEST
+
 static void setup_bare(void)
 {
     memset(N, 0, sizeof N);
@@ -1205,6 +1419,8 @@ static Suite *store_suite(void)
     tcase_add_test(tc, t_args);
     tcase_add_test(tc, t_world_mismatch);
     tcase_add_test(tc, t_hostname);
+    tcase_add_test(tc, t_forged_result);
+    tcase_add_test(tc, t_big_interleave);
     suite_add_tcase(s, tc);
 
     tcase_add_checked_fixture(tb, setup_bare, teardown);
@@ -1229,7 +1445,25 @@ int main(void)
         perror("mkdtemp");
         return 1;
     }
+    snprintf(key_dir, sizeof key_dir, "/tmp/check_store_key.XXXXXX");
+    if (!mkdtemp(key_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    snprintf(key1, sizeof key1, "%s/k1", key_dir);
+    snprintf(key2, sizeof key2, "%s/k2", key_dir);
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(i ? key2 : key1, "w");
+        if (!f || fprintf(f, "%s\n", i ? "another-cluster-key-0123456789" : "the-cluster-key-0123456789abcdef") < 0 ||
+            fclose(f) != 0 || chmod(i ? key2 : key1, 0600) != 0) {
+            perror("key file");
+            return 1;
+        }
+    }
     rc = cku_run(store_suite());
+    unlink(key1);
+    unlink(key2);
+    rmdir(key_dir);
     /* redis-server writes nothing there (--save "", no AOF, log to stdout) */
     if (rmdir(redis_dir) != 0)
         fprintf(stderr, "could not remove %s: %s\n", redis_dir, strerror(errno));

@@ -8,6 +8,8 @@
 # Covers: randomised per-rank free timing across nodes gives every rank on
 # every node the same offsets and the same collects (`a` and `c` lines), both
 # policies; the store's keys are namespaced per heap and job and all expire; a
+# forged result published to a waiting node's channel is dropped (every node
+# has store_key: issue 33 item 1) and the offsets stay identical; a
 # forced collect (heapctl on one node) takes effect at the same allocation on
 # every node, also during a random workload; a rank killed mid-collect is
 # named on every node at once; a node or a rank that never arrives is named
@@ -55,6 +57,9 @@ rport=$REDIS_PORT
 ok "redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$rport (pid $REDIS_PID)"
 
 # ---- 4 heapd nodes ---------------------------------------------------------------
+# The cluster key (issue 33 item 1): every node signs the results it publishes
+# and drops unsigned ones, so every scenario below runs with signed messages.
+(umask 077; echo "it-multinode-cluster-key-$$-0123456789" >"$T/store.key")
 for n in $NODES; do
     cat >"$T/n$n.conf" <<EOF
 socket = $T/n$n.sock
@@ -64,6 +69,7 @@ chunk_size = 1M
 va_size = 256M
 collect_timeout_ms = 5000
 store = redis://127.0.0.1:$rport
+store_key = $T/store.key
 node = n$n
 EOF
     S=$T/n$n.sock start_heapd "$T/n$n.conf" "$T/n$n.log"
@@ -175,6 +181,44 @@ done <"$T/keys"
 # the keys are not waited for; that each has a TTL is what bounds Redis.
 check "store keys: every key has a TTL (none without; longest ${maxttl} s, expected <= 60)" \
     test $nottl = 0 -a "$maxttl" -gt 0 -a "$maxttl" -le 60
+
+# ---- 2b. a forged collect result on a node channel (issue 33 item 1) ----------------
+# Ranks 0..5 (nodes n0..n2) free blocks 0 and 1 and collect; n3's ranks free
+# only block 0 and collect later. While n0 waits in the store, a program that
+# can reach Redis publishes a result holding both blocks to heapd:node:n0 (in
+# the format the script used to publish, and with a made-up MAC). Accepted, it
+# would make n0 reclaim block 1, which n3's ranks still hold, and the next
+# allocation would differ between nodes. n0 drops it (warn) and every rank
+# gets the same collect and the same next offset.
+for r in $ALL; do
+    if [ $r -ge 6 ]; then rank fg $r --timeout-ms 15000 -- alloc 4K alloc 4K free 0 flush sleep 1500 collect alloc 4K
+    else rank fg $r --timeout-ms 15000 -- alloc 4K alloc 4K free 0 free 1 flush collect alloc 4K; fi
+done
+be64() { i=56; while [ $i -ge 0 ]; do printf "\\$(printf %03o $((($1 >> i) & 255)))"; i=$((i - 8)); done; }
+fk=; i=0
+while [ $i -lt 200 ]; do   # until n0 waits in the store (10 s at most)
+    fk=$(rcli --scan --pattern 'heapd:fg:*:s' 2>/dev/null | head -1)
+    [ -n "$fk" ] && rcli HGET "$fk" nodes 2>/dev/null | grep -qw n0 && break
+    sleep 0.05; i=$((i + 1))
+done
+o0=$(sed -n 's/^a 0 //p' "$T/fg.0.out") o1=$(sed -n 's/^a 1 //p' "$T/fg.0.out")
+fp=${fk%:s}
+{ printf 'R%s\n' "$fp"; be64 "${o0:-0}"; be64 "${o1:-0}"; } >"$T/forged1"
+{ printf 'R%s\n0123456789abcdef0123456789abcdef01234567' "$fp"; be64 "${o0:-0}"; be64 "${o1:-0}"; } >"$T/forged2"
+nrecv=0
+for f in forged1 forged2; do
+    n=$(rcli -x PUBLISH heapd:node:n0 <"$T/$f" 2>/dev/null); nrecv=$((nrecv + ${n:-0}))
+done
+check "forged results published to heapd:node:n0 while n0 waits in collect $fp (received by $nrecv)" \
+    test -n "$fk" -a "$nrecv" = 2
+allok=1
+for r in $ALL; do waitrank $r; [ $rc = 0 ] || { allok=0; echo "rank $r: exit $rc: $(cat "$T/fg.$r.err")"; }; done
+check "forged results: every rank of every node exits 0" test $allok = 1
+sfg=0; same fg c $ALL && same fg a $ALL && sfg=1
+check "forged results ignored: the collect and the next offsets are identical on all 8 ranks ($(grep '^c ' "$T/fg.0.out"))" \
+    test $sfg = 1
+check "forged results: n0's log says it dropped them, at warn" \
+    grep -q 'warn: store: dropped .* message(s) on heapd:node:n0: .*MAC' "$T/n0.log"
 
 # ---- 3. forced collect from heapctl on one node ------------------------------------
 for r in $ALL; do rank fc $r -- alloc 4K sleep 800 alloc 4K alloc 8K stats; done
