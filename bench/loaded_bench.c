@@ -545,7 +545,7 @@ static void stop_attacker(void)
 
 static void report(const opts *o, const result *base, const result *loaded)
 {
-    printf("victims (uid 65533): %d at once, transport %s; %zu rounds each, same run:\n", o->victims,
+    printf("victims (uid 65533): %d at once, transport %s; %zu rounds in all, same run:\n", o->victims,
            victim_transport ? victim_transport : "default", base->n[S_ATTACH]);
     printf("%-16s %12s %12s %12s %12s %8s\n", "step", "p50 unloaded", "p99 unloaded", "p50 loaded", "p99 loaded",
            "p99 x");

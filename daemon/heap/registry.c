@@ -494,9 +494,14 @@ static int heap_validate(const hd_heap *h, char *why, size_t len)
 int hd_heap_validate(const hd_registry *r, char *why, size_t len)
 {
     uint32_t n = 0;
-    for (const hd_heap *h = r->heaps; h; h = h->next, n++)
+    for (const hd_heap *h = r->heaps; h; h = h->next, n++) {
         if (heap_validate(h, why, len))
             return -1;
+        if (!h->memo.full != !h->memo.bare || h->memo.gen > h->gen) {
+            snprintf(why, len, "heap \"%s\": its Stats memo is half built or of a later generation", h->name);
+            return -1;
+        }
+    }
     if (n != r->nheaps) {
         snprintf(why, len, "%u heaps listed, %u counted", n, r->nheaps);
         return -1;
