@@ -63,7 +63,6 @@ struct hd_rings {
     hd_ring *awake;
     uv_idle_t idle;
     int idle_on;
-    uint64_t pass_ns; /* the idle handle's last pass (polling time) */
     ring_acct *accts;
 };
 
@@ -72,7 +71,9 @@ struct hd_rings {
  * the doorbell right after each request until the period ends. */
 #define HD_RING_PERIOD_NS     100000000ull
 #define HD_RING_ACCT_SHARE_NS 20000000ull
-#define HD_RING_PASS_MAX_NS   1000000ull /* a longer gap is no polling */
+/* A gap this short between two requests is a busy client, not idle
+ * polling: it is not charged (back-to-back requests keep their spin). */
+#define HD_RING_FREE_GAP_NS 10000ull
 
 static uint64_t now_ns(void)
 {
@@ -243,32 +244,25 @@ static uint64_t window_ns(const hd_ring *r, uint64_t *spin)
     return r->rs->spin_ns + r->back_ns;
 }
 
-/* Charges the time since the last pass to the accounts of the rings that
- * got no request meanwhile (each ring its own: a uid with more rings pays
- * more); a ring kept busy pays nothing. */
-static void charge(hd_rings *rs, uint64_t t)
+/* Charges ns of polling that found nothing to r's account (at time t):
+ * the gap before a request, unless short (a busy client), or the whole
+ * window of a ring that goes to sleep. */
+static void charge(hd_ring *r, uint64_t ns, uint64_t t)
 {
-    uint64_t dt = rs->pass_ns && t > rs->pass_ns ? t - rs->pass_ns : 0;
-    rs->pass_ns = t;
-    if (dt > HD_RING_PASS_MAX_NS)
-        dt = 0;
-    for (hd_ring *r = rs->awake; r; r = r->next) {
-        ring_acct *a = r->acct;
-        if (!a || t - r->last_ns < dt)
-            continue; /* served meanwhile: that was no idle polling */
-        if (t - a->period_ns >= HD_RING_PERIOD_NS) {
-            a->period_ns = t;
-            a->spent_ns = 0;
-        }
-        a->spent_ns += dt;
+    ring_acct *a = r->acct;
+    if (!a || ns < HD_RING_FREE_GAP_NS)
+        return;
+    if (t - a->period_ns >= HD_RING_PERIOD_NS) {
+        a->period_ns = t;
+        a->spent_ns = 0;
     }
+    a->spent_ns += ns;
 }
 
 static void idle_cb(uv_idle_t *h)
 {
     hd_rings *rs = h->data;
     uint64_t start = now_ns();
-    charge(rs, start);
     for (uint64_t t = start;; t = now_ns()) {
         int busy = 0, spinning = 0;
         for (hd_ring *r = rs->awake, *nx; r; r = nx) {
@@ -276,20 +270,20 @@ static void idle_cb(uv_idle_t *h)
             uint64_t spin, win = window_ns(r, &spin);
             if (serve(r) > 0) {
                 adapt(r, t - r->last_ns);
+                charge(r, t - r->last_ns < win ? t - r->last_ns : win, t);
                 r->last_ns = t;
                 busy = 1;
             }
             uint64_t quiet = t - r->last_ns;
-            if (r->stopped || quiet >= win)
+            if (r->stopped || quiet >= win) {
+                charge(r, win, t);
                 try_sleep(r);
-            else if (quiet < spin)
+            } else if (quiet < spin)
                 spinning = 1;
         }
         if (!busy && !spinning) {
             if (rs->awake)
                 sched_yield(); /* back-off: polling, but the core goes to whoever wants it */
-            else
-                rs->pass_ns = 0;
             return;
         }
         if (t - start >= HD_RING_SLICE_NS)

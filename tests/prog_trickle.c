@@ -48,6 +48,11 @@ static double cpu_s(long pid)
 static void sleep_until(double t)
 {
     double d = t - now_s();
+    if (d > 0 && d < 200e-6) { /* shorter than a timer's slack: spin */
+        while (now_s() < t)
+            ;
+        return;
+    }
     if (d > 0) {
         struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
         nanosleep(&ts, NULL);
