@@ -73,7 +73,8 @@ int hd_ring_open(hd_rings *rs, void *data, hd_ring **out, hd_ring_setup *su, cha
 /* Issue 33 item 10: r's polling counts against account `key` (dispatch:
  * the client's uid): an account's rings keep heapd polling for at most a
  * fifth of every 100 ms (then they sleep on the doorbell after each
- * request until the period ends). Once per ring; 0, or -1 out of memory. */
+ * request until the period ends). Counted: the gap before each request
+ * (unless under 10 us: a busy client) and each window that ends in sleep. Once per ring; 0, or -1 out of memory. */
 int hd_ring_set_account(hd_ring *r, uint32_t key);
 /* Serve no more requests from r (its client is being disconnected). */
 void hd_ring_stop(hd_ring *r);
