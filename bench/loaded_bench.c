@@ -2,6 +2,14 @@
  * transport (issue 15, "Done when", bullet 2).
  *
  *   loaded_bench [--rounds N] [--cycles N] [--idle N] [--fdconns N] [--unread N] [--json FILE]
+ *                [--stats-flood CONNS [--flood-world W]] [--victims N] [--transport socket|ring]
+ *
+ * --stats-flood (issue 33 item 4): the attacker, instead of holding
+ * connections, floods Stats of its own heap of W ranks (default 4096; rank 0
+ * attached, the rest never come) from CONNS connections, each writing 64
+ * Stats at once and reading their replies, again and again. --victims N runs
+ * N victims at once (each its own heap; default 1), --transport sets their
+ * HEAPC_TRANSPORT (default: libheapc's).
  *
  * Starts its own heapd (dirname(argv[0])/../heapd, host backend, a temporary
  * socket; limits raised so that the attacker really holds what it opens:
@@ -22,6 +30,8 @@
  */
 #define NAME "loaded_bench"
 #include "heapc.h"
+#include "heapd.pb-c.h"
+#include "wire.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -42,6 +52,7 @@
 
 static char dir[64], sock[128];
 static pid_t heapd_pid, hostile_pid;
+static const char *victim_transport; /* NULL: libheapc's default */
 
 static double now_us(void)
 {
@@ -61,8 +72,10 @@ static void stop(pid_t *p)
 
 static void cleanup(void)
 {
-    if (hostile_pid > 0)
+    if (hostile_pid > 0) {
+        kill(-hostile_pid, SIGKILL); /* the Stats flooders too */
         kill(hostile_pid, SIGKILL);
+    }
     stop(&hostile_pid);
     stop(&heapd_pid);
     if (dir[0]) {
@@ -71,6 +84,14 @@ static void cleanup(void)
         if (system(cmd)) {
         }
     }
+}
+
+/* SIGTERM (a test's time bound): heapd and the attacker go too. */
+static void on_term(int sig)
+{
+    (void)sig;
+    cleanup();
+    _exit(124);
 }
 
 __attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...)
@@ -138,8 +159,14 @@ static void summarize(samples *sm, result *r)
 /* The victim, in a child of uid 65533: its figures come back through a pipe. */
 static void victim(int rounds, int wfd)
 {
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
     if (setgroups(0, NULL) || setgid(65533) || setuid(65533))
         _exit(3);
+    if (victim_transport)
+        setenv("HEAPC_TRANSPORT", victim_transport, 1);
+    char name[32];
+    snprintf(name, sizeof name, "victim%d", (int)getpid());
     double *v[S_N];
     size_t n[S_N] = {0};
     for (int s = 0; s < S_N; s++)
@@ -150,7 +177,7 @@ static void victim(int rounds, int wfd)
     for (int r = 0; r < rounds; r++) {
         double t0 = now_us();
         heapc *c = heapc_connect(sock);
-        if (heapc_err(c) || heapc_attach(c, "victim", 0, 1, &p)) {
+        if (heapc_err(c) || heapc_attach(c, name, 0, 1, &p)) {
             fprintf(stderr, NAME ": victim round %d: %s\n", r, heapc_errstr(c));
             _exit(4);
         }
@@ -185,33 +212,49 @@ static void victim(int rounds, int wfd)
     _exit(0);
 }
 
-/* One victim run of `rounds` rounds; its samples are added to *out. */
-static void run_victim(int rounds, samples *out)
+/* One victim's figures from its pipe, added to *out; then its exit. */
+static void collect_victim(pid_t p, int rfd, samples *out)
 {
-    int pp[2];
-    if (pipe(pp))
-        die("pipe: %s", strerror(errno));
-    pid_t p = fork();
-    if (p == 0) {
-        close(pp[0]);
-        victim(rounds, pp[1]);
-    }
-    close(pp[1]);
     for (int s = 0; s < S_N; s++) {
         size_t n;
-        read_all(pp[0], &n, sizeof n);
+        read_all(rfd, &n, sizeof n);
         double *v = realloc(out->v[s], (out->n[s] + n) * sizeof(double));
         if (!v)
             die("out of memory");
-        read_all(pp[0], v + out->n[s], n * sizeof(double));
+        read_all(rfd, v + out->n[s], n * sizeof(double));
         out->v[s] = v;
         out->n[s] += n;
     }
-    close(pp[0]);
+    close(rfd);
     int st;
     waitpid(p, &st, 0);
     if (!WIFEXITED(st) || WEXITSTATUS(st))
         die("the victim failed (status %d)", st);
+}
+
+/* n victims at once, `rounds` rounds each; their samples are added to *out. */
+static void run_victims(int n, int rounds, samples *out)
+{
+    pid_t *pid = calloc((size_t)n, sizeof *pid);
+    int *rfd = calloc((size_t)n, sizeof *rfd);
+    if (!pid || !rfd)
+        die("out of memory");
+    for (int i = 0; i < n; i++) {
+        int pp[2];
+        if (pipe(pp))
+            die("pipe: %s", strerror(errno));
+        pid[i] = fork();
+        if (pid[i] == 0) {
+            close(pp[0]);
+            victim(rounds, pp[1]);
+        }
+        close(pp[1]);
+        rfd[i] = pp[0];
+    }
+    for (int i = 0; i < n; i++)
+        collect_victim(pid[i], rfd[i], out);
+    free(pid);
+    free(rfd);
 }
 
 static long proc_value(pid_t pid, const char *key)
@@ -245,12 +288,13 @@ static int count_fds(pid_t pid)
 typedef struct opts {
     int rounds, idle, fdconns, unread, cycles;
     const char *json;
+    int flood, flood_world, victims; /* issue 33 item 4 */
 } opts;
 
 /* 0, or 2 after a usage message. */
 static int parse(int argc, char **argv, opts *o)
 {
-    *o = (opts){200, 1000, 64, 64, 10, NULL};
+    *o = (opts){200, 1000, 64, 64, 10, NULL, 0, 4096, 1};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             o->rounds = 50;
@@ -266,9 +310,18 @@ static int parse(int argc, char **argv, opts *o)
             o->cycles = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--json"))
             o->json = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--stats-flood"))
+            o->flood = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--flood-world"))
+            o->flood_world = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--victims"))
+            o->victims = atoi(argv[++i]) > 0 ? atoi(argv[i]) : 1;
+        else if (i + 1 < argc && !strcmp(argv[i], "--transport"))
+            victim_transport = argv[++i];
         else {
             fprintf(stderr,
-                    "usage: " NAME " [--rounds N] [--cycles N] [--idle N] [--fdconns N] [--unread N] [--json FILE]\n");
+                    "usage: " NAME " [--rounds N] [--cycles N] [--idle N] [--fdconns N] [--unread N] [--json FILE]\n"
+                    "       [--stats-flood CONNS [--flood-world W]] [--victims N] [--transport socket|ring]\n");
             return 2;
         }
     }
@@ -303,7 +356,7 @@ static void start_heapd(const char *argv0)
         die("cannot write %s", conf);
     fprintf(f,
             "socket = %s\nsocket_mode = 0666\nbackend = host\nlog_level = warn\nmax_clients = 4096\n"
-            "max_clients_per_uid = 2000\nhello_timeout_ms = 600000\n",
+            "max_clients_per_uid = 2000\nhello_timeout_ms = 600000\ncollect_timeout_ms = 600000\n",
             sock);
     fclose(f);
     char cmd[PATH_MAX * 2];
@@ -364,9 +417,136 @@ static void start_hostile(const opts *o, char *line, size_t len)
     }
 }
 
+/* ---- the Stats flood (issue 33 item 4) ----------------------------------- */
+
+/* Frame f packed and sent on fd (blocking); 0 or -1. */
+static int flood_send(int fd, Heapd__Frame *f)
+{
+    uint8_t buf[512];
+    size_t len = heapd__frame__get_packed_size(f);
+    heapd__frame__pack(f, buf);
+    return hw_send_frame(fd, buf, len, NULL, 0, NULL, 0) < 0 ? -1 : 0;
+}
+
+/* A connection past Hello, or -1. */
+static int flood_conn(void)
+{
+    int fd = hw_connect_unix(sock, NULL, 0);
+    Heapd__Hello h = HEAPD__HELLO__INIT;
+    h.version = HEAPD__CONST__PROTOCOL_VERSION;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.id = 1;
+    f.body_case = HEAPD__FRAME__BODY_HELLO;
+    f.hello = &h;
+    hw_reader rd;
+    hw_frame fr;
+    hw_reader_init(&rd);
+    int ok = fd >= 0 && !flood_send(fd, &f) && hw_recv_frame(fd, &rd, &fr, 10000, NULL, 0) == HW_FRAME;
+    if (ok)
+        hw_frame_free(&fr);
+    hw_reader_free(&rd);
+    if (!ok && fd >= 0)
+        close(fd);
+    return ok ? fd : -1;
+}
+
+/* One flooder: 64 Stats of heap "flood" at once, their replies read, forever. */
+static void flood_loop(int fd)
+{
+    Heapd__Stats m = HEAPD__STATS__INIT;
+    m.heap = (char *)"flood";
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.body_case = HEAPD__FRAME__BODY_STATS;
+    f.stats = &m;
+    uint8_t one[64], burst[64 * 80];
+    size_t len = heapd__frame__get_packed_size(&f), bl = 0;
+    for (int i = 0; i < 64; i++) {
+        f.id = 100 + (uint64_t)i;
+        len = heapd__frame__get_packed_size(&f);
+        uint32_t hdr[2] = {(uint32_t)len, 0}; /* little-endian hosts */
+        memcpy(one, hdr, 8);
+        heapd__frame__pack(&f, one + 8);
+        memcpy(burst + bl, one, 8 + len);
+        bl += 8 + len;
+    }
+    hw_reader rd;
+    hw_reader_init(&rd);
+    for (;;) {
+        if (write(fd, burst, bl) != (ssize_t)bl)
+            _exit(0);
+        for (int i = 0; i < 64; i++) {
+            hw_frame fr;
+            if (hw_recv_frame(fd, &rd, &fr, 60000, NULL, 0) != HW_FRAME)
+                _exit(0);
+            hw_frame_free(&fr);
+        }
+    }
+}
+
+/* The attacker, uid 65534: rank 0 of a heap of o->flood_world ranks, then
+ * o->flood flooders (children); the "holding" line into line. */
+static void start_flood(const opts *o, char *line, size_t len)
+{
+    int pp[2];
+    if (pipe(pp))
+        die("pipe: %s", strerror(errno));
+    hostile_pid = fork();
+    if (hostile_pid == 0) {
+        close(pp[0]);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        setpgid(0, 0);
+        if (setgroups(0, NULL) || setgid(65534) || setuid(65534))
+            _exit(3);
+        int hfd = flood_conn();
+        Heapd__HeapParams hp = HEAPD__HEAP_PARAMS__INIT;
+        hp.chunk_size = 4096;
+        Heapd__Attach a = HEAPD__ATTACH__INIT;
+        a.heap = (char *)"flood";
+        a.world_size = (uint32_t)o->flood_world;
+        a.params = &hp;
+        Heapd__Frame f = HEAPD__FRAME__INIT;
+        f.id = 2;
+        f.body_case = HEAPD__FRAME__BODY_ATTACH;
+        f.attach = &a;
+        if (hfd < 0 || flood_send(hfd, &f))
+            _exit(4);
+        for (int i = 0; i < o->flood; i++) {
+            int fd = flood_conn();
+            if (fd < 0)
+                _exit(4);
+            if (fork() == 0)
+                flood_loop(fd);
+            close(fd);
+        }
+        dprintf(pp[1], "holding rank 0 of a %d-rank heap, %d connections flooding its Stats\n", o->flood_world,
+                o->flood);
+        while (1)
+            pause();
+    }
+    setpgid(hostile_pid, hostile_pid);
+    close(pp[1]);
+    ssize_t k = read(pp[0], line, len - 1);
+    close(pp[0]);
+    line[k > 0 ? k : 0] = 0;
+    if (strncmp(line, "holding", 7))
+        die("the Stats flood did not start");
+    usleep(200000); /* the flood under way */
+}
+
+/* The attacker gone: its process group (the flooders too). */
+static void stop_attacker(void)
+{
+    kill(-hostile_pid, SIGKILL);
+    kill(hostile_pid, SIGKILL);
+    waitpid(hostile_pid, NULL, 0);
+    hostile_pid = 0;
+}
+
 static void report(const opts *o, const result *base, const result *loaded)
 {
-    printf("victim (uid 65533), %zu rounds each, same run:\n", base->n[S_ATTACH]);
+    printf("victims (uid 65533): %d at once, transport %s; %zu rounds in all, same run:\n", o->victims,
+           victim_transport ? victim_transport : "default", base->n[S_ATTACH]);
     printf("%-16s %12s %12s %12s %12s %8s\n", "step", "p50 unloaded", "p99 unloaded", "p50 loaded", "p99 loaded",
            "p99 x");
     double worst = 0;
@@ -383,8 +563,11 @@ static void report(const opts *o, const result *base, const result *loaded)
     FILE *j = o->json ? fopen(o->json, "w") : NULL;
     if (!j)
         return;
-    fprintf(j, "{\"rounds\": %d, \"idle\": %d, \"fdconns\": %d, \"unread\": %d, \"steps\": [", o->rounds, o->idle,
-            o->fdconns, o->unread);
+    fprintf(j,
+            "{\"rounds\": %d, \"idle\": %d, \"fdconns\": %d, \"unread\": %d, \"stats_flood\": %d, "
+            "\"flood_world\": %d, \"victims\": %d, \"transport\": \"%s\", \"steps\": [",
+            o->rounds, o->idle, o->fdconns, o->unread, o->flood, o->flood_world, o->victims,
+            victim_transport ? victim_transport : "default");
     for (int s = 0; s < S_N; s++)
         fprintf(j,
                 "%s{\"step\": \"%s\", \"p50_unloaded_us\": %.1f, \"p99_unloaded_us\": %.1f, "
@@ -409,6 +592,8 @@ int main(int argc, char **argv)
         return 0;
     }
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGTERM, on_term);
+    signal(SIGINT, on_term);
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
         rl.rlim_cur = rl.rlim_max;
@@ -424,14 +609,15 @@ int main(int argc, char **argv)
     if (o.cycles < 1)
         o.cycles = 1;
     for (int cy = 0; cy < o.cycles; cy++) {
-        run_victim(o.rounds / o.cycles, &sb);
-        start_hostile(&o, line, sizeof line);
+        run_victims(o.victims, o.rounds / o.cycles, &sb);
+        if (o.flood)
+            start_flood(&o, line, sizeof line);
+        else
+            start_hostile(&o, line, sizeof line);
         fds = count_fds(heapd_pid);
         rss = proc_value(heapd_pid, "VmRSS:");
-        run_victim(o.rounds / o.cycles, &sl);
-        kill(hostile_pid, SIGKILL);
-        waitpid(hostile_pid, NULL, 0);
-        hostile_pid = 0;
+        run_victims(o.victims, o.rounds / o.cycles, &sl);
+        stop_attacker();
         for (int i = 0; i < 300 && count_fds(heapd_pid) > base_fds; i++)
             usleep(100000);
     }

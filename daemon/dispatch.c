@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "heapd.pb-c.h"
 #include "log.h"
@@ -130,6 +131,7 @@ static void log_ctx(const hd_session *s, const Heapd__Frame *f)
 void hd_dispatch_closed(hd_dispatch *d, hd_session *s)
 {
     log_ctx(s, NULL);
+    hd_heap_touch(d->reg, &s->peer, NULL);
     hd_heap_conn_closed(d->reg, &s->peer);
     hd_ring_close(s->ring);
     hd_log_ctx_set(NULL);
@@ -176,7 +178,12 @@ static void ring_setup(hd_dispatch *d, hd_session *s, uint64_t id)
         hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_STATE, "this connection already has a request ring");
     else if (hd_ring_open(d->rings, s, &r, &su, err, sizeof err))
         hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "no request ring: %s; use the socket", err);
-    else {
+    else if (hd_ring_set_account(r, (uint32_t)s->peer.uid)) {
+        hd_ring_close(r);
+        close(su.memfd);
+        close(su.doorbell);
+        hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "no request ring: heapd is out of memory");
+    } else {
         hd_debug("pid %ld: request ring of %u slots of %u bytes", (long)s->peer.pid, su.nslots, su.slot_size);
         /* From now on the ring's answers go into it, the rest to the
          * transport (the setup's reply too: its id is no ring request). */
@@ -224,11 +231,35 @@ static void handle_hello(hd_dispatch *d, hd_session *s, uint64_t id, const Heapd
     hd_reply_hello(&s->out, id, d->backend);
 }
 
+/* Issue 33 item 4: a request that may change a heap makes its Stats memo
+ * stale (heap.h, hd_heap_touch), before the wing handles it (after, the
+ * heap may be gone). */
+static void touch_heap(hd_dispatch *d, hd_session *s, const Heapd__Frame *f)
+{
+    switch (f->body_case) {
+    case HEAPD__FRAME__BODY_HELLO:
+    case HEAPD__FRAME__BODY_STATS:
+    case HEAPD__FRAME__BODY_RING_SETUP:
+        break;
+    case HEAPD__FRAME__BODY_ATTACH:
+        hd_heap_touch(d->reg, &s->peer, f->attach->heap);
+        hd_heap_touch(d->reg, &s->peer, NULL);
+        break;
+    case HEAPD__FRAME__BODY_FORCE_COLLECT:
+        hd_heap_touch(d->reg, &s->peer, f->force_collect->heap);
+        break;
+    default:
+        hd_heap_touch(d->reg, &s->peer, NULL);
+        break;
+    }
+}
+
 /* The request in f, to the heap wing (or to dispatch: Hello, RingSetup). */
 static void handle_request(hd_dispatch *d, hd_session *s, const Heapd__Frame *f)
 {
     uint64_t id = f->id;
     hd_peer *p = &s->peer;
+    touch_heap(d, s, f);
     switch (f->body_case) {
     case HEAPD__FRAME__BODY_HELLO:
         if (s->hello)

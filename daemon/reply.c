@@ -301,29 +301,134 @@ static void heap_stats(const hd_heap_info *in, Heapd__HeapStats *s, Heapd__HeapP
     }
 }
 
-static void out_stats(hd_peer *p, uint64_t id, const hd_stats_out *so)
+/* Issue 33 item 4: packs heap `in`'s HeapStats into m, with its ranks
+ * (full) and without (bare). 0, or -1 (out of memory; m left empty). */
+static int memo_build(const hd_heap_info *in, hd_stats_memo *m)
 {
-    size_t n = so->nheaps, nr = 0;
-    for (size_t i = 0; i < n; i++)
-        nr += so->heaps[i].n_ranks;
-    Heapd__HeapStats *hs = calloc(n ? n : 1, sizeof *hs);
-    Heapd__HeapStats **hsp = calloc(n ? n : 1, sizeof *hsp);
-    Heapd__HeapParams *pp = calloc(n ? n : 1, sizeof *pp);
+    size_t nr = in->n_ranks;
     Heapd__RankStats *rs = calloc(nr ? nr : 1, sizeof *rs);
     Heapd__RankStats **rsp = calloc(nr ? nr : 1, sizeof *rsp);
-    Heapd__Histogram *hg = calloc(2 * (n ? n : 1), sizeof *hg);
-    uint64_t(*hn)[HD_HIST_N] = calloc(2 * (n ? n : 1), sizeof *hn);
-    if (!hs || !hsp || !pp || !rs || !rsp || !hg || !hn) {
+    Heapd__HeapStats hs;
+    Heapd__HeapParams pp;
+    Heapd__Histogram hg[2];
+    uint64_t hn[2][HD_HIST_N];
+    int rc = -1;
+    free(m->full);
+    free(m->bare);
+    m->full = m->bare = NULL;
+    if (!rs || !rsp)
+        goto out;
+    heap_stats(in, &hs, &pp, rs, rsp, hg, hn);
+    m->full_len = heapd__heap_stats__get_packed_size(&hs);
+    hs.n_ranks = 0;
+    m->bare_len = heapd__heap_stats__get_packed_size(&hs);
+    m->full = malloc(m->full_len ? m->full_len : 1);
+    m->bare = malloc(m->bare_len ? m->bare_len : 1);
+    if (!m->full || !m->bare) {
+        free(m->full);
+        free(m->bare);
+        m->full = m->bare = NULL;
+        goto out;
+    }
+    heapd__heap_stats__pack(&hs, m->bare);
+    hs.n_ranks = nr;
+    heapd__heap_stats__pack(&hs, m->full);
+    rc = 0;
+out:
+    free(rs);
+    free(rsp);
+    return rc;
+}
+
+static size_t varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static uint8_t *put_varint(uint8_t *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+/* A StatsReply frame assembled from packed HeapStats: the bytes protobuf-c
+ * would write (fields in number order: Frame.id, Frame.stats_reply; in it
+ * StatsReply.heaps, number 1, then the rest). */
+typedef struct stats_frame {
+    uint64_t id;
+    const hd_stats_memo *const *memo;
+    size_t n;
+    bool bare;
+    const Heapd__StatsReply *rest; /* every field but heaps */
+    size_t rest_len, sr_len;
+} stats_frame;
+
+#define TAG(num, wt) (((uint64_t)(num) << 3) | (wt))
+enum { F_ID = 1, F_STATS_REPLY = HEAPD__FRAME__BODY_STATS_REPLY, SR_HEAPS = 1 };
+
+static size_t heap_len(const stats_frame *sf, size_t i)
+{
+    return sf->bare ? sf->memo[i]->bare_len : sf->memo[i]->full_len;
+}
+
+static size_t stats_frame_len(stats_frame *sf)
+{
+    sf->sr_len = sf->rest_len;
+    for (size_t i = 0; i < sf->n; i++)
+        sf->sr_len += varint_len(TAG(SR_HEAPS, 2)) + varint_len(heap_len(sf, i)) + heap_len(sf, i);
+    return (sf->id ? varint_len(TAG(F_ID, 0)) + varint_len(sf->id) : 0) + varint_len(TAG(F_STATS_REPLY, 2)) +
+           varint_len(sf->sr_len) + sf->sr_len;
+}
+
+static void pack_stats_frame(const void *msg, uint8_t *p)
+{
+    const stats_frame *sf = msg;
+    if (sf->id) {
+        p = put_varint(p, TAG(F_ID, 0));
+        p = put_varint(p, sf->id);
+    }
+    p = put_varint(p, TAG(F_STATS_REPLY, 2));
+    p = put_varint(p, sf->sr_len);
+    for (size_t i = 0; i < sf->n; i++) {
+        size_t len = heap_len(sf, i);
+        p = put_varint(p, TAG(SR_HEAPS, 2));
+        p = put_varint(p, len);
+        memcpy(p, sf->bare ? sf->memo[i]->bare : sf->memo[i]->full, len);
+        p += len;
+    }
+    heapd__stats_reply__pack(sf->rest, p);
+}
+
+/* Each heap's figures come packed from its memo (built now unless the wing
+ * found it valid; a heap without one gets a memo for this reply only). */
+static void out_stats(hd_peer *p, uint64_t id, const hd_stats_out *so)
+{
+    size_t n = so->nheaps, built = 0;
+    const hd_stats_memo **memo = calloc(n ? n : 1, sizeof *memo);
+    hd_stats_memo *own = calloc(n ? n : 1, sizeof *own);
+    bool ok = memo && own;
+    for (size_t i = 0; ok && i < n; i++) {
+        hd_heap_info *in = &so->heaps[i];
+        hd_stats_memo *m = in->memo ? in->memo : &own[i];
+        if (!(in->memo_valid && m->full))
+            ok = memo_build(in, m) == 0;
+        memo[i] = m;
+        built = i + 1;
+    }
+    if (!ok) {
         send_error(p, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory", NULL);
         goto out;
     }
-    for (size_t i = 0, j = 0; i < n; j += so->heaps[i].n_ranks, i++) {
-        heap_stats(&so->heaps[i], &hs[i], &pp[i], &rs[j], &rsp[j], &hg[2 * i], &hn[2 * i]);
-        hsp[i] = &hs[i];
-    }
     Heapd__StatsReply sr = HEAPD__STATS_REPLY__INIT;
-    sr.n_heaps = n;
-    sr.heaps = hsp;
     sr.backend = (char *)so->backend;
     sr.clients = so->clients;
     sr.version = (char *)HEAPD_VERSION;
@@ -332,24 +437,22 @@ static void out_stats(hd_peer *p, uint64_t id, const hd_stats_out *so)
     sr.store_connected = so->store_connected;
     sr.quota_heap = so->quota_heap;
     sr.quota_uid = so->quota_uid;
-    Heapd__Frame f = HEAPD__FRAME__INIT;
-    f.id = id;
-    f.body_case = HEAPD__FRAME__BODY_STATS_REPLY;
-    f.stats_reply = &sr;
-    if (heapd__frame__get_packed_size(&f) > HW_FRAME_MAX - 1024) {
+    stats_frame sf = {.id = id, .memo = memo, .n = n, .rest = &sr};
+    sf.rest_len = heapd__stats_reply__get_packed_size(&sr);
+    size_t len = stats_frame_len(&sf);
+    if (len > HW_FRAME_MAX - 1024) {
         /* Too many ranks to list in one frame: keep the per-heap figures. */
-        for (size_t q = 0; q < n; q++)
-            hs[q].n_ranks = 0;
+        sf.bare = true;
+        len = stats_frame_len(&sf);
     }
-    send_frame(sink_of(p), &f, NULL, 0);
+    hd_frame_sink_send(sink_of(p), id, &sf, len, pack_stats_frame, NULL, 0);
 out:
-    free(hs);
-    free(hsp);
-    free(pp);
-    free(rs);
-    free(rsp);
-    free(hg);
-    free(hn);
+    for (size_t i = 0; own && i < built; i++) {
+        free(own[i].full);
+        free(own[i].bare);
+    }
+    free(memo);
+    free(own);
 }
 
 const hd_reply_ops hd_reply_frame_ops = {

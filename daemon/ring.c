@@ -21,9 +21,19 @@ typedef struct pend {
     uint64_t id, s;
 } pend;
 
+/* Issue 33 item 10: what one account's rings (dispatch: a uid's) polled.
+ * Invariant: nrings counts the open rings whose acct is this one (an entry
+ * with none is freed); spent_ns is their polling since period_ns. */
+typedef struct ring_acct {
+    uint32_t key, nrings;
+    uint64_t period_ns, spent_ns;
+    struct ring_acct *next;
+} ring_acct;
+
 /* Invariants: npend <= geom.nslots; pend[0..npend) are the unanswered
  * requests taken, in ring order, each s < head; awake <=> r is on
- * rs->awake's list; stopped => no request is taken any more. */
+ * rs->awake's list; stopped => no request is taken any more;
+ * back_ns <= rs->backoff_ns (its own backoff, issue 33 item 10). */
 struct hd_ring {
     hd_rings *rs;
     void *data;
@@ -37,6 +47,8 @@ struct hd_ring {
     pend *pend;
     uint32_t npend;
     int awake, stopped;
+    uint64_t back_ns;     /* this ring's backoff: shrinks while requests come late */
+    ring_acct *acct;      /* NULL: no account (no per-account cap) */
     hd_ring *next, *prev; /* awake list */
     unsigned char *buf;   /* a slot's payload, copied */
 };
@@ -51,7 +63,17 @@ struct hd_rings {
     hd_ring *awake;
     uv_idle_t idle;
     int idle_on;
+    ring_acct *accts;
 };
+
+/* Issue 33 item 10: an account's rings may keep heapd polling for at most
+ * HD_RING_ACCT_SHARE_NS of every HD_RING_PERIOD_NS; past it they sleep on
+ * the doorbell right after each request until the period ends. */
+#define HD_RING_PERIOD_NS     100000000ull
+#define HD_RING_ACCT_SHARE_NS 20000000ull
+/* A gap this short between two requests is a busy client, not idle
+ * polling: it is not charged (back-to-back requests keep their spin). */
+#define HD_RING_FREE_GAP_NS 10000ull
 
 static uint64_t now_ns(void)
 {
@@ -194,6 +216,49 @@ static void try_sleep(hd_ring *r)
  * request), then back to the loop for the sockets and timers. */
 #define HD_RING_SLICE_NS 10000u
 
+/* Issue 33 item 10: r served a request quiet_ns after its last one. A
+ * request that came in the backoff phase (polling found nothing for the
+ * whole spin window) halves the ring's backoff: a trickle just slower than
+ * the spin window sleeps on the doorbell instead of keeping heapd polling;
+ * one that came within the spin window doubles it back (a busy ring). */
+static void adapt(hd_ring *r, uint64_t quiet_ns)
+{
+    hd_rings *rs = r->rs;
+    if (quiet_ns >= rs->spin_ns)
+        r->back_ns /= 2;
+    else if (r->back_ns < rs->backoff_ns)
+        r->back_ns = r->back_ns * 2 + rs->backoff_ns / 16 < rs->backoff_ns ? r->back_ns * 2 + rs->backoff_ns / 16
+                                                                           : rs->backoff_ns;
+}
+
+/* The polling window of r now: its spin and backoff, none once its
+ * account is over its share in this period. */
+static uint64_t window_ns(const hd_ring *r, uint64_t *spin)
+{
+    const ring_acct *a = r->acct;
+    if (a && a->spent_ns >= HD_RING_ACCT_SHARE_NS) {
+        *spin = 0;
+        return 0;
+    }
+    *spin = r->rs->spin_ns;
+    return r->rs->spin_ns + r->back_ns;
+}
+
+/* Charges ns of polling that found nothing to r's account (at time t):
+ * the gap before a request, unless short (a busy client), or the whole
+ * window of a ring that goes to sleep. */
+static void charge(hd_ring *r, uint64_t ns, uint64_t t)
+{
+    ring_acct *a = r->acct;
+    if (!a || ns < HD_RING_FREE_GAP_NS)
+        return;
+    if (t - a->period_ns >= HD_RING_PERIOD_NS) {
+        a->period_ns = t;
+        a->spent_ns = 0;
+    }
+    a->spent_ns += ns;
+}
+
 static void idle_cb(uv_idle_t *h)
 {
     hd_rings *rs = h->data;
@@ -202,14 +267,18 @@ static void idle_cb(uv_idle_t *h)
         int busy = 0, spinning = 0;
         for (hd_ring *r = rs->awake, *nx; r; r = nx) {
             nx = r->next;
+            uint64_t spin, win = window_ns(r, &spin);
             if (serve(r) > 0) {
+                adapt(r, t - r->last_ns);
+                charge(r, t - r->last_ns < win ? t - r->last_ns : win, t);
                 r->last_ns = t;
                 busy = 1;
             }
             uint64_t quiet = t - r->last_ns;
-            if (r->stopped || quiet >= rs->spin_ns + rs->backoff_ns)
+            if (r->stopped || quiet >= win) {
+                charge(r, win, t);
                 try_sleep(r);
-            else if (quiet < rs->spin_ns)
+            } else if (quiet < spin)
                 spinning = 1;
         }
         if (!busy && !spinning) {
@@ -236,7 +305,8 @@ static void on_doorbell(uv_poll_t *p, int status, int events)
     atomic_store_explicit(&hdr(r)->srv_sleeping, 0, memory_order_relaxed);
     serve(r);
     r->last_ns = now_ns();
-    if (r->rs->spin_ns + r->rs->backoff_ns > 0)
+    uint64_t spin;
+    if (window_ns(r, &spin) > 0)
         set_awake(r, 1);
     else
         try_sleep(r);
@@ -252,6 +322,7 @@ int hd_ring_open(hd_rings *rs, void *data, hd_ring **out, hd_ring_setup *su, cha
     }
     r->rs = rs;
     r->data = data;
+    r->back_ns = rs->backoff_ns;
     r->geom = g;
     r->size = hr_size(g);
     r->memfd = memfd_create("heapd-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -325,12 +396,47 @@ static void ring_freed(uv_handle_t *h)
     free(r);
 }
 
+int hd_ring_set_account(hd_ring *r, uint32_t key)
+{
+    hd_rings *rs = r->rs;
+    if (r->acct)
+        return 0;
+    ring_acct *a = rs->accts;
+    while (a && a->key != key)
+        a = a->next;
+    if (!a) {
+        if (!(a = calloc(1, sizeof *a)))
+            return -1;
+        a->key = key;
+        a->next = rs->accts;
+        rs->accts = a;
+    }
+    a->nrings++;
+    r->acct = a;
+    return 0;
+}
+
+static void acct_drop(hd_ring *r)
+{
+    ring_acct *a = r->acct;
+    r->acct = NULL;
+    if (!a || --a->nrings)
+        return;
+    for (ring_acct **pp = &r->rs->accts; *pp; pp = &(*pp)->next)
+        if (*pp == a) {
+            *pp = a->next;
+            break;
+        }
+    free(a);
+}
+
 void hd_ring_close(hd_ring *r)
 {
     if (!r)
         return;
     hd_ring_stop(r);
     set_awake(r, 0);
+    acct_drop(r);
     munmap(r->mem, r->size);
     close(r->memfd);
     r->mem = NULL;

@@ -9,7 +9,12 @@
  * poll) wakes it; after its last request heapd busy-polls it for spin_us
  * (an idle handle keeps the loop from blocking), then for backoff_us polls
  * it once per loop turn with a sched_yield() between turns, then sets
- * srv_sleeping and sleeps on the doorbell. spin_us and backoff_us are
+ * srv_sleeping and sleeps on the doorbell. Issue 33 item 10: each ring
+ * has its own backoff, halved whenever a request comes in the backoff
+ * phase (a trickle just slower than the spin window would otherwise keep
+ * heapd polling) and doubled back when one comes within the spin window;
+ * and an account's rings (hd_ring_set_account) poll at most 20 ms of every
+ * 100 ms. spin_us and backoff_us are
  * hd_ring_opts' (heapd fills them from heapd.conf's ring_spin_us and
  * ring_backoff_us); auto: 50 and 500 us with more than 2 cores, 0 and 0
  * otherwise.
@@ -65,6 +70,12 @@ void hd_rings_budget(const hd_rings *rs, long *spin_us, long *backoff_us);
 /* A new ring for a client (data: the owner's); *su gets duplicates of its
  * fds for the client. 0, or -1 with err. */
 int hd_ring_open(hd_rings *rs, void *data, hd_ring **out, hd_ring_setup *su, char *err, size_t errlen);
+/* Issue 33 item 10: r's polling counts against account `key` (dispatch:
+ * the client's uid): an account's rings keep heapd polling for at most a
+ * fifth of every 100 ms (then they sleep on the doorbell after each
+ * request until the period ends). Counted: the gap before each request
+ * (unless under 10 us: a busy client) and each window that ends in sleep. Once per ring; 0, or -1 out of memory. */
+int hd_ring_set_account(hd_ring *r, uint32_t key);
 /* Serve no more requests from r (its client is being disconnected). */
 void hd_ring_stop(hd_ring *r);
 /* Frees r. */

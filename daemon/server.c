@@ -308,6 +308,7 @@ void hd_conn_send(hd_conn *c, const void *msg, size_t len, hd_pack_fn pack, int 
         return;
     }
     free(buf);
+    c->turn_bytes += len;
     if (c->refused) /* the refusal's one frame: refuse() sends it */
         return;
     conn_account(c);
@@ -329,17 +330,19 @@ void hd_conn_admit(hd_conn *c)
     hw_reader_set_limits(&c->rd, 0, c->srv->opts.max_fds_per_conn);
 }
 
-/* Handles the frames the client sent, HD_FRAMES_PER_TURN at most: the rest
- * wait on the busy list for the next loop turn. */
+/* Handles the frames the client sent, HD_FRAMES_PER_TURN at most and until
+ * their replies reach HD_REPLY_BYTES_PER_TURN: the rest wait on the busy
+ * list for the next loop turn. */
 static void conn_read(hd_conn *c)
 {
     hd_server *s = c->srv;
+    c->turn_bytes = 0;
     for (int n = 0;; n++) {
         if (!conn_may_read(c)) {
             conn_update_events(c);
             return;
         }
-        if (n == HD_FRAMES_PER_TURN) {
+        if (n == HD_FRAMES_PER_TURN || c->turn_bytes >= HD_REPLY_BYTES_PER_TURN) {
             busy_add(c);
             return;
         }

@@ -15,8 +15,9 @@
  *     the middle of a handler: it is closed from an idle handle before the
  *     loop polls again.
  *   - Every complete frame a client sent is handled, pipelined or not: at
- *     most HD_FRAMES_PER_TURN per connection per loop turn (fairness), the
- *     rest in the next turns, without waiting for more bytes.
+ *     most HD_FRAMES_PER_TURN per connection per loop turn (fairness), and
+ *     no more once their replies reach HD_REPLY_BYTES_PER_TURN, the rest in
+ *     the next turns, without waiting for more bytes.
  *   - Received fds are never closed on the loop thread: a client can pass a
  *     socket whose close() blocks (SO_LINGER with unsent data). They go to a
  *     small pool of closer threads, and count against their uid until closed.
@@ -69,6 +70,11 @@ typedef enum hd_refusal {
 } hd_refusal;
 
 #define HD_FRAMES_PER_TURN 64
+/* Issue 33 item 4: fairness counts cost too. A connection's frames stop for
+ * this loop turn once their replies reach this many bytes (a Stats of a big
+ * heap is ~20 KB; the rest wait on the busy list, as past
+ * HD_FRAMES_PER_TURN). */
+#define HD_REPLY_BYTES_PER_TURN (64u << 10)
 
 /* What the server calls; `arg` is hd_server_create's. */
 typedef struct hd_server_handlers {

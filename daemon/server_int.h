@@ -55,6 +55,7 @@ struct hd_conn {
     int ngroups;
     hd_uid *u;
     size_t held, queued;  /* what u counts of this connection */
+    size_t turn_bytes;    /* replies queued since its frames' turn began */
     uint64_t opened_ms;   /* uv_now at accept */
     void *data;           /* the handlers' */
     hd_conn *next, *prev; /* server's list */

@@ -322,6 +322,42 @@ START_TEST(stats_too_large_drops_rank_lists)
 }
 END_TEST
 
+/* Issue 33 item 4: a heap's memo is built once, then answers alone (the
+ * wing leaves the figures empty), with the bytes protobuf-c writes. */
+START_TEST(stats_memo_reused)
+{
+    hd_rank_info ri[3] = {{.rank = 0, .pid = 11}, {.rank = 1, .pid = 12}, {.rank = 2, .pid = 13, .live_bytes = 5}};
+    ha_params ap;
+    memset(&ap, 0, sizeof ap);
+    ap.chunk_size = 1 << 20;
+    hd_stats_memo memo = {0};
+    hd_heap_info h = {.memo = &memo, .name = "m", .world_size = 3, .ap = &ap, .mapped = 7, .ranks = ri, .n_ranks = 3};
+    hd_stats_out so = {.heaps = &h, .nheaps = 1, .backend = "host", .clients = 2, .uptime_ms = 99};
+    peer.out->stats(&peer, 21, &so);
+    ck_assert_ptr_nonnull(memo.full);
+    ck_assert_ptr_nonnull(memo.bare);
+    hd_heap_info v = {.memo = &memo, .memo_valid = true}; /* no figures: the memo's */
+    so.heaps = &v;
+    so.clients = 4;
+    peer.out->stats(&peer, 300, &so);
+    for (int i = 0; i < 2; i++) {
+        const Heapd__StatsReply *sr = frame(i, i ? 300 : 21, HEAPD__FRAME__BODY_STATS_REPLY)->stats_reply;
+        ck_assert_uint_eq(heapd__frame__get_packed_size(got[i].f), got[i].len);
+        ck_assert_uint_eq(sr->n_heaps, 1);
+        ck_assert_str_eq(sr->heaps[0]->name, "m");
+        ck_assert_uint_eq(sr->heaps[0]->mapped, 7);
+        ck_assert_uint_eq(sr->heaps[0]->n_ranks, 3);
+        ck_assert_uint_eq(sr->heaps[0]->ranks[2]->pid, 13);
+        ck_assert_uint_eq(sr->heaps[0]->ranks[2]->live_bytes, 5);
+        ck_assert_uint_eq(sr->clients, i ? 4 : 2); /* the rest is always fresh */
+        ck_assert_uint_eq(sr->uptime_ms, 99);
+        ck_assert_str_eq(sr->backend, "host");
+    }
+    free(memo.full);
+    free(memo.bare);
+}
+END_TEST
+
 static Suite *reply_suite(void)
 {
     Suite *su = suite_create("reply");
@@ -335,6 +371,7 @@ static Suite *reply_suite(void)
     tcase_add_test(tc, attach_split_into_batches);
     tcase_add_test(tc, alloc_split_into_batches);
     tcase_add_test(tc, stats_too_large_drops_rank_lists);
+    tcase_add_test(tc, stats_memo_reused);
     suite_add_tcase(su, tc);
     return su;
 }

@@ -81,7 +81,30 @@ typedef struct hd_rank_info {
     uint64_t stream_waiting, device_waits_avoided; /* from the rank's last Collect */
 } hd_rank_info;
 
+/* Issue 33 item 4: one heap's Stats figures as the sink packed them, kept by
+ * the heap wing (one per heap, freed with it) so that a flood of Stats of a
+ * big heap does not rebuild and repack its rank list each time. The wing
+ * says when it may be reused (hd_heap_info.memo_valid: the heap did not
+ * change since, and it is younger than HD_STATS_REUSE_MS); the sink
+ * (reply.c) writes it. Invariant: full == NULL => bare == NULL and the memo
+ * is not valid; full != NULL => full_len and bare_len bytes are a packed
+ * heapd.HeapStats with and without its ranks, of the heap at generation
+ * gen, built at built_ns. */
+typedef struct hd_stats_memo {
+    uint64_t built_ns, gen;
+    uint8_t *full, *bare;
+    size_t full_len, bare_len;
+} hd_stats_memo;
+
+/* A memo is reused for at most this long (changes the wing does not see
+ * as a request or a status page write show after at most this). */
+#define HD_STATS_REUSE_MS 10
+
 typedef struct hd_heap_info {
+    /* memo_valid: memo holds this heap's figures and nothing below is set;
+     * else the figures below are, and memo (NULL: none) is to be filled. */
+    hd_stats_memo *memo;
+    bool memo_valid;
     const char *name;
     uint32_t world_size;
     const ha_params *ap;
@@ -177,6 +200,9 @@ void hd_heap_detach(hd_registry *r, hd_peer *c, uint64_t id);
 void hd_heap_stats(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Stats *m, const char *backend_name,
                    uint32_t clients);
 void hd_heap_force_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__ForceCollect *m);
+/* The request dispatch is about to hand the wing may change heap `name`
+ * (NULL: c's bound heap, if any): its Stats memo is stale from now on. */
+void hd_heap_touch(hd_registry *r, const hd_peer *c, const char *name);
 /* The client is going away: detach it, fail collectives it was part of. */
 void hd_heap_conn_closed(hd_registry *r, hd_peer *c);
 

@@ -141,6 +141,11 @@ struct hd_heap {
     bool timer_attach;
     uint64_t coll_start_ns; /* metrics (issue 20): when the collect began */
     hd_hist coll_wait, growth;
+    /* Issue 33 item 4: gen counts the changes Stats could see (requests
+     * dispatch announces, status page writes); memo.gen == gen and a young
+     * memo => the memo's figures are the heap's. */
+    uint64_t gen;
+    hd_stats_memo memo;
     hd_heap *next;
 };
 

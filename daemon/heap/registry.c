@@ -25,6 +25,7 @@ uint64_t hh_now_ns(void)
 /* Writes every joined rank's status page from the heap's current state. */
 void hh_heap_publish(hd_heap *h)
 {
+    h->gen++; /* what the page shows changed: so may Stats */
     ha_stats st;
     ha_get_stats(h->core, &st);
     hs_page v;
@@ -175,6 +176,8 @@ static void heap_destroy(hd_heap *h)
     free(h->ranks);
     free(h->log);
     free(h->held);
+    free(h->memo.full);
+    free(h->memo.bare);
     ha_destroy(h->core);
     uv_timer_stop(&h->timer);
     uv_close((uv_handle_t *)&h->timer, timer_closed);
@@ -377,6 +380,19 @@ static size_t heap_info(hd_heap *h, hd_heap_info *s, hd_rank_info *rs)
     return j;
 }
 
+/* Issue 33 item 4: h's memo may answer a Stats now (heap.h's hd_stats_memo). */
+static bool memo_fresh(const hd_heap *h, uint64_t now)
+{
+    return h->memo.full && h->memo.gen == h->gen && now - h->memo.built_ns < HD_STATS_REUSE_MS * 1000000ull;
+}
+
+void hd_heap_touch(hd_registry *r, const hd_peer *c, const char *name)
+{
+    hd_heap *h = name ? hh_heap_find(r, name) : c->bind.heap;
+    if (h)
+        h->gen++;
+}
+
 void hd_heap_stats(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Stats *m, const char *backend_name,
                    uint32_t clients)
 {
@@ -401,10 +417,21 @@ void hd_heap_stats(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Stats *
         goto out;
     }
     size_t i = 0, j = 0;
+    uint64_t now = hh_now_ns();
     for (hd_heap *h = r->heaps; h; h = h->next) {
         if ((want && strcmp(h->name, want)) || !VISIBLE(h))
             continue;
-        j += heap_info(h, &hs[i], &rs[j]);
+        if (memo_fresh(h, now)) {
+            hs[i].memo = &h->memo;
+            hs[i].memo_valid = true;
+        } else {
+            j += heap_info(h, &hs[i], &rs[j]);
+            /* The sink fills the memo: figures of this generation, now. */
+            free(h->memo.full);
+            free(h->memo.bare);
+            h->memo = (hd_stats_memo){.built_ns = now, .gen = h->gen};
+            hs[i].memo = &h->memo;
+        }
         i++;
     }
     hd_stats_out so = {hs, n, backend_name, clients, 0, "", false, 0, 0};
@@ -490,9 +517,14 @@ static int heap_validate(const hd_heap *h, char *why, size_t len)
 int hd_heap_validate(const hd_registry *r, char *why, size_t len)
 {
     uint32_t n = 0;
-    for (const hd_heap *h = r->heaps; h; h = h->next, n++)
+    for (const hd_heap *h = r->heaps; h; h = h->next, n++) {
         if (heap_validate(h, why, len))
             return -1;
+        if (!h->memo.full != !h->memo.bare || h->memo.gen > h->gen) {
+            snprintf(why, len, "heap \"%s\": its Stats memo is half built or of a later generation", h->name);
+            return -1;
+        }
+    }
     if (n != r->nheaps) {
         snprintf(why, len, "%u heaps listed, %u counted", n, r->nheaps);
         return -1;
