@@ -1,6 +1,7 @@
 /* heapc_attach.c - libheapc: attach (the address space, the chunks, the status
  * page), the parameters, detach. heapc_int.h has the context and its rules. */
 #include "heapc_int.h"
+#include "env.h"
 
 /* ---- mapping ------------------------------------------------------------ */
 
@@ -190,7 +191,7 @@ static int attach_request(heapc *c, const char *heap, uint32_t rank, uint32_t wo
     }
     /* The job's secret: only ranks that share it (and the uid) meet in the
      * store; heapd keeps a hash of it, never the text. */
-    const char *secret = getenv("HEAPC_JOB_SECRET");
+    const char *secret = henv_get("JOB_SECRET");
     if (secret && *secret) {
         at.job_secret.data = (uint8_t *)secret;
         at.job_secret.len = strlen(secret);

@@ -2,6 +2,7 @@
  * probe policy (which ops probe: hnccl_set_policy, HEAPC_NCCL_PROBE/SKIP). */
 #include "heapc_nccl_int.h"
 #include "size.h"
+#include "env.h"
 
 #define NAME_MAX_LEN 64
 
@@ -274,9 +275,9 @@ int hnccl_apply_env(hnccl_ctx *x)
 {
     if (!x)
         return HNCCL_EINVAL;
-    const char *pv = getenv("HEAPC_NCCL_PROBE");
-    const char *sv = getenv("HEAPC_NCCL_SKIP");
-    const char *fv = getenv("HEAPC_NCCL_FREE_MIN");
+    const char *pv = henv_get("NCCL_PROBE");
+    const char *sv = henv_get("NCCL_SKIP");
+    const char *fv = henv_get("NCCL_FREE_MIN");
     parsed pp, sp;
     char e[ERRSTR_LEN], where[160];
     snprintf(where, sizeof where, "HEAPC_NCCL_PROBE=\"%.100s\"", pv ? pv : "");

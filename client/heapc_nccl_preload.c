@@ -28,6 +28,7 @@
  * exit (the one place this library writes: asked for by the environment).
  */
 #include "heapc_nccl.h"
+#include "env.h"
 
 #include <dlfcn.h>
 #include <inttypes.h>
@@ -132,7 +133,7 @@ static void init(void)
     if (hnccl_err(ctx))
         snprintf(env_err, sizeof env_err, "%s", hnccl_errstr(ctx));
     hnccl_set_table(ctx, &real);
-    const char *d = getenv("HEAPC_NCCL_PRELOAD_DUMP");
+    const char *d = henv_get("NCCL_PRELOAD_DUMP");
     if (d && *d)
         atexit(dump);
 }
@@ -254,7 +255,7 @@ const char *hnccl_preload_missing(void)
 
 static void dump(void)
 {
-    const char *d = getenv("HEAPC_NCCL_PRELOAD_DUMP");
+    const char *d = henv_get("NCCL_PRELOAD_DUMP");
     hnccl_counters k;
     if (!d || !ctx || hnccl_get_counters(ctx, &k))
         return;

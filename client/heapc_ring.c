@@ -16,6 +16,7 @@
 
 #include "heapc_map.h"
 #include "ring_layout.h"
+#include "env.h"
 
 /* Invariants: s is the number of the next request; every request before
  * s - 1 was answered or abandoned (its reply came on the socket); mem maps
@@ -46,7 +47,7 @@ struct hcr_ring {
 
 int hcr_wanted(char *why, size_t len)
 {
-    const char *t = getenv("HEAPC_TRANSPORT");
+    const char *t = henv_get("TRANSPORT");
     if (!t || !*t || !strcmp(t, "ring"))
         return 1;
     if (!strcmp(t, "socket"))
@@ -116,7 +117,7 @@ hcr_ring *hcr_open(int memfd, int doorbell, uint32_t nslots, uint32_t slot_size,
     r->side = side;
     /* Spin only where it pays: more cores than spinners (heapd and every
      * local rank); HEAPC_RING_SPIN_US overrides (0: never). */
-    const char *e = getenv("HEAPC_RING_SPIN_US");
+    const char *e = henv_get("RING_SPIN_US");
     long spin_us = ncpus() > (long)nlocal + 1 ? 20 : 0;
     if (e && *e)
         spin_us = strtol(e, NULL, 10);

@@ -1,6 +1,7 @@
 /* heapc_sock.c - libheapc's socket transport (see heapc_sock.h). */
 #include "heapc_sock.h"
 #include "heapc.h"
+#include "env.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -16,7 +17,7 @@ void hcs_init(hcs_sock *s)
     s->fd = -1;
     hw_reader_init(&s->rd);
     s->stall_ms = HEAPC_FRAME_TIMEOUT_MS;
-    const char *e = getenv("HEAPC_FRAME_TIMEOUT_MS");
+    const char *e = henv_get("FRAME_TIMEOUT_MS");
     char *end;
     long v = e && *e ? strtol(e, &end, 10) : 0;
     if (e && *e && !*end && v > 0 && v <= INT_MAX)

@@ -1,0 +1,24 @@
+/* env.h - the client side's environment variables under one prefix
+ * (issue 31): HEAPD_NAME, with the older HEAPC_NAME kept as an alias
+ * (HEAPD_ wins when both are set). Header only, so each library that reads
+ * the environment (libheapc, libheapc_nccl, the preload library) has its own
+ * copy and none exports it. */
+#ifndef HEAPD_ENV_H
+#define HEAPD_ENV_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* getenv("HEAPD_" name), else getenv("HEAPC_" name); NULL when neither. */
+static inline const char *henv_get(const char *name)
+{
+    char k[128];
+    const char *v = NULL;
+    if (snprintf(k, sizeof k, "HEAPD_%s", name) < (int)sizeof k)
+        v = getenv(k);
+    if (!v && snprintf(k, sizeof k, "HEAPC_%s", name) < (int)sizeof k)
+        v = getenv(k);
+    return v;
+}
+
+#endif
