@@ -45,6 +45,7 @@ void hd_config_defaults(hd_config *c)
     c->max_queued_fds_per_uid = 1024;
     c->max_inflight_fds_per_conn = 512;
     c->max_inflight_fds_per_uid = 2048;
+    c->max_chunk_fds_per_uid = 32768;
     c->max_chunks = UINT32_C(1) << 24;
     c->max_blocks = UINT32_C(1) << 28;
     c->admin_gid = -1;
@@ -385,6 +386,7 @@ static const key_desc keys[] = {
     /* At least one sendmsg's batch (HW_FDS_PER_MSG = 250), or fds never go. */
     {"max_inflight_fds_per_conn", parse_u32_key, OFF(max_inflight_fds_per_conn), 250, 1000000, "a number", -1},
     {"max_inflight_fds_per_uid", parse_u32_key, OFF(max_inflight_fds_per_uid), 250, 1000000, "a number", -1},
+    {"max_chunk_fds_per_uid", parse_u32_key, OFF(max_chunk_fds_per_uid), 0, INT32_MAX, "a number of chunks", -1},
     {"max_chunks", parse_u32_key, OFF(max_chunks), 1, INT32_MAX, "a number of chunks", -1},
     {"max_blocks", parse_u32_key, OFF(max_blocks), 1, UINT32_MAX, "a number of min_blocks", -1},
     {"meminfo_interval_ms", parse_u32_key, OFF(meminfo_interval_ms), 10, 3600000, "a number of milliseconds", -1},

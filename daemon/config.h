@@ -45,6 +45,7 @@ typedef struct hd_config {
      * (sent, not yet received) hold sending. */
     uint32_t max_queued_fds_per_conn, max_queued_fds_per_uid;
     uint32_t max_inflight_fds_per_conn, max_inflight_fds_per_uid;
+    uint32_t max_chunk_fds_per_uid; /* chunks of one uid's heaps here (0: none) */
     /* Per heap and rank: va_size / chunk_size (chunks: fds, records) and
      * va_size / min_block (the allocator's bitmaps: ~4 bits each). */
     uint32_t max_chunks;

@@ -7,7 +7,8 @@
 #   2  heapd as root (CAP_SYS_RESOURCE: the kernel does not bound fds in
 #      flight) with 1024 fds: the fds queued for the tenant are bounded
 #      (max_queued_fds_per_conn / _per_uid pause reading), so heapd's fd
-#      table does not fill and the other uid's memfd_create still works
+#      table does not fill and the other uid's memfd_create still works;
+#      chunk fds per uid are bounded (max_chunk_fds_per_uid: ERR_QUOTA)
 #   3  heapd as uid 64601 without capabilities (as heapd.service runs it)
 #      with RLIMIT_NOFILE 1024, which is also the kernel's bound on the fds
 #      heapd's uid has in flight: max_inflight_fds_per_uid keeps the tenant
@@ -74,6 +75,7 @@ log_level = info
 max_clients_per_uid = 40
 max_queued_fds_per_conn = 64
 max_queued_fds_per_uid = 256
+max_chunk_fds_per_uid = 512
 EOF
 check "item 2: heapd (root, 1024 fds) starts" start "$T/root.conf" "$T/root.log" ""
 pin_start p2 3000
@@ -85,6 +87,12 @@ victim 2; rc=$?
 cat "$T/victim2.out"
 check "item 2: another uid attaches and grows its heap while the tenant pins (exit $rc)" test $rc = 0
 check "item 2: heapctl still answers" serving
+# Chunks are fds too: 4 KiB chunks per uid are bounded.
+bounded 60 setpriv --reuid=$UV --regid=$UV --clear-groups --inh-caps=-all --bounding-set=-all "$T/prog_rank" \
+    --socket "$S" --heap v2big --rank 0 --world 1 --chunk 4096 --initial 4M >"$T/big.out" 2>&1
+cat "$T/big.out"
+check "item 2: 1024 chunks of 4 KiB for one uid: ERR_QUOTA naming max_chunk_fds_per_uid" has_re "$T/big.out" \
+    "ERR_QUOTA.*max_chunk_fds_per_uid"
 pin_stop
 check "item 2: heapd stops cleanly" stop
 lacks "$T/root.log" "Too many open files" || { bad "item 2: heapd ran out of fds"; grep -m3 "Too many" "$T/root.log"; }
