@@ -24,6 +24,8 @@
 /* How often stalled connections retry, ms. */
 #define HD_STALL_RETRY_MS 2
 
+static void validate(hd_server *s);
+
 /* 1 if the peer left bytes we sent unread (they may carry fds). */
 static int peer_unread(int fd)
 {
@@ -94,6 +96,7 @@ static void stall_cb(uv_timer_t *t)
         if (!c->dead)
             inflight_refresh(c);
     hd_server_fds_sweep(s);
+    validate(s);
     for (hd_conn *c = s->conns; c; c = c->next)
         if (c->stalled && !c->dead) {
             hd_server_conn_flush(c);
@@ -140,6 +143,7 @@ static void drain_free(hd_server *s, hd_drain *d)
 /* Closes the kept sockets whose peer read or closed. */
 void hd_server_fds_sweep(hd_server *s)
 {
+    validate(s);
     for (hd_drain **p = &s->drains; *p;) {
         hd_drain *d = *p;
         if (peer_unread(d->fd)) {
@@ -150,6 +154,34 @@ void hd_server_fds_sweep(hd_server *s)
         drain_free(s, d);
     }
 }
+
+#ifdef HEAPD_DEBUG
+/* server_int.h's equations for qfds and inflight (debug builds): every
+ * uid's counts are the sums over its connections and kept sockets. */
+static void validate(hd_server *s)
+{
+    for (int b = 0; b < HD_UID_BUCKETS; b++)
+        for (hd_uid *u = s->uids[b]; u; u = u->next) {
+            size_t q = 0, f = 0;
+            for (hd_conn *c = s->conns; c; c = c->next)
+                if (c->u == u) {
+                    q += c->qfds;
+                    f += c->inflight;
+                }
+            for (hd_drain *d = s->drains; d; d = d->next)
+                if (d->u == u)
+                    f += d->inflight;
+            if (q != u->qfds || f != u->inflight) {
+                hd_error("server invariant broken: uid %ld counts %zu queued and %zu in-flight fds, its "
+                         "connections %zu and %zu",
+                         (long)u->uid, u->qfds, u->inflight, q, f);
+                abort();
+            }
+        }
+}
+#else
+static void validate(hd_server *s) { (void)s; }
+#endif
 
 /* hd_server_shutdown: the kept sockets close; the retry timer stops. */
 void hd_server_fds_stop(hd_server *s)
