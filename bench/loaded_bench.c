@@ -10,6 +10,7 @@
  * Stats at once and reading their replies, again and again. --victims N runs
  * N victims at once (each its own heap; default 1), --transport sets their
  * HEAPC_TRANSPORT (default: libheapc's).
+ *                [--fd-pin PAIRS] [--heapd-nofile N]
  *
  * Starts its own heapd (dirname(argv[0])/../heapd, host backend, a temporary
  * socket; limits raised so that the attacker really holds what it opens:
@@ -27,6 +28,13 @@
  * heapd's fds and RSS under the load. Figures, not assertions: exit 0 unless
  * something failed to run. Needs root (to run two uids); prints
  * "skipped: ..." otherwise.
+ *
+ * --fd-pin (issue 33 items 2, 3): the attacker, instead of holding
+ * connections, runs tests/prog_fdpin: the 8 connections of an 8-rank heap
+ * of one 4 KiB chunk per rank each pipeline PAIRS Detach + Attach and never
+ * read (every AttachReply carries 9 fds). --heapd-nofile N starts heapd
+ * with RLIMIT_NOFILE N (soft and hard), so that a pin that heapd does not
+ * bound fills its fd table at a small PAIRS.
  */
 #define NAME "loaded_bench"
 #include "heapc.h"
@@ -289,12 +297,13 @@ typedef struct opts {
     int rounds, idle, fdconns, unread, cycles;
     const char *json;
     int flood, flood_world, victims; /* issue 33 item 4 */
+    int fdpin, heapd_nofile; /* issue 33 items 2, 3 */
 } opts;
 
 /* 0, or 2 after a usage message. */
 static int parse(int argc, char **argv, opts *o)
 {
-    *o = (opts){200, 1000, 64, 64, 10, NULL, 0, 4096, 1};
+    *o = (opts){200, 1000, 64, 64, 10, NULL, 0, 4096, 1, 0, 0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             o->rounds = 50;
@@ -318,10 +327,15 @@ static int parse(int argc, char **argv, opts *o)
             o->victims = atoi(argv[++i]) > 0 ? atoi(argv[i]) : 1;
         else if (i + 1 < argc && !strcmp(argv[i], "--transport"))
             victim_transport = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--fd-pin"))
+            o->fdpin = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--heapd-nofile"))
+            o->heapd_nofile = atoi(argv[++i]);
         else {
             fprintf(stderr,
                     "usage: " NAME " [--rounds N] [--cycles N] [--idle N] [--fdconns N] [--unread N] [--json FILE]\n"
-                    "       [--stats-flood CONNS [--flood-world W]] [--victims N] [--transport socket|ring]\n");
+                    "       [--stats-flood CONNS [--flood-world W]] [--victims N] [--transport socket|ring]\n"
+                    "       [--fd-pin PAIRS] [--heapd-nofile N]\n");
             return 2;
         }
     }
@@ -329,6 +343,7 @@ static int parse(int argc, char **argv, opts *o)
 }
 
 static char hcopy[128], hout[128];
+static int heapd_nofile; /* --heapd-nofile */
 
 /* The temporary folder, heapd's configuration, heapd started and listening. */
 static void start_heapd(const char *argv0)
@@ -367,6 +382,9 @@ static void start_heapd(const char *argv0)
     if (heapd_pid == 0) {
         int lf = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(lf, 2);
+        struct rlimit nl = {(rlim_t)heapd_nofile, (rlim_t)heapd_nofile};
+        if (heapd_nofile > 0)
+            setrlimit(RLIMIT_NOFILE, &nl);
         execl(heapd, heapd, "--config", conf, (char *)NULL);
         _exit(127);
     }
@@ -543,6 +561,56 @@ static void stop_attacker(void)
     hostile_pid = 0;
 }
 
+/* ---- the fd pin (issue 33 items 2, 3) ------------------------------------- */
+
+/* The attacker, uid 65534: tests/prog_fdpin (copied next to the socket),
+ * PAIRS pipelined Detach + Attach on each of the 8 connections of heap
+ * "pin", never read; its "pinning" line into line. Then waits until heapd
+ * took in what it could (its fd count holds still: 3 samples 100 ms apart). */
+static void start_fdpin(const opts *o, char *line, size_t len)
+{
+    char self[PATH_MAX], pin[160], cmd[PATH_MAX + 200];
+    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (k <= 0)
+        die("cannot resolve /proc/self/exe");
+    self[k] = 0;
+    snprintf(pin, sizeof pin, "%s/prog_fdpin", dir);
+    snprintf(cmd, sizeof cmd, "cp '%s/../tests/prog_fdpin' '%s'", dirname(self), pin);
+    if (system(cmd))
+        die("cannot copy prog_fdpin (make builds it)");
+    hostile_pid = fork();
+    if (hostile_pid == 0) {
+        int of = open(hout, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(of, 1);
+        if (setgroups(0, NULL) || setgid(65534) || setuid(65534))
+            _exit(3);
+        char pairs[16];
+        snprintf(pairs, sizeof pairs, "%d", o->fdpin);
+        execl(pin, pin, "--socket", sock, "pin", "8", "1", pairs, (char *)NULL);
+        _exit(127);
+    }
+    line[0] = 0;
+    for (int i = 0; i < 1200 && strncmp(line, "pinning", 7); i++) {
+        FILE *h = fopen(hout, "r");
+        if (h) {
+            if (!fgets(line, (int)len, h))
+                line[0] = 0;
+            fclose(h);
+        }
+        if (strncmp(line, "pinning", 7))
+            usleep(50000);
+    }
+    if (strncmp(line, "pinning", 7))
+        die("the fd pin did not set up within 60 s");
+    int fds = count_fds(heapd_pid), same = 0;
+    for (int i = 0; i < 300 && same < 3; i++) {
+        usleep(100000);
+        int n = count_fds(heapd_pid);
+        same = n == fds ? same + 1 : 0;
+        fds = n;
+    }
+}
+
 static void report(const opts *o, const result *base, const result *loaded)
 {
     printf("victims (uid 65533): %d at once, transport %s; %zu rounds in all, same run:\n", o->victims,
@@ -573,7 +641,8 @@ static void report(const opts *o, const result *base, const result *loaded)
                 "%s{\"step\": \"%s\", \"p50_unloaded_us\": %.1f, \"p99_unloaded_us\": %.1f, "
                 "\"p50_loaded_us\": %.1f, \"p99_loaded_us\": %.1f}",
                 s ? ", " : "", step_name[s], base->p50[s], base->p99[s], loaded->p50[s], loaded->p99[s]);
-    fprintf(j, "], \"worst_p99_ratio\": %.2f}\n", worst);
+    fprintf(j, "], \"fd_pin\": %d, \"heapd_nofile\": %d, \"worst_p99_ratio\": %.2f}\n", o->fdpin, o->heapd_nofile,
+            worst);
     fclose(j);
 }
 
@@ -599,6 +668,7 @@ int main(int argc, char **argv)
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
+    heapd_nofile = o.heapd_nofile;
     start_heapd(argv[0]);
     /* Cycles of unloaded rounds, then loaded ones (the attacker set up, then
      * killed and its connections gone): both see the same machine load. */
@@ -612,6 +682,8 @@ int main(int argc, char **argv)
         run_victims(o.victims, o.rounds / o.cycles, &sb);
         if (o.flood)
             start_flood(&o, line, sizeof line);
+        else if (o.fdpin)
+            start_fdpin(&o, line, sizeof line);
         else
             start_hostile(&o, line, sizeof line);
         fds = count_fds(heapd_pid);

@@ -170,6 +170,11 @@ typedef struct hw_writer {
     struct hw_wframe *head, *tail;
     size_t frames; /* frames not completely sent */
     size_t bytes;  /* bytes (headers included) not yet sent */
+    size_t fds;    /* fds queued and not yet sent */
+    /* fds hw_writer_flush may still send (hw_writer_set_fd_budget; SIZE_MAX
+     * after init); fd_stalled: the last flush stopped at it. */
+    size_t fd_budget;
+    int fd_stalled;
 } hw_writer;
 
 void hw_writer_init(hw_writer *w);
@@ -196,6 +201,12 @@ int hw_writer_flush(int fd, hw_writer *w, char *err, size_t errlen);
 size_t hw_writer_pending(const hw_writer *w);
 /* Bytes (headers included) queued and not yet sent. */
 size_t hw_writer_pending_bytes(const hw_writer *w);
+/* Fds queued and not yet sent. */
+size_t hw_writer_pending_fds(const hw_writer *w);
+/* hw_writer_flush sends at most `n` more fds (each sendmsg's batch whole:
+ * a batch over the budget waits, the flush returns 0 and sets fd_stalled)
+ * until the next call; SIZE_MAX: no budget (the default). */
+void hw_writer_set_fd_budget(hw_writer *w, size_t n);
 
 /* ---- blocking helpers (client) ---------------------------------------- */
 

@@ -67,7 +67,11 @@ static int wf_iov(const struct hw_wframe *f, struct iovec *iov, size_t max, size
     return n;
 }
 
-void hw_writer_init(hw_writer *w) { memset(w, 0, sizeof(*w)); }
+void hw_writer_init(hw_writer *w)
+{
+    memset(w, 0, sizeof(*w));
+    w->fd_budget = SIZE_MAX;
+}
 
 static void wf_free(struct hw_wframe *f)
 {
@@ -87,7 +91,7 @@ void hw_writer_free(hw_writer *w)
         next = f->next;
         wf_free(f);
     }
-    memset(w, 0, sizeof(*w));
+    hw_writer_init(w);
 }
 
 static int check_out(const void *data, size_t len, const int *fds, size_t nfds, char *err, size_t errlen)
@@ -134,6 +138,7 @@ static void writer_append(hw_writer *w, struct hw_wframe *f)
     w->tail = f;
     w->frames++;
     w->bytes += wf_total(f) - f->off;
+    w->fds += f->nfds - f->fds_sent;
 }
 
 int hw_writer_push(hw_writer *w, const void *data, size_t len, const int *fds, size_t nfds, char *err, size_t errlen)
@@ -163,6 +168,8 @@ int hw_writer_push(hw_writer *w, const void *data, size_t len, const int *fds, s
 
 size_t hw_writer_pending(const hw_writer *w) { return w->frames; }
 size_t hw_writer_pending_bytes(const hw_writer *w) { return w->bytes; }
+size_t hw_writer_pending_fds(const hw_writer *w) { return w->fds; }
+void hw_writer_set_fd_budget(hw_writer *w, size_t n) { w->fd_budget = n; }
 
 /*
  * One sendmsg. A frame with unsent fds gets a sendmsg of its own: the next
@@ -190,6 +197,10 @@ static int writer_step(int fd, hw_writer *w, char *err, size_t errlen)
         struct cmsghdr *c;
 
         nb = hw_min_sz(HW_FDS_PER_MSG, left);
+        if (nb > w->fd_budget) {
+            w->fd_stalled = 1;
+            return 0;
+        }
         later = (left - nb + HW_FDS_PER_MSG - 1) / HW_FDS_PER_MSG;
         niov = wf_iov(f, iov, wf_total(f) - f->off - later, &bytes);
         memset(&cbuf, 0, sizeof(cbuf));
@@ -235,6 +246,9 @@ static int writer_step(int fd, hw_writer *w, char *err, size_t errlen)
         if (f->owned)
             hw_close_fds(f->fds + f->fds_sent, nb);
         f->fds_sent += nb;
+        w->fds -= nb;
+        if (w->fd_budget != SIZE_MAX)
+            w->fd_budget -= nb;
     }
     while (n > 0) {
         size_t take;
@@ -256,6 +270,7 @@ static int writer_step(int fd, hw_writer *w, char *err, size_t errlen)
 
 int hw_writer_flush(int fd, hw_writer *w, char *err, size_t errlen)
 {
+    w->fd_stalled = 0;
     while (w->head != NULL) {
         int rc = writer_step(fd, w, err, errlen);
         if (rc <= 0)

@@ -41,6 +41,11 @@ void hd_config_defaults(hd_config *c)
     c->max_frame_before_hello = 4096;
     c->max_fds_per_conn = 1024;
     c->max_queue_per_conn = UINT64_C(8) << 20;
+    c->max_queued_fds_per_conn = 256;
+    c->max_queued_fds_per_uid = 1024;
+    c->max_inflight_fds_per_conn = 512;
+    c->max_inflight_fds_per_uid = 2048;
+    c->max_chunk_fds_per_uid = 32768;
     c->max_chunks = UINT32_C(1) << 24;
     c->max_blocks = UINT32_C(1) << 28;
     c->admin_gid = -1;
@@ -391,6 +396,12 @@ static const key_desc keys[] = {
     {"max_frame_before_hello", parse_u32_key, OFF(max_frame_before_hello), 64, 4u << 20, "a number of bytes", -1},
     {"max_fds_per_conn", parse_u32_key, OFF(max_fds_per_conn), 1, 1024, "a number", -1},
     {"max_queue_per_conn", parse_size_key, OFF(max_queue_per_conn), 5 << 20, 0, NULL, -1},
+    {"max_queued_fds_per_conn", parse_u32_key, OFF(max_queued_fds_per_conn), 1, 1000000, "a number", -1},
+    {"max_queued_fds_per_uid", parse_u32_key, OFF(max_queued_fds_per_uid), 1, 1000000, "a number", -1},
+    /* At least one sendmsg's batch (HW_FDS_PER_MSG = 250), or fds never go. */
+    {"max_inflight_fds_per_conn", parse_u32_key, OFF(max_inflight_fds_per_conn), 250, 1000000, "a number", -1},
+    {"max_inflight_fds_per_uid", parse_u32_key, OFF(max_inflight_fds_per_uid), 250, 1000000, "a number", -1},
+    {"max_chunk_fds_per_uid", parse_u32_key, OFF(max_chunk_fds_per_uid), 0, INT32_MAX, "a number of chunks", -1},
     {"max_chunks", parse_u32_key, OFF(max_chunks), 1, INT32_MAX, "a number of chunks", -1},
     {"max_blocks", parse_u32_key, OFF(max_blocks), 1, UINT32_MAX, "a number of min_blocks", -1},
     {"meminfo_interval_ms", parse_u32_key, OFF(meminfo_interval_ms), 10, 3600000, "a number of milliseconds", -1},

@@ -41,6 +41,11 @@ typedef struct hd_config {
     uint32_t max_frame_before_hello; /* payload bytes of a frame before Hello */
     uint32_t max_fds_per_conn;       /* received fds one connection holds for partial frames */
     uint64_t max_queue_per_conn;     /* unsent reply bytes of one connection */
+    /* Reply fds (issue 33): queued (open in heapd) pause reading; in flight
+     * (sent, not yet received) hold sending. */
+    uint32_t max_queued_fds_per_conn, max_queued_fds_per_uid;
+    uint32_t max_inflight_fds_per_conn, max_inflight_fds_per_uid;
+    uint32_t max_chunk_fds_per_uid; /* chunks of one uid's heaps here (0: none) */
     /* Per heap and rank: va_size / chunk_size (chunks: fds, records) and
      * va_size / min_block (the allocator's bitmaps: ~4 bits each). */
     uint32_t max_chunks;

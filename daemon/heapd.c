@@ -123,7 +123,11 @@ static hd_server_opts server_opts(const hd_config *c)
                         .hello_timeout_ms = c->hello_timeout_ms,
                         .max_frame_before_hello = c->max_frame_before_hello,
                         .max_fds_per_conn = c->max_fds_per_conn,
-                        .max_queue_per_conn = c->max_queue_per_conn};
+                        .max_queue_per_conn = c->max_queue_per_conn,
+                        .max_queued_fds_per_conn = c->max_queued_fds_per_conn,
+                        .max_queued_fds_per_uid = c->max_queued_fds_per_uid,
+                        .max_inflight_fds_per_conn = c->max_inflight_fds_per_conn,
+                        .max_inflight_fds_per_uid = c->max_inflight_fds_per_uid};
     memcpy(o.socket_path, c->socket_path, sizeof o.socket_path);
     return o;
 }
@@ -196,6 +200,10 @@ static void print_config(const char *path, const hd_config *c)
     printf("hello_timeout_ms = %u\nmax_frame_before_hello = %u\nmax_fds_per_conn = %u\nmax_queue_per_conn = %llu\n",
            c->hello_timeout_ms, c->max_frame_before_hello, c->max_fds_per_conn,
            (unsigned long long)c->max_queue_per_conn);
+    printf("max_queued_fds_per_conn = %u\nmax_queued_fds_per_uid = %u\nmax_inflight_fds_per_conn = %u\n"
+           "max_inflight_fds_per_uid = %u\nmax_chunk_fds_per_uid = %u\n",
+           c->max_queued_fds_per_conn, c->max_queued_fds_per_uid, c->max_inflight_fds_per_conn,
+           c->max_inflight_fds_per_uid, c->max_chunk_fds_per_uid);
     printf("max_chunks = %u\nmax_blocks = %u\n", c->max_chunks, c->max_blocks);
     printf("admin_group = %s\nquota_heap = %llu\nquota_uid = %llu\n", c->admin_group, (unsigned long long)c->quota_heap,
            (unsigned long long)c->quota_uid);

@@ -104,6 +104,24 @@ static int closer_start(hd_server *s)
 
 static void idle_cb(uv_idle_t *i);
 
+/* The connection's queued fds are now `qfds`: its uid's count follows;
+ * when the uid drops under max_queued_fds_per_uid its connections read. */
+static void conn_set_qfds(hd_conn *c, size_t qfds)
+{
+    hd_uid *u = c->u;
+    size_t lim = c->srv->opts.max_queued_fds_per_uid;
+    if (u) {
+        bool over = u->qfds >= lim;
+        u->qfds += qfds - c->qfds;
+        c->qfds = qfds;
+        if (over && u->qfds < lim && !u->paused)
+            for (hd_conn *o = c->srv->conns; o; o = o->next)
+                if (o->u == u && o != c)
+                    hd_server_conn_resume(o);
+    }
+    c->qfds = qfds;
+}
+
 static void conn_kill(hd_conn *c)
 {
     if (c->dead)
@@ -115,6 +133,7 @@ static void conn_kill(hd_conn *c)
         c->srv->freed += c->queued;
         c->queued = 0;
     }
+    conn_set_qfds(c, 0);
     c->next_dead = c->srv->dead;
     c->srv->dead = c;
     uv_idle_start(&c->srv->idle, idle_cb);
@@ -151,14 +170,17 @@ static void conn_account(hd_conn *c)
     }
     c->held = held;
     c->queued = queued;
+    conn_set_qfds(c, hw_writer_pending_fds(&c->wr));
 }
 
-/* Reads may go on: not dead, not closing, replies taken, the uid's fds
- * under budget. */
+/* Reads may go on: not dead, not closing, replies taken (bytes and fds),
+ * the uid's fds under budget. */
 static int conn_may_read(const hd_conn *c)
 {
+    const hd_server_opts *o = &c->srv->opts;
     return !c->dead && !c->close_after_flush && hw_writer_pending_bytes(&c->wr) < HD_CONN_PAUSE_QUEUED &&
-           !(c->u && c->u->paused);
+           hw_writer_pending_fds(&c->wr) < o->max_queued_fds_per_conn &&
+           !(c->u && (c->u->paused || c->u->qfds >= o->max_queued_fds_per_uid));
 }
 
 static void busy_add(hd_conn *c)
@@ -190,7 +212,7 @@ static void conn_update_events(hd_conn *c)
     int may = conn_may_read(c);
     /* Not reading: still hear a hang-up (a paused uid's idle connections
      * would never be closed otherwise). */
-    int want = (may ? UV_READABLE : UV_DISCONNECT) | (hw_writer_pending(&c->wr) ? UV_WRITABLE : 0);
+    int want = (may ? UV_READABLE : UV_DISCONNECT) | (hw_writer_pending(&c->wr) && !c->stalled ? UV_WRITABLE : 0);
     if (want != c->events) {
         c->events = want;
         uv_poll_start(&c->poll, want, hd_server_conn_poll_cb);
@@ -213,7 +235,8 @@ static void conn_closed_cb(uv_handle_t *h)
     hd_server *s = c->srv;
     hw_reader_free(&c->rd); /* fds still held go to the closer */
     hw_writer_free(&c->wr);
-    close(c->fd);
+    if (c->fd >= 0)
+        close(c->fd);
     free(c->groups);
     free(c);
     if (s->accept_paused)
@@ -233,11 +256,13 @@ static void conn_close_now(hd_conn *c)
     s->nconns--;
     busy_remove(c);
     s->freed += c->queued + HW_READ_BUF;
+    /* Fds in flight: the socket stays, and counts, until the peer reads. */
+    int kept = hd_server_fds_close(c);
     if (c->u) {
         /* Held fds move to the closer (hw_reader_free): counted there. */
         c->u->held -= c->held;
         c->u->queued -= c->queued;
-        c->u->conns--;
+        c->u->conns -= !kept;
         hd_uid *u = c->u;
         c->u = NULL;
         c->held = c->queued = 0;
@@ -265,10 +290,18 @@ static void conn_check_queue(hd_conn *c)
                                   c->u->conns, c->u->queued, (unsigned long long)s->opts.max_queue_per_uid);
 }
 
-static void conn_flush(hd_conn *c)
+void hd_server_conn_flush(hd_conn *c)
 {
     char err[256];
+    hd_server_fds_before_flush(c);
+    size_t fds = hw_writer_pending_fds(&c->wr);
     int rc = hw_writer_flush(c->fd, &c->wr, err, sizeof err);
+    /* ETOOMANYREFS: heapd's uid has too many fds in flight, whoever's;
+     * nothing was sent: backpressure, not this connection's fault. */
+    int refused = rc < 0 && errno == ETOOMANYREFS;
+    if (refused)
+        rc = 0;
+    hd_server_fds_after_flush(c, fds - hw_writer_pending_fds(&c->wr), refused);
     conn_account(c);
     if (rc < 0) {
         hd_debug("client pid %ld: send failed: %s", (long)c->pid, err);
@@ -314,14 +347,14 @@ void hd_conn_send(hd_conn *c, const void *msg, size_t len, hd_pack_fn pack, int 
     conn_account(c);
     conn_check_queue(c);
     if (!c->dead)
-        conn_flush(c);
+        hd_server_conn_flush(c);
 }
 
 void hd_conn_close_after_flush(hd_conn *c)
 {
     c->close_after_flush = true;
     if (!c->refused)
-        conn_flush(c);
+        hd_server_conn_flush(c);
 }
 
 void hd_conn_admit(hd_conn *c)
@@ -407,7 +440,7 @@ void hd_server_conn_poll_cb(uv_poll_t *p, int status, int events)
         return;
     }
     if (events & UV_WRITABLE)
-        conn_flush(c);
+        hd_server_conn_flush(c);
     /* After a flush, too: frames may wait in the reader's buffer while
      * reading was paused for backpressure. */
     if (c->dead)
@@ -519,7 +552,10 @@ int hd_server_create(uv_loop_t *loop, const hd_server_opts *opts, const hd_serve
     s->sweep.data = s;
     uv_timer_init(loop, &s->resume);
     s->resume.data = s;
-    s->handles_open = 3;
+    uv_timer_init(loop, &s->stall);
+    s->stall.data = s;
+    uv_unref((uv_handle_t *)&s->stall);
+    s->handles_open = 4;
     if (closer_start(s))
         hd_warn("cannot start the threads that close received fds (%s): heapd closes them itself, and a "
                 "client-passed socket that lingers will block it",
@@ -575,6 +611,7 @@ void hd_server_shutdown(hd_server *s)
     s->lfd = -1;
     uv_timer_stop(&s->sweep);
     uv_timer_stop(&s->resume);
+    hd_server_fds_stop(s);
     s->accept_paused = false;
     for (hd_conn *c = s->conns; c; c = c->next) {
         if (c->dead)
@@ -598,6 +635,7 @@ void hd_server_destroy(hd_server *s)
     if (!s || s->destroyed)
         return;
     s->destroyed = true;
+    hd_server_fds_stop(s);
     hd_closer_stop(s->closer);
     s->closer = NULL;
     for (int i = 0; i < HD_UID_BUCKETS; i++)
@@ -609,6 +647,7 @@ void hd_server_destroy(hd_server *s)
     uv_close((uv_handle_t *)&s->idle, handle_closed_cb);
     uv_close((uv_handle_t *)&s->sweep, handle_closed_cb);
     uv_close((uv_handle_t *)&s->resume, handle_closed_cb);
+    uv_close((uv_handle_t *)&s->stall, handle_closed_cb);
     if (s->async_open)
         uv_close((uv_handle_t *)&s->closer_async, handle_closed_cb);
 }

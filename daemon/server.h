@@ -26,6 +26,11 @@
  *     max_clients_per_uid, max_fds_per_uid, max_queue_per_uid; per
  *     connection hello_timeout_ms, max_frame_before_hello (until
  *     hd_conn_admit), max_fds_per_conn, max_queue_per_conn; and max_clients.
+ *     Fds of replies: max_queued_fds_per_conn / _per_uid pause reading,
+ *     max_inflight_fds_per_conn / _per_uid hold sending until the peer
+ *     reads; the kernel's ETOOMANYREFS (heapd's uid has RLIMIT_NOFILE fds
+ *     in flight) is backpressure too: the send is retried, logged at warn,
+ *     and never closes the connection that happened to send next.
  *     A refused connection hears why (on_refuse); a connection over a limit
  *     is closed with a logged reason. At EMFILE the server stops accepting
  *     and resumes when a connection closes (or after a second): no busy loop.
@@ -61,6 +66,13 @@ typedef struct hd_server_opts {
     uint32_t max_frame_before_hello;
     uint32_t max_fds_per_conn;
     uint64_t max_queue_per_conn;
+    /* Fds of replies (issue 33 items 2, 3): reading a connection pauses
+     * while its writer holds max_queued_fds_per_conn fds (dup()ed, open in
+     * heapd), or its uid's max_queued_fds_per_uid; sending waits while more
+     * than max_inflight_fds_per_conn (per uid: _per_uid) sent fds may not be
+     * received yet (the kernel charges those to heapd's uid). */
+    uint32_t max_queued_fds_per_conn, max_queued_fds_per_uid;
+    uint32_t max_inflight_fds_per_conn, max_inflight_fds_per_uid;
 } hd_server_opts;
 
 /* Why a new connection is refused (on_refuse). */

@@ -120,7 +120,7 @@ void hd_server_uid_check(hd_server *s, hd_uid *u)
             if (c->u == u)
                 hd_server_conn_resume(c);
     }
-    if (!u->conns && !u->held && !u->closing && !u->queued) {
+    if (!u->conns && !u->held && !u->closing && !u->queued && !u->qfds && !u->inflight) {
         hd_uid **p = hd_server_uid_slot(s, u->uid);
         *p = u->next;
         free(u);
@@ -272,6 +272,7 @@ void hd_server_sweep_cb(uv_timer_t *t)
     for (hd_conn *c = s->conns; c; c = c->next)
         if (!c->admitted && !c->dead && now - c->opened_ms >= s->opts.hello_timeout_ms)
             hd_server_conn_kill_limit(c, "no Hello within hello_timeout_ms = %u ms", s->opts.hello_timeout_ms);
+    hd_server_fds_sweep(s);
     if (s->freed >= HD_TRIM_BYTES) {
         s->freed = 0;
         malloc_trim(0);

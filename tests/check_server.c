@@ -165,7 +165,11 @@ static hd_server_opts opts_default(void)
                         .hello_timeout_ms = 60000,
                         .max_frame_before_hello = 4096,
                         .max_fds_per_conn = 16,
-                        .max_queue_per_conn = 8u << 20};
+                        .max_queue_per_conn = 8u << 20,
+                        .max_queued_fds_per_conn = 256,
+                        .max_queued_fds_per_uid = 1024,
+                        .max_inflight_fds_per_conn = 512,
+                        .max_inflight_fds_per_uid = 2048};
     snprintf(o.socket_path, sizeof o.socket_path, "%s", sock);
     return o;
 }

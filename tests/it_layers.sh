@@ -26,7 +26,7 @@ BUILD=${BUILD:-build}
 #           files (calls inside a unit are free)
 FLOOR_RULES='
 heap-wing   daemon/heap  all   registry chunks poison < attach sequence collect < force timeout
-daemon-top  daemon       some  server=server,server_accept,server_sink ring=ring,ring_sink < reply < dispatch < heapd
+daemon-top  daemon       some  server=server,server_accept,server_fds,server_sink ring=ring,ring_sink < reply < dispatch < heapd
 '
 # Include rules, one a line: NAME FILES... ! HEADERS... (FILES: globs under
 # $SRC; HEADERS: as spelled in #include "...").

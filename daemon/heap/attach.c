@@ -145,6 +145,11 @@ static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint6
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_QUOTA, "%s", why);
         return -1;
     }
+    uint64_t first = ap.initial_size / ap.chunk_size;
+    if (hh_chunk_fds_check(r, hd_peer_uid(c), (first ? first : 1) * local_size, why, sizeof why)) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_QUOTA, "%s", why);
+        return -1;
+    }
     *out = ap;
     return 0;
 }

@@ -9,6 +9,28 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Issue 33 item 2: each chunk is an fd open in heapd, and 4 KiB chunks make
+ * them cheap; 0 if `add` more for the heaps of `uid` stay within
+ * max_chunk_fds_per_uid (root exempt; 0: no limit), else -1 with why. */
+int hh_chunk_fds_check(const hd_registry *r, uid_t uid, uint64_t add, char *why, size_t len)
+{
+    uint64_t lim = r->cfg.max_chunk_fds_per_uid, have = 0;
+    if (!lim || uid == 0)
+        return 0;
+    for (const hd_heap *h = r->heaps; h; h = h->next)
+        if (h->owner == uid)
+            for (uint32_t q = 0; q < h->world_size; q++)
+                have += h->ranks[q].nchunks;
+    if (have + add <= lim)
+        return 0;
+    snprintf(why, len,
+             "uid %ld's heaps would hold %llu chunks on this node (now %llu), over max_chunk_fds_per_uid = %llu "
+             "(each chunk is an fd open in heapd); use a larger chunk_size, or ask for a larger "
+             "max_chunk_fds_per_uid",
+             (long)uid, (unsigned long long)(have + add), (unsigned long long)have, (unsigned long long)lim);
+    return -1;
+}
+
 int hh_rank_add_chunks(hd_heap *h, hd_rank *k, uint32_t upto, char *err, size_t errlen)
 {
     if (upto > k->capchunks) {

@@ -214,6 +214,8 @@ uint64_t hh_heap_meta_bytes(const hd_heap *h);
 uint64_t hh_heap_log_bytes(const hd_heap *h);
 int hh_quota_check(const hd_registry *r, const char *name, uid_t uid, uint64_t have, uint64_t add, uint64_t meta_add,
                    char *why, size_t len);
+/* chunks.c: max_chunk_fds_per_uid. */
+int hh_chunk_fds_check(const hd_registry *r, uid_t uid, uint64_t add, char *why, size_t len);
 heap_ref *hh_heap_ref_new(hd_heap *h);
 hd_heap *hh_heap_ref_get(heap_ref *x);
 size_t hh_local_ranks(const hd_heap *h, uint32_t *out);

@@ -36,6 +36,8 @@ static int grow(hd_heap *h, uint32_t chunks, char *err, size_t errlen)
                        (uint64_t)chunks * h->ap.chunk_size * h->local_size,
                        ha_meta_bytes(&h->ap, grown) - ha_meta_bytes(&h->ap, st.mapped), err, errlen))
         return -2;
+    if (hh_chunk_fds_check(h->reg, h->owner, (uint64_t)chunks * h->local_size, err, errlen))
+        return -2;
     for (uint32_t q = 0; q < h->world_size; q++) {
         if (!h->ranks[q].joined)
             continue;
