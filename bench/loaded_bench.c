@@ -297,7 +297,7 @@ typedef struct opts {
     int rounds, idle, fdconns, unread, cycles;
     const char *json;
     int flood, flood_world, victims; /* issue 33 item 4 */
-    int fdpin, heapd_nofile; /* issue 33 items 2, 3 */
+    int fdpin, heapd_nofile;         /* issue 33 items 2, 3 */
 } opts;
 
 /* 0, or 2 after a usage message. */
