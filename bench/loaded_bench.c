@@ -3,6 +3,7 @@
  *
  *   loaded_bench [--rounds N] [--cycles N] [--idle N] [--fdconns N] [--unread N] [--json FILE]
  *                [--stats-flood CONNS [--flood-world W]] [--victims N] [--transport socket|ring]
+ *                [--fd-pin PAIRS] [--heapd-nofile N]
  *
  * --stats-flood (issue 33 item 4): the attacker, instead of holding
  * connections, floods Stats of its own heap of W ranks (default 4096; rank 0
@@ -10,7 +11,6 @@
  * Stats at once and reading their replies, again and again. --victims N runs
  * N victims at once (each its own heap; default 1), --transport sets their
  * HEAPC_TRANSPORT (default: libheapc's).
- *                [--fd-pin PAIRS] [--heapd-nofile N]
  *
  * Starts its own heapd (dirname(argv[0])/../heapd, host backend, a temporary
  * socket; limits raised so that the attacker really holds what it opens:
