@@ -696,6 +696,10 @@ int main(int argc, char **argv)
     result base, loaded;
     summarize(&sb, &base);
     summarize(&sl, &loaded);
+    for (int s = 0; s < S_N; s++) {
+        free(sb.v[s]);
+        free(sl.v[s]);
+    }
     printf("attacker (uid 65534): %s", line);
     printf("heapd under attack: %d fds, VmRSS %ld kB; %d cycles of %d unloaded then %d loaded rounds\n", fds, rss,
            o.cycles, o.rounds / o.cycles, o.rounds / o.cycles);
