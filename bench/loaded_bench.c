@@ -395,6 +395,33 @@ static void start_heapd(const char *argv0)
         die("heapd did not start (see its log)");
 }
 
+/* The attacker's first line (starting with `word`, 7 letters) into line,
+ * within 60 s (else die with `fail`); then until heapd took in what it sent
+ * (its fd count holds still: 3 samples 100 ms apart). */
+static void await_attacker(const char *word, char *line, size_t len, const char *fail)
+{
+    line[0] = 0;
+    for (int i = 0; i < 1200 && strncmp(line, word, 7); i++) {
+        FILE *h = fopen(hout, "r");
+        if (h) {
+            if (!fgets(line, (int)len, h))
+                line[0] = 0;
+            fclose(h);
+        }
+        if (strncmp(line, word, 7))
+            usleep(50000);
+    }
+    if (strncmp(line, word, 7))
+        die("%s", fail);
+    int fds = count_fds(heapd_pid), same = 0;
+    for (int i = 0; i < 300 && same < 3; i++) {
+        usleep(100000);
+        int n = count_fds(heapd_pid);
+        same = n == fds ? same + 1 : 0;
+        fds = n;
+    }
+}
+
 /* The attacker, uid 65534, set up; its "holding" line into line. Then waits
  * until heapd took in what it sent (its fd count holds still: 3 samples
  * 100 ms apart, 30 s at most). */
@@ -413,26 +440,7 @@ static void start_hostile(const opts *o, char *line, size_t len)
         execl(hcopy, hcopy, "--socket", sock, "hold", a[0], a[1], a[2], (char *)NULL);
         _exit(127);
     }
-    line[0] = 0;
-    for (int i = 0; i < 1200 && strncmp(line, "holding", 7); i++) {
-        FILE *h = fopen(hout, "r");
-        if (h) {
-            if (!fgets(line, (int)len, h))
-                line[0] = 0;
-            fclose(h);
-        }
-        if (strncmp(line, "holding", 7))
-            usleep(50000);
-    }
-    if (strncmp(line, "holding", 7))
-        die("the attacker did not set up within 60 s");
-    int fds = count_fds(heapd_pid), same = 0;
-    for (int i = 0; i < 300 && same < 3; i++) {
-        usleep(100000);
-        int n = count_fds(heapd_pid);
-        same = n == fds ? same + 1 : 0;
-        fds = n;
-    }
+    await_attacker("holding", line, len, "the attacker did not set up within 60 s");
 }
 
 /* ---- the Stats flood (issue 33 item 4) ----------------------------------- */
@@ -589,26 +597,7 @@ static void start_fdpin(const opts *o, char *line, size_t len)
         execl(pin, pin, "--socket", sock, "pin", "8", "1", pairs, (char *)NULL);
         _exit(127);
     }
-    line[0] = 0;
-    for (int i = 0; i < 1200 && strncmp(line, "pinning", 7); i++) {
-        FILE *h = fopen(hout, "r");
-        if (h) {
-            if (!fgets(line, (int)len, h))
-                line[0] = 0;
-            fclose(h);
-        }
-        if (strncmp(line, "pinning", 7))
-            usleep(50000);
-    }
-    if (strncmp(line, "pinning", 7))
-        die("the fd pin did not set up within 60 s");
-    int fds = count_fds(heapd_pid), same = 0;
-    for (int i = 0; i < 300 && same < 3; i++) {
-        usleep(100000);
-        int n = count_fds(heapd_pid);
-        same = n == fds ? same + 1 : 0;
-        fds = n;
-    }
+    await_attacker("pinning", line, len, "the fd pin did not set up within 60 s");
 }
 
 static void report(const opts *o, const result *base, const result *loaded)
