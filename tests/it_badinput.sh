@@ -98,6 +98,9 @@ exec 3>"$T/v0.in" 4>"$T/v1.in"
         echo "random 20" >&4 || break
         sleep 0.1
     done
+    # Fed out: keep the FIFOs open (the ranks stay attached, idle) until the
+    # end, so that a slow machine's rounds still find the victim heap busy.
+    while [ ! -e "$T/stop" ]; do sleep 0.2; done
 ) &
 feeder=$!
 exec 3>&- 4>&-

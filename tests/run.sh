@@ -33,5 +33,10 @@ for s in "$HEAPD_SRC"/tests/it_*.sh; do
     [ -f "$s" ] || continue
     run "$(basename "$s" .sh)" sh "$s"
 done
+# The failures once more at the end, where a log cut to its tail still shows them.
+for name in $failed; do
+    echo "--- $name: its failed checks ($BUILD/tests/$name.log)"
+    grep -E '^(FAIL|not ok)|:[0-9]+:[EF]:' "$BUILD/tests/$name.log" | head -8 | sed 's/^/    | /'
+done
 echo "tests: $pass passed, $fail failed${failed:+ ($failed )}"
 [ $fail = 0 ]
