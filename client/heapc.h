@@ -92,7 +92,7 @@ extern "C" {
     X(HEAPC_EPEER_GONE, -7, ERR_PEER_GONE, "a rank disconnected during a collective")                                  \
     X(HEAPC_ENOMEM, -8, ERR_NO_MEMORY, "heapd's backend could not create a chunk")                                     \
     X(HEAPC_EVA_EXHAUSTED, -9, ERR_VA_EXHAUSTED, "the heap would exceed its va_size")                                  \
-    X(HEAPC_ENOTFOUND, -10, ERR_NOT_FOUND, "unknown heap")                                                             \
+    X(HEAPC_ENOTFOUND, -10, ERR_NOT_FOUND, "unknown heap (or block name, commit tag)")                                 \
     X(HEAPC_ESTATE, -11, ERR_STATE, "not valid now (not attached, already attached, rank taken)")                      \
     X(HEAPC_ENOTHELD, -12, ERR_NOT_HELD, "free of an offset this rank does not hold (double free)")                    \
     X(HEAPC_EBACKEND, -13, ERR_BACKEND, "backend or driver error; the message names the call")                         \
