@@ -359,9 +359,16 @@ START_TEST(expiry_releases)
 {
     formed(1);
     both_gone();
+    /* The expiry does not keep a loop alive (heapd stops with detached
+     * heaps): a timer of the test's own drives it. */
+    uv_timer_t t;
+    uv_timer_init(&loop, &t);
+    uv_timer_start(&t, tick, 20, 20);
     uint64_t end = uv_now(&loop) + 10000;
     while (hd_registry_heaps(reg) && uv_now(&loop) < end)
         uv_run(&loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&t, NULL);
+    uv_run(&loop, UV_RUN_NOWAIT);
     ck_assert_uint_eq(hd_registry_heaps(reg), 0);
     validate();
 }
