@@ -115,8 +115,10 @@ class HeapStats(Structure):
                 ("ranks", POINTER(RankStats)), ("collects_skipped", c_uint64),
                 ("collect_pending", c_int),
                 ("owner_uid", c_uint32), ("collect_wait", Hist), ("growth", Hist),
-                ("bookkeeping_bytes", c_uint64), ("detached_ms", c_uint64),
-                ("generation", c_uint64), ("markers", c_uint32)]
+                ("bookkeeping_bytes", c_uint64),
+                # issue 29
+                ("persist_s", c_uint32), ("detached_ms", c_uint64), ("generation", c_uint64),
+                ("markers", c_uint32)]
 
 
 class Block(Structure):
@@ -173,6 +175,7 @@ get_counters = _fn("heapc_get_counters", c_int, H, POINTER(Counters))
 stats = _fn("heapc_stats", c_int, H, c_char_p, POINTER(POINTER(DaemonStats)))
 stats_free = _fn("heapc_stats_free", None, POINTER(DaemonStats))
 force_collect = _fn("heapc_force_collect", c_int, H, c_char_p, POINTER(c_uint64))
+drop = _fn("heapc_drop", c_int, H, c_char_p, POINTER(c_uint64))
 # Issue 29: names, live sets, commit markers.
 alloc_named = _fn("heapc_alloc_named", c_int, H, c_size_t, c_char_p, POINTER(c_void_p),
                   POINTER(c_uint64))
