@@ -87,10 +87,11 @@ def _phase1(rank, world, name, sock, env):
     assert not h.resumed
     w = h.empty(1024, dtype=torch.int32, name="w")
     w.copy_(torch.arange(1024, dtype=torch.int32) * (rank + 1))
-    h.empty(100, dtype=torch.uint8)                    # unnamed, live
+    keep = h.empty(100, dtype=torch.uint8)             # unnamed, live (held at the kill)
     m = h.zeros(3, 3, dtype=torch.float64, name="m")
     m.fill_(rank + 0.5)
     h.commit("step", 3)
+    assert keep.numel() == 100
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -122,6 +123,7 @@ def _phase3(rank, world, name, sock, env):
     with pytest.raises(KeyError):
         h.tensor("m")
     got = (h.committed("step"), sorted(h.tensors()), h.generation)
+    h.collect()                                        # the ranks meet before they leave
     h.close()
     return got
 
@@ -148,7 +150,7 @@ def test_reattach_after_sigkill(sock, heapname, env):
         assert r2[0][:2] == r2[1][:2], f"offsets differ across ranks: {r2}"
         _wait(lambda: _detached(heapname, sock), "the heap to be detached again")
         r3 = ok(run_ranks(_phase3, 2, name, sock, env, env=e)[0])
-        assert r3[0][:2] == (4, ["next", "w"]) and r3[0] == r3[1], r3
-        assert r3[0][2] > r2[0][2], "the generation did not count the re-attach"
+        assert r3[0][:2] == (4, ["next", "w"]) and r3[0][:2] == r3[1][:2], r3
+        assert min(r[2] for r in r3) > max(r[2] for r in r2), "the generation did not count the re-attach"
     finally:
         _drop(heapname, sock)
