@@ -154,3 +154,45 @@ def test_reattach_after_sigkill(sock, heapname, env):
         assert min(r[2] for r in r3) > max(r[2] for r in r2), "the generation did not count the re-attach"
     finally:
         _drop(heapname, sock)
+
+
+def _many(rank, world, name, sock, n):
+    """n blocks (every 1000th named, its bytes its index), then SIGKILL."""
+    h = heapd.Heap(name, rank, world, sock, persist=60)
+    keep = []
+    for i in range(n):
+        t = h.empty(64, dtype=torch.uint8, name=f"b{i}" if i % 1000 == 0 else None)
+        t.fill_(i % 251)
+        keep.append(t)
+    h.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _many_back(rank, world, name, sock, n):
+    h = heapd.Heap(name, rank, world, sock, persist=60)
+    live = h.live()
+    assert len(live) == n and [b["seq"] for b in live] == list(range(n)), len(live)
+    named = {b["name"]: b for b in live if b["name"]}
+    assert sorted(named) == sorted(f"b{i}" for i in range(0, n, 1000))
+    for i in range(0, n, 1000):
+        t = h.tensor(f"b{i}", (64,), torch.uint8)
+        assert int(t.min()) == int(t.max()) == i % 251, i
+        assert h.offset(t) == named[f"b{i}"]["offset"]
+    h.free_offset(live[1]["offset"])                    # an unnamed one, known from the live set
+    with pytest.raises(heapd.NotHeldError):
+        h.free_offset(live[1]["offset"])
+    h.close()
+    return len(live)
+
+
+def test_live_set_larger_than_a_frame(sock, heapname):
+    """20000 live blocks: heapd sends them in LiveBatch frames before the
+    AttachReply (more than 16384 per frame do not fit), libheapc puts them
+    together: every block, in seq order, the names and contents intact."""
+    n = 20000
+    try:
+        run_ranks(_many, 1, heapname, sock, n, expect_dead=(0,))
+        _wait(lambda: _detached(heapname, sock), "the killed rank's heap to be detached")
+        assert ok(run_ranks(_many_back, 1, heapname, sock, n)[0]) == [n]
+    finally:
+        _drop(heapname, sock)
