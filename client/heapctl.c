@@ -294,7 +294,7 @@ static int cmd_metrics(const char *sock, int timeout_ms, const char *file)
 /* A heap's state: "attached", or "detached 12s, persists 600s" (issue 29). */
 static const char *state_text(const heapc_heap_stats *h, char *buf, size_t len)
 {
-    if (h->clients || !h->detached_ms)
+    if (h->clients || !h->detached_ms) /* detached_ms > 0 while detached */
         snprintf(buf, len, "attached");
     else
         snprintf(buf, len, "detached %" PRIu64 "s, persists %" PRIu32 "s", h->detached_ms / 1000, h->persist_s);

@@ -142,12 +142,9 @@ typedef struct hd_heap_info {
     const ha_params *ap;
     uint32_t timeout_ms;
     /* Issue 29: persist_s, the seconds it persists without a client;
-     * detached_ms, how long it has been without one (0: it has clients);
-     * generation and markers: its re-attaches and commit markers. */
+     * detached_ms, how long it has been without one (0: it has clients). */
     uint32_t persist_s;
     uint64_t detached_ms;
-    uint64_t generation;
-    uint32_t markers;
     uint64_t mapped, live_bytes, released_bytes, free_bytes, collects, growths;
     uint64_t collects_skipped;
     uint32_t owner_uid;
@@ -155,6 +152,8 @@ typedef struct hd_heap_info {
     const hd_hist *collect_wait, *growth; /* metrics (issue 20) */
     uint32_t clients;
     uint64_t next_seq, epoch;
+    uint64_t generation; /* issue 29: re-attaches */
+    uint32_t markers;    /* issue 29: commit markers */
     bool collect_pending;
     uint64_t pending_collect_seq;
     uint64_t device_free, device_total;

@@ -422,7 +422,8 @@ static size_t heap_info(hd_heap *h, hd_heap_info *s, hd_rank_info *rs)
     s->ap = &h->ap;
     s->timeout_ms = h->timeout_ms;
     s->persist_s = h->persist_s;
-    s->detached_ms = h->detached_ns ? (hh_now_ns() - h->detached_ns) / 1000000u : 0;
+    /* detached_ms > 0 says detached (0: it has clients), from its first ms. */
+    s->detached_ms = h->detached_ns ? (hh_now_ns() - h->detached_ns) / 1000000u + 1 : 0;
     s->mapped = st.mapped;
     s->live_bytes = st.live_bytes;
     s->released_bytes = st.pending_bytes;
