@@ -196,3 +196,29 @@ def test_live_set_larger_than_a_frame(sock, heapname):
         assert ok(run_ranks(_many_back, 1, heapname, sock, n)[0]) == [n]
     finally:
         _drop(heapname, sock)
+
+
+def _asym_names(rank, world, name, sock):
+    h = heapd.Heap(name, rank, world, sock)
+    mine = f"r{rank}"
+    try:
+        t = h.empty(64, dtype=torch.uint8, name=mine)
+        got = None
+    except heapd.AsymmetryError as e:
+        got = (e.n, e.ranks, e.names)
+        assert e.names and e.names[-1] == mine and e.names[0] != mine, e.names
+        t = h.empty(64, dtype=torch.uint8, name=e.names[0])   # not consumed: ask again
+    off = h.offset(t)
+    h.collect()                                           # not poisoned
+    h.close()
+    return got, off
+
+
+def test_name_asymmetry(sock, heapname):
+    """Ranks that name their n-th allocation differently: the second gets
+    AsymmetryError with both names (.names), the allocation number is not
+    consumed and the heap is not poisoned."""
+    res = ok(run_ranks(_asym_names, 2, heapname, sock)[0])
+    errs = [g for g, _ in res if g]
+    assert len(errs) == 1 and errs[0][0] == 0 and sorted(errs[0][2]) == ["r0", "r1"], res
+    assert res[0][1] == res[1][1]
