@@ -9,7 +9,6 @@
 
 #include "log.h"
 #include "sha1.h"
-#include "utf8.h"
 
 /* ---- attach ------------------------------------------------------------------ */
 
@@ -19,8 +18,16 @@ static void send_attach_reply(hd_heap *h, uint32_t rank, uint64_t id)
     ha_stats st;
     ha_get_stats(h->core, &st);
     uint32_t nch = hh_heap_chunks(h, st.mapped);
+    /* Issue 29: the live set (with the generation and the markers below). */
+    hd_live_block *live = NULL;
+    long nlive = hh_blocks_held(h, k->lidx, &live);
+    if (nlive < 0) {
+        hd_peer_error(k->conn, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory listing the live set");
+        return;
+    }
     chunk_msg cm;
     if (hh_chunk_msg_build(h, 0, nch, &cm)) {
+        free(live);
         hd_peer_error(k->conn, id, HEAPD__ERR_CODE__ERR_NO_MEMORY,
                       "heapd could not duplicate chunk fds for the attach reply (out of fds or memory); "
                       "raise heapd's fd limit (LimitNOFILE) or use a larger chunk_size");
@@ -59,8 +66,16 @@ static void send_attach_reply(hd_heap *h, uint32_t rank, uint64_t id)
     ar.next_seq = k->next_seq;
     ar.backend = hb_name(h->reg->be);
     ar.epoch = h->epoch;
+    ar.persist_s = h->persist_s;
+    ar.live = live;
+    ar.nlive = (size_t)nlive;
+    ar.generation = h->generation;
+    ar.resumed = k->resumed;
+    ar.markers = h->markers;
+    ar.nmarkers = h->nmarkers;
     k->known_chunks = nch;
     k->conn->out->attach(k->conn, id, &ar);
+    free(live);
     free(local);
     hh_chunk_msg_free(&cm, false);
 }
@@ -94,9 +109,27 @@ static int heap_limits(const hd_registry *r, const ha_params *ap, char *why, siz
     return 0;
 }
 
-/* The new heap's parameters: the request's, else heapd.conf's. Returns 0,
- * or -1 once the peer got the error. */
-static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint64_t id, ha_params *out)
+/* Issue 29: the seconds the heap persists that persist_s asks for (0:
+ * heapd.conf's persist; HD_PERSIST_NONE: none), into *out. 0, or -1 with
+ * why (over heapd.conf's max_persist). */
+static int persist_of(const hd_config *cfg, uint32_t persist_s, uint32_t *out, char *why, size_t len)
+{
+    if (persist_s > cfg->max_persist && persist_s != HD_PERSIST_NONE) {
+        snprintf(why, len,
+                 "persist_s %u is over heapd's max_persist of %u seconds (heapd.conf max_persist); ask for at most "
+                 "%u, or 0 for heapd.conf's persist",
+                 persist_s, cfg->max_persist, cfg->max_persist);
+        return -1;
+    }
+    *out = persist_s == HD_PERSIST_NONE ? 0 : persist_s ? persist_s : cfg->persist;
+    return 0;
+}
+
+/* The new heap's parameters: the request's, else heapd.conf's (the
+ * seconds it persists into *persist). Returns 0, or -1 once the peer got
+ * the error. */
+static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint64_t id, ha_params *out,
+                       uint32_t *persist)
 {
     const Heapd__HeapParams *rp = m->params;
     const hd_config *cfg = &r->cfg;
@@ -137,6 +170,10 @@ static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint6
         return -1;
     }
     if (heap_limits(r, &ap, why, sizeof why)) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap \"%s\": %s", m->heap, why);
+        return -1;
+    }
+    if (persist_of(cfg, rp ? rp->persist_s : 0, persist, why, sizeof why)) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap \"%s\": %s", m->heap, why);
         return -1;
     }
@@ -191,7 +228,8 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_peer *c, 
 {
     const Heapd__HeapParams *rp = m->params;
     ha_params ap;
-    if (heap_params(r, m, c, id, &ap))
+    uint32_t persist;
+    if (heap_params(r, m, c, id, &ap, &persist))
         return NULL;
     hd_heap *h = hh_heap_new(r, m->heap, m->world_size, &ap);
     if (!h) {
@@ -203,6 +241,7 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_peer *c, 
     secret_hash(&m->job_secret, h->secret);
     heap_fingerprint(h, &ap);
     h->timeout_ms = pick(rp ? rp->collect_timeout_ms : 0, r->cfg.collect_timeout_ms);
+    h->persist_s = persist;
     return h;
 }
 
@@ -247,6 +286,11 @@ static bool params_differ(const hd_heap *h, const Heapd__Attach *m, char *why, s
     CHK(min_block, "min_block", h->ap.min_block)
     CHK(collect_timeout_ms, "collect_timeout_ms", h->timeout_ms)
 #undef CHK
+    uint32_t persist = p->persist_s == HD_PERSIST_NONE ? 0 : p->persist_s;
+    if (p->persist_s && persist != h->persist_s) {
+        snprintf(why, len, "persist_s %u differs from the heap's %u seconds", p->persist_s, h->persist_s);
+        return true;
+    }
     if (p->policy != HEAPD__POLICY__POLICY_DEFAULT) {
         ha_policy want = (ha_policy)hpo_from_wire(p->policy); /* known: attach_check */
         if (want != h->ap.policy) {
@@ -256,28 +300,6 @@ static bool params_differ(const hd_heap *h, const Heapd__Attach *m, char *why, s
         }
     }
     return false;
-}
-
-/* Heap names and job strings (docs/protocol.md): valid UTF-8 without control
- * characters (C0, DEL, C1 U+0080..U+009F). A NUL inside the protobuf string
- * never gets here: dispatch refuses it. 0, or -1 with why. */
-static int text_check(const char *s, char *why, size_t len)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    for (size_t i = 0; p[i];) {
-        int n = hu_len(p + i);
-        if (!n) {
-            snprintf(why, len, "is not valid UTF-8 (byte 0x%02x at offset %zu); use UTF-8 text", p[i], i);
-            return -1;
-        }
-        if ((n == 1 && (p[i] < 0x20 || p[i] == 0x7f)) || (n == 2 && p[i] == 0xc2 && p[i + 1] < 0xa0)) {
-            unsigned cp = n == 1 ? p[i] : p[i + 1];
-            snprintf(why, len, "contains the control character U+%04X at offset %zu; use printable characters", cp, i);
-            return -1;
-        }
-        i += (size_t)n;
-    }
-    return 0;
 }
 
 /* The request's own checks. Returns 0, or -1 once the peer got the error. */
@@ -295,7 +317,7 @@ static int attach_check(hd_peer *c, uint64_t id, const Heapd__Attach *m)
         return -1;
     }
     char why[200];
-    if (text_check(m->heap, why, sizeof why)) {
+    if (hh_text_check(m->heap, why, sizeof why)) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap name %s", why);
         return -1;
     }
@@ -305,7 +327,7 @@ static int attach_check(hd_peer *c, uint64_t id, const Heapd__Attach *m)
                       strlen(m->job), HD_JOB_MAX);
         return -1;
     }
-    if (m->job && text_check(m->job, why, sizeof why)) {
+    if (m->job && hh_text_check(m->job, why, sizeof why)) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "job %s", why);
         return -1;
     }
@@ -449,15 +471,28 @@ void hd_heap_attach(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Attach
     if (!k->joined) {
         if (rank_join(h, k, c, id, m, device, created))
             return;
-    } else if (k->next_seq < h->log_base) {
-        hd_warn("heap \"%s\": rank %u re-attached at allocation %llu, which is no longer logged; "
-                "it continues at %llu",
-                h->name, m->rank, (unsigned long long)k->next_seq, (unsigned long long)h->decided);
-        k->next_seq = h->decided;
+    } else {
+        /* Issue 29: a re-attach. After a crash (no Detach), or to a heap no
+         * client was attached to, the rank continues where the heap is: the
+         * allocations its peers decided meanwhile are in its live set (the
+         * core holds every decided block for every rank). After a clean
+         * Detach while peers stayed, at its own next allocation number. */
+        h->generation++;
+        k->resumed = true;
+        if (k->left_unclean || !h->nattached) {
+            k->next_seq = h->decided;
+        } else if (k->next_seq < h->log_base) {
+            hd_warn("heap \"%s\": rank %u re-attached at allocation %llu, which is no longer logged; "
+                    "it continues at %llu",
+                    h->name, m->rank, (unsigned long long)k->next_seq, (unsigned long long)h->decided);
+            k->next_seq = h->decided;
+        }
+        k->left_unclean = false;
     }
     k->conn = c;
     k->pid = hd_peer_pid(c);
     h->nattached++;
+    hh_heap_client_back(h); /* a detached heap's expiry stops (issue 29) */
     b->heap = h;
     b->rank = m->rank;
     b->name = h->name;
@@ -488,10 +523,13 @@ static bool rank_leave(hd_heap *h, uint32_t rank, bool clean)
     forget_conn(h, k->conn);
     k->conn = NULL;
     k->attach_wait = false;
+    k->left_unclean = !clean;
     h->nattached--;
     hd_info("heap \"%s\": rank %u (pid %ld) %s", h->name, rank, (long)k->pid, clean ? "detached" : "disconnected");
     if (h->coll_active)
         h->coll_left(h, rank, clean);
+    if (h->commit_left)
+        h->commit_left(h, rank, clean);
     return hh_heap_client_gone(h);
 }
 
