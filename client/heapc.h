@@ -518,6 +518,15 @@ typedef struct heapc_heap_stats {
     /* What quota_uid charges besides chunks: the allocator's bitmaps and
      * block records, the decision log (issue 33). */
     uint64_t bookkeeping_bytes;
+    /* Issue 29: the seconds the heap stays once its clients are all gone
+     * (0: it goes with its last client), and how long it has been without
+     * one (0: it has clients; > 0: detached, awaiting a re-attach or
+     * `heapctl drop`); its re-attaches since creation and its commit
+     * markers. */
+    uint32_t persist_s;
+    uint64_t detached_ms;
+    uint64_t generation;
+    uint32_t markers;
 } heapc_heap_stats;
 
 typedef struct heapc_daemon_stats {
@@ -544,13 +553,21 @@ void heapc_stats_free(heapc_daemon_stats *s);
  * which it takes effect. Works without attaching. */
 int heapc_force_collect(heapc *c, const char *heap, uint64_t *at_seq);
 
+/* Admin (issue 29): releases detached heap `heap` (no client attached; see
+ * heapc_heap_stats.detached_ms) now, with its chunks and their content;
+ * *released_bytes (if not NULL) gets the chunk bytes released. Its owner,
+ * root and heapd.conf's admin_group may. HEAPC_ENOTFOUND for an unknown
+ * heap, HEAPC_ESTATE while clients are attached to it, HEAPC_EDENIED for
+ * another uid's. Works without attaching. */
+int heapc_drop(heapc *c, const char *heap, uint64_t *released_bytes);
+
 /* ---- for bindings (python/heapd) ------------------------------------------ */
 
 /* The layout of the public structs above: bumped whenever one of them
  * changes (a field added, moved or retyped). A binding that copies the
  * structs (ctypes) compares it, and heapc_sizeof of each, with its own at
  * load time and refuses a libheapc it does not match. */
-#define HEAPC_ABI_VERSION 2u
+#define HEAPC_ABI_VERSION 3u
 uint32_t heapc_abi_version(void);
 
 /* sizeof the public struct named `type` ("heapc_params", "heapc_status_t",

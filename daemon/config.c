@@ -32,6 +32,8 @@ void hd_config_defaults(hd_config *c)
     c->min_block = 512;
     c->policy = HA_POLICY_COALESCE;
     c->collect_timeout_ms = 30000;
+    c->persist = 0;
+    c->max_persist = 86400;
     c->max_clients = 1024;
     c->admin_reserve = 8;
     c->max_clients_per_uid = 256;
@@ -386,6 +388,9 @@ static const key_desc keys[] = {
     {"va_size", parse_size_key, OFF(va_size), 4096, 0, NULL, L_VA},
     {"min_block", parse_size_key, OFF(min_block), 1, 0, NULL, L_MIN_BLOCK},
     {"collect_timeout_ms", parse_u32_key, OFF(collect_timeout_ms), 1, 86400000, "a number of milliseconds", -1},
+    /* Issue 29: 0xFFFFFFFF is the wire's "none" (HeapParams.persist_s). */
+    {"persist", parse_u32_key, OFF(persist), 0, UINT32_MAX - 1, "a number of seconds", -1},
+    {"max_persist", parse_u32_key, OFF(max_persist), 0, UINT32_MAX - 1, "a number of seconds", -1},
     {"max_clients", parse_u32_key, OFF(max_clients), 1, 1000000, "a number", -1},
     /* Transport limits (issue 15): per uid (root exempt), per connection. */
     {"admin_reserve", parse_u32_key, OFF(admin_reserve), 0, 1024, "a number of connections", -1},
@@ -577,6 +582,11 @@ static int load(const char *path, bool reload, hd_config *c, char *err, size_t e
     hd_config *n = &st.cfg;
     if (cross_check(&st, path, err, errlen))
         return -1;
+    if (n->persist > n->max_persist) {
+        snprintf(err, errlen, "%s: persist = %u is over max_persist = %u; lower persist or raise max_persist", path,
+                 n->persist, n->max_persist);
+        return -1;
+    }
     ha_params p = {.ranks = 1,
                    .chunk_size = n->chunk_size,
                    .initial_size = n->initial_size ? n->initial_size : n->chunk_size,

@@ -30,6 +30,11 @@ typedef struct hd_config {
     uint64_t min_block;
     ha_policy policy;
     uint32_t collect_timeout_ms;
+    /* Issue 29: seconds a formed heap with no client stays (detached) when
+     * its Attach leaves persist_s at 0 (0: released with its last client),
+     * and the most an Attach may ask for. Invariant: persist <= max_persist. */
+    uint32_t persist;
+    uint32_t max_persist;
     /* Limits. */
     uint32_t max_clients;
     /* Transport limits (issue 15): per uid (root is exempt), per connection. */

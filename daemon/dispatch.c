@@ -126,6 +126,8 @@ static void log_ctx(const hd_session *s, const Heapd__Frame *f)
             x.rank = (long)f->attach->rank;
         } else if (f->body_case == HEAPD__FRAME__BODY_FORCE_COLLECT && f->force_collect)
             x.heap = f->force_collect->heap;
+        else if (f->body_case == HEAPD__FRAME__BODY_DROP && f->drop)
+            x.heap = f->drop->heap;
     }
     hd_log_ctx_set(&x);
 }
@@ -250,6 +252,9 @@ static void touch_heap(hd_dispatch *d, hd_session *s, const Heapd__Frame *f)
     case HEAPD__FRAME__BODY_FORCE_COLLECT:
         hd_heap_touch(d->reg, &s->peer, f->force_collect->heap);
         break;
+    case HEAPD__FRAME__BODY_DROP:
+        hd_heap_touch(d->reg, &s->peer, f->drop->heap);
+        break;
     default:
         hd_heap_touch(d->reg, &s->peer, NULL);
         break;
@@ -289,6 +294,9 @@ static void handle_request(hd_dispatch *d, hd_session *s, const Heapd__Frame *f)
         break;
     case HEAPD__FRAME__BODY_DETACH:
         hd_heap_detach(d->reg, p, id);
+        break;
+    case HEAPD__FRAME__BODY_DROP:
+        hd_heap_drop(d->reg, p, id, f->drop);
         break;
     case HEAPD__FRAME__BODY_COMMIT:
         hd_heap_commit(d->reg, p, id, f->commit);

@@ -84,7 +84,7 @@ void hd_reply_hello(const hd_frame_sink *out, uint64_t id, const char *backend)
 
 /* ---- the heap wing's sink ------------------------------------------------ */
 
-static void fill_params(const ha_params *ap, uint32_t timeout_ms, Heapd__HeapParams *p)
+static void fill_params(const ha_params *ap, uint32_t timeout_ms, uint32_t persist_s, Heapd__HeapParams *p)
 {
     heapd__heap_params__init(p);
     p->chunk_size = ap->chunk_size;
@@ -93,6 +93,7 @@ static void fill_params(const ha_params *ap, uint32_t timeout_ms, Heapd__HeapPar
     p->min_block = ap->min_block;
     p->policy = (Heapd__Policy)hpo_to_wire(ap->policy); /* common/policy.h */
     p->collect_timeout_ms = timeout_ms;
+    p->persist_s = persist_s;
 }
 
 /* refs + i and fds + i, where a reply without chunks may have NULL arrays
@@ -271,7 +272,7 @@ static void out_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
         return;
     }
     Heapd__HeapParams params;
-    fill_params(a->ap, a->timeout_ms, &params);
+    fill_params(a->ap, a->timeout_ms, a->persist_s, &params);
     Heapd__AttachReply ar = HEAPD__ATTACH_REPLY__INIT;
     ar.params = &params;
     ar.world_size = a->world_size;
@@ -364,6 +365,13 @@ static void out_force(hd_peer *p, uint64_t id, uint64_t at_seq)
     send_body(sink_of(p), id, HEAPD__FRAME__BODY_FORCE_COLLECT_REPLY, &fr, NULL, 0);
 }
 
+static void out_drop(hd_peer *p, uint64_t id, uint64_t released_bytes)
+{
+    Heapd__DropReply dr = HEAPD__DROP_REPLY__INIT;
+    dr.released_bytes = released_bytes;
+    send_body(sink_of(p), id, HEAPD__FRAME__BODY_DROP_REPLY, &dr, NULL, 0);
+}
+
 /* A Histogram of h; its counts live in `counts`. */
 static Heapd__Histogram *fill_hist(Heapd__Histogram *g, uint64_t *counts, const hd_hist *h)
 {
@@ -387,7 +395,7 @@ static void heap_stats(const hd_heap_info *in, Heapd__HeapStats *s, Heapd__HeapP
         s->collect_wait = fill_hist(&hg[0], hn[0], in->collect_wait);
     if (in->growth)
         s->growth = fill_hist(&hg[1], hn[1], in->growth);
-    fill_params(in->ap, in->timeout_ms, pp);
+    fill_params(in->ap, in->timeout_ms, in->persist_s, pp);
     s->name = (char *)in->name;
     s->world_size = in->world_size;
     s->params = pp;
@@ -403,6 +411,8 @@ static void heap_stats(const hd_heap_info *in, Heapd__HeapStats *s, Heapd__HeapP
     s->clients = in->clients;
     s->next_seq = in->next_seq;
     s->epoch = in->epoch;
+    s->persist_s = in->persist_s;
+    s->detached_ms = in->detached_ms;
     s->generation = in->generation;
     s->markers = in->markers;
     s->collect_pending = in->collect_pending;
@@ -589,6 +599,7 @@ const hd_reply_ops hd_reply_frame_ops = {
     .detach = out_detach,
     .force = out_force,
     .stats = out_stats,
+    .drop = out_drop,
     .commit = out_commit,
 };
 

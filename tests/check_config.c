@@ -78,6 +78,8 @@ START_TEST(defaults)
     ck_assert_uint_eq(c.min_block, 512);
     ck_assert_int_eq(c.policy, HA_POLICY_COALESCE);
     ck_assert_uint_eq(c.collect_timeout_ms, 30000);
+    ck_assert_uint_eq(c.persist, 0);
+    ck_assert_uint_eq(c.max_persist, 86400);
     ck_assert_uint_eq(c.max_clients, 1024);
     ck_assert_uint_eq(c.max_clients_per_uid, 256);
     ck_assert_uint_eq(c.max_fds_per_uid, 4096);
@@ -117,6 +119,8 @@ START_TEST(every_kind_of_key)
                   "min_block = 4K\n"
                   "policy = seed\n"
                   "collect_timeout_ms = 500\n"
+                  "persist = 600\n"
+                  "max_persist = 3600\n"
                   "max_clients = 7\n"
                   "max_clients_per_uid = 3\n"
                   "max_fds_per_uid = 100\n"
@@ -149,6 +153,8 @@ START_TEST(every_kind_of_key)
     ck_assert_uint_eq(c.min_block, 4096);
     ck_assert_int_eq(c.policy, HA_POLICY_SEED);
     ck_assert_uint_eq(c.collect_timeout_ms, 500);
+    ck_assert_uint_eq(c.persist, 600);
+    ck_assert_uint_eq(c.max_persist, 3600);
     ck_assert_uint_eq(c.max_clients, 7);
     ck_assert_uint_eq(c.max_clients_per_uid, 3);
     ck_assert_uint_eq(c.max_fds_per_uid, 100);
@@ -194,6 +200,10 @@ START_TEST(bounds)
     load_fails("ring = yes\n", 1, "ring: \"yes\" is not on or off");
     load_fails("socket_mode = 0999\n", 1, "socket_mode: \"0999\" is not an octal mode");
     load_fails("socket = relative.sock\n", 1, "socket: \"relative.sock\" must be an absolute path");
+    ck_assert_msg(load("persist = 86400\nmax_persist = 4294967294\n", &c) == 0, "%s", err);
+    load_fails("max_persist = 4294967295\n", 1,
+               "max_persist: \"4294967295\" is not a number of seconds (0..4294967294)");
+    load_fails("persist = -1\n", 1, "persist: \"-1\"");
 }
 END_TEST
 
@@ -250,6 +260,8 @@ START_TEST(cross_key_checks)
     load_fails("max_chunks = 10\n", 0,
                "the heap defaults are over heapd's limits: va_size / chunk_size = 1024, over "
                "max_chunks = 10");
+    load_fails("persist = 86401\n", 0, "persist = 86401 is over max_persist = 86400");
+    load_fails("max_persist = 60\npersist = 61\n", 0, "persist = 61 is over max_persist = 60");
 }
 END_TEST
 
@@ -330,6 +342,8 @@ START_TEST(shipped_file)
     SAME(min_block);
     SAME(policy);
     SAME(collect_timeout_ms);
+    SAME(persist);
+    SAME(max_persist);
     SAME(max_clients);
     SAME(max_clients_per_uid);
     SAME(max_fds_per_uid);

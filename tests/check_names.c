@@ -141,7 +141,15 @@ static void s_commit(hd_peer *p, uint64_t id, uint64_t value, uint64_t generatio
     r->generation = generation;
 }
 
-static const hd_reply_ops sink = {s_error, s_attach, s_alloc, s_free, s_collect, s_detach, s_force, s_stats, s_commit};
+static const hd_reply_ops sink = {.error = s_error,
+                                  .attach = s_attach,
+                                  .alloc = s_alloc,
+                                  .free = s_free,
+                                  .collect = s_collect,
+                                  .detach = s_detach,
+                                  .force = s_force,
+                                  .stats = s_stats,
+                                  .commit = s_commit}; /* drop: tests/check_persist.c */
 
 /* ---- fixture ------------------------------------------------------------ */
 

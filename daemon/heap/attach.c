@@ -66,6 +66,7 @@ static void send_attach_reply(hd_heap *h, uint32_t rank, uint64_t id)
     ar.next_seq = k->next_seq;
     ar.backend = hb_name(h->reg->be);
     ar.epoch = h->epoch;
+    ar.persist_s = h->persist_s;
     ar.live = live;
     ar.nlive = (size_t)nlive;
     ar.generation = h->generation;
@@ -108,9 +109,27 @@ static int heap_limits(const hd_registry *r, const ha_params *ap, char *why, siz
     return 0;
 }
 
-/* The new heap's parameters: the request's, else heapd.conf's. Returns 0,
- * or -1 once the peer got the error. */
-static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint64_t id, ha_params *out)
+/* Issue 29: the seconds the heap persists that persist_s asks for (0:
+ * heapd.conf's persist; HD_PERSIST_NONE: none), into *out. 0, or -1 with
+ * why (over heapd.conf's max_persist). */
+static int persist_of(const hd_config *cfg, uint32_t persist_s, uint32_t *out, char *why, size_t len)
+{
+    if (persist_s > cfg->max_persist && persist_s != HD_PERSIST_NONE) {
+        snprintf(why, len,
+                 "persist_s %u is over heapd's max_persist of %u seconds (heapd.conf max_persist); ask for at most "
+                 "%u, or 0 for heapd.conf's persist",
+                 persist_s, cfg->max_persist, cfg->max_persist);
+        return -1;
+    }
+    *out = persist_s == HD_PERSIST_NONE ? 0 : persist_s ? persist_s : cfg->persist;
+    return 0;
+}
+
+/* The new heap's parameters: the request's, else heapd.conf's (the
+ * seconds it persists into *persist). Returns 0, or -1 once the peer got
+ * the error. */
+static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint64_t id, ha_params *out,
+                       uint32_t *persist)
 {
     const Heapd__HeapParams *rp = m->params;
     const hd_config *cfg = &r->cfg;
@@ -151,6 +170,10 @@ static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint6
         return -1;
     }
     if (heap_limits(r, &ap, why, sizeof why)) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap \"%s\": %s", m->heap, why);
+        return -1;
+    }
+    if (persist_of(cfg, rp ? rp->persist_s : 0, persist, why, sizeof why)) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap \"%s\": %s", m->heap, why);
         return -1;
     }
@@ -205,7 +228,8 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_peer *c, 
 {
     const Heapd__HeapParams *rp = m->params;
     ha_params ap;
-    if (heap_params(r, m, c, id, &ap))
+    uint32_t persist;
+    if (heap_params(r, m, c, id, &ap, &persist))
         return NULL;
     hd_heap *h = hh_heap_new(r, m->heap, m->world_size, &ap);
     if (!h) {
@@ -217,6 +241,7 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_peer *c, 
     secret_hash(&m->job_secret, h->secret);
     heap_fingerprint(h, &ap);
     h->timeout_ms = pick(rp ? rp->collect_timeout_ms : 0, r->cfg.collect_timeout_ms);
+    h->persist_s = persist;
     return h;
 }
 
@@ -261,6 +286,11 @@ static bool params_differ(const hd_heap *h, const Heapd__Attach *m, char *why, s
     CHK(min_block, "min_block", h->ap.min_block)
     CHK(collect_timeout_ms, "collect_timeout_ms", h->timeout_ms)
 #undef CHK
+    uint32_t persist = p->persist_s == HD_PERSIST_NONE ? 0 : p->persist_s;
+    if (p->persist_s && persist != h->persist_s) {
+        snprintf(why, len, "persist_s %u differs from the heap's %u seconds", p->persist_s, h->persist_s);
+        return true;
+    }
     if (p->policy != HEAPD__POLICY__POLICY_DEFAULT) {
         ha_policy want = (ha_policy)hpo_from_wire(p->policy); /* known: attach_check */
         if (want != h->ap.policy) {
@@ -462,6 +492,7 @@ void hd_heap_attach(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Attach
     k->conn = c;
     k->pid = hd_peer_pid(c);
     h->nattached++;
+    hh_heap_client_back(h); /* a detached heap's expiry stops (issue 29) */
     b->heap = h;
     b->rank = m->rank;
     b->name = h->name;

@@ -15,7 +15,12 @@
  *   - Growth creates one chunk per rank; every client learns of every chunk
  *     (its own and its peers') before it uses an offset in it.
  *   - A heap is destroyed, and its chunks released, when its last client
- *     detaches or disconnects.
+ *     detaches or disconnects; unless it formed and persists (issue 29:
+ *     HeapParams.persist_s, heapd.conf persist): then it stays detached,
+ *     with its chunks, their content and its allocation sequence, for
+ *     persist_s seconds or until dropped (hd_heap_drop), and a rank that
+ *     attaches again finds it intact. The registry releases it when heapd
+ *     stops.
  *   - Issue 29: an allocation may carry a name, symmetric like its size (a
  *     different name is ERR_ASYMMETRY with both names, hd_asym_out's
  *     with_names; it poisons nothing and consumes nothing). A rank that
@@ -45,6 +50,9 @@
 #include "heapd.pb-c.h"
 
 typedef struct hd_registry hd_registry;
+
+/* HeapParams.persist_s asking for no persistence (docs/protocol.md). */
+#define HD_PERSIST_NONE UINT32_C(0xFFFFFFFF)
 typedef struct hd_heap hd_heap;
 typedef struct hd_peer hd_peer;
 
@@ -87,6 +95,7 @@ typedef struct hd_attach_out {
     uint64_t next_seq;
     const char *backend;
     uint64_t epoch;
+    uint32_t persist_s; /* issue 29: the seconds the heap persists (0: none) */
     uint64_t generation;
     bool resumed;
     const hd_live_block *live;
@@ -140,6 +149,10 @@ typedef struct hd_heap_info {
     uint32_t world_size;
     const ha_params *ap;
     uint32_t timeout_ms;
+    /* Issue 29: persist_s, the seconds it persists without a client;
+     * detached_ms, how long it has been without one (0: it has clients). */
+    uint32_t persist_s;
+    uint64_t detached_ms;
     uint64_t mapped, live_bytes, released_bytes, free_bytes, collects, growths;
     uint64_t collects_skipped;
     uint32_t owner_uid;
@@ -194,6 +207,7 @@ typedef struct hd_reply_ops {
     void (*detach)(hd_peer *p, uint64_t id);
     void (*force)(hd_peer *p, uint64_t id, uint64_t at_seq);
     void (*stats)(hd_peer *p, uint64_t id, const hd_stats_out *s);
+    void (*drop)(hd_peer *p, uint64_t id, uint64_t released_bytes);
     void (*commit)(hd_peer *p, uint64_t id, uint64_t value, uint64_t generation); /* issue 29 */
 } hd_reply_ops;
 
@@ -240,6 +254,10 @@ void hd_heap_stats(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Stats *
 /* Issue 29: a commit marker, collective over the heap's local ranks (commit.c). */
 void hd_heap_commit(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Commit *m);
 void hd_heap_force_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__ForceCollect *m);
+/* Issue 29: releases detached heap m->heap now (its owner, root and
+ * admin_group may): DropReply with the chunk bytes released, or
+ * ERR_NOT_FOUND, ERR_DENIED, ERR_STATE (it has clients). In registry.c. */
+void hd_heap_drop(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Drop *m);
 /* The request dispatch is about to hand the wing may change heap `name`
  * (NULL: c's bound heap, if any): its Stats memo is stale from now on. */
 void hd_heap_touch(hd_registry *r, const hd_peer *c, const char *name);

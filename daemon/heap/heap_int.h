@@ -120,6 +120,13 @@ struct hd_heap {
     char job[HD_JOB_MAX + 1]; /* job incarnation, namespaces store keys */
     ha_params ap;
     uint32_t timeout_ms;
+    /* Issue 29: seconds the heap stays once formed and without a client
+     * (0: released with its last client). detached_ns: when its last client
+     * left (hh_now_ns), 0 while one is attached or before it formed.
+     * Invariant: detached_ns != 0 => nattached == 0 and formed, and the
+     * heap's timer runs its expiry (registry.c). */
+    uint32_t persist_s;
+    uint64_t detached_ns;
     uint64_t epoch;
     uid_t owner; /* the uid that created the heap */
     ha_heap *core;
@@ -242,10 +249,14 @@ const char *hh_human(uint64_t b, char *buf, size_t len);
  * ranks: ap->ranks), in the registry; NULL if out of memory. The caller
  * fills its identity (job, owner, secret, inc, timeout_ms). */
 hd_heap *hh_heap_new(hd_registry *r, const char *name, uint32_t world_size, const ha_params *ap);
-/* A client left h (or a new heap's first attach failed): h is destroyed,
- * its chunks released, when no client is attached. Returns true if h is
- * gone. */
+/* A client left h (or a new heap's first attach failed): when no client
+ * is attached, h is destroyed, its chunks released, unless it formed and
+ * persists (persist_s > 0): then it stays detached, its timer running the
+ * expiry (issue 29). Returns true if h is gone. */
 bool hh_heap_client_gone(hd_heap *h);
+/* A client attached to h again (nattached > 0): a detached heap's expiry
+ * stops (issue 29). */
+void hh_heap_client_back(hd_heap *h);
 /* Starts the heap's one timer: attach (true) or collect timeout after
  * timeout_ms, then the registry's heap_timeout. */
 void hh_arm_timer(hd_heap *h, bool attach);

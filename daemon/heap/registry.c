@@ -111,8 +111,12 @@ const char *hh_human(uint64_t b, char *buf, size_t len) { return hsz_format_size
 
 /* ---- heap lifetime -------------------------------------------------------
  * The one home of a heap's lifetime: it is created by its first Attach
- * (hh_heap_new), lives while a client is attached to it, and is destroyed
- * when the last one leaves (hh_heap_client_gone) or with the registry. */
+ * (hh_heap_new) and lives while a client is attached to it. When the last
+ * one leaves (hh_heap_client_gone) it is destroyed, unless it formed and
+ * persists (issue 29): then it stays detached, chunks, content, allocator
+ * state and decision log, for persist_s seconds (its timer), until a rank
+ * attaches again (hh_heap_client_back), an operator drops it
+ * (hd_heap_drop) or the registry goes. */
 
 hd_heap *hh_heap_new(hd_registry *r, const char *name, uint32_t world_size, const ha_params *ap)
 {
@@ -151,7 +155,8 @@ static void timer_closed(uv_handle_t *h)
     free(hp);
 }
 
-static void heap_destroy(hd_heap *h)
+/* Destroys h; why: what the log says after "heap NAME destroyed: ". */
+static uint64_t heap_destroy(hd_heap *h, const char *why)
 {
     hd_registry *r = h->reg;
     for (hd_heap **pp = &r->heaps; *pp; pp = &(*pp)->next)
@@ -171,8 +176,7 @@ static void heap_destroy(hd_heap *h)
         hd_status_destroy(&k->status);
     }
     char b1[32];
-    hd_info("heap \"%s\" destroyed: last client gone, %s of chunks released", h->name,
-            hh_human(released, b1, sizeof b1));
+    hd_info("heap \"%s\" destroyed: %s, %s of chunks released", h->name, why, hh_human(released, b1, sizeof b1));
     free(h->ranks);
     free(h->log);
     free(h->held);
@@ -185,14 +189,94 @@ static void heap_destroy(hd_heap *h)
     ha_destroy(h->core);
     uv_timer_stop(&h->timer);
     uv_close((uv_handle_t *)&h->timer, timer_closed);
+    return released;
+}
+
+/* Seconds h has been detached (0: it is not). */
+static uint64_t detached_s(const hd_heap *h)
+{
+    return h->detached_ns ? (hh_now_ns() - h->detached_ns) / 1000000000u : 0;
+}
+
+/* Chunk bytes of every local rank of h. */
+static uint64_t heap_chunk_bytes(const hd_heap *h)
+{
+    ha_stats st;
+    ha_get_stats(h->core, &st);
+    return st.mapped * h->njoined;
+}
+
+/* The timer of a detached heap (timer.data): its persist ran out. */
+static void persist_expired(uv_timer_t *t)
+{
+    hd_heap *h = t->data;
+    if (!h->detached_ns)
+        return; /* attached again meanwhile */
+    char b1[32], why[160];
+    hd_info("heap \"%s\" (uid %ld, %s of chunks) expired: detached for %llu s, persist %u s", h->name, (long)h->owner,
+            hh_human(heap_chunk_bytes(h), b1, sizeof b1), (unsigned long long)detached_s(h), h->persist_s);
+    snprintf(why, sizeof why, "persist of %u s expired", h->persist_s);
+    heap_destroy(h, why);
 }
 
 bool hh_heap_client_gone(hd_heap *h)
 {
     if (h->nattached)
         return false;
-    heap_destroy(h);
-    return true;
+    if (!h->formed || !h->persist_s || hh_poisoned(h)) { /* a poisoned heap can never be used again */
+        heap_destroy(h, "last client gone");
+        return true;
+    }
+    /* No collect or attach is in progress without a client: the timer is
+     * free for the expiry. */
+    char b1[32];
+    h->detached_ns = hh_now_ns();
+    uv_update_time(h->timer.loop);
+    uv_timer_start(&h->timer, persist_expired, (uint64_t)h->persist_s * 1000u, 0);
+    uv_unref((uv_handle_t *)&h->timer); /* a detached heap does not keep heapd's loop (a stop) going */
+    hd_info("heap \"%s\" detached: last client gone; it persists %u s with %s of chunks (`heapctl drop %s` "
+            "releases it now)",
+            h->name, h->persist_s, hh_human(heap_chunk_bytes(h), b1, sizeof b1), h->name);
+    return false;
+}
+
+void hh_heap_client_back(hd_heap *h)
+{
+    if (!h->detached_ns)
+        return;
+    hd_info("heap \"%s\" attached again after %llu s detached", h->name, (unsigned long long)detached_s(h));
+    h->detached_ns = 0;
+    uv_timer_stop(&h->timer);
+    uv_ref((uv_handle_t *)&h->timer);
+}
+
+void hd_heap_drop(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Drop *m)
+{
+    const char *name = m->heap ? m->heap : "";
+    hd_heap *h = hh_heap_find(r, name);
+    if (!h) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NOT_FOUND, "no heap named \"%s\"; `heapctl heaps` lists them", name);
+        return;
+    }
+    if (h->owner != hd_peer_uid(c) && !hd_peer_privileged(c, r->cfg.admin_gid)) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_DENIED,
+                      "dropping heap \"%s\" (uid %ld) needs its owner, root or membership of heapd.conf's "
+                      "admin_group; uid %ld is none of them",
+                      name, (long)h->owner, (long)hd_peer_uid(c));
+        return;
+    }
+    if (h->nattached || !h->detached_ns) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE,
+                      "heap \"%s\" has %u client(s) attached: only a detached heap (no client) is dropped; detach "
+                      "them first (stop the job's ranks), then drop it",
+                      name, h->nattached);
+        return;
+    }
+    char why[160];
+    snprintf(why, sizeof why, "dropped by uid %ld (pid %ld) after %llu s detached", (long)hd_peer_uid(c),
+             (long)hd_peer_pid(c), (unsigned long long)detached_s(h));
+    uint64_t released = heap_destroy(h, why);
+    c->out->drop(c, id, released);
 }
 
 /* The heap's one timer (attach and collect timeouts): fires the registry's
@@ -219,7 +303,7 @@ void hd_registry_destroy(hd_registry *r)
     if (!r)
         return;
     while (r->heaps)
-        heap_destroy(r->heaps);
+        heap_destroy(r->heaps, r->heaps->detached_ns ? "heapd is stopping (it was detached)" : "heapd is stopping");
     uv_timer_stop(&r->meminfo);
     uv_close((uv_handle_t *)&r->meminfo, registry_closed);
 }
@@ -337,6 +421,9 @@ static size_t heap_info(hd_heap *h, hd_heap_info *s, hd_rank_info *rs)
     s->world_size = h->world_size;
     s->ap = &h->ap;
     s->timeout_ms = h->timeout_ms;
+    s->persist_s = h->persist_s;
+    /* detached_ms > 0 says detached (0: it has clients), from its first ms. */
+    s->detached_ms = h->detached_ns ? (hh_now_ns() - h->detached_ns) / 1000000u + 1 : 0;
     s->mapped = st.mapped;
     s->live_bytes = st.live_bytes;
     s->released_bytes = st.pending_bytes;
@@ -509,6 +596,11 @@ static int heap_validate(const hd_heap *h, char *why, size_t len)
     if (joined != h->njoined || attached != h->nattached || joined > h->local_size)
         BAD("heap \"%s\": %u joined, %u attached; counted %u and %u", h->name, joined, attached, h->njoined,
             h->nattached);
+    if (h->detached_ns && (h->nattached || !h->formed || !uv_is_active((const uv_handle_t *)&h->timer)))
+        BAD("heap \"%s\": detached with %u clients (formed %d), or without its expiry running", h->name, h->nattached,
+            (int)h->formed);
+    if (!h->nattached && !h->detached_ns && h->formed)
+        BAD("heap \"%s\": formed, no client, yet not detached", h->name);
     if (h->coll_active && (!h->coll_left || !h->coll_fail))
         BAD("heap \"%s\": a collect is active without its coll_left or coll_fail", h->name);
     if (h->poison.nranks && (h->poison.nranks != HD_ASYM_RANKS || h->poison.sizes[0] == h->poison.sizes[1]))

@@ -114,7 +114,10 @@ class HeapStats(Structure):
                 ("ranks", POINTER(RankStats)), ("collects_skipped", c_uint64),
                 ("collect_pending", c_int),
                 ("owner_uid", c_uint32), ("collect_wait", Hist), ("growth", Hist),
-                ("bookkeeping_bytes", c_uint64)]
+                ("bookkeeping_bytes", c_uint64),
+                # issue 29
+                ("persist_s", c_uint32), ("detached_ms", c_uint64), ("generation", c_uint64),
+                ("markers", c_uint32)]
 
 
 class DaemonStats(Structure):
@@ -165,9 +168,10 @@ get_counters = _fn("heapc_get_counters", c_int, H, POINTER(Counters))
 stats = _fn("heapc_stats", c_int, H, c_char_p, POINTER(POINTER(DaemonStats)))
 stats_free = _fn("heapc_stats_free", None, POINTER(DaemonStats))
 force_collect = _fn("heapc_force_collect", c_int, H, c_char_p, POINTER(c_uint64))
+drop = _fn("heapc_drop", c_int, H, c_char_p, POINTER(c_uint64))
 
 # ---- the layout check (issue 31 item 8) ----
-ABI_VERSION = 2   # client/heapc.h's HEAPC_ABI_VERSION that these structs copy
+ABI_VERSION = 3   # client/heapc.h's HEAPC_ABI_VERSION that these structs copy
 _STRUCTS = {"heapc_params": Params, "heapc_status_t": Status, "heapc_counters": Counters,
             "heapc_rank_stats": RankStats, "heapc_hist": Hist, "heapc_heap_stats": HeapStats,
             "heapc_daemon_stats": DaemonStats}
