@@ -96,7 +96,8 @@ static void s_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
         r->live[i].name = a->live[i].name ? r->live_names[i] : NULL;
     }
     ck_assert_uint_le(a->nmarkers, 70);
-    memcpy(r->markers, a->markers, a->nmarkers * sizeof *a->markers);
+    if (a->nmarkers)
+        memcpy(r->markers, a->markers, a->nmarkers * sizeof *a->markers);
     r->nmarkers = a->nmarkers;
     close_all(a->fds, a->nfds);
 }
