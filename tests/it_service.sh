@@ -412,8 +412,10 @@ usr/lib/libheapc_torch.so
 usr/lib/pkgconfig/heapc.pc
 usr/lib/pkgconfig/heapc_nccl.pc
 usr/lib/python3/dist-packages/heapd/__init__.py
+usr/lib/python3/dist-packages/heapd/_args.py
 usr/lib/python3/dist-packages/heapd/_errors.py
 usr/lib/python3/dist-packages/heapd/_lib.py
+usr/lib/python3/dist-packages/heapd/_resume.py
 usr/lib/python3/dist-packages/heapd/_stats.py
 usr/lib/python3/dist-packages/heapd/torch.py
 usr/lib/systemd/system/heapd-metrics.service
