@@ -35,6 +35,17 @@ static void keep_asymmetry(heapc *c, const Heapd__Error *e)
         c->asym_ranks[i] = e->asym_ranks[i];
         c->asym_sizes[i] = e->asym_sizes[i];
     }
+    /* Issue 29: a name asymmetry names both names. */
+    c->asym_named = c->asym_count && e->n_asym_names >= c->asym_count;
+    for (size_t i = 0; c->asym_named && i < c->asym_count; i++)
+        snprintf(c->asym_names[i], sizeof c->asym_names[i], "%s", e->asym_names[i] ? e->asym_names[i] : "");
+}
+
+const char *heapc_last_asymmetry_name(const heapc *c, size_t i)
+{
+    if (!c || c->err != HEAPC_EASYMMETRY || !c->asym_named || i >= c->asym_count)
+        return NULL;
+    return c->asym_names[i];
 }
 
 size_t heapc_last_asymmetry(const heapc *c, uint64_t *n, uint32_t *ranks, uint64_t *sizes, size_t max)
@@ -142,6 +153,12 @@ static const char *body_name(Heapd__Frame__BodyCase b)
         return "DetachReply";
     case HEAPD__FRAME__BODY_ERROR:
         return "Error";
+    case HEAPD__FRAME__BODY_COMMIT:
+        return "Commit";
+    case HEAPD__FRAME__BODY_COMMIT_REPLY:
+        return "CommitReply";
+    case HEAPD__FRAME__BODY_LIVE_BATCH:
+        return "LiveBatch";
     default:
         return "an empty frame";
     }
@@ -383,12 +400,15 @@ static int acc_merge(chunk_acc *a, Heapd__ChunkRef ***chunks, size_t *n, int32_t
 }
 
 /* The reply gets the ChunkBatch frames' chunks and fds (acc), when it is
- * one that carries chunks. 0, or -1 (out of memory: m and f are freed). */
-static int rpc_merge(chunk_acc *acc, Heapd__Frame__BodyCase want, Heapd__Frame *m, hw_frame *f)
+ * one that carries chunks, and an AttachReply the LiveBatch frames' blocks
+ * (lacc, issue 29) before its own. 0, or -1 (out of memory: m and f are freed). */
+static int rpc_merge(chunk_acc *acc, live_acc *lacc, Heapd__Frame__BodyCase want, Heapd__Frame *m, hw_frame *f)
 {
     int rc = 0;
     if (want == HEAPD__FRAME__BODY_ATTACH_REPLY && m->attach_reply)
-        rc = acc_merge(acc, &m->attach_reply->chunks, &m->attach_reply->n_chunks, &m->attach_reply->status_fd_index, f);
+        rc = acc_merge(acc, &m->attach_reply->chunks, &m->attach_reply->n_chunks, &m->attach_reply->status_fd_index,
+                       f) ||
+             hci_live_merge(lacc, m->attach_reply);
     else if (want == HEAPD__FRAME__BODY_ALLOC_REPLY && m->alloc_reply)
         rc = acc_merge(acc, &m->alloc_reply->new_chunks, &m->alloc_reply->n_new_chunks, NULL, f);
     if (rc)
@@ -396,45 +416,63 @@ static int rpc_merge(chunk_acc *acc, Heapd__Frame__BodyCase want, Heapd__Frame *
     return rc;
 }
 
-/* rpc, step 2: req's frames from t until its reply (ChunkBatch frames
- * before it kept in acc and merged into it), checked by rpc_check. */
+/* A frame that comes before req's reply and belongs to it: a ChunkBatch
+ * (a reply with more fds than one frame) into acc, a LiveBatch (issue 29: a
+ * live set larger than one frame) into lacc. 1: taken (m and f freed), 0:
+ * not such a frame, -1: out of memory (m and f freed). */
+static int rpc_batch(const Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__Frame *m, hw_frame *f, chunk_acc *acc,
+                     live_acc *lacc)
+{
+    int rc;
+    if (m->id != req->id)
+        return 0;
+    if (m->body_case == HEAPD__FRAME__BODY_CHUNK_BATCH && m->chunk_batch)
+        rc = acc_add(acc, m->chunk_batch, f);
+    else if (m->body_case == HEAPD__FRAME__BODY_LIVE_BATCH && m->live_batch && want == HEAPD__FRAME__BODY_ATTACH_REPLY)
+        rc = hci_live_add(lacc, m->live_batch);
+    else
+        return 0;
+    hci_rpc_done(m, f);
+    return rc ? -1 : 1;
+}
+
+/* rpc, step 2: req's frames from t until its reply (ChunkBatch and
+ * LiveBatch frames before it kept and merged into it), checked by
+ * rpc_check. */
 static int rpc_reply(heapc *c, hcx t, const Heapd__Frame *req, Heapd__Frame__BodyCase want, Heapd__Frame **rep,
                      hw_frame *raw)
 {
     chunk_acc acc;
     memset(&acc, 0, sizeof acc);
+    live_acc lacc = {0};
     for (;;) {
         Heapd__Frame *m;
         hw_frame f;
         hcx_err e = {0};
         int rc = t.ops->await(t.data, req->id, c->timeout_ms, &m, &f, &e);
         if (rc != HCX_OK) {
-            acc_free(&acc);
-            return rpc_fail(c, req, rc, &e, 0);
-        }
-        if (m->id == req->id && m->body_case == HEAPD__FRAME__BODY_CHUNK_BATCH && m->chunk_batch) {
-            /* Part of a reply with more fds than one frame: kept for it. */
-            rc = acc_add(&acc, m->chunk_batch, &f);
-            hci_rpc_done(m, &f);
-            if (!rc)
-                continue;
-            acc_free(&acc);
-            return conn_dead(c, HEAPC_EOOM,
-                             "out of memory collecting the chunks of heapd's reply to %s "
-                             "(or a chunk names an fd its frame lacks); the connection was closed",
-                             body_name(req->body_case));
-        }
-        rc = rpc_check(c, req, want, m, &f);
-        if (rc == HEAPC_OK && rpc_merge(&acc, want, m, &f))
+            rc = rpc_fail(c, req, rc, &e, 0);
+        } else if ((rc = rpc_batch(req, want, m, &f, &acc, &lacc)) > 0) {
+            continue;
+        } else if (rc < 0) {
             rc = conn_dead(c, HEAPC_EOOM,
-                           "out of memory collecting the chunks of heapd's reply to %s; the "
-                           "connection was closed",
+                           "out of memory collecting the chunks or live set of heapd's reply to %s "
+                           "(or a chunk names an fd its frame lacks); the connection was closed",
                            body_name(req->body_case));
-        acc_free(&acc);
-        if (rc == HEAPC_OK) {
-            *rep = m;
-            *raw = f;
+        } else {
+            rc = rpc_check(c, req, want, m, &f);
+            if (rc == HEAPC_OK && rpc_merge(&acc, &lacc, want, m, &f))
+                rc = conn_dead(c, HEAPC_EOOM,
+                               "out of memory collecting the chunks of heapd's reply to %s; the "
+                               "connection was closed",
+                               body_name(req->body_case));
+            if (rc == HEAPC_OK) {
+                *rep = m;
+                *raw = f;
+            }
         }
+        acc_free(&acc);
+        hci_live_free(&lacc);
         return rc;
     }
 }

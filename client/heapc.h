@@ -224,13 +224,24 @@ typedef struct heapc_params {
      * the same on every rank and keeps a rerun's store keys apart. */
     uint32_t local_size;
     const char *job;
+    /* Issue 29: seconds the heap stays, with its chunks and their content,
+     * once its last client is gone, so that a restarted job re-attaches to
+     * it (at most heapd.conf's max_persist). 0: heapd.conf's persist
+     * (heapc_attach_env: $HEAPD_PERSIST first); < 0: none, the heap goes with
+     * its last client. heapc_get_params gives the heap's: seconds, or -1
+     * for none. */
+    int32_t persist_s;
 } heapc_params;
 
 /* Attaches to heap `heap` as `rank` of `world_size` and maps the heap: its own
  * chunks and those of every rank this heapd serves (local peers), each rank
  * in its own reserved range of va_size bytes. Collective: returns when every
  * rank has attached (HEAPC_ETIMEOUT otherwise). A rank that attaches again
- * after its connection ended continues at its own allocation number.
+ * after its connection ended continues at its own allocation number and
+ * holds what it held (heapc_resumed, heapc_live, heapc_lookup): also after
+ * every rank was gone, for a heap kept by persist (issue 29: the heap's
+ * generation counts such re-attaches; another uid, job secret or parameter
+ * set is refused with HEAPC_EMISMATCH or HEAPC_EDENIED naming which).
  * Errors: HEAPC_ESTATE (this context is already attached, or the rank is
  * taken), HEAPC_EMISMATCH, HEAPC_EINVAL, HEAPC_EMAP (reserving or mapping
  * failed: nothing stays mapped), HEAPC_ECONN, ... */
@@ -248,10 +259,12 @@ int heapc_attach(heapc *c, const char *heap, uint32_t rank, uint32_t world_size,
  * world size) and the run or job id params->job, unless params sets them.
  * `heap` NULL or "": $HEAPD_HEAP, else "torch-<run id>" (torchrun) or
  * "slurm-<job id>.<step id>" (Slurm). The rank and world size are then
- * heapc_rank(c) and heapc_world_size(c).
+ * heapc_rank(c) and heapc_world_size(c). When params->persist_s is 0,
+ * $HEAPD_PERSIST gives it (issue 29: seconds, or "none"; unset: heapd's
+ * default), so that a restarted job finds its heap and re-attaches.
  * Errors: HEAPC_EINVAL when neither launcher's variables are set, one is
  * missing or not a number (the message names the variable, its value and
- * the launcher), and those of heapc_attach. */
+ * the launcher), HEAPD_PERSIST is not one, and those of heapc_attach. */
 int heapc_attach_env(heapc *c, const char *heap, const heapc_params *params);
 
 /* The heap's effective parameters (heapd's defaults filled in) into *out;
@@ -285,6 +298,18 @@ int heapc_detach(heapc *c);
  * HEAPC_EVA_EXHAUSTED, HEAPC_ENOMEM, HEAPC_ETIMEOUT, HEAPC_EPEER_GONE, ... */
 int heapc_alloc(heapc *c, size_t size, void **ptr, uint64_t *offset);
 
+/* heapc_alloc of a block with a name (issue 29), so that a job that
+ * re-attaches after a restart finds it again (heapc_lookup). name: 1 to 255
+ * bytes of UTF-8 text; NULL or "": heapc_alloc. Names are symmetric: every
+ * rank's n-th allocation gives the same name, else HEAPC_EASYMMETRY naming n
+ * and both names (heapc_last_asymmetry_name); a name alone does not poison
+ * the heap and the allocation number is not consumed. A name may be given to
+ * several blocks; heapc_lookup finds the latest. Errors: those of
+ * heapc_alloc, HEAPC_EINVAL for a name of more than 255 bytes (nothing is
+ * sent). The name travels on the request ring like any Alloc. */
+#define HEAPC_NAME_MAX 255
+int heapc_alloc_named(heapc *c, size_t size, const char *name, void **ptr, uint64_t *offset);
+
 /* Releases the block at offset: heapc_free_async(c, offset, NULL), the
  * default stream (cuda backend: the legacy default stream, which waits for
  * the work of every blocking stream of the context; host backend: no stream,
@@ -296,9 +321,11 @@ int heapc_alloc(heapc *c, size_t size, void **ptr, uint64_t *offset);
  * rank. The library tracks this rank's live blocks and refuses a double free
  * or an offset it never handed out at once (HEAPC_ENOTHELD); heapd checks
  * again when the batch arrives. After re-attaching to a heap this rank used
- * before, blocks from the earlier connection are unknown to the library: such
- * an offset is sent to heapd alone, at once, and heapd's verdict
- * (HEAPC_ENOTHELD naming it) is this call's result. */
+ * before, the attach reply's live set tells the library what the rank holds
+ * (issue 29); from a heapd that sends none, blocks from the earlier
+ * connection are unknown to the library: such an offset is sent to heapd
+ * alone, at once, and heapd's verdict (HEAPC_ENOTHELD naming it) is this
+ * call's result. A named block's name is forgotten here (heapc_lookup). */
 int heapc_free(heapc *c, uint64_t offset);
 
 /* Stream-ordered free: releases the block at offset once the work queued on
@@ -442,6 +469,70 @@ typedef struct heapc_status_t {
 #define HEAPC_STATUS_TRIES 4096
 int heapc_status(heapc *c, heapc_status_t *out);
 
+/* ---- re-attach: names, live sets, commit markers (issue 29) ---------------- */
+
+/* A heap with persist (heapc_params.persist_s) outlives its ranks: when
+ * every client is gone it stays, chunks and content, for that long. A
+ * process that attaches as one of its ranks (same heap name, uid, job
+ * secret, world size and parameters) maps every chunk at the same offsets,
+ * continues at that rank's allocation number and gets what it holds: its
+ * live set, with the names the blocks were allocated with, and the heap's
+ * commit markers. heapc_attach is the same call either way. None of the
+ * calls below sends anything to heapd except heapc_commit. */
+
+/* The block named `name` that this rank holds: its offset and the size it
+ * was allocated with (either may be NULL). Found in what the attach reply
+ * gave and in this context's own heapc_alloc_named calls, latest first; a
+ * freed block is forgotten at its heapc_free. Serialised. Returns 0, or
+ * HEAPC_ENOTFOUND (none, or name NULL or ""), HEAPC_ESTATE (not attached). */
+int heapc_lookup(heapc *c, const char *name, uint64_t *offset, uint64_t *size);
+
+/* Collective over the heap's ranks: records `value` under `tag` (1 to 64
+ * bytes of UTF-8 text, at most 64 tags per heap) as the heap's commit
+ * marker, once every rank committed the same value at the same point of its
+ * allocation sequence (the commit carries the rank's next allocation
+ * number). The queued frees are sent first (as heapc_flush); device work is
+ * not waited for: sync it first when the marker says that the device's
+ * writes are complete. Typical use: the step whose state every rank holds,
+ * which a restarted job reads with heapc_committed. Errors: HEAPC_EASYMMETRY
+ * (ranks committed different values or at different points: the message
+ * names them; the marker is unchanged), HEAPC_EINVAL (a tag of 0 or more
+ * than 64 bytes, a heap that spans nodes), HEAPC_ETIMEOUT,
+ * HEAPC_EPEER_GONE, HEAPC_ESTATE, ... */
+#define HEAPC_TAG_MAX 64
+int heapc_commit(heapc *c, const char *tag, uint64_t value);
+
+/* The marker committed under tag, as of the attach reply or this context's
+ * last heapc_commit of it, into *value (if not NULL). Returns 0, or
+ * HEAPC_ENOTFOUND (never committed), HEAPC_ESTATE (not attached).
+ * Serialised. */
+int heapc_committed(heapc *c, const char *tag, uint64_t *value);
+
+/* The heap's generation: how many times its ranks re-attached since it was
+ * created (0: none), as of the attach reply (or the last heapc_commit's
+ * reply). 0 when not attached. Serialised. */
+uint64_t heapc_generation(heapc *c);
+
+/* 1 when this attach found this rank's earlier attach of the heap (a
+ * re-attach: heapc_live lists what the rank holds), 0 otherwise (a new
+ * rank, or not attached). Serialised. */
+int heapc_resumed(heapc *c);
+
+/* A block this rank holds, as the attach reply listed it: allocation number
+ * seq, offset, the size asked for and the size reserved, and its name (""
+ * for none; valid until detach). */
+typedef struct heapc_block {
+    uint64_t seq, offset, size, block_size;
+    const char *name;
+} heapc_block;
+
+/* The live set the attach reply gave (what this rank held when it
+ * re-attached; empty on a first attach), ascending seq: writes up to max
+ * blocks into out (out may be NULL when max is 0) and returns how many there
+ * are. Not updated by later allocations and frees (heapc_lookup is).
+ * Serialised. */
+size_t heapc_live(heapc *c, heapc_block *out, size_t max);
+
 /* ---- counters and stats -------------------------------------------------- */
 
 /* What this context did since it attached (serialised). */
@@ -518,6 +609,12 @@ typedef struct heapc_heap_stats {
     /* What quota_uid charges besides chunks: the allocator's bitmaps and
      * block records, the decision log (issue 33). */
     uint64_t bookkeeping_bytes;
+    /* Issue 29 (params.persist_s: the heap's persist in seconds, -1 none). A heap with
+     * no client stays detached for persist_s seconds: detached_ms is how
+     * long it has been without one (0: it has clients). */
+    uint64_t detached_ms;
+    uint64_t generation; /* re-attaches of its ranks since it was created */
+    uint32_t markers;    /* commit markers recorded */
 } heapc_heap_stats;
 
 typedef struct heapc_daemon_stats {
@@ -550,12 +647,12 @@ int heapc_force_collect(heapc *c, const char *heap, uint64_t *at_seq);
  * changes (a field added, moved or retyped). A binding that copies the
  * structs (ctypes) compares it, and heapc_sizeof of each, with its own at
  * load time and refuses a libheapc it does not match. */
-#define HEAPC_ABI_VERSION 2u
+#define HEAPC_ABI_VERSION 3u
 uint32_t heapc_abi_version(void);
 
 /* sizeof the public struct named `type` ("heapc_params", "heapc_status_t",
  * "heapc_counters", "heapc_rank_stats", "heapc_hist", "heapc_heap_stats",
- * "heapc_daemon_stats"); 0 for another name. */
+ * "heapc_daemon_stats", "heapc_block"); 0 for another name. */
 size_t heapc_sizeof(const char *type);
 
 /* A byte size as heapd.conf writes it ("4096", "512K", "64M", "64MiB",
@@ -579,6 +676,13 @@ int heapc_parse_size(const char *s, uint64_t *out);
  * may be NULL (max 0: only the count). Reads the last call's result as
  * heapc_errstr does. */
 size_t heapc_last_asymmetry(const heapc *c, uint64_t *n, uint32_t *ranks, uint64_t *sizes, size_t max);
+
+/* Issue 29: when the last call failed with HEAPC_EASYMMETRY because ranks
+ * named their n-th allocation differently (heapc_alloc_named), the name
+ * ranks[i] of heapc_last_asymmetry gave; NULL for i at or past its count, or
+ * when heapd sent no names (a size asymmetry). Valid until the next call on
+ * c. */
+const char *heapc_last_asymmetry_name(const heapc *c, size_t i);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

@@ -19,6 +19,7 @@ static const struct {
     {"heapc_hist", sizeof(heapc_hist)},
     {"heapc_heap_stats", sizeof(heapc_heap_stats)},
     {"heapc_daemon_stats", sizeof(heapc_daemon_stats)},
+    {"heapc_block", sizeof(heapc_block)},
 };
 
 size_t heapc_sizeof(const char *type)

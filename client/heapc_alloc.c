@@ -87,6 +87,8 @@ static int ls_remove(liveset *s, uint64_t k)
     return 1;
 }
 
+int hci_ls_insert(liveset *s, uint64_t k) { return ls_insert(s, k); }
+
 void hci_ls_clear(liveset *s)
 {
     free(s->keys);
@@ -251,6 +253,8 @@ static int free_locked(heapc *c, uint64_t offset, void *stream, int on_stream)
             return rc;
     }
     int known = ls_remove(&c->live, offset);
+    if (c->named_n) /* issue 29: a named block's name goes with it */
+        hci_names_forget(c, offset);
     if (!known && c->live_complete)
         return hci_set_err(c, HEAPC_ENOTHELD,
                            "heapc_free: offset %" PRIu64 " (0x%" PRIx64 ") is not a block rank %" PRIu32
@@ -362,13 +366,19 @@ int heapc_set_free_batch(heapc *c, size_t n)
     return rc;
 }
 
+int hci_flush_all_locked(heapc *c)
+{
+    int rc = fence_reap(c, 1, 1);
+    return rc == HEAPC_OK ? hci_flush_locked(c) : rc;
+}
+
 int heapc_flush(heapc *c)
 {
     pthread_mutex_lock(&c->mu);
     int rc;
     if (!c->attached)
         rc = hci_set_err(c, HEAPC_ESTATE, "heapc_flush: not attached to a heap; call heapc_attach");
-    else if ((rc = fence_reap(c, 1, 1)) == HEAPC_OK && (rc = hci_flush_locked(c)) == HEAPC_OK)
+    else if ((rc = hci_flush_all_locked(c)) == HEAPC_OK)
         hci_ok(c);
     pthread_mutex_unlock(&c->mu);
     return rc;
@@ -439,12 +449,28 @@ int heapc_collect(heapc *c)
 
 /* ---- alloc -------------------------------------------------------------- */
 
-static int alloc_locked(heapc *c, size_t size, void **ptr, uint64_t *offset)
+/* heapd made allocation seq at off (the reply ar): the name, if any, is
+ * recorded (issue 29). */
+static int alloc_name(heapc *c, const char *name, size_t size, const Heapd__AllocReply *ar)
+{
+    if (!name || hci_names_add(c, name, c->next_seq - 1, ar->offset, size, ar->block_size) == 0)
+        return HEAPC_OK;
+    return hci_set_err(c, HEAPC_EOOM,
+                       "allocation %" PRIu64 " of heap %s was made at offset %" PRIu64
+                       " but libheapc is out of memory recording its name \"%s\" (heapc_lookup will "
+                       "not find it; free it as usual)",
+                       c->next_seq - 1, c->heap, ar->offset, name);
+}
+
+static int alloc_locked(heapc *c, size_t size, const char *name, void **ptr, uint64_t *offset)
 {
     if (!c->attached)
         return hci_set_err(c, HEAPC_ESTATE, "heapc_alloc: not attached to a heap; call heapc_attach");
     if (size == 0)
         return hci_set_err(c, HEAPC_EINVAL, "heapc_alloc: size 0; ask for at least one byte");
+    if (name && strlen(name) > HEAPC_NAME_MAX)
+        return hci_set_err(c, HEAPC_EINVAL, "heapc_alloc_named: the name is %zu bytes; give at most %d", strlen(name),
+                           HEAPC_NAME_MAX);
     view *v = atomic_load_explicit(&c->view, memory_order_relaxed);
     for (int round = 0;; round++) {
         if (round >= ALLOC_MAX_ROUNDS)
@@ -455,6 +481,8 @@ static int alloc_locked(heapc *c, size_t size, void **ptr, uint64_t *offset)
         Heapd__Alloc al = HEAPD__ALLOC__INIT;
         al.seq = c->next_seq;
         al.size = size;
+        if (name)
+            al.name = (char *)name;
         Heapd__Frame req = HEAPD__FRAME__INIT;
         req.body_case = HEAPD__FRAME__BODY_ALLOC;
         req.alloc = &al;
@@ -505,7 +533,10 @@ static int alloc_locked(heapc *c, size_t size, void **ptr, uint64_t *offset)
             hci_rpc_done(rep, &raw);
             return c->err;
         }
+        rc = alloc_name(c, name, size, ar);
         hci_rpc_done(rep, &raw);
+        if (rc != HEAPC_OK)
+            return rc;
         if (ins == 0)
             return hci_set_err(c, HEAPC_EPROTOCOL,
                                "heapd handed out offset %" PRIu64 " for allocation %" PRIu64
@@ -523,7 +554,17 @@ static int alloc_locked(heapc *c, size_t size, void **ptr, uint64_t *offset)
 int heapc_alloc(heapc *c, size_t size, void **ptr, uint64_t *offset)
 {
     pthread_mutex_lock(&c->mu);
-    int rc = alloc_locked(c, size, ptr, offset);
+    int rc = alloc_locked(c, size, NULL, ptr, offset);
+    if (rc == HEAPC_OK)
+        hci_ok(c);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int heapc_alloc_named(heapc *c, size_t size, const char *name, void **ptr, uint64_t *offset)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = alloc_locked(c, size, name && *name ? name : NULL, ptr, offset);
     if (rc == HEAPC_OK)
         hci_ok(c);
     pthread_mutex_unlock(&c->mu);

@@ -38,6 +38,7 @@ void hci_teardown(heapc *c)
         close(c->status_fd);
     c->status_fd = -1;
     hci_ls_clear(&c->live);
+    hci_names_clear(c);
     free(c->fq);
     c->fq = NULL;
     c->fq_n = c->fq_cap = 0;
@@ -178,6 +179,7 @@ static int attach_request(heapc *c, const char *heap, uint32_t rank, uint32_t wo
         hp.min_block = p->min_block;
         hp.policy = (Heapd__Policy)p->policy;
         hp.collect_timeout_ms = p->collect_timeout_ms;
+        hp.persist_s = p->persist_s < 0 ? UINT32_MAX : (uint32_t)p->persist_s; /* issue 29 */
     }
     Heapd__Attach at = HEAPD__ATTACH__INIT;
     at.heap = (char *)heap;
@@ -276,6 +278,7 @@ static void attach_params(heapc *c, const Heapd__HeapParams *hp, const char *uui
     c->params.min_block = hp->min_block;
     c->params.policy = (heapc_policy)hp->policy;
     c->params.collect_timeout_ms = hp->collect_timeout_ms;
+    c->params.persist_s = hci_persist_of(hp->persist_s);
     snprintf(c->uuid, sizeof c->uuid, "%s", uuid);
     c->params.device_uuid = c->uuid;
 }
@@ -389,6 +392,8 @@ int hci_attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world,
     /* Publish: the view first, then the extent (it checks the chunks). */
     c->next_seq = ar->next_seq;
     c->live_complete = ar->next_seq == 0;
+    if ((rc = hci_names_attach(c, ar)) != HEAPC_OK)
+        goto fail;
     c->attached = 1;
     atomic_store_explicit(&c->view, v, memory_order_release);
     rc = hci_publish_extent(c, v, ar->mapped, 1);

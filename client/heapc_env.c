@@ -1,6 +1,7 @@
 /* heapc_env.c - libheapc: heapc_attach_env, the rank, world and job from the
  * launcher's environment (torchrun, Slurm). */
 #include "heapc_int.h"
+#include "env.h"
 
 /* ---- attach from the launcher's environment ------------------------------ */
 
@@ -195,6 +196,30 @@ static int env_launch(heapc *c, launch *l)
     return 0;
 }
 
+/* Issue 29: $HEAPD_PERSIST (or $HEAPC_PERSIST) when the params leave
+ * persist_s at 0: seconds, "none" (or -1) for none; unset or "": heapd's
+ * default. 0, or an error naming the variable. */
+static int env_persist(heapc *c, int32_t *persist)
+{
+    const char *v = henv_get("PERSIST");
+    if (*persist != 0 || !v || !*v)
+        return 0;
+    if (strcmp(v, "none") == 0 || strcmp(v, "-1") == 0) {
+        *persist = -1;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || end == v || *end || x > INT32_MAX || v[0] == '-')
+        return hci_set_err(c, HEAPC_EINVAL,
+                           "heapc_attach_env: HEAPD_PERSIST=\"%s\" is not a persist: want seconds "
+                           "(a decimal integer below 2^31; 0: heapd's default) or \"none\"",
+                           v);
+    *persist = (int32_t)x;
+    return 0;
+}
+
 int heapc_attach_env(heapc *c, const char *heap, const heapc_params *params)
 {
     if (!c)
@@ -207,6 +232,8 @@ int heapc_attach_env(heapc *c, const char *heap, const heapc_params *params)
     launch l = {0};
     pthread_mutex_lock(&c->mu);
     int rc = env_launch(c, &l);
+    if (rc == 0)
+        rc = env_persist(c, &p.persist_s);
     if (rc == 0) {
         if (p.local_size == 0 && l.local < l.world)
             p.local_size = l.local;

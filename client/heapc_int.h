@@ -5,8 +5,9 @@
  * the one request/reply path, over the transports of heapc_xport.h:
  * heapc_sock.c the socket, heapc_ring.c the request ring), heapc_attach.c
  * (attach, mapping, detach), heapc_env.c (heapc_attach_env), heapc_alloc.c
- * (live set, frees, collect, alloc), heapc_stats.c (lookups, status page,
- * counters, admin requests). */
+ * (live set, frees, collect, alloc), heapc_names.c (issue 29: named blocks,
+ * the attach reply's live set and commit markers, commit), heapc_stats.c
+ * (lookups, status page, counters, admin requests). */
 #ifndef HEAPC_INT_H
 #define HEAPC_INT_H
 
@@ -49,6 +50,28 @@ typedef struct liveset {
     size_t cap, n; /* cap: power of two or 0 */
 } liveset;
 
+/* ---- named blocks, live set, markers (issue 29, heapc_names.c) ------------
+ * named: the named blocks this rank holds, ascending offset (one entry per
+ * offset; a free removes it), named_n <= named_cap. live: the attach
+ * reply's live set, ascending seq, immutable until detach (names owned, ""
+ * for none). markers: one per tag, owned strings. */
+typedef struct named_block {
+    char *name;
+    uint64_t seq, offset, size, block_size;
+} named_block;
+
+typedef struct marker {
+    char *tag;
+    uint64_t value, seq;
+} marker;
+
+/* LiveBatch frames before an AttachReply (heapc.c's rpc_reply): their
+ * blocks, taken from the frames, until the reply. */
+typedef struct live_acc {
+    Heapd__LiveBlock **b;
+    size_t n, cap;
+} live_acc;
+
 /* ---- context ----------------------------------------------------------- */
 
 /* Immutable while attached; published with the release store of c->view. */
@@ -84,7 +107,11 @@ typedef struct view {
  *   stream-ordered free, gone at detach or teardown).
  * - err/errstr: the last call's result (HEAPC_OK and "" after a success);
  *   asym_count > 0 only while err == HEAPC_EASYMMETRY came from heapd with
- *   an asymmetric allocation's figures (asym_count <= ASYM_MAX).
+ *   an asymmetric allocation's figures (asym_count <= ASYM_MAX); asym_named
+ *   => asym_names[i] is the name asym_ranks[i] gave, for i < asym_count.
+ * - issue 29: attached or not, named/live/markers are those of the current
+ *   attach (empty when not attached); every offset in `named` is in `live`
+ *   when live_complete.
  */
 struct heapc {
     int err;
@@ -93,6 +120,8 @@ struct heapc {
     size_t asym_count;
     uint32_t asym_ranks[ASYM_MAX];
     uint64_t asym_sizes[ASYM_MAX];
+    int asym_named;
+    char asym_names[ASYM_MAX][HEAPC_NAME_MAX + 1];
 
     pthread_mutex_t mu;
     hcs_sock sock;             /* sock.fd: -1 once the connection is gone */
@@ -135,6 +164,16 @@ struct heapc {
      * (heapc_ring.h: it wraps sock); ring_want: HEAPC_TRANSPORT allows one. */
     hcr_ring *ring;
     int ring_want;
+
+    /* Issue 29 (heapc_names.c). */
+    named_block *named;
+    size_t named_n, named_cap;
+    heapc_block *live_blocks;
+    size_t live_n;
+    marker *markers;
+    size_t markers_n;
+    uint64_t generation;
+    int resumed;
 };
 
 /* heapc.c: the result of a call, and the one request/reply path. */
@@ -146,6 +185,13 @@ void hci_rpc_done(Heapd__Frame *rep, hw_frame *raw);
  * node's ranks of the heap); without one the socket carries everything. */
 void hci_ring_setup(heapc *c, uint32_t nlocal);
 
+/* An effective persist from heapd (HeapParams.persist_s, HeapStats.persist_s)
+ * as heapc_params gives it: seconds, -1 for none (0 or 0xFFFFFFFF). */
+static inline int32_t hci_persist_of(uint32_t wire)
+{
+    return wire == 0 || wire == UINT32_MAX ? -1 : wire > INT32_MAX ? INT32_MAX : (int32_t)wire;
+}
+
 /* heapc_attach.c */
 void hci_teardown(heapc *c);
 int hci_map_chunks(heapc *c, const view *v, Heapd__ChunkRef **refs, size_t n, const hw_frame *raw);
@@ -154,7 +200,18 @@ int hci_attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world,
 
 /* heapc_alloc.c */
 void hci_ls_clear(liveset *s);
+int hci_ls_insert(liveset *s, uint64_t k); /* 1 inserted, 0 there, -1 out of memory */
 int hci_flush_locked(heapc *c);
+int hci_flush_all_locked(heapc *c); /* heapc_flush: completed streams' frees too */
 int hci_fence_drain_all(heapc *c);
+
+/* heapc_names.c (issue 29) */
+void hci_names_clear(heapc *c);
+int hci_names_attach(heapc *c, const Heapd__AttachReply *ar);
+int hci_names_add(heapc *c, const char *name, uint64_t seq, uint64_t offset, uint64_t size, uint64_t block_size);
+void hci_names_forget(heapc *c, uint64_t offset);
+int hci_live_add(live_acc *a, Heapd__LiveBatch *b);
+int hci_live_merge(live_acc *a, Heapd__AttachReply *ar);
+void hci_live_free(live_acc *a);
 
 #endif

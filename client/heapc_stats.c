@@ -170,6 +170,10 @@ static int copy_heap_stats(heapc_heap_stats *o, const Heapd__HeapStats *h)
         o->params.policy = (heapc_policy)h->params->policy;
         o->params.collect_timeout_ms = h->params->collect_timeout_ms;
     }
+    o->params.persist_s = hci_persist_of(h->persist_s ? h->persist_s : h->params ? h->params->persist_s : 0);
+    o->detached_ms = h->detached_ms;
+    o->generation = h->generation;
+    o->markers = h->markers;
     o->mapped = h->mapped;
     o->live_bytes = h->live_bytes;
     o->released_bytes = h->released_bytes;

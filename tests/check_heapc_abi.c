@@ -19,6 +19,7 @@ START_TEST(sizeof_names_every_public_struct)
     ck_assert_uint_eq(heapc_sizeof("heapc_hist"), sizeof(heapc_hist));
     ck_assert_uint_eq(heapc_sizeof("heapc_heap_stats"), sizeof(heapc_heap_stats));
     ck_assert_uint_eq(heapc_sizeof("heapc_daemon_stats"), sizeof(heapc_daemon_stats));
+    ck_assert_uint_eq(heapc_sizeof("heapc_block"), sizeof(heapc_block));
     ck_assert_uint_eq(heapc_sizeof("heapc"), 0);
     ck_assert_uint_eq(heapc_sizeof(""), 0);
     ck_assert_uint_eq(heapc_sizeof(NULL), 0);

@@ -26,7 +26,6 @@ Fork: a forked child (a DataLoader worker) never uses its parent's
 connection; its allocations raise StateError. See docs/python.md.
 """
 import ctypes
-import operator
 import os
 import threading
 import weakref
@@ -46,6 +45,8 @@ from ._errors import (_BY_CODE, AsymmetryError, BadFdError, CollectiveTimeoutErr
                       HeapdConnectionError, HeapdError, MismatchError, NotHeldError,
                       OutOfMemoryError, PeerGoneError, StateError, _raise)
 from ._stats import _stats_of, stats  # noqa: F401
+from ._args import _size_args
+from ._resume import _Resume
 
 
 def _size(v):
@@ -226,43 +227,26 @@ def _bytes_tensor(h, cuda, ptr, nbytes):
     return torch.from_numpy(numpy.asarray(_HostMem(h, ptr, nbytes)))
 
 
-def _size_args(what, size):
-    """torch.empty's size: ints, or one tuple/list/torch.Size of ints; a
-    tuple of non-negative ints, or TypeError/ValueError naming the call."""
-    for d in size:
-        if type(d).__module__ == "torch" and type(d).__name__ == "dtype":
-            raise TypeError(f"heapd.Heap.{what}(): size must be integers, got {d!r}; pass "
-                            f"the dtype as a keyword, as torch.{what} takes it: dtype={d}")
-    if len(size) == 1 and isinstance(size[0], (tuple, list)):   # torch.Size is a tuple
-        size = tuple(size[0])
-    out = []
-    for d in size:
-        if isinstance(d, bool) or not hasattr(type(d), "__index__"):
-            raise TypeError(f"heapd.Heap.{what}(): size must be integers, got {d!r} "
-                            f"({type(d).__name__}) in {tuple(size)!r}")
-        d = operator.index(d)
-        if d < 0:
-            raise ValueError(f"heapd.Heap.{what}(): negative dimension {d} in size "
-                             f"{tuple(size)!r}")
-        out.append(d)
-    return tuple(out)
-
-
-class Heap:
+class Heap(_Resume):
     """One rank's attachment to a heap (collective: every rank of the heap
     attaches before any returns).
 
     Heap(name, rank, world_size, socket=None, chunk_size=, initial_size=,
          va_size=, min_block=, policy="coalesce"|"seed", collect_timeout_ms=,
-         device_uuid=None, local_size=0, job=None, timeout_ms=None)
+         device_uuid=None, local_size=0, job=None, timeout_ms=None, persist=None)
     Sizes take ints or strings ("64M"). socket: $HEAPD_SOCKET, else
     /run/heapd/heapd.sock. timeout_ms bounds the wait for any one reply
     (CollectiveTimeoutError), default unbounded (heapd bounds collectives).
+    persist (issue 29): seconds the heap stays, content and all, once every
+    rank is gone, so that a restarted job re-attaches to it (the same call:
+    .resumed, .generation, tensor(name), committed(tag)); None: heapd.conf's
+    persist (from_env: $HEAPD_PERSIST first), 0: none.
     """
 
     def __init__(self, name, rank, world_size, socket=None, *, chunk_size=0, initial_size=0,
                  va_size=0, min_block=0, policy=None, collect_timeout_ms=0, device_uuid=None,
-                 local_size=0, job=None, timeout_ms=None, device=None, _from_env=False):
+                 local_size=0, job=None, timeout_ms=None, device=None, persist=None,
+                 _from_env=False):
         self._prepare_device()
         c = L.connect(os.fsencode(socket) if socket else None)
         if not c:
@@ -284,7 +268,7 @@ class Heap:
                       job.encode() if job else None)
         p = L.Params(_size(chunk_size), _size(initial_size), _size(va_size), _size(min_block),
                      _POLICY[policy], int(collect_timeout_ms), self._keep[0], int(local_size),
-                     self._keep[1])
+                     self._keep[1], self._persist_s(persist, h))
         if _from_env:
             rc = L.attach_env(c, name.encode() if name else None, ctypes.byref(p))
         else:
@@ -321,6 +305,10 @@ class Heap:
         SLURM_PROCID, SLURM_NTASKS, SLURM_NTASKS_PER_NODE, SLURM_JOB_ID.
         name: $HEAPD_HEAP, else "torch-<run id>" / "slurm-<job>.<step>".
         With CUDA, the device is set to LOCAL_RANK (SLURM_LOCALID) first.
+        A restarted job re-attaches to the heap its ranks left (persist=, or
+        $HEAPD_PERSIST, or heapd.conf's persist kept it): the same call,
+        then .resumed is True and tensor(name) / committed(tag) give back
+        what it had.
         Raises HeapdError (code ERR_INVALID) naming a missing variable, and
         outside a launcher naming heapd.Heap(name, rank, world_size)."""
         try:
@@ -416,12 +404,13 @@ class Heap:
         return self._c
 
     # ---- allocation ----
-    def _alloc(self, nbytes):
+    def _alloc(self, nbytes, name=None):
         """The rank's next allocation: (pointer, offset). Outputs per call: a
         Heap is used from several threads."""
         c = self._cx()
         ptr, off = ctypes.c_void_p(), ctypes.c_uint64()
-        rc = L.alloc(c, max(int(nbytes), 1), ctypes.byref(ptr), ctypes.byref(off))
+        rc = L.alloc_named(c, max(int(nbytes), 1), self._name_arg(name), ctypes.byref(ptr),
+                           ctypes.byref(off))
         if rc:
             _raise(c, rc)
         return ptr.value, off.value
@@ -436,7 +425,7 @@ class Heap:
                              f"serves {str(self.device)!r} memory (backend {self.backend!r}); "
                              "leave device out, or pass the heap's device")
 
-    def _new(self, what, size, dtype, device, requires_grad):
+    def _new(self, what, size, dtype, device, requires_grad, name=None):
         import torch
         shape = _size_args(what, size)
         dtype = torch.get_default_dtype() if dtype is None else dtype
@@ -448,64 +437,70 @@ class Heap:
             n *= d
         nb = n * _element_size(dtype)
         # Checked before this point: an error consumes no allocation number.
-        p, off = self._alloc(nb)
+        p, off = self._alloc(nb, name)
         stream = torch.cuda.current_stream(self.device) if self._cuda else None
-        t = _bytes_tensor(_Block(self._h, off, stream), self._cuda, p, max(nb, 1))[:nb]
+        # A named block stays until Heap.free (a restarted job finds it).
+        owner = self._named_owner(name) if name else _Block(self._h, off, stream)
+        t = _bytes_tensor(owner, self._cuda, p, max(nb, 1))[:nb]
         t = t.view(dtype).view(shape)
         if requires_grad:
             t.requires_grad_(True)
         return t
 
-    def empty(self, *size, dtype=None, device=None, requires_grad=False):
+    def empty(self, *size, dtype=None, device=None, requires_grad=False, name=None):
         """As torch.empty: a tensor of `size` (ints, or one tuple) and `dtype`
         (default torch.get_default_dtype()) on the heap, the rank's next
         allocation. device: None or the heap's (Heap.device). Contents:
-        whatever the block held. Freed when its last tensor is gone."""
-        return self._new("empty", size, dtype, device, requires_grad)
+        whatever the block held. Freed when its last tensor is gone, unless
+        it has a name (issue 29; every creation call takes name=): a named
+        block stays until Heap.free, and a job that re-attaches finds it
+        with tensor(name)."""
+        return self._new("empty", size, dtype, device, requires_grad, name)
 
-    def zeros(self, *size, dtype=None, device=None, requires_grad=False):
+    def zeros(self, *size, dtype=None, device=None, requires_grad=False, name=None):
         """As torch.zeros: empty(), then zeroed."""
-        t = self._new("zeros", size, dtype, device, False)
+        t = self._new("zeros", size, dtype, device, False, name)
         t.zero_()
         return t.requires_grad_(True) if requires_grad else t
 
-    def ones(self, *size, dtype=None, device=None, requires_grad=False):
+    def ones(self, *size, dtype=None, device=None, requires_grad=False, name=None):
         """As torch.ones."""
-        t = self._new("ones", size, dtype, device, False)
+        t = self._new("ones", size, dtype, device, False, name)
         t.fill_(1)
         return t.requires_grad_(True) if requires_grad else t
 
-    def full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
+    def full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False, name=None):
         """As torch.full: dtype from fill_value when not given (bool, int64,
         the default float dtype, complex)."""
         import torch
         if dtype is None:
             dtype = torch.full((), fill_value).dtype
         t = self._new("full", (size,) if isinstance(size, (tuple, list)) else (size,),
-                      dtype, device, False)
+                      dtype, device, False, name)
         t.fill_(fill_value)
         return t.requires_grad_(True) if requires_grad else t
 
-    def _like(self, what, t, dtype, device, requires_grad):
+    def _like(self, what, t, dtype, device, requires_grad, name=None):
         return self._new(what, (tuple(t.shape),), t.dtype if dtype is None else dtype, device,
-                         requires_grad)
+                         requires_grad, name)
 
-    def empty_like(self, t, *, dtype=None, device=None, requires_grad=False):
+    def empty_like(self, t, *, dtype=None, device=None, requires_grad=False, name=None):
         """As torch.empty_like, on the heap (contiguous; t's shape and dtype)."""
-        return self._like("empty_like", t, dtype, device, requires_grad)
+        return self._like("empty_like", t, dtype, device, requires_grad, name)
 
-    def zeros_like(self, t, *, dtype=None, device=None, requires_grad=False):
-        x = self._like("zeros_like", t, dtype, device, False)
+    def zeros_like(self, t, *, dtype=None, device=None, requires_grad=False, name=None):
+        x = self._like("zeros_like", t, dtype, device, False, name)
         x.zero_()
         return x.requires_grad_(True) if requires_grad else x
 
-    def ones_like(self, t, *, dtype=None, device=None, requires_grad=False):
-        x = self._like("ones_like", t, dtype, device, False)
+    def ones_like(self, t, *, dtype=None, device=None, requires_grad=False, name=None):
+        x = self._like("ones_like", t, dtype, device, False, name)
         x.fill_(1)
         return x.requires_grad_(True) if requires_grad else x
 
-    def full_like(self, t, fill_value, *, dtype=None, device=None, requires_grad=False):
-        x = self._like("full_like", t, dtype, device, False)
+    def full_like(self, t, fill_value, *, dtype=None, device=None, requires_grad=False,
+                  name=None):
+        x = self._like("full_like", t, dtype, device, False, name)
         x.fill_(fill_value)
         return x.requires_grad_(True) if requires_grad else x
 

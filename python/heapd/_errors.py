@@ -20,10 +20,13 @@ class AsymmetryError(HeapdError):
     decided n) come from heapd's error fields (libheapc's
     heapc_last_asymmetry), never from the message; .rank/.size name the rank
     that differed (ranks[-1]), .other_rank/.other_size the one that decided
-    (ranks[0]). None and [] for an asymmetric collect."""
+    (ranks[0]). None and [] for an asymmetric collect. Issue 29: .names,
+    when ranks named the n-th allocation differently (names[i] is ranks[i]'s;
+    the heap is then not poisoned), else None."""
 
-    def __init__(self, code, message, asym=None):
+    def __init__(self, code, message, asym=None, names=None):
         super().__init__(code, message)
+        self.names = list(names) if names else None
         n, ranks, sizes = asym if asym else (None, [], [])
         self.n, self.ranks, self.sizes = n, list(ranks), list(sizes)
         self.rank, self.size = (ranks[-1], sizes[-1]) if ranks else (None, None)
@@ -74,5 +77,5 @@ _BY_CODE = {-5: AsymmetryError, -7: PeerGoneError, -6: CollectiveTimeoutError,
 def _raise(c, rc):
     msg = L.errstr(c).decode(errors="replace") or L.errname(rc).decode()
     if rc == -5:
-        raise AsymmetryError(rc, msg, L.asymmetry(c))
+        raise AsymmetryError(rc, msg, L.asymmetry(c), L.asymmetry_names(c))
     raise _BY_CODE.get(rc, HeapdError)(rc, msg)

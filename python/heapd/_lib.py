@@ -12,8 +12,8 @@ library's (heapc_abi_version, heapc_sizeof): a libheapc of another layout
 raises ImportError instead of being read as garbage."""
 import ctypes
 import os
-from ctypes import (POINTER, Structure, byref, c_char_p, c_double, c_int, c_size_t, c_uint32,
-                    c_uint64, c_void_p)
+from ctypes import (POINTER, Structure, byref, c_char_p, c_double, c_int, c_int32, c_size_t,
+                    c_uint32, c_uint64, c_void_p)
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _root = os.path.dirname(os.path.dirname(_here))
@@ -63,7 +63,8 @@ lib, path, _ = _find()
 class Params(Structure):
     _fields_ = [("chunk_size", c_uint64), ("initial_size", c_uint64), ("va_size", c_uint64),
                 ("min_block", c_uint64), ("policy", c_int), ("collect_timeout_ms", c_uint32),
-                ("device_uuid", c_char_p), ("local_size", c_uint32), ("job", c_char_p)]
+                ("device_uuid", c_char_p), ("local_size", c_uint32), ("job", c_char_p),
+                ("persist_s", c_int32)]
 
 
 class Status(Structure):
@@ -114,7 +115,14 @@ class HeapStats(Structure):
                 ("ranks", POINTER(RankStats)), ("collects_skipped", c_uint64),
                 ("collect_pending", c_int),
                 ("owner_uid", c_uint32), ("collect_wait", Hist), ("growth", Hist),
-                ("bookkeeping_bytes", c_uint64)]
+                ("bookkeeping_bytes", c_uint64), ("detached_ms", c_uint64),
+                ("generation", c_uint64), ("markers", c_uint32)]
+
+
+class Block(Structure):
+    """heapc_block: a block the attach reply listed (issue 29)."""
+    _fields_ = [("seq", c_uint64), ("offset", c_uint64), ("size", c_uint64),
+                ("block_size", c_uint64), ("name", c_char_p)]
 
 
 class DaemonStats(Structure):
@@ -165,12 +173,22 @@ get_counters = _fn("heapc_get_counters", c_int, H, POINTER(Counters))
 stats = _fn("heapc_stats", c_int, H, c_char_p, POINTER(POINTER(DaemonStats)))
 stats_free = _fn("heapc_stats_free", None, POINTER(DaemonStats))
 force_collect = _fn("heapc_force_collect", c_int, H, c_char_p, POINTER(c_uint64))
+# Issue 29: names, live sets, commit markers.
+alloc_named = _fn("heapc_alloc_named", c_int, H, c_size_t, c_char_p, POINTER(c_void_p),
+                  POINTER(c_uint64))
+lookup = _fn("heapc_lookup", c_int, H, c_char_p, POINTER(c_uint64), POINTER(c_uint64))
+commit = _fn("heapc_commit", c_int, H, c_char_p, c_uint64)
+committed = _fn("heapc_committed", c_int, H, c_char_p, POINTER(c_uint64))
+generation = _fn("heapc_generation", c_uint64, H)
+resumed = _fn("heapc_resumed", c_int, H)
+live = _fn("heapc_live", c_size_t, H, POINTER(Block), c_size_t)
+last_asymmetry_name = _fn("heapc_last_asymmetry_name", c_char_p, H, c_size_t)
 
 # ---- the layout check (issue 31 item 8) ----
-ABI_VERSION = 2   # client/heapc.h's HEAPC_ABI_VERSION that these structs copy
+ABI_VERSION = 3   # client/heapc.h's HEAPC_ABI_VERSION that these structs copy
 _STRUCTS = {"heapc_params": Params, "heapc_status_t": Status, "heapc_counters": Counters,
             "heapc_rank_stats": RankStats, "heapc_hist": Hist, "heapc_heap_stats": HeapStats,
-            "heapc_daemon_stats": DaemonStats}
+            "heapc_daemon_stats": DaemonStats, "heapc_block": Block}
 
 
 def check_abi(lib=lib, where=path):
@@ -214,5 +232,16 @@ def asymmetry(c):
     n, ranks, sizes = c_uint64(), (c_uint32 * ASYM_MAX)(), (c_uint64 * ASYM_MAX)()
     k = min(last_asymmetry(c, byref(n), ranks, sizes, ASYM_MAX), ASYM_MAX)
     return (n.value, list(ranks[:k]), list(sizes[:k])) if k else None
+
+
+def asymmetry_names(c):
+    """The names of the last call's name asymmetry (issue 29), in the order
+    of asymmetry(c)'s ranks; None when heapd sent none."""
+    if not c:
+        return None
+    names = []
+    while (nm := last_asymmetry_name(c, len(names))) is not None:
+        names.append(nm.decode(errors="replace"))
+    return names or None
 
 __all__ = ["lib", "path", "byref"]

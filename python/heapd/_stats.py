@@ -47,7 +47,7 @@ def _stats_list(out):
         d["backend"] = out.contents.backend.decode()
         d["params"] = {f: getattr(hs.params, f) for f in
                        ("chunk_size", "initial_size", "va_size", "min_block",
-                        "collect_timeout_ms", "local_size")}
+                        "collect_timeout_ms", "local_size", "persist_s")}
         d["params"]["policy"] = (L.policy_name(hs.params.policy) or b"").decode()
         d["collect_pending"] = bool(hs.collect_pending)
         d["ranks"] = [{f: (bool(v) if f == "attached" else v) for f, v in
