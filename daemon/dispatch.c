@@ -119,6 +119,8 @@ static void log_ctx(const hd_session *s, const Heapd__Frame *f)
             x.seq = (long long)f->alloc->seq;
         else if (f->body_case == HEAPD__FRAME__BODY_COLLECT && f->collect)
             x.seq = (long long)f->collect->seq;
+        else if (f->body_case == HEAPD__FRAME__BODY_COMMIT && f->commit)
+            x.seq = (long long)f->commit->seq;
         else if (f->body_case == HEAPD__FRAME__BODY_ATTACH && f->attach) {
             x.heap = f->attach->heap;
             x.rank = (long)f->attach->rank;
@@ -296,6 +298,9 @@ static void handle_request(hd_dispatch *d, hd_session *s, const Heapd__Frame *f)
     case HEAPD__FRAME__BODY_DROP:
         hd_heap_drop(d->reg, p, id, f->drop);
         break;
+    case HEAPD__FRAME__BODY_COMMIT:
+        hd_heap_commit(d->reg, p, id, f->commit);
+        break;
     case HEAPD__FRAME__BODY_RING_SETUP:
         ring_setup(d, s, id);
         break;
@@ -311,11 +316,19 @@ static bool ring_carries(Heapd__Frame__BodyCase bc)
     return bc == HEAPD__FRAME__BODY_ALLOC || bc == HEAPD__FRAME__BODY_FREE || bc == HEAPD__FRAME__BODY_COLLECT;
 }
 
+/* A ring's request with a string: an Alloc with a name (issue 29; absent,
+ * it is protobuf-c's empty default). */
+static bool ring_has_string(const Heapd__Frame *f)
+{
+    return f->body_case == HEAPD__FRAME__BODY_ALLOC && f->alloc->name != protobuf_c_empty_string;
+}
+
 /* Every check a frame passes before it is handled, in one place: true when
  * f (NULL: it did not decode) may be handled; else it was answered (or its
  * ring broken). NULs in strings: what a ring carries (ring_carries) has no
- * string field (tests/check_dispatch.c checks), so only a stream's frames
- * are walked, and the ring's requests do not pay for it. */
+ * string field but Alloc.name (tests/check_dispatch.c checks), so only a
+ * stream's frames and named Allocs are walked, and the ring's other
+ * requests do not pay for it. */
 static bool frame_admissible(hd_dispatch *d, hd_session *s, const hd_frame_in *in, const Heapd__Frame *f)
 {
     bool ring = in->via == HD_VIA_RING;
@@ -336,7 +349,7 @@ static bool frame_admissible(hd_dispatch *d, hd_session *s, const hd_frame_in *i
     if (in->nfds)
         hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_PROTOCOL,
                       "clients send no file descriptors: %zu received with this message were closed", in->nfds);
-    else if (!ring && hd_pbstr_nul(&heapd__frame__descriptor, in->data, in->len, &field))
+    else if ((!ring || ring_has_string(f)) && hd_pbstr_nul(&heapd__frame__descriptor, in->data, in->len, &field))
         hd_peer_error(&s->peer, id, HEAPD__ERR_CODE__ERR_INVALID,
                       "string field %s contains a NUL byte; heap names, jobs and other strings are UTF-8 text "
                       "without NUL",

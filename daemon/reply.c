@@ -63,6 +63,13 @@ static void send_error(const hd_peer *p, uint64_t id, Heapd__ErrCode code, const
         e.n_asym_sizes = asym->nranks;
         e.asym_sizes = (uint64_t *)asym->sizes;
     }
+    char *names[HD_ASYM_RANKS];
+    if (asym && asym->with_names) { /* issue 29: the names differ ("": none) */
+        for (uint32_t i = 0; i < asym->nranks && i < HD_ASYM_RANKS; i++)
+            names[i] = (char *)(asym->names[i] ? asym->names[i] : "");
+        e.n_asym_names = asym->nranks;
+        e.asym_names = names;
+    }
     send_body(sink_of(p), id, HEAPD__FRAME__BODY_ERROR, &e, NULL, 0);
 }
 
@@ -147,6 +154,103 @@ static size_t send_chunk_batches(const hd_frame_sink *out, uint64_t id, const hd
     return sent;
 }
 
+/* Issue 29: LiveBlocks for live[0..n); the messages in *store. NULL if out
+ * of memory (n > 0). */
+static Heapd__LiveBlock **live_blocks(const hd_live_block *live, size_t n, Heapd__LiveBlock **store)
+{
+    *store = NULL;
+    if (!n)
+        return NULL;
+    Heapd__LiveBlock *v = calloc(n, sizeof *v);
+    Heapd__LiveBlock **p = calloc(n, sizeof *p);
+    if (!v || !p) {
+        free(v);
+        free(p);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        heapd__live_block__init(&v[i]);
+        v[i].seq = live[i].seq;
+        v[i].offset = live[i].offset;
+        v[i].size = live[i].size;
+        v[i].block_size = live[i].block_size;
+        v[i].name = (char *)(live[i].name ? live[i].name : "");
+        p[i] = &v[i];
+    }
+    *store = v;
+    return p;
+}
+
+/* The live blocks of one frame from live[from..n): at most HD_LIVE_BATCH
+ * blocks and about HD_LIVE_BYTES bytes. */
+#define HD_LIVE_BATCH 16384
+#define HD_LIVE_BYTES (HW_FRAME_MAX / 4)
+static size_t live_chunk(const hd_live_block *live, size_t from, size_t n)
+{
+    size_t k = 0, bytes = 0;
+    while (from + k < n && k < HD_LIVE_BATCH && bytes < HD_LIVE_BYTES) {
+        bytes += 48 + (live[from + k].name ? strlen(live[from + k].name) : 0);
+        k++;
+    }
+    return k;
+}
+
+/* Issue 29: the live blocks that do not fit in the AttachReply go first, in
+ * LiveBatch frames with the request's id. Returns how many went out, or
+ * SIZE_MAX out of memory. */
+static size_t send_live_batches(const hd_frame_sink *out, uint64_t id, const hd_live_block *live, size_t n)
+{
+    size_t sent = 0;
+    for (size_t k; (k = live_chunk(live, sent, n)) < n - sent; sent += k) {
+        Heapd__LiveBlock *store;
+        Heapd__LiveBlock **ptrs = live_blocks(live + sent, k, &store);
+        if (!ptrs)
+            return SIZE_MAX;
+        Heapd__LiveBatch b = HEAPD__LIVE_BATCH__INIT;
+        b.n_blocks = k;
+        b.blocks = ptrs;
+        send_body(out, id, HEAPD__FRAME__BODY_LIVE_BATCH, &b, NULL, 0);
+        free(ptrs);
+        free(store);
+    }
+    return sent;
+}
+
+/* Issue 29: an AttachReply's live set (the rest after the LiveBatch
+ * frames) and markers, into ar; their messages to free in *lv, *lp, *mv,
+ * *mp. -1 out of memory. */
+static int attach_issue29(const hd_frame_sink *out, uint64_t id, const hd_attach_out *a, Heapd__AttachReply *ar,
+                          Heapd__LiveBlock **lv, Heapd__LiveBlock ***lp, Heapd__Marker **mv, Heapd__Marker ***mp)
+{
+    *lv = NULL, *lp = NULL, *mv = NULL, *mp = NULL;
+    size_t sent = send_live_batches(out, id, a->live, a->nlive);
+    if (sent == SIZE_MAX)
+        return -1;
+    *lp = live_blocks(a->live ? a->live + sent : NULL, a->nlive - sent, lv);
+    if (a->nlive > sent && !*lp)
+        return -1;
+    if (a->nmarkers) {
+        *mv = calloc(a->nmarkers, sizeof **mv);
+        *mp = calloc(a->nmarkers, sizeof **mp);
+        if (!*mv || !*mp)
+            return -1;
+        for (size_t i = 0; i < a->nmarkers; i++) {
+            heapd__marker__init(&(*mv)[i]);
+            (*mv)[i].tag = (char *)a->markers[i].tag;
+            (*mv)[i].value = a->markers[i].value;
+            (*mv)[i].seq = a->markers[i].seq;
+            (*mp)[i] = &(*mv)[i];
+        }
+    }
+    ar->generation = a->generation;
+    ar->resumed = a->resumed;
+    ar->n_live = a->nlive - sent;
+    ar->live = *lp;
+    ar->n_markers = a->nmarkers;
+    ar->markers = *mp;
+    return 0;
+}
+
 static void out_error(hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *msg, const hd_asym_out *asym)
 {
     send_error(p, id, code, msg, asym);
@@ -181,7 +285,18 @@ static void out_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
     ar.next_seq = a->next_seq;
     ar.backend = (char *)a->backend;
     ar.epoch = a->epoch;
-    send_body(sink_of(p), id, HEAPD__FRAME__BODY_ATTACH_REPLY, &ar, fds_at(a->fds, sent), a->nfds - sent);
+    Heapd__LiveBlock *lv, **lp;
+    Heapd__Marker *mv, **mp;
+    if (attach_issue29(sink_of(p), id, a, &ar, &lv, &lp, &mv, &mp)) {
+        close_fds(fds_at(a->fds, sent), a->nfds - sent);
+        send_error(p, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory", NULL);
+    } else {
+        send_body(sink_of(p), id, HEAPD__FRAME__BODY_ATTACH_REPLY, &ar, fds_at(a->fds, sent), a->nfds - sent);
+    }
+    free(lv);
+    free(lp);
+    free(mv);
+    free(mp);
     free(ptrs);
     free(store);
 }
@@ -233,6 +348,14 @@ static void out_detach(hd_peer *p, uint64_t id)
 {
     Heapd__DetachReply dr = HEAPD__DETACH_REPLY__INIT;
     send_body(sink_of(p), id, HEAPD__FRAME__BODY_DETACH_REPLY, &dr, NULL, 0);
+}
+
+static void out_commit(hd_peer *p, uint64_t id, uint64_t value, uint64_t generation)
+{
+    Heapd__CommitReply cr = HEAPD__COMMIT_REPLY__INIT;
+    cr.value = value;
+    cr.generation = generation;
+    send_body(sink_of(p), id, HEAPD__FRAME__BODY_COMMIT_REPLY, &cr, NULL, 0);
 }
 
 static void out_force(hd_peer *p, uint64_t id, uint64_t at_seq)
@@ -477,6 +600,7 @@ const hd_reply_ops hd_reply_frame_ops = {
     .force = out_force,
     .stats = out_stats,
     .drop = out_drop,
+    .commit = out_commit,
 };
 
 /* Issue 16: the RingSetupReply; su's two fds go with it. */

@@ -132,7 +132,8 @@ static void s_drop(hd_peer *p, uint64_t id, uint64_t released)
     record(p, R_DROP)->released = released;
 }
 
-static const hd_reply_ops sink = {s_error, s_attach, s_alloc, s_free, s_collect, s_detach, s_force, s_stats, s_drop};
+static const hd_reply_ops sink = {s_error,  s_attach, s_alloc, s_free, s_collect,
+                                  s_detach, s_force,  s_stats, s_drop, NULL /* commit */};
 
 /* ---- fixture ------------------------------------------------------------ */
 

@@ -123,6 +123,69 @@ START_TEST(asymmetry_figures_in_the_error)
 }
 END_TEST
 
+/* Issue 29: a name asymmetry's names ("": none) beside its figures. */
+START_TEST(asymmetry_names_in_the_error)
+{
+    hd_asym_out a = {.n = 2, .nranks = 2, .ranks = {0, 1}, .sizes = {64, 64}, .with_names = true};
+    a.names[0] = "w";
+    peer.out->error(&peer, 4, HEAPD__ERR_CODE__ERR_ASYMMETRY, "names differ", &a);
+    const Heapd__Error *e = frame(0, 4, HEAPD__FRAME__BODY_ERROR)->error;
+    ck_assert_uint_eq(e->n_asym_names, 2);
+    ck_assert_str_eq(e->asym_names[0], "w");
+    ck_assert_str_eq(e->asym_names[1], "");
+    ck_assert_uint_eq(e->asym_sizes[1], 64);
+    peer.out->commit(&peer, 5, 77, 3);
+    const Heapd__CommitReply *cr = frame(1, 5, HEAPD__FRAME__BODY_COMMIT_REPLY)->commit_reply;
+    ck_assert_uint_eq(cr->value, 77);
+    ck_assert_uint_eq(cr->generation, 3);
+}
+END_TEST
+
+/* Issue 29: a live set of 40000 blocks goes in LiveBatch frames of 16384
+ * first, the rest in the AttachReply, ascending seq, with the markers. */
+START_TEST(live_set_split_into_batches)
+{
+    enum { N = 40000 };
+    hd_live_block *lv = calloc(N, sizeof *lv);
+    ck_assert_ptr_nonnull(lv);
+    for (size_t i = 0; i < N; i++)
+        lv[i] = (hd_live_block){i, i * 4096, 100, 4096, i % 2 ? "n" : NULL};
+    hd_marker mk = {"step", 41, 7};
+    ha_params ap;
+    memset(&ap, 0, sizeof ap);
+    ap.chunk_size = 1 << 20;
+    hd_attach_out a = {.ap = &ap, .world_size = 1, .status_index = -1, .backend = "host"};
+    a.live = lv;
+    a.nlive = N;
+    a.generation = 2;
+    a.resumed = true;
+    a.markers = &mk;
+    a.nmarkers = 1;
+    peer.out->attach(&peer, 6, &a);
+    ck_assert_int_eq(nrec, 3);
+    uint64_t seq = 0;
+    for (int i = 0; i < 2; i++) {
+        const Heapd__LiveBatch *b = frame(i, 6, HEAPD__FRAME__BODY_LIVE_BATCH)->live_batch;
+        ck_assert_uint_eq(b->n_blocks, 16384);
+        for (size_t j = 0; j < b->n_blocks; j++, seq++)
+            ck_assert_uint_eq(b->blocks[j]->seq, seq);
+    }
+    const Heapd__AttachReply *ar = frame(2, 6, HEAPD__FRAME__BODY_ATTACH_REPLY)->attach_reply;
+    ck_assert_uint_eq(ar->n_live, N - 2 * 16384);
+    ck_assert_uint_eq(ar->live[0]->seq, seq);
+    ck_assert_uint_eq(ar->live[0]->offset, seq * 4096);
+    ck_assert_str_eq(ar->live[1]->name, "n");
+    ck_assert_str_eq(ar->live[0]->name, "");
+    ck_assert_uint_eq(ar->generation, 2);
+    ck_assert(ar->resumed);
+    ck_assert_uint_eq(ar->n_markers, 1);
+    ck_assert_str_eq(ar->markers[0]->tag, "step");
+    ck_assert_uint_eq(ar->markers[0]->value, 41);
+    ck_assert_uint_eq(ar->markers[0]->seq, 7);
+    free(lv);
+}
+END_TEST
+
 START_TEST(small_replies)
 {
     hd_reply_hello(&sink, 1, "host");
@@ -365,6 +428,8 @@ static Suite *reply_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, errors_carry_code_message_and_id);
     tcase_add_test(tc, asymmetry_figures_in_the_error);
+    tcase_add_test(tc, asymmetry_names_in_the_error);
+    tcase_add_test(tc, live_set_split_into_batches);
     tcase_add_test(tc, small_replies);
     tcase_add_test(tc, attach_fits_one_frame);
     tcase_add_test(tc, attach_status_page_alone);

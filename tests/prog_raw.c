@@ -364,6 +364,55 @@ static int send_alloc(rconn *c, uint64_t seq, uint64_t size)
     return send_frame(c, &f, NULL, 0);
 }
 
+/* Issue 29: a named Alloc (name may hold a NUL: len bytes of it). */
+static int send_alloc_named(rconn *c, uint64_t seq, uint64_t size, const char *name, size_t len)
+{
+    Heapd__Alloc a = HEAPD__ALLOC__INIT;
+    a.seq = seq;
+    a.size = size;
+    a.name = (char *)name;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.body_case = HEAPD__FRAME__BODY_ALLOC;
+    f.alloc = &a;
+    if (memchr(name, 0, len)) {
+        /* protobuf-c packs strings with strlen: pack "X...", then put the NUL */
+        char *tmp = strndup(name, len);
+        for (size_t i = 0; tmp && i < len; i++)
+            tmp[i] = tmp[i] ? tmp[i] : 'X';
+        a.name = tmp;
+        f.id = ++c->next_id;
+        c->last_id = f.id;
+        size_t n = heapd__frame__get_packed_size(&f);
+        uint8_t *buf = tmp ? malloc(n) : NULL;
+        if (!buf) {
+            free(tmp);
+            return fail("out of memory");
+        }
+        heapd__frame__pack(&f, buf);
+        uint8_t *p = memmem(buf, n, tmp, len);
+        for (size_t i = 0; p && i < len; i++)
+            p[i] = (uint8_t)name[i];
+        int rc = send_payload(c, buf, n, NULL, 0);
+        free(buf);
+        free(tmp);
+        return rc;
+    }
+    return send_frame(c, &f, NULL, 0);
+}
+
+/* Issue 29: a Commit. */
+static int send_commit(rconn *c, const char *tag, uint64_t value, uint64_t seq)
+{
+    Heapd__Commit m = HEAPD__COMMIT__INIT;
+    m.tag = (char *)tag;
+    m.value = value;
+    m.seq = seq;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.body_case = HEAPD__FRAME__BODY_COMMIT;
+    f.commit = &m;
+    return send_frame(c, &f, NULL, 0);
+}
+
 static int send_free(rconn *c, const uint64_t *offs, size_t n)
 {
     Heapd__Free m = HEAPD__FREE__INIT;
@@ -814,6 +863,8 @@ static int case_reply_bodies(void)
     Heapd__StatsReply sr = HEAPD__STATS_REPLY__INIT;
     Heapd__ForceCollectReply fcr = HEAPD__FORCE_COLLECT_REPLY__INIT;
     Heapd__DetachReply dr = HEAPD__DETACH_REPLY__INIT;
+    Heapd__CommitReply cmr = HEAPD__COMMIT_REPLY__INIT;
+    Heapd__LiveBatch lb = HEAPD__LIVE_BATCH__INIT;
     Heapd__Error er = HEAPD__ERROR__INIT;
     alr.offset = 4096;
     alr.collect_needed = 1;
@@ -831,6 +882,8 @@ static int case_reply_bodies(void)
         {HEAPD__FRAME__BODY_STATS_REPLY, &sr},
         {HEAPD__FRAME__BODY_FORCE_COLLECT_REPLY, &fcr},
         {HEAPD__FRAME__BODY_DETACH_REPLY, &dr},
+        {HEAPD__FRAME__BODY_COMMIT_REPLY, &cmr},
+        {HEAPD__FRAME__BODY_LIVE_BATCH, &lb},
         {HEAPD__FRAME__BODY_ERROR, &er},
     };
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) {
@@ -871,6 +924,8 @@ static int case_before_hello(void)
         expect_error(&c, HEAPD__ERR_CODE__ERR_PROTOCOL, "ForceCollect before Hello"))
         goto out;
     if (send_detach(&c) || expect_error(&c, HEAPD__ERR_CODE__ERR_PROTOCOL, "Detach before Hello"))
+        goto out;
+    if (send_commit(&c, "step", 1, 0) || expect_error(&c, HEAPD__ERR_CODE__ERR_PROTOCOL, "Commit before Hello"))
         goto out;
     if (hello(&c))
         goto out;
@@ -1068,6 +1123,8 @@ static int case_not_attached(void)
     if (send_collect(&c, 0) || expect_error(&c, HEAPD__ERR_CODE__ERR_STATE, "Collect without Attach"))
         goto out;
     if (send_detach(&c) || expect_error(&c, HEAPD__ERR_CODE__ERR_STATE, "Detach without Attach"))
+        goto out;
+    if (send_commit(&c, "step", 1, 0) || expect_error(&c, HEAPD__ERR_CODE__ERR_STATE, "Commit without Attach"))
         goto out;
     rc = still_works(&c, "requests without Attach");
 out:
@@ -1443,6 +1500,49 @@ static int case_alloc_bad(void)
     if (alloc1_error(&c, 1, 512, HEAPD__ERR_CODE__ERR_VA_EXHAUSTED, "Alloc in a full heap"))
         goto out;
     rc = still_works(&c, "bad allocations");
+out:
+    rc_close(&c);
+    return rc;
+}
+
+/* Issue 29: bad allocation names and commits. */
+static int case_names_bad(void)
+{
+    rconn c;
+    char name[64], big[300];
+    heap_name(name, sizeof name, "names");
+    if (open_hello(&c))
+        return -1;
+    int rc = -1;
+    uint64_t off;
+    memset(big, 'n', 256);
+    big[256] = 0;
+    if (attach1(&c, name))
+        goto out;
+    if (send_alloc_named(&c, 0, 4096, big, 256) ||
+        expect_error(&c, HEAPD__ERR_CODE__ERR_INVALID, "Alloc with a 256-byte name"))
+        goto out;
+    if (send_alloc_named(&c, 0, 4096, "a\x01", 2) ||
+        expect_error(&c, HEAPD__ERR_CODE__ERR_INVALID, "Alloc with a control character in its name"))
+        goto out;
+    if (send_alloc_named(&c, 0, 4096, "\xc0\xaf", 2) ||
+        expect_error(&c, HEAPD__ERR_CODE__ERR_INVALID, "Alloc with an invalid UTF-8 name"))
+        goto out;
+    if (send_alloc_named(&c, 0, 4096, "a\0b", 3) ||
+        expect_error(&c, HEAPD__ERR_CODE__ERR_INVALID, "Alloc with a NUL in its name"))
+        goto out;
+    if (send_commit(&c, "", 1, 0) || expect_error(&c, HEAPD__ERR_CODE__ERR_INVALID, "Commit with an empty tag"))
+        goto out;
+    if (send_commit(&c, big, 1, 0) || expect_error(&c, HEAPD__ERR_CODE__ERR_INVALID, "Commit with a 256-byte tag"))
+        goto out;
+    if (send_commit(&c, "step", 1, 5) || expect_error(&c, HEAPD__ERR_CODE__ERR_PROTOCOL, "Commit at seq 5 at seq 0"))
+        goto out;
+    /* None of that moved the allocation number: allocation 0 works. */
+    if (alloc1(&c, 0, 4096, &off))
+        goto out;
+    if (send_commit(&c, "step", 1, 1) || expect_body(&c, HEAPD__FRAME__BODY_COMMIT_REPLY, "Commit at seq 1", NULL))
+        goto out;
+    rc = still_works(&c, "bad names and commits");
 out:
     rc_close(&c);
     return rc;
@@ -1886,7 +1986,7 @@ static const tcase cases[] = {
     {"fds_on_request", case_fds_on_request, "memfds on Hello and Stats: ERR_PROTOCOL, fds closed"},
     {"fds_max", case_fds_max, "1024 fds on a Stats: ERR_PROTOCOL, fds closed"},
     {"fds_253", case_fds_253, "253 fds in one sendmsg on invalid protobuf: ERR_PROTOCOL, fds closed"},
-    {"not_attached", case_not_attached, "Alloc/Free/Collect/Detach without Attach: ERR_STATE"},
+    {"not_attached", case_not_attached, "Alloc/Free/Collect/Detach/Commit without Attach: ERR_STATE"},
     {"attach_invalid", case_attach_invalid, "bad rank, world_size, name, parameters: ERR_INVALID"},
     {"attach_victim", case_attach_victim, "attach to a busy heap: ERR_MISMATCH, ERR_STATE, ERR_INVALID"},
     {"attach_twice", case_attach_twice, "attach twice, detach twice: ERR_STATE"},
@@ -1895,6 +1995,7 @@ static const tcase cases[] = {
     {"attach_bounds", case_attach_bounds, "va_size/chunk_size, va_size/min_block over max_*: ERR_INVALID"},
     {"attach_retry", case_attach_retry, "attach retried after ERR_TIMEOUT: same and new connection"},
     {"alloc_bad", case_alloc_bad, "alloc of 0, > va_size, 2^64-1, wrong seq, heap full"},
+    {"names_bad", case_names_bad, "Alloc names too long, controls, bad UTF-8, NUL; bad Commits"},
     {"alloc_with_fds", case_alloc_with_fds, "Alloc with fds: ERR_PROTOCOL, not counted"},
     {"free_bad", case_free_bad, "unknown, inside, doubled, double free: ERR_NOT_HELD, nothing freed"},
     {"free_huge", case_free_huge, "Free batches of 500000 offsets: ERR_NOT_HELD"},

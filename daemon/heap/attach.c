@@ -9,7 +9,6 @@
 
 #include "log.h"
 #include "sha1.h"
-#include "utf8.h"
 
 /* ---- attach ------------------------------------------------------------------ */
 
@@ -19,8 +18,16 @@ static void send_attach_reply(hd_heap *h, uint32_t rank, uint64_t id)
     ha_stats st;
     ha_get_stats(h->core, &st);
     uint32_t nch = hh_heap_chunks(h, st.mapped);
+    /* Issue 29: the live set (with the generation and the markers below). */
+    hd_live_block *live = NULL;
+    long nlive = hh_blocks_held(h, k->lidx, &live);
+    if (nlive < 0) {
+        hd_peer_error(k->conn, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory listing the live set");
+        return;
+    }
     chunk_msg cm;
     if (hh_chunk_msg_build(h, 0, nch, &cm)) {
+        free(live);
         hd_peer_error(k->conn, id, HEAPD__ERR_CODE__ERR_NO_MEMORY,
                       "heapd could not duplicate chunk fds for the attach reply (out of fds or memory); "
                       "raise heapd's fd limit (LimitNOFILE) or use a larger chunk_size");
@@ -60,8 +67,15 @@ static void send_attach_reply(hd_heap *h, uint32_t rank, uint64_t id)
     ar.backend = hb_name(h->reg->be);
     ar.epoch = h->epoch;
     ar.persist_s = h->persist_s;
+    ar.live = live;
+    ar.nlive = (size_t)nlive;
+    ar.generation = h->generation;
+    ar.resumed = k->resumed;
+    ar.markers = h->markers;
+    ar.nmarkers = h->nmarkers;
     k->known_chunks = nch;
     k->conn->out->attach(k->conn, id, &ar);
+    free(live);
     free(local);
     hh_chunk_msg_free(&cm, false);
 }
@@ -288,28 +302,6 @@ static bool params_differ(const hd_heap *h, const Heapd__Attach *m, char *why, s
     return false;
 }
 
-/* Heap names and job strings (docs/protocol.md): valid UTF-8 without control
- * characters (C0, DEL, C1 U+0080..U+009F). A NUL inside the protobuf string
- * never gets here: dispatch refuses it. 0, or -1 with why. */
-static int text_check(const char *s, char *why, size_t len)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    for (size_t i = 0; p[i];) {
-        int n = hu_len(p + i);
-        if (!n) {
-            snprintf(why, len, "is not valid UTF-8 (byte 0x%02x at offset %zu); use UTF-8 text", p[i], i);
-            return -1;
-        }
-        if ((n == 1 && (p[i] < 0x20 || p[i] == 0x7f)) || (n == 2 && p[i] == 0xc2 && p[i + 1] < 0xa0)) {
-            unsigned cp = n == 1 ? p[i] : p[i + 1];
-            snprintf(why, len, "contains the control character U+%04X at offset %zu; use printable characters", cp, i);
-            return -1;
-        }
-        i += (size_t)n;
-    }
-    return 0;
-}
-
 /* The request's own checks. Returns 0, or -1 once the peer got the error. */
 static int attach_check(hd_peer *c, uint64_t id, const Heapd__Attach *m)
 {
@@ -325,7 +317,7 @@ static int attach_check(hd_peer *c, uint64_t id, const Heapd__Attach *m)
         return -1;
     }
     char why[200];
-    if (text_check(m->heap, why, sizeof why)) {
+    if (hh_text_check(m->heap, why, sizeof why)) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap name %s", why);
         return -1;
     }
@@ -335,7 +327,7 @@ static int attach_check(hd_peer *c, uint64_t id, const Heapd__Attach *m)
                       strlen(m->job), HD_JOB_MAX);
         return -1;
     }
-    if (m->job && text_check(m->job, why, sizeof why)) {
+    if (m->job && hh_text_check(m->job, why, sizeof why)) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "job %s", why);
         return -1;
     }
@@ -479,11 +471,23 @@ void hd_heap_attach(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Attach
     if (!k->joined) {
         if (rank_join(h, k, c, id, m, device, created))
             return;
-    } else if (k->next_seq < h->log_base) {
-        hd_warn("heap \"%s\": rank %u re-attached at allocation %llu, which is no longer logged; "
-                "it continues at %llu",
-                h->name, m->rank, (unsigned long long)k->next_seq, (unsigned long long)h->decided);
-        k->next_seq = h->decided;
+    } else {
+        /* Issue 29: a re-attach. After a crash (no Detach), or to a heap no
+         * client was attached to, the rank continues where the heap is: the
+         * allocations its peers decided meanwhile are in its live set (the
+         * core holds every decided block for every rank). After a clean
+         * Detach while peers stayed, at its own next allocation number. */
+        h->generation++;
+        k->resumed = true;
+        if (k->left_unclean || !h->nattached) {
+            k->next_seq = h->decided;
+        } else if (k->next_seq < h->log_base) {
+            hd_warn("heap \"%s\": rank %u re-attached at allocation %llu, which is no longer logged; "
+                    "it continues at %llu",
+                    h->name, m->rank, (unsigned long long)k->next_seq, (unsigned long long)h->decided);
+            k->next_seq = h->decided;
+        }
+        k->left_unclean = false;
     }
     k->conn = c;
     k->pid = hd_peer_pid(c);
@@ -519,10 +523,13 @@ static bool rank_leave(hd_heap *h, uint32_t rank, bool clean)
     forget_conn(h, k->conn);
     k->conn = NULL;
     k->attach_wait = false;
+    k->left_unclean = !clean;
     h->nattached--;
     hd_info("heap \"%s\": rank %u (pid %ld) %s", h->name, rank, (long)k->pid, clean ? "detached" : "disconnected");
     if (h->coll_active)
         h->coll_left(h, rank, clean);
+    if (h->commit_left)
+        h->commit_left(h, rank, clean);
     return hh_heap_client_gone(h);
 }
 

@@ -40,7 +40,7 @@ static void force_thaw(hd_heap *h)
     for (size_t i = 0; i < n; i++) {
         if (x && !hh_heap_ref_get(x))
             break; /* the heap went away while replaying */
-        hh_heap_alloc_seq(h, held[i].conn, held[i].id, held[i].seq, held[i].size);
+        hh_heap_alloc_seq(h, held[i].conn, held[i].id, held[i].seq, held[i].size, held[i].name);
     }
     free(held);
     if (x && hh_heap_ref_get(x) && h->force_queued) {

@@ -53,8 +53,25 @@ typedef struct hd_chunk_ref {
     uint32_t rank, index;
 } hd_chunk_ref;
 
+/* Issue 29: a block of a rank's live set (name NULL: none). */
+typedef struct hd_live_block {
+    uint64_t seq, offset, size, block_size;
+    const char *name;
+} hd_live_block;
+
+/* Issue 29: a commit marker: every rank committed value under tag at
+ * allocation number seq. */
+#define HD_TAG_MAX 64
+typedef struct hd_marker {
+    char tag[HD_TAG_MAX + 1];
+    uint64_t value, seq;
+} hd_marker;
+
 /* An AttachReply: chunks[i]'s fd is fds[i]; fds[status_index] (when >= 0)
- * is the rank's status page. nfds fds in all. */
+ * is the rank's status page. nfds fds in all. Issue 29: live[0..nlive) the
+ * blocks the rank holds, ascending seq (the sink sends those that do not fit
+ * one frame first, in LiveBatch frames); resumed: the rank had attached
+ * before; generation: the heap's re-attaches; markers[0..nmarkers). */
 typedef struct hd_attach_out {
     const ha_params *ap;
     uint32_t timeout_ms;
@@ -71,6 +88,12 @@ typedef struct hd_attach_out {
     const char *backend;
     uint64_t epoch;
     uint32_t persist_s; /* issue 29: the seconds the heap persists (0: none) */
+    uint64_t generation;
+    bool resumed;
+    const hd_live_block *live;
+    size_t nlive;
+    const hd_marker *markers;
+    size_t nmarkers;
 } hd_attach_out;
 
 /* An AllocReply: a decision, or collect_needed; new_chunks[i]'s fd is fds[i]. */
@@ -123,8 +146,6 @@ typedef struct hd_heap_info {
      * generation and markers: its re-attaches and commit markers. */
     uint32_t persist_s;
     uint64_t detached_ms;
-    uint64_t generation;
-    uint32_t markers;
     uint64_t mapped, live_bytes, released_bytes, free_bytes, collects, growths;
     uint64_t collects_skipped;
     uint32_t owner_uid;
@@ -132,6 +153,8 @@ typedef struct hd_heap_info {
     const hd_hist *collect_wait, *growth; /* metrics (issue 20) */
     uint32_t clients;
     uint64_t next_seq, epoch;
+    uint64_t generation; /* issue 29: re-attaches */
+    uint32_t markers;    /* issue 29: commit markers */
     bool collect_pending;
     uint64_t pending_collect_seq;
     uint64_t device_free, device_total;
@@ -153,13 +176,17 @@ typedef struct hd_stats_out {
 
 /* An asymmetric allocation, the structured part of its ERR_ASYMMETRY
  * (docs/protocol.md, Error): allocation n; ranks[i] asked for sizes[i]
- * bytes, in the order they asked (ranks[0] decided n), i < nranks. */
+ * bytes, in the order they asked (ranks[0] decided n), i < nranks. Issue
+ * 29: with_names: the names differ (the heap is not poisoned), ranks[i]
+ * gave names[i] (NULL: none). */
 #define HD_ASYM_RANKS 2
 typedef struct hd_asym_out {
     uint64_t n;
     uint32_t nranks;
     uint32_t ranks[HD_ASYM_RANKS];
     uint64_t sizes[HD_ASYM_RANKS];
+    bool with_names;
+    const char *names[HD_ASYM_RANKS];
 } hd_asym_out;
 
 /* Every message the heap wing sends, one function each. An Error's asym is
@@ -174,6 +201,7 @@ typedef struct hd_reply_ops {
     void (*force)(hd_peer *p, uint64_t id, uint64_t at_seq);
     void (*stats)(hd_peer *p, uint64_t id, const hd_stats_out *s);
     void (*drop)(hd_peer *p, uint64_t id, uint64_t released_bytes);
+    void (*commit)(hd_peer *p, uint64_t id, uint64_t value, uint64_t generation); /* issue 29 */
 } hd_reply_ops;
 
 /* What the heap wing keeps per client. */
@@ -216,6 +244,8 @@ void hd_heap_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Colle
 void hd_heap_detach(hd_registry *r, hd_peer *c, uint64_t id);
 void hd_heap_stats(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Stats *m, const char *backend_name,
                    uint32_t clients);
+/* Issue 29: a commit marker, collective over the heap's local ranks (commit.c). */
+void hd_heap_commit(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Commit *m);
 void hd_heap_force_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__ForceCollect *m);
 /* Issue 29: releases detached heap m->heap now (its owner, root and
  * admin_group may): DropReply with the chunk bytes released, or

@@ -10,11 +10,14 @@
  *   middle  attach.c   attach rendezvous, detach, disconnect
  *           sequence.c the decision log, alloc, free, growth
  *           collect.c  local and store collects
+ *           commit.c   commit markers (a collective like collect)
  *   bottom  registry.c heaps by name and their lifetime, quotas, status
  *                      pages, stats, the validator
  *           chunks.c   a rank's chunks and the chunk refs replies carry
  *           poison.c   a heap poisoned by an asymmetric allocation, and the
  *                      one error every later call on it gets
+ *   ground  blocks.c   the block table (seq, offset, size, name of every
+ *                      decided block): live sets; the text check of names
  *
  * What a lower floor must reach above it, it reaches through a callback
  * set from above: the heap timer's expiry (registry's heap_timeout hook,
@@ -43,11 +46,34 @@
 #define HD_LOG_TRIM 4096 /* decisions kept before trying to trim the log */
 
 /* One decision of the allocation sequence.
- * Invariant: offset + block_size <= mapped, mapped % chunk_size == 0. */
+ * Invariant: offset + block_size <= mapped, mapped % chunk_size == 0;
+ * name_hash == 0 <=> the allocation has no name (hh_name_hash). */
 typedef struct hd_decision {
     uint64_t size, offset, block_size, mapped;
-    uint32_t rank; /* the rank that asked first */
+    uint32_t rank;      /* the rank that asked first */
+    uint32_t name_hash; /* of its name (the string: the block table); 0: none */
 } hd_decision;
+
+/* Issue 29: the block table's entry of a decided block (blocks.c): an
+ * entry is the block's while ha_block_size(core, offset) == block_size; a
+ * later decision at the same offset overwrites it. seq == UINT64_MAX: an
+ * empty slot. */
+typedef struct hh_block {
+    uint64_t offset, seq, size, block_size;
+    char *name; /* NULL: none */
+} hh_block;
+
+/* Open addressing keyed by offset (linear probing).
+ * Invariants: cap is 0 or a power of two; n <= cap / 2; name_bytes is the
+ * sum of the entries' strlen(name) + 1. */
+typedef struct hh_blocks {
+    hh_block *v;
+    size_t cap, n;
+    uint64_t name_bytes;
+} hh_blocks;
+
+#define HD_MARKERS_MAX 64 /* commit markers per heap */
+struct hh_commit;         /* commit.c's state of a heap, made at its first Commit */
 
 /* A rank's slot in a heap.
  * Invariants: nchunks == heap->mapped / chunk_size once the rank has
@@ -61,6 +87,10 @@ typedef struct hd_rank {
     int device;
     char uuid[HB_UUID_LEN];
     uint64_t next_seq; /* next allocation number of this rank */
+    bool left_unclean; /* issue 29: its last client disconnected without Detach */
+    bool resumed;      /* issue 29: its client re-attached (it had joined before) */
+    bool in_commit;    /* waiting in a commit (commit.c) */
+    uint64_t commit_id;
     hb_chunk *chunks;
     uint32_t nchunks, capchunks;
     uint32_t known_chunks; /* chunk indices the attached client was sent */
@@ -140,6 +170,7 @@ struct hd_heap {
     struct held_alloc {
         hd_peer *conn;
         uint64_t id, seq, size;
+        char name[HD_NAME_MAX + 1]; /* "": none */
     } * held;
     size_t nheld, capheld;
     hd_peer *force_conn; /* heapctl waiting for the agreed point */
@@ -153,6 +184,19 @@ struct hd_heap {
      * memo => the memo's figures are the heap's. */
     uint64_t gen;
     hd_stats_memo memo;
+    /* Issue 29. blocks: every decided block (blocks.c); generation: the
+     * re-attaches of its ranks; markers: its commit markers, nmarkers <=
+     * HD_MARKERS_MAX; commit: commit.c's state (NULL until the first
+     * Commit), commit_gone its destructor (registry.c's heap_destroy calls
+     * it; set with commit); commit_left: while a commit waits, a rank's
+     * client left (set by commit.c, called by attach.c). */
+    hh_blocks blocks;
+    uint64_t generation;
+    hd_marker *markers;
+    uint32_t nmarkers;
+    struct hh_commit *commit;
+    void (*commit_gone)(hd_heap *h);
+    void (*commit_left)(hd_heap *h, uint32_t rank, bool clean);
     hd_heap *next;
 };
 
@@ -254,6 +298,27 @@ void hh_poison_reply(const hd_heap *h, hd_peer *c, uint64_t id);
 /* If h is poisoned: answers request id of c so and returns true. */
 bool hh_poison_check(const hd_heap *h, hd_peer *c, uint64_t id);
 
+/* ---- ground floor (below the bottom one: registry.c frees the table) ------ */
+
+/* blocks.c */
+/* Records the decision of allocation seq at offset (overwriting the entry
+ * of an older block there); name NULL or "": none. 0, or -1 out of memory. */
+int hh_blocks_put(hd_heap *h, uint64_t seq, uint64_t offset, uint64_t size, uint64_t block_size, const char *name);
+/* The entry of the block at offset, if it is still that block's; else NULL. */
+const hh_block *hh_blocks_get(const hd_heap *h, uint64_t offset);
+/* The blocks rank lidx holds, ascending seq, in *out (the caller frees it;
+ * its names point into the table). The count, or -1 out of memory. */
+long hh_blocks_held(const hd_heap *h, uint32_t lidx, hd_live_block **out);
+/* The table's memory (quota_uid charges it with the allocator's). */
+uint64_t hh_blocks_bytes(const hd_heap *h);
+void hh_blocks_free(hd_heap *h);
+/* The 32-bit hash of a name a decision keeps (never 0); 0 for NULL or "". */
+uint32_t hh_name_hash(const char *name);
+/* Heap names, jobs, allocation names and tags (docs/protocol.md): valid
+ * UTF-8 without control characters (C0, DEL, C1 U+0080..U+009F). 0, or -1
+ * with why. */
+int hh_text_check(const char *s, char *why, size_t len);
+
 /* ---- middle floor --------------------------------------------------------- */
 
 /* attach.c */
@@ -269,7 +334,8 @@ void hh_collect_fail(hd_heap *h, Heapd__ErrCode code, const char *msg);
 uint32_t hh_store_ttl_s(const hd_heap *h);
 
 /* sequence.c */
-void hh_heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size);
+/* name: NULL or "": none. */
+void hh_heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size, const char *name);
 
 /* ---- top floor: force.c, timeout.c (nothing shared; heap.h's API) ---------- */
 

@@ -182,6 +182,10 @@ static uint64_t heap_destroy(hd_heap *h, const char *why)
     free(h->held);
     free(h->memo.full);
     free(h->memo.bare);
+    if (h->commit_gone)
+        h->commit_gone(h);
+    hh_blocks_free(h);
+    free(h->markers);
     ha_destroy(h->core);
     uv_timer_stop(&h->timer);
     uv_close((uv_handle_t *)&h->timer, timer_closed);
@@ -308,7 +312,7 @@ uint64_t hh_heap_meta_bytes(const hd_heap *h)
 {
     ha_stats st;
     ha_get_stats(h->core, &st);
-    return ha_meta_bytes(&h->ap, st.mapped) + ha_block_bytes(h->core, 0) + hh_heap_log_bytes(h);
+    return ha_meta_bytes(&h->ap, st.mapped) + ha_block_bytes(h->core, 0) + hh_blocks_bytes(h) + hh_heap_log_bytes(h);
 }
 
 /* What the heaps of `uid` use, as quota_uid counts it: every rank's chunks
@@ -323,7 +327,7 @@ static void uid_use(const hd_registry *r, uid_t uid, uint64_t *chunks, uint64_t 
             ha_stats st;
             ha_get_stats(h->core, &st);
             *chunks += st.mapped * h->local_size;
-            *core += ha_meta_bytes(&h->ap, st.mapped) + ha_block_bytes(h->core, 0);
+            *core += ha_meta_bytes(&h->ap, st.mapped) + ha_block_bytes(h->core, 0) + hh_blocks_bytes(h);
             *log += hh_heap_log_bytes(h);
         }
 }
@@ -431,6 +435,8 @@ static size_t heap_info(hd_heap *h, hd_heap_info *s, hd_rank_info *rs)
     s->clients = h->nattached;
     s->next_seq = h->decided;
     s->epoch = h->epoch;
+    s->generation = h->generation;
+    s->markers = h->nmarkers;
     uint64_t fa = h->nforce ? h->force_at[0] : UINT64_MAX;
     uint64_t owed = h->collect_at < fa ? h->collect_at : fa;
     s->collect_pending = owed != UINT64_MAX;
@@ -599,6 +605,9 @@ static int heap_validate(const hd_heap *h, char *why, size_t len)
             (unsigned long long)h->poison.n);
     if (waiting != (h->coll_active ? h->coll_waiting : 0))
         BAD("heap \"%s\": %u ranks in the collect, %u counted", h->name, waiting, h->coll_waiting);
+    if (h->blocks.n > h->blocks.cap / 2 || h->nmarkers > HD_MARKERS_MAX || (h->commit && !h->commit_gone))
+        BAD("heap \"%s\": block table %zu of %zu slots, %u markers, commit state without its destructor", h->name,
+            h->blocks.n, h->blocks.cap, h->nmarkers);
     return 0;
 }
 #undef BAD

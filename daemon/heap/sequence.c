@@ -72,7 +72,7 @@ static void send_collect_needed(hd_peer *c, uint64_t id, uint64_t seq)
 
 /* Holds an allocation while a cross-node forced collect agrees on its
  * point (force.c replays it). */
-static void hold_alloc(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size)
+static void hold_alloc(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size, const char *name)
 {
     if (h->nheld == h->capheld) {
         size_t nc = h->capheld ? h->capheld * 2 : 8;
@@ -84,7 +84,10 @@ static void hold_alloc(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64
         h->held = nh;
         h->capheld = nc;
     }
-    h->held[h->nheld++] = (struct held_alloc){c, id, seq, size};
+    struct held_alloc *x = &h->held[h->nheld++];
+    *x = (struct held_alloc){c, id, seq, size, ""};
+    if (name)
+        snprintf(x->name, sizeof x->name, "%s", name);
 }
 
 /* The owner's quota_uid charged for the bookkeeping decision `seq` adds
@@ -152,7 +155,8 @@ static void alloc_failed(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint
 
 /* Decides allocation `seq` (the next one) and logs it. Returns the
  * decision, or NULL once the peer got its answer (collect needed, error). */
-static const hd_decision *decide(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size, uint32_t rank)
+static const hd_decision *decide(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size, uint32_t rank,
+                                 const char *name)
 {
     if (log_reserve(h, c, id, seq, size))
         return NULL;
@@ -193,6 +197,10 @@ static const hd_decision *decide(hd_heap *h, hd_peer *c, uint64_t id, uint64_t s
     nd->block_size = res.block_size;
     nd->mapped = st.mapped;
     nd->rank = rank;
+    nd->name_hash = hh_name_hash(name);
+    if (hh_blocks_put(h, seq, res.offset, size, res.block_size, name))
+        hd_warn("heap \"%s\": out of memory recording block %llu: it is missing from live sets", h->name,
+                (unsigned long long)seq);
     h->decided++;
     hh_heap_publish(h);
     return nd;
@@ -234,9 +242,39 @@ static void poison(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, const hd_d
         h->coll_fail(h, HEAPD__ERR_CODE__ERR_ASYMMETRY, h->poison_msg);
 }
 
-/* Allocation `seq` of `size` bytes by the peer's rank (an Alloc, or one
- * held during a forced collect's agreement). */
-void hh_heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size)
+/* Issue 29: the peer's rank gave allocation seq (decided as d) another
+ * name than the rank that decided it: ERR_ASYMMETRY naming both, the heap
+ * not poisoned and the allocation not consumed. Returns true if so. */
+static bool name_differs(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, const hd_decision *d, uint64_t size,
+                         const char *name)
+{
+    uint32_t nh = hh_name_hash(name);
+    const hh_block *e = nh || d->name_hash ? hh_blocks_get(h, d->offset) : NULL;
+    const char *first = e && e->seq == seq ? e->name : NULL;
+    if (nh == d->name_hash && (!nh || !first || !strcmp(first, name)))
+        return false;
+    uint32_t rank = hd_peer_binding(c)->rank;
+    hd_asym_out a = {.n = seq, .nranks = HD_ASYM_RANKS, .with_names = true};
+    a.ranks[0] = d->rank;
+    a.sizes[0] = d->size;
+    a.names[0] = d->name_hash ? (first ? first : "(gone)") : NULL;
+    a.ranks[1] = rank;
+    a.sizes[1] = size;
+    a.names[1] = nh ? name : NULL;
+    char msg[1200], n0[300], n1[300];
+    snprintf(n0, sizeof n0, a.names[0] ? "\"%s\"" : "no name", a.names[0] ? a.names[0] : "");
+    snprintf(n1, sizeof n1, nh ? "\"%s\"" : "no name", nh ? name : "");
+    snprintf(msg, sizeof msg,
+             "asymmetric allocation name at allocation %llu on heap \"%s\": rank %u gave it %s, rank %u %s; every "
+             "rank must give its n-th allocation the same name (the heap is not poisoned: ask again with %s)",
+             (unsigned long long)seq, h->name, rank, n1, d->rank, n0, n0);
+    c->out->error(c, id, HEAPD__ERR_CODE__ERR_ASYMMETRY, msg, &a);
+    return true;
+}
+
+/* Allocation `seq` of `size` bytes, named `name` (NULL or "": none), by the
+ * peer's rank (an Alloc, or one held during a forced collect's agreement). */
+void hh_heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size, const char *name)
 {
     hd_binding *b = hd_peer_binding(c);
     hd_rank *k = &h->ranks[b->rank];
@@ -267,6 +305,8 @@ void hh_heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64
             poison(h, c, id, seq, d, size);
             return;
         }
+        if ((d->name_hash || (name && name[0])) && name_differs(h, c, id, seq, d, size, name))
+            return;
     } else {
         if (h->collect_at == seq || (h->nforce && h->force_at[0] == seq)) {
             send_collect_needed(c, id, seq);
@@ -275,10 +315,10 @@ void hh_heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64
         if (h->frozen) {
             /* A cross-node forced collect is agreeing on its allocation
              * number: decide nothing new until it has. */
-            hold_alloc(h, c, id, seq, size);
+            hold_alloc(h, c, id, seq, size, name);
             return;
         }
-        d = decide(h, c, id, seq, size, b->rank);
+        d = decide(h, c, id, seq, size, b->rank, name);
         if (!d)
             return;
     }
@@ -294,7 +334,22 @@ void hd_heap_alloc(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Alloc *
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "alloc before attach: attach to a heap first");
         return;
     }
-    hh_heap_alloc_seq(h, c, id, m->seq, m->size);
+    if (m->name && m->name[0]) {
+        char why[200];
+        size_t len = strlen(m->name);
+        if (len > HD_NAME_MAX) {
+            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID,
+                          "allocation %llu: its name is %zu bytes, over the limit of %d; use a shorter name",
+                          (unsigned long long)m->seq, len, HD_NAME_MAX);
+            return;
+        }
+        if (hh_text_check(m->name, why, sizeof why)) {
+            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "allocation %llu: its name %s",
+                          (unsigned long long)m->seq, why);
+            return;
+        }
+    }
+    hh_heap_alloc_seq(h, c, id, m->seq, m->size, m->name);
 }
 
 /* ---- free -------------------------------------------------------------------- */

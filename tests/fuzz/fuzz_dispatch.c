@@ -7,7 +7,8 @@
  *
  * Input: a config byte, then steps of an opcode byte (low 4 bits: what,
  * high bits: which client) and its arguments:
- *   0 a request (fuzz_wing.h's fw_request: kind byte 0..7, hello included),
+ *   0 a request (fuzz_wing.h's fw_request: kind byte 0..8, hello and commit
+ *     included),
  *     packed into a Frame, then a byte m: below 200 sent whole, 200..227 cut
  *     to (m - 200)/28 of its length, above 227 one byte changed (position
  *     and xor from the input)
@@ -144,7 +145,9 @@ static void fw_error(hd_peer *q, const Heapd__Frame *f)
     const Heapd__Error *e = f->error;
     CHECK(e->n_asym_ranks == e->n_asym_sizes && e->n_asym_ranks <= HD_ASYM_RANKS,
           "an Error with %zu asymmetry ranks and %zu sizes", e->n_asym_ranks, e->n_asym_sizes);
-    hd_asym_out a = {.n = e->asym_n, .nranks = (uint32_t)e->n_asym_ranks};
+    hd_asym_out a = {.n = e->asym_n, .nranks = (uint32_t)e->n_asym_ranks, .with_names = e->n_asym_names > 0};
+    CHECK(!e->n_asym_names || e->n_asym_names == e->n_asym_ranks, "an Error with %zu asymmetry ranks and %zu names",
+          e->n_asym_ranks, e->n_asym_names);
     for (size_t k = 0; k < e->n_asym_ranks && k < HD_ASYM_RANKS; k++) {
         a.ranks[k] = e->asym_ranks[k];
         a.sizes[k] = e->asym_sizes[k];
@@ -192,6 +195,13 @@ static void f_frame(int i, hd_peer *q, const Heapd__Frame *f, int *fds, size_t n
     case HEAPD__FRAME__BODY_STATS_REPLY:
         f_stats(q, f->id, f->stats_reply);
         break;
+    case HEAPD__FRAME__BODY_COMMIT_REPLY:
+        fw_sink.commit(q, f->id, f->commit_reply->value, f->commit_reply->generation);
+        break;
+    case HEAPD__FRAME__BODY_LIVE_BATCH: /* issue 29: between ChunkBatch frames and the AttachReply */
+        CHECK(nfds == 0 && f->live_batch->n_blocks, "a LiveBatch of %zu blocks with %zu fds", f->live_batch->n_blocks,
+              nfds);
+        return;
     default:
         CHECK(0, "client %d: a frame of type %d", i, (int)f->body_case);
     }
@@ -263,7 +273,7 @@ static void send_req(fw_input *in, int i, size_t nfds)
 {
     static fw_req r;
     static uint8_t buf[4096];
-    fw_request(in, i, in8(in) % 8, &r);
+    fw_request(in, i, in8(in) % 9, &r);
     size_t len = heapd__frame__get_packed_size(&r.f);
     CHECK(len <= sizeof buf, "a %zu-byte request", len);
     heapd__frame__pack(&r.f, buf);

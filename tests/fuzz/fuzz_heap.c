@@ -14,6 +14,7 @@
  *   11 burst: 1..64 rounds of one size, or (rarely: a count byte above
  *      239) 1..8192 (the decision log's trim at 4096 decisions), every
  *      client freeing its blocks every 2^k rounds
+ *   12 commit (issue 29: a marker's tag, value and allocation number)
  * hd_heap_validate after every step, and fuzz_wing.h's checks. */
 #include "fuzz_wing.h"
 
@@ -47,6 +48,9 @@ static void deliver(int i, const fw_req *r)
         break;
     case HEAPD__FRAME__BODY_STATS:
         hd_heap_stats(fw_reg, p, f->id, f->stats, "host", NPEER);
+        break;
+    case HEAPD__FRAME__BODY_COMMIT:
+        hd_heap_commit(fw_reg, p, f->id, f->commit);
         break;
     default:
         break;
@@ -118,8 +122,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static const char *what[] = {"attach", "alloc",      "free",    "collect", "force collect", "detach",
-                                 "stats",  "disconnect", "new uid", "tick",    "round",         "burst"};
+    static const char *what[] = {"attach",     "alloc",   "free", "collect", "force collect", "detach", "stats",
+                                 "disconnect", "new uid", "tick", "round",   "burst",         "commit"};
     fw_input in = {data, size, 0};
     int fds0 = fw_count_fds();
     fw_begin(&in, fds0);
@@ -129,7 +133,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     while (!in_done(&in)) {
         uint8_t op = in8(&in);
         int i = (op >> 4) % NPEER;
-        int k = (op & 15) % 12;
+        int k = (op & 15) % 13;
         switch (k) {
         case 7:
             hd_heap_conn_closed(fw_reg, &peers[i]);
@@ -147,6 +151,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         case 11:
             burst(&in);
+            break;
+        case 12:
+            fw_request(&in, i, 8, &r);
+            deliver(i, &r);
             break;
         default:
             fw_request(&in, i, k, &r);

@@ -145,9 +145,10 @@ static void s_error(hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *ms
     CHECK(protobuf_c_enum_descriptor_get_value(&heapd__err_code__descriptor, (int)code), "unknown error code %d",
           (int)code);
     CHECK(msg && *msg && strlen(msg) < 1500, "error %d: empty or overlong message", (int)code);
+    /* Issue 29: a name asymmetry may have equal sizes. */
     CHECK(!asym || (code == HEAPD__ERR_CODE__ERR_ASYMMETRY && asym->nranks == HD_ASYM_RANKS &&
-                    asym->sizes[0] != asym->sizes[1]),
-          "error %d: asymmetry fields on another error, or not two ranks of different sizes", (int)code);
+                    (asym->with_names || asym->sizes[0] != asym->sizes[1])),
+          "error %d: asymmetry fields on another error, or not two ranks of different sizes or names", (int)code);
 }
 
 static void s_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
@@ -240,7 +241,15 @@ static void s_stats(hd_peer *p, uint64_t id, const hd_stats_out *s)
     }
 }
 
-static const hd_reply_ops fw_sink = {s_error, s_attach, s_alloc, s_free, s_collect, s_detach, s_force, s_stats};
+static void s_commit(hd_peer *p, uint64_t id, uint64_t value, uint64_t generation)
+{
+    TRACE("%d: committed %llu (generation %llu)\n", fw_index(p), (unsigned long long)value,
+          (unsigned long long)generation);
+    (void)id;
+}
+
+static const hd_reply_ops fw_sink = {s_error,  s_attach, s_alloc, s_free,  s_collect,
+                                     s_detach, s_force,  s_stats, s_commit};
 
 static int fw_privileged(const hd_peer *p, long gid)
 {
@@ -395,13 +404,15 @@ typedef struct fw_req {
     Heapd__Stats st;
     Heapd__Detach de;
     Heapd__Hello he;
+    Heapd__Commit cm;
     uint64_t offs[8];
     char name[356];
     char job[16];
 } fw_req;
 
 /* The next request for client i into r->f (its body_case, id). kind: 0
- * attach, 1 alloc, 2 free, 3 collect, 4 force, 5 detach, 6 stats, 7 hello. */
+ * attach, 1 alloc, 2 free, 3 collect, 4 force, 5 detach, 6 stats, 7 hello,
+ * 8 commit (issue 29). */
 static void fw_request(fw_input *in, int i, int kind, fw_req *r)
 {
     fw_sync(i);
@@ -445,6 +456,8 @@ static void fw_request(fw_input *in, int i, int kind, fw_req *r)
         uint8_t b = in8(in);
         r->al.seq = b < 200 ? c->next_seq : b < 230 ? c->next_seq + (b & 3) - 1 : in64(in);
         r->al.size = fw_size(in);
+        if (b >= 180 && b < 200) /* issue 29: a name, valid or not */
+            r->al.name = fw_name(in, r->name, sizeof r->name);
         r->f.body_case = HEAPD__FRAME__BODY_ALLOC;
         r->f.alloc = &r->al;
         break;
@@ -492,6 +505,16 @@ static void fw_request(fw_input *in, int i, int kind, fw_req *r)
         r->st.heap = b & 1 ? fw_name(in, r->name, sizeof r->name) : (char *)"";
         r->f.body_case = HEAPD__FRAME__BODY_STATS;
         r->f.stats = &r->st;
+        break;
+    }
+    case 8: {
+        heapd__commit__init(&r->cm);
+        uint8_t b = in8(in);
+        r->cm.tag = b < 128 ? (char *)(b & 1 ? "step" : "epoch") : fw_name(in, r->name, sizeof r->name);
+        r->cm.value = in8(in) & 3;
+        r->cm.seq = b & 64 ? in64(in) : c->next_seq;
+        r->f.body_case = HEAPD__FRAME__BODY_COMMIT;
+        r->f.commit = &r->cm;
         break;
     }
     default:
