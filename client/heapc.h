@@ -609,12 +609,15 @@ typedef struct heapc_heap_stats {
     /* What quota_uid charges besides chunks: the allocator's bitmaps and
      * block records, the decision log (issue 33). */
     uint64_t bookkeeping_bytes;
-    /* Issue 29 (params.persist_s: the heap's persist in seconds, -1 none). A heap with
-     * no client stays detached for persist_s seconds: detached_ms is how
-     * long it has been without one (0: it has clients). */
+    /* Issue 29: the seconds the heap stays once its clients are all gone
+     * (0: it goes with its last client), and how long it has been without
+     * one (0: it has clients; > 0: detached, awaiting a re-attach or
+     * `heapctl drop`); its re-attaches since creation and its commit
+     * markers. */
+    uint32_t persist_s;
     uint64_t detached_ms;
-    uint64_t generation; /* re-attaches of its ranks since it was created */
-    uint32_t markers;    /* commit markers recorded */
+    uint64_t generation;
+    uint32_t markers;
 } heapc_heap_stats;
 
 typedef struct heapc_daemon_stats {
@@ -640,6 +643,14 @@ void heapc_stats_free(heapc_daemon_stats *s);
  * allocation sequence; *at_seq (if not NULL) gets the allocation number at
  * which it takes effect. Works without attaching. */
 int heapc_force_collect(heapc *c, const char *heap, uint64_t *at_seq);
+
+/* Admin (issue 29): releases detached heap `heap` (no client attached; see
+ * heapc_heap_stats.detached_ms) now, with its chunks and their content;
+ * *released_bytes (if not NULL) gets the chunk bytes released. Its owner,
+ * root and heapd.conf's admin_group may. HEAPC_ENOTFOUND for an unknown
+ * heap, HEAPC_ESTATE while clients are attached to it, HEAPC_EDENIED for
+ * another uid's. Works without attaching. */
+int heapc_drop(heapc *c, const char *heap, uint64_t *released_bytes);
 
 /* ---- for bindings (python/heapd) ------------------------------------------ */
 

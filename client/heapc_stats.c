@@ -171,9 +171,6 @@ static int copy_heap_stats(heapc_heap_stats *o, const Heapd__HeapStats *h)
         o->params.collect_timeout_ms = h->params->collect_timeout_ms;
     }
     o->params.persist_s = hci_persist_of(h->persist_s ? h->persist_s : h->params ? h->params->persist_s : 0);
-    o->detached_ms = h->detached_ms;
-    o->generation = h->generation;
-    o->markers = h->markers;
     o->mapped = h->mapped;
     o->live_bytes = h->live_bytes;
     o->released_bytes = h->released_bytes;
@@ -188,6 +185,10 @@ static int copy_heap_stats(heapc_heap_stats *o, const Heapd__HeapStats *h)
     o->collect_pending = h->collect_pending;
     o->owner_uid = h->owner_uid;
     o->bookkeeping_bytes = h->bookkeeping_bytes;
+    o->persist_s = h->persist_s;
+    o->detached_ms = h->detached_ms;
+    o->generation = h->generation;
+    o->markers = h->markers;
     copy_hist(&o->collect_wait, h->collect_wait);
     copy_hist(&o->growth, h->growth);
     o->device_free = h->device_free;
@@ -288,6 +289,33 @@ int heapc_force_collect(heapc *c, const char *heap, uint64_t *at_seq)
     if (rc == HEAPC_OK) {
         if (at_seq)
             *at_seq = rep->force_collect_reply ? rep->force_collect_reply->at_seq : 0;
+        hci_rpc_done(rep, &raw);
+        hci_ok(c);
+    }
+out:
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int heapc_drop(heapc *c, const char *heap, uint64_t *released_bytes)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc;
+    if (!heap || !*heap) {
+        rc = hci_set_err(c, HEAPC_EINVAL, "heapc_drop: name the heap to drop");
+        goto out;
+    }
+    Heapd__Drop dm = HEAPD__DROP__INIT;
+    dm.heap = (char *)heap;
+    Heapd__Frame req = HEAPD__FRAME__INIT;
+    req.body_case = HEAPD__FRAME__BODY_DROP;
+    req.drop = &dm;
+    Heapd__Frame *rep;
+    hw_frame raw;
+    rc = hci_rpc(c, &req, HEAPD__FRAME__BODY_DROP_REPLY, &rep, &raw);
+    if (rc == HEAPC_OK) {
+        if (released_bytes)
+            *released_bytes = rep->drop_reply ? rep->drop_reply->released_bytes : 0;
         hci_rpc_done(rep, &raw);
         hci_ok(c);
     }

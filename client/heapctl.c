@@ -1,5 +1,5 @@
 /* heapctl - operator's command line for heapd: list heaps, show statistics,
- * force a collect. Talks to heapd through libheapc (heapc.h). */
+ * force a collect, drop a detached heap. Talks to heapd through libheapc (heapc.h). */
 #include "heapc.h"
 #include "heapctl.h"
 #include "utf8.h"
@@ -31,10 +31,13 @@ static void usage(FILE *f)
                "\n"
                "Commands:\n"
                "  heaps           List the heaps heapd serves, one line each: name, world size,\n"
-               "                  connected clients, bytes mapped per rank, allocation policy.\n"
+               "                  connected clients, bytes mapped per rank, allocation policy,\n"
+               "                  owner uid and, for a heap whose clients are all gone, how long\n"
+               "                  it has been detached and how long it persists.\n"
                "  stats [HEAP]    Statistics of HEAP (default: every heap): per heap the bytes\n"
                "                  mapped, live (held by some rank), released (released by every\n"
                "                  rank, awaiting a collect) and free, collects, growths, clients,\n"
+               "                  owner, state (attached, or detached with its age and persist),\n"
                "                  allocations decided, the pending forced collect, parameters and\n"
                "                  device memory, collects the allocator skipped (SKIPPED); per\n"
                "                  rank whether it is attached, its pid, live and released bytes,\n"
@@ -44,6 +47,9 @@ static void usage(FILE *f)
                "  collect HEAP    Force a collect on HEAP: every rank collects at the same\n"
                "                  allocation number, which heapctl prints. Ranks reach it when\n"
                "                  they next allocate.\n"
+               "  drop HEAP       Release HEAP, a detached heap (its clients all gone; see\n"
+               "                  heaps), now, with its memory. Refused while clients are\n"
+               "                  attached. Its owner, root and heapd.conf's admin_group may.\n"
                "  metrics [FILE]  Every figure in the Prometheus text exposition format\n"
                "                  (heapd_* families), on stdout or into FILE, replaced\n"
                "                  atomically (node_exporter's textfile collector). When heapd\n"
@@ -70,6 +76,7 @@ static void usage(FILE *f)
                "  heapctl stats trainer\n"
                "  heapctl --json stats | jq '.heaps[].collects'\n"
                "  heapctl --socket /tmp/heapd.sock collect trainer\n"
+               "  heapctl drop trainer\n"
                "  heapctl metrics /var/lib/prometheus/node-exporter/heapd.prom\n");
 }
 
@@ -148,7 +155,7 @@ static const char *human(uint64_t v, char *buf, size_t len)
     return buf;
 }
 
-#define MAXCOL 12
+#define MAXCOL 13
 /* Heap names are up to 255 bytes; a cell holds one whole, as UTF-8 (an
  * invalid byte becomes U+FFFD, 3 bytes): never truncated. */
 #define CELL 1024
@@ -259,118 +266,6 @@ static void tbl_free(table *t)
     t->cells = NULL;
 }
 
-/* ---- JSON ---------------------------------------------------------------- */
-
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-        int n = utf8_len(p);
-        if (n == 0) { /* not UTF-8: JSON must be */
-            fputs("\\ufffd", stdout);
-            continue;
-        }
-        if (n == 3 && p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9)) {
-            printf("\\u%04x", 0x2000 | (p[2] - 0x80)); /* U+2028/9: line breaks to some readers */
-            p += 2;
-            continue;
-        }
-        if (n > 1) {
-            fwrite(p, 1, (size_t)n, stdout);
-            p += n - 1;
-            continue;
-        }
-        switch (*p) {
-        case '"':
-            fputs("\\\"", stdout);
-            break;
-        case '\\':
-            fputs("\\\\", stdout);
-            break;
-        case '\b':
-            fputs("\\b", stdout);
-            break;
-        case '\f':
-            fputs("\\f", stdout);
-            break;
-        case '\n':
-            fputs("\\n", stdout);
-            break;
-        case '\r':
-            fputs("\\r", stdout);
-            break;
-        case '\t':
-            fputs("\\t", stdout);
-            break;
-        default:
-            if (*p < 0x20 || *p == 0x7f)
-                printf("\\u%04x", *p);
-            else
-                putchar(*p);
-        }
-    }
-    putchar('"');
-}
-
-static void json_params(const heapc_params *p)
-{
-    printf("{\"chunk_size\": %" PRIu64 ", \"initial_size\": %" PRIu64 ", \"va_size\": %" PRIu64
-           ", \"min_block\": %" PRIu64 ", \"policy\": ",
-           p->chunk_size, p->initial_size, p->va_size, p->min_block);
-    json_str(heapc_policy_name(p->policy));
-    printf(", \"collect_timeout_ms\": %" PRIu32 "}", p->collect_timeout_ms);
-}
-
-static void json_heap(const heapc_heap_stats *h)
-{
-    fputs("{\"name\": ", stdout);
-    json_str(h->name);
-    printf(", \"world_size\": %" PRIu32 ", \"params\": ", h->world_size);
-    json_params(&h->params);
-    printf(", \"mapped\": %" PRIu64 ", \"live_bytes\": %" PRIu64 ", \"released_bytes\": %" PRIu64
-           ", \"free_bytes\": %" PRIu64 ", \"collects\": %" PRIu64 ", \"growths\": %" PRIu64 ", \"clients\": %" PRIu32
-           ", \"next_seq\": %" PRIu64 ", \"epoch\": %" PRIu64
-           ", \"collect_pending\": %s, \"pending_collect_seq\": %" PRIu64 ", \"device_free\": %" PRIu64
-           ", \"device_total\": %" PRIu64 ", \"collects_skipped\": %" PRIu64 ", \"bookkeeping_bytes\": %" PRIu64
-           ", \"ranks\": [",
-           h->mapped, h->live_bytes, h->released_bytes, h->free_bytes, h->collects, h->growths, h->clients, h->next_seq,
-           h->epoch, h->collect_pending ? "true" : "false", h->pending_collect_seq, h->device_free, h->device_total,
-           h->collects_skipped, h->bookkeeping_bytes);
-    for (size_t r = 0; r < h->nranks; r++) {
-        const heapc_rank_stats *k = &h->ranks[r];
-        printf("%s{\"rank\": %" PRIu32 ", \"attached\": %s, \"pid\": %" PRIu32 ", \"live_bytes\": %" PRIu64
-               ", \"released_bytes\": %" PRIu64 ", \"next_seq\": %" PRIu64 ", \"stream_waiting\": %" PRIu64
-               ", \"device_waits_avoided\": %" PRIu64 "}",
-               r ? ", " : "", k->rank, k->attached ? "true" : "false", k->pid, k->live_bytes, k->released_bytes,
-               k->next_seq, k->stream_waiting, k->device_waits_avoided);
-    }
-    fputs("]}", stdout);
-}
-
-static void json_stats(const heapc_daemon_stats *s, int full)
-{
-    fputs("{\"version\": ", stdout);
-    json_str(s->version);
-    fputs(", \"backend\": ", stdout);
-    json_str(s->backend);
-    printf(", \"clients\": %" PRIu32 ", \"heaps\": [", s->clients);
-    for (size_t i = 0; i < s->nheaps; i++) {
-        const heapc_heap_stats *h = &s->heaps[i];
-        fputs(i ? ", " : "", stdout);
-        if (full) {
-            json_heap(h);
-        } else {
-            fputs("{\"name\": ", stdout);
-            json_str(h->name);
-            printf(", \"world_size\": %" PRIu32 ", \"clients\": %" PRIu32 ", \"mapped\": %" PRIu64 ", \"policy\": ",
-                   h->world_size, h->clients, h->mapped);
-            json_str(heapc_policy_name(h->params.policy));
-            fputs("}", stdout);
-        }
-    }
-    fputs("]}\n", stdout);
-}
-
 /* ---- commands ------------------------------------------------------------- */
 
 /* `metrics [FILE]`: stdout, or FILE replaced atomically (heapctl_prom_file).
@@ -396,13 +291,23 @@ static int cmd_metrics(const char *sock, int timeout_ms, const char *file)
     return wrc == 0 ? rc : EXIT_OPFAIL;
 }
 
+/* A heap's state: "attached", or "detached 12s, persists 600s" (issue 29). */
+static const char *state_text(const heapc_heap_stats *h, char *buf, size_t len)
+{
+    if (h->clients || !h->detached_ms) /* detached_ms > 0 while detached */
+        snprintf(buf, len, "attached");
+    else
+        snprintf(buf, len, "detached %" PRIu64 "s, persists %" PRIu32 "s", h->detached_ms / 1000, h->persist_s);
+    return buf;
+}
+
 static int cmd_heaps(heapc *c, int json)
 {
     heapc_daemon_stats *s;
     if (heapc_stats(c, NULL, &s) != HEAPC_OK)
         return op_error(c);
     if (json) {
-        json_stats(s, 0);
+        heapctl_json_stats(s, 0);
     } else {
         int wn = 0;
         char name[CELL];
@@ -413,10 +318,11 @@ static int cmd_heaps(heapc *c, int json)
         }
         for (size_t i = 0; i < s->nheaps; i++) {
             const heapc_heap_stats *h = &s->heaps[i];
-            char m[32];
+            char m[32], st[64];
             cellname(name, h->name);
-            printf("%s%*s  world %" PRIu32 "  clients %" PRIu32 "  mapped %s  policy %s\n", name, wn - width(name), "",
-                   h->world_size, h->clients, human(h->mapped, m, sizeof m), heapc_policy_name(h->params.policy));
+            printf("%s%*s  world %" PRIu32 "  clients %" PRIu32 "  mapped %s  policy %s  owner %" PRIu32 "  %s\n", name,
+                   wn - width(name), "", h->world_size, h->clients, human(h->mapped, m, sizeof m),
+                   heapc_policy_name(h->params.policy), h->owner_uid, state_text(h, st, sizeof st));
         }
     }
     heapc_stats_free(s);
@@ -434,17 +340,19 @@ static int stats_heap_rows(table *th, table *tp, const heapc_heap_stats *h)
     cellname(row[0], h->name);
     cellf(row[1], "%" PRIu32, h->world_size);
     cellf(row[2], "%" PRIu32, h->clients);
-    human(h->mapped, row[3], CELL);
-    human(h->live_bytes, row[4], CELL);
-    human(h->released_bytes, row[5], CELL);
-    human(h->free_bytes, row[6], CELL);
-    cellf(row[7], "%" PRIu64, h->collects);
-    cellf(row[8], "%" PRIu64, h->growths);
-    cellf(row[9], "%" PRIu64, h->next_seq);
+    cellf(row[3], "%" PRIu32, h->owner_uid);
+    state_text(h, row[4], CELL);
+    human(h->mapped, row[5], CELL);
+    human(h->live_bytes, row[6], CELL);
+    human(h->released_bytes, row[7], CELL);
+    human(h->free_bytes, row[8], CELL);
+    cellf(row[9], "%" PRIu64, h->collects);
+    cellf(row[10], "%" PRIu64, h->growths);
+    cellf(row[11], "%" PRIu64, h->next_seq);
     if (h->collect_pending)
-        cellf(row[10], "%" PRIu64, h->pending_collect_seq);
+        cellf(row[12], "%" PRIu64, h->pending_collect_seq);
     else
-        cellf(row[10], "-");
+        cellf(row[12], "-");
     cellname(prow[0], h->name);
     cellf(prow[1], "%s", heapc_policy_name(h->params.policy));
     human(h->params.chunk_size, prow[2], CELL);
@@ -492,9 +400,9 @@ static int stats_rank_rows(table *tr, const heapc_heap_stats *h)
 /* `stats` as text: the heap, parameter and rank tables. */
 static int stats_tables(const heapc_daemon_stats *s)
 {
-    static const char *hh[] = {"HEAP", "WORLD",    "CLIENTS", "MAPPED", "LIVE",      "RELEASED",
-                               "FREE", "COLLECTS", "GROWTHS", "ALLOCS", "COLLECT_AT"};
-    static const int hr[] = {0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    static const char *hh[] = {"HEAP",     "WORLD", "CLIENTS",  "OWNER",   "STATE",  "MAPPED",    "LIVE",
+                               "RELEASED", "FREE",  "COLLECTS", "GROWTHS", "ALLOCS", "COLLECT_AT"};
+    static const int hr[] = {0, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1};
     static const char *ph[] = {"HEAP",    "POLICY", "CHUNK",       "INITIAL",      "VA",      "MIN_BLOCK",
                                "TIMEOUT", "EPOCH",  "DEVICE_FREE", "DEVICE_TOTAL", "SKIPPED", "BOOKKEEPING"};
     static const int pr[] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
@@ -502,7 +410,7 @@ static int stats_tables(const heapc_daemon_stats *s)
                                "RELEASED", "NEXT_SEQ", "STREAM_WAIT", "NO_SYNC"};
     static const int rr[] = {0, 1, 0, 1, 1, 1, 1, 1, 1};
     table th, tp, tr;
-    tbl_init(&th, 11, hh, hr);
+    tbl_init(&th, 13, hh, hr);
     tbl_init(&tp, 12, ph, pr);
     tbl_init(&tr, 9, rh, rr);
     int rc = 0;
@@ -534,7 +442,7 @@ static int cmd_stats(heapc *c, const char *heap, int json)
     if (heapc_stats(c, heap, &s) != HEAPC_OK)
         return op_error(c);
     if (json) {
-        json_stats(s, 1);
+        heapctl_json_stats(s, 1);
         heapc_stats_free(s);
         return fflush(stdout) == 0 ? 0 : EXIT_OPFAIL;
     }
@@ -554,7 +462,7 @@ static int cmd_collect(heapc *c, const char *heap, int json)
         return op_error(c);
     if (json) {
         fputs("{\"heap\": ", stdout);
-        json_str(heap);
+        heapctl_json_str(heap);
         printf(", \"at_seq\": %" PRIu64 "}\n", at);
     } else {
         printf("collect on heap %s takes effect at allocation %" PRIu64 "\n", heap, at);
@@ -562,7 +470,24 @@ static int cmd_collect(heapc *c, const char *heap, int json)
     return fflush(stdout) == 0 ? 0 : EXIT_OPFAIL;
 }
 
-/* heaps 0, stats 1, collect 2, metrics 3; else as command(). */
+/* `drop HEAP` (issue 29): a detached heap released now. */
+static int cmd_drop(heapc *c, const char *heap, int json)
+{
+    uint64_t released = 0;
+    if (heapc_drop(c, heap, &released) != HEAPC_OK)
+        return op_error(c);
+    char b[32];
+    if (json) {
+        fputs("{\"heap\": ", stdout);
+        heapctl_json_str(heap);
+        printf(", \"released_bytes\": %" PRIu64 "}\n", released);
+    } else {
+        printf("heap %s dropped: %s of chunks released\n", heap, human(released, b, sizeof b));
+    }
+    return fflush(stdout) == 0 ? 0 : EXIT_OPFAIL;
+}
+
+/* heaps 0, stats 1, collect 2, metrics 3, drop 4; else as command(). */
 static int command_number(const char *cmd)
 {
     if (!strcmp(cmd, "heaps"))
@@ -573,14 +498,16 @@ static int command_number(const char *cmd)
         return 2;
     if (!strcmp(cmd, "metrics"))
         return 3;
+    if (!strcmp(cmd, "drop"))
+        return 4;
     if (!strcmp(cmd, "help")) {
         usage(stdout);
         return -1;
     }
-    return -1 - usage_error("unknown command '%s' (heaps, stats, collect, metrics)", cmd);
+    return -1 - usage_error("unknown command '%s' (heaps, stats, collect, metrics, drop)", cmd);
 }
 
-/* The command's number (heaps 0, stats 1, collect 2, metrics 3) when it and
+/* The command's number (heaps 0, stats 1, collect 2, metrics 3, drop 4) when it and
  * its arguments are valid; else -1 - the exit status (help: printed, 0; a
  * usage error: reported, EXIT_USAGE). */
 static int command(const char *cmd, int nargs, char **args, int json)
@@ -592,10 +519,11 @@ static int command(const char *cmd, int nargs, char **args, int json)
         return -1 - usage_error("heaps takes no argument");
     if (want == 1 && nargs > 1)
         return -1 - usage_error("stats takes at most one heap name");
-    if (want == 2 && nargs != 1)
-        return -1 - usage_error("collect takes exactly one heap name");
-    if (want == 2 && !*args[0])
-        return -1 - usage_error("collect: the heap name is empty");
+    const char *what = want == 2 ? "collect" : "drop";
+    if ((want == 2 || want == 4) && nargs != 1)
+        return -1 - usage_error("%s takes exactly one heap name", what);
+    if ((want == 2 || want == 4) && !*args[0])
+        return -1 - usage_error("%s: the heap name is empty", what);
     if (want == 3 && nargs > 1)
         return -1 - usage_error("metrics takes at most one file name");
     if (want == 3 && json)
@@ -638,7 +566,7 @@ int main(int argc, char **argv)
         }
     }
     if (optind >= argc)
-        return usage_error("no command given (heaps, stats, collect, metrics)");
+        return usage_error("no command given (heaps, stats, collect, metrics, drop)");
     const char *cmd = argv[optind];
     int nargs = argc - optind - 1;
     char **args = argv + optind + 1;
@@ -666,8 +594,10 @@ int main(int argc, char **argv)
         rc = cmd_heaps(c, json);
     else if (want == 1)
         rc = cmd_stats(c, nargs ? args[0] : NULL, json);
-    else
+    else if (want == 2)
         rc = cmd_collect(c, args[0], json);
+    else
+        rc = cmd_drop(c, args[0], json);
     heapc_free_ctx(c);
     return rc;
 }

@@ -15,4 +15,10 @@ void heapctl_prom_write(FILE *f, const heapc_daemon_stats *s);
  * chmod 0644, renamed over file. 0, or -1 after saying why on stderr. */
 int heapctl_prom_file(const char *file, const heapc_daemon_stats *s);
 
+/* heapctl_json.c: s as a JSON string on stdout (escaped; invalid UTF-8 as
+ * U+FFFD), and the statistics as one JSON object (full: every figure and
+ * rank; else the `heaps` list's). */
+void heapctl_json_str(const char *s);
+void heapctl_json_stats(const heapc_daemon_stats *s, int full);
+
 #endif

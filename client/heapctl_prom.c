@@ -161,6 +161,10 @@ static void prom_heaps(prom *m, const heapc_daemon_stats *s)
         {"heapd_heap_bookkeeping_bytes", "gauge",
          "heapd's bookkeeping of the heap that quota_uid charges besides its chunks (allocator bitmaps and block "
          "records, decision log)."},
+        {"heapd_heap_detached_seconds", "gauge",
+         "Seconds the heap has been without a client (detached, awaiting a re-attach; 0: it has clients)."},
+        {"heapd_heap_persist_seconds", "gauge",
+         "Seconds the heap stays once its clients are all gone (0: it goes with its last client)."},
     };
     for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
         if (!s->nheaps)
@@ -181,7 +185,9 @@ static void prom_heaps(prom *m, const heapc_daemon_stats *s)
                                 h->collect_pending ? 1 : 0,
                                 (double)h->device_free,
                                 (double)h->device_total,
-                                (double)h->bookkeeping_bytes};
+                                (double)h->bookkeeping_bytes,
+                                (double)h->detached_ms / 1000.0,
+                                h->persist_s};
             prom_heap(m, fam[k].name, h, NULL, v[k]);
         }
     }

@@ -194,6 +194,7 @@ static void print_config(const char *path, const hd_config *c)
            (unsigned long long)c->min_block, ha_policy_name(c->policy));
     printf("collect_timeout_ms = %u\nmax_clients = %u\nmeminfo_interval_ms = %u\n", c->collect_timeout_ms,
            c->max_clients, c->meminfo_interval_ms);
+    printf("persist = %u\nmax_persist = %u\n", c->persist, c->max_persist);
     printf("admin_reserve = %u\n", c->admin_reserve);
     printf("max_clients_per_uid = %u\nmax_fds_per_uid = %u\nmax_queue_per_uid = %llu\n", c->max_clients_per_uid,
            c->max_fds_per_uid, (unsigned long long)c->max_queue_per_uid);

@@ -132,8 +132,15 @@ static void s_drop(hd_peer *p, uint64_t id, uint64_t released)
     record(p, R_DROP)->released = released;
 }
 
-static const hd_reply_ops sink = {s_error,  s_attach, s_alloc, s_free, s_collect,
-                                  s_detach, s_force,  s_stats, s_drop, NULL /* commit */};
+static const hd_reply_ops sink = {.error = s_error,
+                                  .attach = s_attach,
+                                  .alloc = s_alloc,
+                                  .free = s_free,
+                                  .collect = s_collect,
+                                  .detach = s_detach,
+                                  .force = s_force,
+                                  .stats = s_stats,
+                                  .drop = s_drop};
 
 /* ---- fixture ------------------------------------------------------------ */
 
@@ -149,8 +156,9 @@ static int privileged(const hd_peer *p, long gid)
     return p->uid == 0;
 }
 
-/* A registry with heapd.conf's persist and quota_uid set so. */
-static void start(uint32_t persist, uint64_t quota_uid)
+/* A registry with heapd.conf's persist, quota_uid and max_chunk_fds_per_uid
+ * (0: the default) set so. */
+static void start(uint32_t persist, uint64_t quota_uid, uint32_t max_chunk_fds)
 {
     char err[256];
     fds_before = cku_count_fds();
@@ -162,6 +170,8 @@ static void start(uint32_t persist, uint64_t quota_uid)
     hd_config_defaults(&cfg);
     cfg.persist = persist;
     cfg.quota_uid = quota_uid;
+    if (max_chunk_fds)
+        cfg.max_chunk_fds_per_uid = max_chunk_fds;
     ck_assert_int_eq(hd_registry_create(&loop, be, &cfg, &reg), 0);
     for (int i = 0; i < NPEER; i++) {
         memset(&peers[i], 0, sizeof peers[i]);
@@ -173,8 +183,8 @@ static void start(uint32_t persist, uint64_t quota_uid)
     }
 }
 
-static void setup(void) { start(0, 0); }
-static void setup_persist(void) { start(600, 0); }
+static void setup(void) { start(0, 0, 0); }
+static void setup_persist(void) { start(600, 0, 0); }
 
 /* Releases every heap, detached ones too (what stopping heapd does): no
  * fd stays open. */
@@ -360,9 +370,16 @@ START_TEST(expiry_releases)
 {
     formed(1);
     both_gone();
+    /* The expiry does not keep a loop alive (heapd stops with detached
+     * heaps): a timer of the test's own drives it. */
+    uv_timer_t t;
+    uv_timer_init(&loop, &t);
+    uv_timer_start(&t, tick, 20, 20);
     uint64_t end = uv_now(&loop) + 10000;
     while (hd_registry_heaps(reg) && uv_now(&loop) < end)
         uv_run(&loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&t, NULL);
+    uv_run(&loop, UV_RUN_NOWAIT);
     ck_assert_uint_eq(hd_registry_heaps(reg), 0);
     validate();
 }
@@ -430,15 +447,21 @@ START_TEST(persist_bounds)
 }
 END_TEST
 
+/* The fixture's registry, for one with other limits. */
+static void restart(uint32_t persist, uint64_t quota_uid, uint32_t max_chunk_fds)
+{
+    hd_registry_destroy(reg);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+    hb_close(be);
+    start(persist, quota_uid, max_chunk_fds);
+}
+
 /* Quotas charge a detached heap: another heap of the uid does not fit
  * until it is dropped. */
 START_TEST(quota_counts_detached)
 {
-    hd_registry_destroy(reg); /* the fixture's, for one with quota_uid */
-    uv_run(&loop, UV_RUN_NOWAIT);
-    ck_assert_int_eq(uv_loop_close(&loop), 0);
-    hb_close(be);
-    start(600, 3 << 20);
+    restart(600, 3 << 20, 0);
     formed(0);
     both_gone();
     attach_as(2, "h2", 0, 0);
@@ -449,6 +472,23 @@ START_TEST(quota_counts_detached)
     attach_as(2, "h2", 0, 0);
     ck_assert_uint_eq(hd_registry_heaps(reg), 1); /* h2, waiting for its rank 1 */
     ck_assert_int_eq(nrecs, n);                   /* no error */
+}
+END_TEST
+
+/* So does max_chunk_fds_per_uid: a detached heap's chunks are fds open in
+ * heapd. */
+START_TEST(chunk_fds_count_detached)
+{
+    restart(600, 0, 3);
+    formed(0); /* 2 chunks */
+    both_gone();
+    attach_as(2, "h2", 0, 0); /* 2 more: over 3 */
+    ck_assert_int_eq(last(2)->code, HEAPD__ERR_CODE__ERR_QUOTA);
+    ck_assert_msg(strstr(last(2)->msg, "max_chunk_fds_per_uid"), "%s", last(2)->msg);
+    ck_assert_int_eq(drop(3, "h")->kind, R_DROP);
+    int n = nrecs;
+    attach_as(2, "h2", 0, 0);
+    ck_assert_int_eq(nrecs, n);
 }
 END_TEST
 
@@ -468,6 +508,7 @@ static Suite *persist_suite(void)
     tcase_add_test(tp, persist_none);
     tcase_add_test(tp, drop_detached);
     tcase_add_test(tp, quota_counts_detached);
+    tcase_add_test(tp, chunk_fds_count_detached);
     tcase_add_test(tp, unformed_releases);
     suite_add_tcase(s, tp);
     return s;

@@ -30,7 +30,8 @@ for name, typ in [("heapd_up", "gauge"), ("heapd_uptime_seconds", "gauge"), ("he
                   ("heapd_heap_bookkeeping_bytes", "gauge"), ("heapd_heap_mapped_bytes", "gauge"),
                   ("heapd_heap_collects", "counter"), ("heapd_heap_growths", "counter"),
                   ("heapd_heap_allocations", "counter"), ("heapd_heap_collect_wait_seconds", "histogram"),
-                  ("heapd_heap_growth_seconds", "histogram"), ("heapd_rank_attached", "gauge")]:
+                  ("heapd_heap_growth_seconds", "histogram"), ("heapd_rank_attached", "gauge"),
+                  ("heapd_heap_detached_seconds", "gauge"), ("heapd_heap_persist_seconds", "gauge")]:
     need(name in fams and fams[name].type == typ, "family %s of type %s" % (name, typ))
 need(samples("heapd_up") and samples("heapd_up")[0].value == 1, "heapd_up 1")
 for fam in ("heapd_heap_collects", "heapd_heap_growths", "heapd_heap_allocations"):
@@ -39,6 +40,8 @@ for fam in ("heapd_heap_collects", "heapd_heap_growths", "heapd_heap_allocations
 mine = [s for s in samples("heapd_heap_mapped_bytes") if s.labels.get("heap") == heap]
 need(len(mine) == 1 and "owner_uid" in mine[0].labels and mine[0].value > 0,
      "heapd_heap_mapped_bytes{heap=%r,owner_uid=...} > 0" % heap)
+det = [s for s in samples("heapd_heap_detached_seconds") if s.labels.get("heap") == heap]
+need(len(det) == 1 and det[0].value == 0, "heapd_heap_detached_seconds{heap=%r} 0 (its ranks are attached)" % heap)
 for h in ("heapd_heap_collect_wait_seconds", "heapd_heap_growth_seconds"):
     b = [s for s in samples(h, "_bucket") if s.labels.get("heap") == heap]
     cnt = [s for s in samples(h, "_count") if s.labels.get("heap") == heap]

@@ -142,8 +142,7 @@ typedef struct hd_heap_info {
     const ha_params *ap;
     uint32_t timeout_ms;
     /* Issue 29: persist_s, the seconds it persists without a client;
-     * detached_ms, how long it has been without one (0: it has clients);
-     * generation and markers: its re-attaches and commit markers. */
+     * detached_ms, how long it has been without one (0: it has clients). */
     uint32_t persist_s;
     uint64_t detached_ms;
     uint64_t mapped, live_bytes, released_bytes, free_bytes, collects, growths;

@@ -233,6 +233,7 @@ bool hh_heap_client_gone(hd_heap *h)
     h->detached_ns = hh_now_ns();
     uv_update_time(h->timer.loop);
     uv_timer_start(&h->timer, persist_expired, (uint64_t)h->persist_s * 1000u, 0);
+    uv_unref((uv_handle_t *)&h->timer); /* a detached heap does not keep heapd's loop (a stop) going */
     hd_info("heap \"%s\" detached: last client gone; it persists %u s with %s of chunks (`heapctl drop %s` "
             "releases it now)",
             h->name, h->persist_s, hh_human(heap_chunk_bytes(h), b1, sizeof b1), h->name);
@@ -246,6 +247,7 @@ void hh_heap_client_back(hd_heap *h)
     hd_info("heap \"%s\" attached again after %llu s detached", h->name, (unsigned long long)detached_s(h));
     h->detached_ns = 0;
     uv_timer_stop(&h->timer);
+    uv_ref((uv_handle_t *)&h->timer);
 }
 
 void hd_heap_drop(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Drop *m)
@@ -420,7 +422,8 @@ static size_t heap_info(hd_heap *h, hd_heap_info *s, hd_rank_info *rs)
     s->ap = &h->ap;
     s->timeout_ms = h->timeout_ms;
     s->persist_s = h->persist_s;
-    s->detached_ms = h->detached_ns ? (hh_now_ns() - h->detached_ns) / 1000000u : 0;
+    /* detached_ms > 0 says detached (0: it has clients), from its first ms. */
+    s->detached_ms = h->detached_ns ? (hh_now_ns() - h->detached_ns) / 1000000u + 1 : 0;
     s->mapped = st.mapped;
     s->live_bytes = st.live_bytes;
     s->released_bytes = st.pending_bytes;

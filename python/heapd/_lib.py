@@ -115,8 +115,10 @@ class HeapStats(Structure):
                 ("ranks", POINTER(RankStats)), ("collects_skipped", c_uint64),
                 ("collect_pending", c_int),
                 ("owner_uid", c_uint32), ("collect_wait", Hist), ("growth", Hist),
-                ("bookkeeping_bytes", c_uint64), ("detached_ms", c_uint64),
-                ("generation", c_uint64), ("markers", c_uint32)]
+                ("bookkeeping_bytes", c_uint64),
+                # issue 29
+                ("persist_s", c_uint32), ("detached_ms", c_uint64), ("generation", c_uint64),
+                ("markers", c_uint32)]
 
 
 class Block(Structure):
@@ -183,6 +185,7 @@ generation = _fn("heapc_generation", c_uint64, H)
 resumed = _fn("heapc_resumed", c_int, H)
 live = _fn("heapc_live", c_size_t, H, POINTER(Block), c_size_t)
 last_asymmetry_name = _fn("heapc_last_asymmetry_name", c_char_p, H, c_size_t)
+drop = _fn("heapc_drop", c_int, H, c_char_p, POINTER(c_uint64))
 
 # ---- the layout check (issue 31 item 8) ----
 ABI_VERSION = 3   # client/heapc.h's HEAPC_ABI_VERSION that these structs copy
