@@ -32,7 +32,12 @@
  * kill (seq past LOG's last); every block whose `w` was logged holds its
  * pattern bit for bit; the marker lies between the last `m` and `M` logged.
  * Each failure prints `e WHAT` (exit 3). Then it goes on with the plan where
- * this rank left it, so that a rank behind catches up with the others.
+ * this rank left it: the allocations decided while it was gone (a rank
+ * re-attaches at the heap's allocation number; the live set holds what the
+ * others allocated meanwhile) are taken from the live set (`a`/`w` lines),
+ * the rest is made as planned.
+ * --attach-only: attach, print the `s` line, exit; --hold-ms MS: stay
+ * attached MS ms after the `s` line first.
  * Exit codes: 0 ok, 1 heapc error (`E CODE MESSAGE` on stderr), 2 usage,
  * 3 check failed.
  */
@@ -62,7 +67,7 @@ static struct {
     uint32_t rank, world, local;
     int32_t persist;
     uint64_t seed, chunk, va, max_size;
-    int ops, commit_every, pace_us;
+    int ops, commit_every, pace_us, hold_ms;
 } o = {.seed = 1, .max_size = 40000, .ops = 200, .commit_every = 8};
 
 static heapc *c;
@@ -388,6 +393,7 @@ static int in_flight_done(const op *p)
 /* Re-attached: check, finish the op in flight, go on with the plan. */
 static void resume_run(void)
 {
+    uint64_t next = heapc_next_seq(c); /* the heap's allocation number */
     read_log();
     verify();
     int i = lg.done;
@@ -404,15 +410,33 @@ static void resume_run(void)
         if (done)
             i++;
     }
-    for (; i < nops; i++)
-        run_op(&ops[i]);
+    for (; i < nops; i++) {
+        const op *p = &ops[i];
+        char name[64];
+        if (p->kind != OP_ALLOC || seq0 + (uint64_t)p->idx >= next) {
+            run_op(p);
+            continue;
+        }
+        /* decided while this rank was gone (another rank made it): in the
+         * live set, with its name; this rank writes its copy */
+        blk *b = &kb[p->idx];
+        op_name(name, sizeof name, p->idx);
+        if (!b->held) {
+            bad("allocation %s (seq %" PRIu64 ") was decided before the re-attach but is not live", name,
+                seq0 + (uint64_t)p->idx);
+            continue;
+        }
+        out("a %" PRIu64 " %" PRIu64 " %" PRIu64 " %s %" PRIu64, b->seq, b->off, b->size, name, heap_collects());
+        pattern(heapc_ptr(c, b->off), b->size, name, o.rank);
+        out("w %s %016" PRIx64, name, fnv(heapc_ptr(c, b->off), b->size));
+    }
 }
 
 static void usage(FILE *f)
 {
     fprintf(f, "Usage: prog_resume --socket S --heap H --rank R --world W [--chunk SIZE] [--va SIZE]\n"
                "         [--persist S] [--seed N] [--ops N] [--max-size B] [--commit-every K]\n"
-               "         [--pace-us US] [--local-size N --job J] [--attach-only]\n"
+               "         [--pace-us US] [--local-size N --job J] [--attach-only] [--hold-ms MS]\n"
                "         [--resume LOG]\n"
                "See the comment at the top of tests/prog_resume.c.\n");
 }
@@ -420,12 +444,11 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     static const struct option lo[] = {
-        {"socket", 1, 0, 's'},      {"heap", 1, 0, 'H'},       {"rank", 1, 0, 'r'},
-        {"world", 1, 0, 'w'},       {"chunk", 1, 0, 'k'},      {"va", 1, 0, 'v'},
-        {"persist", 1, 0, 'p'},     {"seed", 1, 0, 'S'},       {"ops", 1, 0, 'o'},
-        {"max-size", 1, 0, 'm'},    {"resume", 1, 0, 'R'},     {"commit-every", 1, 0, 'K'},
-        {"pace-us", 1, 0, 'P'},     {"local-size", 1, 0, 'l'}, {"job", 1, 0, 'j'},
-        {"attach-only", 0, 0, 'a'}, {"help", 0, 0, 'h'},       {0, 0, 0, 0},
+        {"socket", 1, 0, 's'},  {"heap", 1, 0, 'H'},       {"rank", 1, 0, 'r'},    {"world", 1, 0, 'w'},
+        {"chunk", 1, 0, 'k'},   {"va", 1, 0, 'v'},         {"persist", 1, 0, 'p'}, {"seed", 1, 0, 'S'},
+        {"ops", 1, 0, 'o'},     {"max-size", 1, 0, 'm'},   {"resume", 1, 0, 'R'},  {"commit-every", 1, 0, 'K'},
+        {"pace-us", 1, 0, 'P'}, {"local-size", 1, 0, 'l'}, {"job", 1, 0, 'j'},     {"attach-only", 0, 0, 'a'},
+        {"hold-ms", 1, 0, 'D'}, {"help", 0, 0, 'h'},       {0, 0, 0, 0},
     };
     int ch, attach_only = 0;
     while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -484,6 +507,9 @@ int main(int argc, char **argv)
         case 'a':
             attach_only = 1;
             break;
+        case 'D':
+            o.hold_ms = atoi(optarg);
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -510,6 +536,8 @@ int main(int argc, char **argv)
         die("heapc_attach");
     heapc_set_free_batch(c, 1);
     out("s %" PRIu64 " %" PRIu64 " %d", heapc_next_seq(c), heapc_generation(c), heapc_resumed(c));
+    if (o.hold_ms > 0) /* attached, doing nothing: a rank that is taken */
+        usleep((useconds_t)o.hold_ms * 1000);
     if (attach_only)
         return 0;
     if (o.resume) {
