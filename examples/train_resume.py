@@ -48,9 +48,9 @@ def model_of():
 
 def batch(step, rank):
     g = torch.Generator().manual_seed(100003 * step + rank)
-    x = torch.randn(64, 32, generator=g)
+    x = torch.randn(256, 32, generator=g)
     w = torch.randn(32, 1, generator=torch.Generator().manual_seed(7))
-    return x, x @ w + 0.01 * torch.randn(64, 1, generator=g)
+    return x, x @ w + 0.01 * torch.randn(256, 1, generator=g)
 
 
 def attach(args, n):
@@ -72,6 +72,20 @@ def attach(args, n):
     return heap, slots, grad, None
 
 
+def await_peers(heap, limit_s=120):
+    """A collect that waits for the ranks still gone: heapd fails a collect
+    at once (PeerGoneError, naming the rank) while a rank of the heap has no
+    client, so a re-attached rank retries until every rank is back."""
+    t0 = time.time()
+    while True:
+        try:
+            return heap.collect()
+        except heapd.PeerGoneError:
+            if time.time() - t0 > limit_s:
+                raise
+            time.sleep(0.05)
+
+
 def train(args):
     rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
     model = model_of()
@@ -81,6 +95,8 @@ def train(args):
     local = heap.local_ranks()
     say = print if rank == 0 else (lambda *a, **k: None)
     step = 0
+    if heap.resumed:
+        await_peers(heap)
     if resumed_at is not None:
         step = resumed_at
         say(f"resumed from step {step} (generation {heap.generation})", flush=True)

@@ -8,8 +8,9 @@
 # completed unseen), the first loss after the resume is the one the killed
 # run computed for that step when it printed it (same state, same batch:
 # 1e-5), else within 25% of the last loss before the kill, and far below the
-# initial loss; the job then makes every step; heapctl drop releases the
-# heap. Skips visibly without torch or under a sanitizer build (python
+# initial loss; the job then makes every step, and its losses are those of
+# the same job never killed (run after it on another heap), to the printed
+# digit; heapctl drop releases the heap. Skips visibly without torch or under a sanitizer build (python
 # cannot load an ASan libheapc; it_python skips too). Run by tests/run.sh.
 set -u
 BUILD=${BUILD:-build}
@@ -43,26 +44,28 @@ hclients() {
     "$BUILD/heapctl" --socket "$S" --json heaps 2>/dev/null |
         sed -n "s/.*{\"name\": \"$1\", \"world_size\": [0-9]*, \"clients\": \([0-9]*\).*/\1/p"
 }
-start() { # start TAG: both ranks, output in $T/TAG.R
+start() { # start TAG [HEAP]: both ranks, output in $T/TAG.R
     rpids=
     for r in 0 1; do
         env RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 TORCHELASTIC_RUN_ID=rex1 HEAPD_SOCKET="$S" \
             HEAPC_LIB="$BUILD/libheapc.so" PYTHONDONTWRITEBYTECODE=1 \
-            "$PY" "$SRC/examples/train_resume.py" --cpu --heap rex --steps "$STEPS" --step-ms 15 --persist 300 \
+            "$PY" "$SRC/examples/train_resume.py" --cpu --heap "${2:-rex}" --steps "$STEPS" --step-ms 15 --persist 300 \
             >"$T/$1.$r" 2>"$T/$1.$r.err" &
         rpids="$rpids $!"
     done
 }
 nsteps() { grep -c '^step ' "$1" 2>/dev/null; }
+steps_ge() { [ "$(nsteps "$1")" -ge "$2" ]; }
+detached() { [ "$(hclients rex)" = 0 ]; }
 start run
-within 180 test "$(nsteps "$T/run.0")" -ge 60
+within 180 steps_ge "$T/run.0" 60
 killed_at=$(nsteps "$T/run.0")
 lib_kill rpids
 K=$(grep '^step ' "$T/run.0" | tail -1 | cut -d' ' -f2)
 check "both ranks ran and were killed mid-run (rank 0 at step ${K:-none} of $STEPS)" \
     sh -c "test -n '$K' && test '$K' -lt $STEPS"
 [ -n "$K" ] || { sed 's/^/  | /' "$T/run.0.err" | tail -20; exit 1; }
-check "the heap stays detached after the kill" within 20 test "$(hclients rex)" = 0
+check "the heap stays detached after the kill" within 20 detached
 start res
 for p in $rpids; do lib_wait_pid "$p" 300; rcs="${rcs:-} $rc"; done
 rpids=
@@ -87,6 +90,18 @@ check "it is not back at the initial loss ($first, initial $init)" \
     awk -v a="$first" -v i="$init" 'BEGIN { exit !(a != "" && a < 0.5 * i) }'
 echo "loss: initial $init, last before the kill $last (step $K, killed after $killed_at steps), first after the resume $first, final $(grep '^loss ' "$T/res.0" | tail -1 | cut -d' ' -f3)"
 check "heapctl drop releases the heap" "$BUILD/heapctl" --socket "$S" drop rex
+# the same job, never killed, on a heap of its own: the killed and resumed job's
+# curve is this one, step for step
+rcs=
+start ref rexref
+for p in $rpids; do lib_wait_pid "$p" 300; rcs="${rcs:-} $rc"; done
+rpids=
+fin=$(grep '^loss ' "$T/res.0" | tail -1 | cut -d' ' -f3)
+ref=$(grep '^loss ' "$T/ref.0" | tail -1 | cut -d' ' -f3)
+refS=$(sed -n "s/^loss ${Sr:-x} //p" "$T/ref.0")
+check "the uninterrupted job (exit$rcs) has the same loss at step $Sr ($refS) and at the end ($ref) as the resumed one ($first, $fin)" \
+    sh -c "test '$rcs' = ' 0 0' && test -n '$ref' && test '$ref' = '$fin' && test '$refS' = '$first'"
+"$BUILD/heapctl" --socket "$S" drop rexref >/dev/null
 kill -TERM "$hpid"; lib_wait_pid "$hpid" 20; hpid=
 check "heapd stops cleanly (exit $rc)" test $rc = 0
 clean_log "$T/heapd.log"

@@ -185,12 +185,27 @@ static uint64_t heap_collects(void) /* the heap's collect count (status page) */
     return heapc_status(c, &st) == 0 ? st.collects : 0;
 }
 
+/* After a re-attach, heapd fails a collective at once (ERR_PEER_GONE) while
+ * another rank is still gone: a resumed rank retries (60 s at most). */
+static int resumed;
+static int again(int rc)
+{
+    static int tries;
+    if (rc != HEAPC_EPEER_GONE || !resumed || tries++ > 6000)
+        return 0;
+    usleep(10000);
+    return 1;
+}
+
 static void do_alloc(uint64_t size, const char *name, int k)
 {
     void *p;
     uint64_t off;
+    int rc;
     out("A %d", k);
-    if (heapc_alloc_named(c, size, name, &p, &off) != 0)
+    while (again(rc = heapc_alloc_named(c, size, name, &p, &off)))
+        ;
+    if (rc != 0)
         die("heapc_alloc_named");
     uint64_t seq = heapc_next_seq(c) - 1;
     out("a %" PRIu64 " %" PRIu64 " %" PRIu64 " %s %" PRIu64, seq, off, size, name, heap_collects());
@@ -210,8 +225,11 @@ static void do_free(int k)
 
 static void do_collect(void)
 {
+    int rc;
     out("C");
-    if (heapc_collect(c) != 0)
+    while (again(rc = heapc_collect(c)))
+        ;
+    if (rc != 0)
         die("heapc_collect");
     out("c %" PRIu64, heap_collects());
 }
@@ -219,6 +237,7 @@ static void do_collect(void)
 static void run_op(const op *p)
 {
     char name[64];
+    int rc;
     switch (p->kind) {
     case OP_ALLOC:
         op_name(name, sizeof name, p->idx);
@@ -232,7 +251,9 @@ static void run_op(const op *p)
         break;
     case OP_COMMIT:
         out("M %d", p->idx);
-        if (heapc_commit(c, "step", (uint64_t)p->idx) != 0)
+        while (again(rc = heapc_commit(c, "step", (uint64_t)p->idx)))
+            ;
+        if (rc != 0)
             die("heapc_commit");
         out("m %d", p->idx);
         break;
@@ -394,6 +415,7 @@ static int in_flight_done(const op *p)
 static void resume_run(void)
 {
     uint64_t next = heapc_next_seq(c); /* the heap's allocation number */
+    resumed = 1;
     read_log();
     verify();
     int i = lg.done;
