@@ -96,7 +96,8 @@ static void s_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
         r->live[i].name = a->live[i].name ? r->live_names[i] : NULL;
     }
     ck_assert_uint_le(a->nmarkers, 70);
-    memcpy(r->markers, a->markers, a->nmarkers * sizeof *a->markers);
+    if (a->nmarkers)
+        memcpy(r->markers, a->markers, a->nmarkers * sizeof *a->markers);
     r->nmarkers = a->nmarkers;
     close_all(a->fds, a->nfds);
 }
@@ -141,8 +142,15 @@ static void s_commit(hd_peer *p, uint64_t id, uint64_t value, uint64_t generatio
     r->generation = generation;
 }
 
-static const hd_reply_ops sink = {s_error,  s_attach, s_alloc, s_free,          s_collect,
-                                  s_detach, s_force,  s_stats, NULL /* drop */, s_commit};
+static const hd_reply_ops sink = {.error = s_error,
+                                  .attach = s_attach,
+                                  .alloc = s_alloc,
+                                  .free = s_free,
+                                  .collect = s_collect,
+                                  .detach = s_detach,
+                                  .force = s_force,
+                                  .stats = s_stats,
+                                  .commit = s_commit}; /* drop: tests/check_persist.c */
 
 /* ---- fixture ------------------------------------------------------------ */
 
@@ -151,6 +159,7 @@ static hb_backend *be;
 static hd_registry *reg;
 static hd_peer peers[NPEER];
 static int fds_before;
+static uint32_t persist_s; /* the heaps' HeapParams.persist_s (0: none) */
 
 static int privileged(const hd_peer *p, long gid)
 {
@@ -163,6 +172,7 @@ static void setup(void)
     char err[256];
     fds_before = cku_count_fds();
     memset(recs, 0, sizeof recs);
+    persist_s = 0;
     ck_assert_int_eq(uv_loop_init(&loop), 0);
     ck_assert_msg(hb_open("host", &be, err, sizeof err) == 0, "%s", err);
     hd_config cfg;
@@ -205,6 +215,7 @@ static const rec *last(int peer) { return &recs[peer]; }
 static void attach_p(int peer, uint32_t rank, uint64_t chunk_mb, uint64_t va_mb, uint32_t timeout_ms)
 {
     Heapd__HeapParams p = HEAPD__HEAP_PARAMS__INIT;
+    p.persist_s = persist_s;
     p.chunk_size = chunk_mb << 20;
     p.initial_size = chunk_mb << 20;
     p.va_size = va_mb << 20;
@@ -648,6 +659,56 @@ START_TEST(commit_tags)
 }
 END_TEST
 
+/* Every rank gone (a persisting heap, detached), then back: each continues
+ * at the heap's allocation number with its exact live set and the markers,
+ * whether it crashed or detached; the generation counts both. */
+START_TEST(all_gone_reattach)
+{
+    persist_s = 60;
+    formed();
+    uint64_t o0 = alloc2(0, 4096, "a");
+    alloc2(1, 8192, "b");
+    commit(0, "step", 3, 2);
+    commit(1, "step", 3, 2);
+    ck_assert_int_eq(last(1)->kind, R_COMMIT);
+    alloc_n(0, 2, 64, "c"); /* rank 0 ahead: rank 1 never asked for 2 */
+    free1(0, o0);
+    hd_heap_detach(reg, &peers[1], 9); /* rank 1: clean, at its allocation 2 */
+    ck_assert_int_eq(last(1)->kind, R_DETACH);
+    hd_heap_conn_closed(reg, &peers[0]); /* rank 0 crashes, the last to leave */
+    validate();
+    ck_assert_uint_eq(hd_registry_heaps(reg), 1); /* detached */
+    attach(2, 1);                                 /* to a heap without clients: at the heap's 3, not its own 2 */
+    const rec *r = last(2);
+    ck_assert_msg(r->kind == R_ATTACH, "%s", r->msg);
+    ck_assert(r->resumed);
+    ck_assert_uint_eq(r->next_seq, 3);
+    ck_assert_uint_eq(r->generation, 1);
+    ck_assert_uint_eq(r->nlive, 3); /* "a" only rank 0 freed, "b", "c" */
+    ck_assert_str_eq(r->live[0].name, "a");
+    ck_assert_str_eq(r->live[2].name, "c");
+    ck_assert_uint_eq(r->nmarkers, 1);
+    ck_assert_str_eq(r->markers[0].tag, "step");
+    ck_assert_uint_eq(r->markers[0].value, 3);
+    ck_assert_uint_eq(r->markers[0].seq, 2);
+    attach(3, 0); /* it crashed: at the heap's 3 */
+    r = last(3);
+    ck_assert_msg(r->kind == R_ATTACH, "%s", r->msg);
+    ck_assert_uint_eq(r->next_seq, 3);
+    ck_assert_uint_eq(r->generation, 2);
+    ck_assert_uint_eq(r->nlive, 2); /* it freed "a" */
+    ck_assert_str_eq(r->live[0].name, "b");
+    alloc_n(2, 3, 4096, "d");
+    alloc_n(3, 3, 4096, "d");
+    ck_assert_int_eq(last(3)->kind, R_ALLOC);
+    ck_assert_uint_eq(last(3)->offset, last(2)->offset);
+    commit(2, "step", 4, 4);
+    commit(3, "step", 4, 4);
+    ck_assert_uint_eq(last(3)->value, 4);
+    ck_assert_uint_eq(last(3)->generation, 2);
+}
+END_TEST
+
 static Suite *names_suite(void)
 {
     Suite *s = suite_create("names");
@@ -665,6 +726,7 @@ static Suite *names_suite(void)
     tcase_add_test(tc, commit_peer_gone);
     tcase_add_test(tc, commit_timeout);
     tcase_add_test(tc, commit_tags);
+    tcase_add_test(tc, all_gone_reattach);
     suite_add_tcase(s, tc);
     return s;
 }

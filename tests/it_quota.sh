@@ -7,7 +7,9 @@
 #
 # The figures: a heap of 32 MiB (min_block 512) holds 65,536 blocks of
 # 512 B; their block records take ~72-145 B each, and a rank that lags lets
-# the log keep 40 B per decision. quota_uid leaves 3 MiB above the chunks:
+# the log keep 40 B per decision; the wing's block table (issue 29: seq,
+# size, name of each block) 32 B a slot, at most half of its slots used,
+# doubling with the allocator's. quota_uid leaves 5 MiB above the chunks:
 #   - one rank allocating alone is refused at the block table's doubling
 #     from 2^16 to 2^17 slots (32,768 blocks), before it holds 4.7 MiB of
 #     records;
@@ -16,7 +18,7 @@
 # Before the fix both ran until the heap's va_size or a collect the lagging
 # rank never joins. Debug and sanitizer builds (HEAPD_VALIDATING: the
 # allocator validates its O(blocks) invariants at every call) run the same
-# at a quarter of the scale: 8 MiB, 840 KiB above it, refusals at 8,192 and
+# at a quarter of the scale: 8 MiB, 1352 KiB above it, refusals at 8,192 and
 # 4,096 blocks (the log is trimmed from 4,096 decisions on, so the lagging
 # rank's log shows from there).
 set -u
@@ -35,11 +37,11 @@ R=$T/prog_rank
 CTL=$T/heapctl
 
 if [ -n "${HEAPD_VALIDATING:-}" ]; then
-    SOLO=8M LAG=4M QUOTA=9032K NSOLO=8192 NLAG=4096 NOTHER=2000 MIB=8
-    SOLO_GROW="578 KiB" SOLO_LOG="160 KiB" LAG_LOG="160 KiB" BK_MIN=409600
+    SOLO=8M LAG=4M QUOTA=9544K NSOLO=8192 NLAG=4096 NOTHER=2000 MIB=8
+    SOLO_GROW="1090 KiB" SOLO_LOG="160 KiB" LAG_LOG="160 KiB" BK_MIN=409600
 else
-    SOLO=32M LAG=16M QUOTA=35M NSOLO=32768 NLAG=16384 NOTHER=20000 MIB=32
-    SOLO_GROW="2312 KiB" SOLO_LOG="160 KiB" LAG_LOG="640 KiB" BK_MIN=1572864
+    SOLO=32M LAG=16M QUOTA=37M NSOLO=32768 NLAG=16384 NOTHER=20000 MIB=32
+    SOLO_GROW="4360 KiB" SOLO_LOG="160 KiB" LAG_LOG="640 KiB" BK_MIN=1572864
 fi
 cat >"$T/heapd.conf" <<EOF
 socket = $S

@@ -376,7 +376,11 @@ static int send_alloc_named(rconn *c, uint64_t seq, uint64_t size, const char *n
     f.alloc = &a;
     if (memchr(name, 0, len)) {
         /* protobuf-c packs strings with strlen: pack "X...", then put the NUL */
-        char *tmp = strndup(name, len);
+        char *tmp = malloc(len + 1);
+        if (tmp) {
+            memcpy(tmp, name, len);
+            tmp[len] = 0;
+        }
         for (size_t i = 0; tmp && i < len; i++)
             tmp[i] = tmp[i] ? tmp[i] : 'X';
         a.name = tmp;

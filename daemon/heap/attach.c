@@ -476,9 +476,12 @@ void hd_heap_attach(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Attach
          * client was attached to, the rank continues where the heap is: the
          * allocations its peers decided meanwhile are in its live set (the
          * core holds every decided block for every rank). After a clean
-         * Detach while peers stayed, at its own next allocation number. */
-        h->generation++;
-        k->resumed = true;
+         * Detach while peers stayed, at its own next allocation number. A
+         * retry after an attach timeout (the heap never formed) is none. */
+        if (h->formed) {
+            h->generation++;
+            k->resumed = true;
+        }
         if (k->left_unclean || !h->nattached) {
             k->next_seq = h->decided;
         } else if (k->next_seq < h->log_base) {

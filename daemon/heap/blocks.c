@@ -24,7 +24,7 @@ static size_t slot_of(uint64_t offset, size_t cap)
 /* The entry is still its block's. */
 static bool standing(const hd_heap *h, const hh_block *e)
 {
-    return e->seq != EMPTY && ha_block_size(h->core, e->offset) == e->block_size;
+    return e->seq != EMPTY && ha_block_size(h->core, e->offset) != 0;
 }
 
 /* The slot of offset in v (cap slots): its entry, or the empty slot where
@@ -84,7 +84,7 @@ static int reserve(hd_heap *h)
     return t->n + 1 <= t->cap / 2 ? 0 : rebuild(h, t->cap * 2);
 }
 
-int hh_blocks_put(hd_heap *h, uint64_t seq, uint64_t offset, uint64_t size, uint64_t block_size, const char *name)
+int hh_blocks_put(hd_heap *h, uint64_t seq, uint64_t offset, uint64_t size, const char *name)
 {
     char *nm = NULL;
     if (name && name[0] && !(nm = strdup(name)))
@@ -101,7 +101,7 @@ int hh_blocks_put(hd_heap *h, uint64_t seq, uint64_t offset, uint64_t size, uint
         t->name_bytes -= strlen(e->name) + 1;
         free(e->name);
     }
-    *e = (hh_block){offset, seq, size, block_size, nm};
+    *e = (hh_block){offset, seq, size, nm};
     if (nm)
         t->name_bytes += strlen(nm) + 1;
     return 0;
@@ -133,7 +133,7 @@ long hh_blocks_held(const hd_heap *h, uint32_t lidx, hd_live_block **out)
     for (size_t i = 0; i < t->cap; i++) {
         const hh_block *e = &t->v[i];
         if (standing(h, e) && ha_rank_holds(h->core, lidx, e->offset))
-            v[n++] = (hd_live_block){e->seq, e->offset, e->size, e->block_size, e->name};
+            v[n++] = (hd_live_block){e->seq, e->offset, e->size, ha_block_size(h->core, e->offset), e->name};
     }
     qsort(v, n, sizeof *v, by_seq);
     *out = v;
@@ -141,6 +141,13 @@ long hh_blocks_held(const hd_heap *h, uint32_t lidx, hd_live_block **out)
 }
 
 uint64_t hh_blocks_bytes(const hd_heap *h) { return h->blocks.cap * sizeof(hh_block) + h->blocks.name_bytes; }
+
+uint64_t hh_blocks_add_bytes(const hd_heap *h, const char *name)
+{
+    const hh_blocks *t = &h->blocks;
+    uint64_t grow = !t->cap ? 64 : t->n + 1 > t->cap / 2 ? t->cap : 0; /* slots added */
+    return grow * sizeof(hh_block) + (name && name[0] ? strlen(name) + 1 : 0);
+}
 
 void hh_blocks_free(hd_heap *h)
 {

@@ -21,6 +21,14 @@
  *     persist_s seconds or until dropped (hd_heap_drop), and a rank that
  *     attaches again finds it intact. The registry releases it when heapd
  *     stops.
+ *   - Issue 29: an allocation may carry a name, symmetric like its size (a
+ *     different name is ERR_ASYMMETRY with both names, hd_asym_out's
+ *     with_names; it poisons nothing and consumes nothing). A rank that
+ *     re-attaches gets its live set (every block it holds, ascending seq,
+ *     with its name), the heap's generation (its re-attaches) and commit
+ *     markers; after a disconnect without Detach, or to a heap without
+ *     clients, it continues at the heap's allocation number. Commit is
+ *     collective over the local ranks like Collect, with its own state.
  *
  * The wing knows no socket and builds no frame. Requests come in decoded
  * (dispatch.c); every answer leaves through the peer's reply sink

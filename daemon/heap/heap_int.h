@@ -55,11 +55,11 @@ typedef struct hd_decision {
 } hd_decision;
 
 /* Issue 29: the block table's entry of a decided block (blocks.c): an
- * entry is the block's while ha_block_size(core, offset) == block_size; a
- * later decision at the same offset overwrites it. seq == UINT64_MAX: an
- * empty slot. */
+ * entry is its block's while ha_block_size(core, offset) != 0 (a block
+ * starts there: a later decision at the offset overwrites the entry; the
+ * block's size is the core's). seq == UINT64_MAX: an empty slot. 32 bytes. */
 typedef struct hh_block {
-    uint64_t offset, seq, size, block_size;
+    uint64_t offset, seq, size;
     char *name; /* NULL: none */
 } hh_block;
 
@@ -303,14 +303,16 @@ bool hh_poison_check(const hd_heap *h, hd_peer *c, uint64_t id);
 /* blocks.c */
 /* Records the decision of allocation seq at offset (overwriting the entry
  * of an older block there); name NULL or "": none. 0, or -1 out of memory. */
-int hh_blocks_put(hd_heap *h, uint64_t seq, uint64_t offset, uint64_t size, uint64_t block_size, const char *name);
+int hh_blocks_put(hd_heap *h, uint64_t seq, uint64_t offset, uint64_t size, const char *name);
 /* The entry of the block at offset, if it is still that block's; else NULL. */
 const hh_block *hh_blocks_get(const hd_heap *h, uint64_t offset);
 /* The blocks rank lidx holds, ascending seq, in *out (the caller frees it;
  * its names point into the table). The count, or -1 out of memory. */
 long hh_blocks_held(const hd_heap *h, uint32_t lidx, hd_live_block **out);
-/* The table's memory (quota_uid charges it with the allocator's). */
+/* The table's memory (quota_uid charges it with the allocator's), and what
+ * the next hh_blocks_put with name adds to it at most. */
 uint64_t hh_blocks_bytes(const hd_heap *h);
+uint64_t hh_blocks_add_bytes(const hd_heap *h, const char *name);
 void hh_blocks_free(hd_heap *h);
 /* The 32-bit hash of a name a decision keeps (never 0); 0 for NULL or "". */
 uint32_t hh_name_hash(const char *name);

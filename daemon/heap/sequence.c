@@ -92,12 +92,14 @@ static void hold_alloc(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64
 
 /* The owner's quota_uid charged for the bookkeeping decision `seq` adds
  * before it is made: the log doubling to `ncap` entries and the block
- * table's growth (ha_block_bytes). Returns 0, or -1 once the peer got
- * ERR_QUOTA naming the figures. */
-static int charge_decision(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size, size_t ncap)
+ * records' growth (the core's ha_block_bytes and the wing's block table,
+ * with the name). Returns 0, or -1 once the peer got ERR_QUOTA naming the
+ * figures. */
+static int charge_decision(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size, size_t ncap,
+                           const char *name)
 {
     uint64_t log_add = (uint64_t)(ncap - h->caplog) * sizeof *h->log;
-    uint64_t tab_add = ha_block_bytes(h->core, 1) - ha_block_bytes(h->core, 0);
+    uint64_t tab_add = ha_block_bytes(h->core, 1) - ha_block_bytes(h->core, 0) + hh_blocks_add_bytes(h, name);
     char why[1024];
     if ((!log_add && !tab_add) || !hh_quota_check(h->reg, h->name, h->owner, 0, 0, log_add + tab_add, why, sizeof why))
         return 0;
@@ -116,12 +118,12 @@ static int charge_decision(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, ui
 
 /* Room for one more decision, its bookkeeping charged (charge_decision).
  * Returns 0, or -1 once the peer got the error. */
-static int log_reserve(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size)
+static int log_reserve(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size, const char *name)
 {
     if (h->nlog == h->caplog && h->nlog >= HD_LOG_TRIM)
         trim_log(h);
     size_t nc = h->nlog < h->caplog ? h->caplog : h->caplog ? h->caplog * 2 : 64;
-    if (charge_decision(h, c, id, seq, size, nc))
+    if (charge_decision(h, c, id, seq, size, nc, name))
         return -1;
     if (nc > h->caplog) {
         hd_decision *nl = realloc(h->log, nc * sizeof *nl);
@@ -158,7 +160,7 @@ static void alloc_failed(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint
 static const hd_decision *decide(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size, uint32_t rank,
                                  const char *name)
 {
-    if (log_reserve(h, c, id, seq, size))
+    if (log_reserve(h, c, id, seq, size, name))
         return NULL;
     ha_alloc_result res;
     char err[1024];
@@ -198,7 +200,7 @@ static const hd_decision *decide(hd_heap *h, hd_peer *c, uint64_t id, uint64_t s
     nd->mapped = st.mapped;
     nd->rank = rank;
     nd->name_hash = hh_name_hash(name);
-    if (hh_blocks_put(h, seq, res.offset, size, res.block_size, name))
+    if (hh_blocks_put(h, seq, res.offset, size, name))
         hd_warn("heap \"%s\": out of memory recording block %llu: it is missing from live sets", h->name,
                 (unsigned long long)seq);
     h->decided++;

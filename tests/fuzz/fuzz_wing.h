@@ -248,8 +248,22 @@ static void s_commit(hd_peer *p, uint64_t id, uint64_t value, uint64_t generatio
     (void)id;
 }
 
-static const hd_reply_ops fw_sink = {s_error,  s_attach, s_alloc, s_free,  s_collect,
-                                     s_detach, s_force,  s_stats, s_commit};
+static void s_drop(hd_peer *p, uint64_t id, uint64_t released)
+{
+    TRACE("%d: dropped %llu bytes\n", fw_index(p), (unsigned long long)released);
+    (void)id;
+}
+
+static const hd_reply_ops fw_sink = {.error = s_error,
+                                     .attach = s_attach,
+                                     .alloc = s_alloc,
+                                     .free = s_free,
+                                     .collect = s_collect,
+                                     .detach = s_detach,
+                                     .force = s_force,
+                                     .stats = s_stats,
+                                     .drop = s_drop,
+                                     .commit = s_commit};
 
 static int fw_privileged(const hd_peer *p, long gid)
 {
