@@ -92,7 +92,7 @@ extern "C" {
     X(HEAPC_EPEER_GONE, -7, ERR_PEER_GONE, "a rank disconnected during a collective")                                  \
     X(HEAPC_ENOMEM, -8, ERR_NO_MEMORY, "heapd's backend could not create a chunk")                                     \
     X(HEAPC_EVA_EXHAUSTED, -9, ERR_VA_EXHAUSTED, "the heap would exceed its va_size")                                  \
-    X(HEAPC_ENOTFOUND, -10, ERR_NOT_FOUND, "unknown heap")                                                             \
+    X(HEAPC_ENOTFOUND, -10, ERR_NOT_FOUND, "unknown heap (or block name, commit tag)")                                 \
     X(HEAPC_ESTATE, -11, ERR_STATE, "not valid now (not attached, already attached, rank taken)")                      \
     X(HEAPC_ENOTHELD, -12, ERR_NOT_HELD, "free of an offset this rank does not hold (double free)")                    \
     X(HEAPC_EBACKEND, -13, ERR_BACKEND, "backend or driver error; the message names the call")                         \
@@ -471,14 +471,15 @@ int heapc_status(heapc *c, heapc_status_t *out);
 
 /* ---- re-attach: names, live sets, commit markers (issue 29) ---------------- */
 
-/* A heap with persist (heapc_params.persist_s) outlives its ranks: when
- * every client is gone it stays, chunks and content, for that long. A
- * process that attaches as one of its ranks (same heap name, uid, job
- * secret, world size and parameters) maps every chunk at the same offsets,
- * continues at that rank's allocation number and gets what it holds: its
- * live set, with the names the blocks were allocated with, and the heap's
- * commit markers. heapc_attach is the same call either way. None of the
- * calls below sends anything to heapd except heapc_commit. */
+/* A heap with persist (heapc_params.persist_s) outlives its ranks: with
+ * every client gone it stays, chunks and content, that long. A process that
+ * attaches as one of its ranks (same heap name, uid, job secret, world size,
+ * parameters; heapc_attach as the first time) maps every chunk at the same
+ * offsets, goes on at the heap's allocation number and gets its live set
+ * (with names) and the commit markers. Such an attach returns without
+ * waiting for the other ranks, whose collectives fail (HEAPC_EPEER_GONE,
+ * naming the rank) until they are back: a restarted job waits for its ranks
+ * first (python/heapd does). Only heapc_commit below talks to heapd. */
 
 /* The block named `name` that this rank holds: its offset and the size it
  * was allocated with (either may be NULL). Found in what the attach reply

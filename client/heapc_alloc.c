@@ -462,6 +462,54 @@ static int alloc_name(heapc *c, const char *name, size_t size, const Heapd__Allo
                        c->next_seq - 1, c->heap, ar->offset, name);
 }
 
+/* heapd made allocation next_seq (ar, with raw's fds): from here on it
+ * counts. Maps its new chunks, records the block (and its name). */
+static int alloc_made(heapc *c, view *v, const Heapd__AllocReply *ar, const hw_frame *raw, size_t size,
+                      const char *name, void **ptr, uint64_t *offset)
+{
+    uint64_t off = ar->offset;
+    c->next_seq++;
+    c->ctr.allocs++;
+    int ins = ls_insert(&c->live, off);
+    if (offset)
+        *offset = off;
+    if (ptr)
+        *ptr = NULL;
+    int rc = hci_map_chunks(c, v, ar->new_chunks, ar->n_new_chunks, raw);
+    if (rc == HEAPC_OK && ar->mapped)
+        rc = hci_publish_extent(c, v, ar->mapped, 0);
+    uint64_t m = atomic_load_explicit(&c->mapped, memory_order_relaxed);
+    if (rc == HEAPC_OK && (off >= m || size > m - off))
+        rc = hci_set_err(c, HEAPC_EPROTOCOL,
+                         "heapd placed allocation %" PRIu64 " (%zu bytes) at offset %" PRIu64 ", beyond the %" PRIu64
+                         " bytes it sent chunks for; report this heapd bug",
+                         c->next_seq - 1, size, off, m);
+    if (rc != HEAPC_OK) {
+        int keep = c->err;
+        char msg[ERRSTR_LEN];
+        snprintf(msg, sizeof msg, "%s", c->errstr);
+        hci_set_err(c, keep == HEAPC_EOOM || keep == HEAPC_EBADFD ? keep : HEAPC_EMAP,
+                    "allocation %" PRIu64 " of heap %s was made at offset %" PRIu64
+                    " but is not usable here: %s (free it; detach and attach again to remap)",
+                    c->next_seq - 1, c->heap, off, msg);
+        return c->err;
+    }
+    rc = alloc_name(c, name, size, ar);
+    if (rc != HEAPC_OK)
+        return rc;
+    if (ins == 0)
+        return hci_set_err(c, HEAPC_EPROTOCOL,
+                           "heapd handed out offset %" PRIu64 " for allocation %" PRIu64
+                           " of heap %s while rank %" PRIu32 " still holds it; report this heapd "
+                           "bug",
+                           off, c->next_seq - 1, c->heap, v->rank);
+    if (ins < 0)
+        c->live_complete = 0; /* cannot track it: let heapd check frees */
+    if (ptr)
+        *ptr = v->bases[v->rank] + off;
+    return HEAPC_OK;
+}
+
 static int alloc_locked(heapc *c, size_t size, const char *name, void **ptr, uint64_t *offset)
 {
     if (!c->attached)
@@ -504,50 +552,9 @@ static int alloc_locked(heapc *c, size_t size, const char *name, void **ptr, uin
             c->ctr.collects_needed++;
             continue;
         }
-        /* heapd made allocation next_seq: from here on it counts. */
-        uint64_t off = ar->offset;
-        c->next_seq++;
-        c->ctr.allocs++;
-        int ins = ls_insert(&c->live, off);
-        if (offset)
-            *offset = off;
-        if (ptr)
-            *ptr = NULL;
-        rc = hci_map_chunks(c, v, ar->new_chunks, ar->n_new_chunks, &raw);
-        if (rc == HEAPC_OK && ar->mapped)
-            rc = hci_publish_extent(c, v, ar->mapped, 0);
-        uint64_t m = atomic_load_explicit(&c->mapped, memory_order_relaxed);
-        if (rc == HEAPC_OK && (off >= m || size > m - off))
-            rc = hci_set_err(c, HEAPC_EPROTOCOL,
-                             "heapd placed allocation %" PRIu64 " (%zu bytes) at offset %" PRIu64
-                             ", beyond the %" PRIu64 " bytes it sent chunks for; report this heapd bug",
-                             c->next_seq - 1, size, off, m);
-        if (rc != HEAPC_OK) {
-            int keep = c->err;
-            char msg[ERRSTR_LEN];
-            snprintf(msg, sizeof msg, "%s", c->errstr);
-            hci_set_err(c, keep == HEAPC_EOOM || keep == HEAPC_EBADFD ? keep : HEAPC_EMAP,
-                        "allocation %" PRIu64 " of heap %s was made at offset %" PRIu64
-                        " but is not usable here: %s (free it; detach and attach again to remap)",
-                        c->next_seq - 1, c->heap, off, msg);
-            hci_rpc_done(rep, &raw);
-            return c->err;
-        }
-        rc = alloc_name(c, name, size, ar);
+        rc = alloc_made(c, v, ar, &raw, size, name, ptr, offset);
         hci_rpc_done(rep, &raw);
-        if (rc != HEAPC_OK)
-            return rc;
-        if (ins == 0)
-            return hci_set_err(c, HEAPC_EPROTOCOL,
-                               "heapd handed out offset %" PRIu64 " for allocation %" PRIu64
-                               " of heap %s while rank %" PRIu32 " still holds it; report this heapd "
-                               "bug",
-                               off, c->next_seq - 1, c->heap, v->rank);
-        if (ins < 0)
-            c->live_complete = 0; /* cannot track it: let heapd check frees */
-        if (ptr)
-            *ptr = v->bases[v->rank] + off;
-        return HEAPC_OK;
+        return rc;
     }
 }
 

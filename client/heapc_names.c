@@ -6,6 +6,25 @@
 
 /* ---- the named blocks: ascending offset ------------------------------------ */
 
+/* Debug builds (HEAPD_DEBUG): heapc_int.h's equations for `named` (strictly
+ * ascending offsets, named_n <= named_cap) and `live_blocks` (ascending
+ * seq); aborts on a violation (a libheapc bug). */
+static void names_validate(const heapc *c)
+{
+#ifdef HEAPD_DEBUG
+    if (c->named_n > c->named_cap)
+        abort();
+    for (size_t i = 1; i < c->named_n; i++)
+        if (c->named[i - 1].offset >= c->named[i].offset)
+            abort();
+    for (size_t i = 1; i < c->live_n; i++)
+        if (c->live_blocks[i - 1].seq > c->live_blocks[i].seq)
+            abort();
+#else
+    (void)c;
+#endif
+}
+
 /* Index of the first entry at or above offset. */
 static size_t named_pos(const heapc *c, uint64_t offset)
 {
@@ -43,6 +62,7 @@ int hci_names_add(heapc *c, const char *name, uint64_t seq, uint64_t offset, uin
         c->named_n++;
     }
     c->named[i] = (named_block){dup, seq, offset, size, block_size};
+    names_validate(c);
     return 0;
 }
 
@@ -54,6 +74,7 @@ void hci_names_forget(heapc *c, uint64_t offset)
     free(c->named[i].name);
     memmove(c->named + i, c->named + i + 1, (c->named_n - i - 1) * sizeof *c->named);
     c->named_n--;
+    names_validate(c);
 }
 
 void hci_names_clear(heapc *c)
@@ -134,6 +155,12 @@ static int names_attach_live(heapc *c, const Heapd__AttachReply *ar)
     return 0;
 }
 
+static int block_cmp(const void *a, const void *b)
+{
+    uint64_t x = ((const heapc_block *)a)->seq, y = ((const heapc_block *)b)->seq;
+    return x < y ? -1 : x > y;
+}
+
 int hci_names_attach(heapc *c, const Heapd__AttachReply *ar)
 {
     c->generation = ar->generation;
@@ -146,8 +173,12 @@ int hci_names_attach(heapc *c, const Heapd__AttachReply *ar)
         if (m->tag && *m->tag && marker_set(c, m->tag, m->value, m->seq) != 0)
             return hci_set_err(c, HEAPC_EOOM, "out of memory keeping heap %s's commit markers", c->heap);
     }
+    /* heapd sends ascending seq; heapc_live promises it whatever came. */
+    if (c->live_n > 1)
+        qsort(c->live_blocks, c->live_n, sizeof *c->live_blocks, block_cmp);
     if (ar->resumed)
         c->live_complete = c->live.n == ar->n_live;
+    names_validate(c);
     return HEAPC_OK;
 }
 

@@ -32,6 +32,7 @@
 typedef struct fake {
     char path[108];
     int lfd, fd, chunk;
+    int only_attach; /* the script: attach, then Detach */
     hw_reader rd;
     pthread_t th;
     char fail[512]; /* first script failure */
@@ -185,10 +186,28 @@ static void falloc_reply(fake *f, uint64_t id, uint64_t seq, uint64_t off, uint6
     fsend(f, &rep, NULL, 0);
 }
 
+static void fdetach(fake *f)
+{
+    Heapd__Frame *m = fexpect(f, HEAPD__FRAME__BODY_DETACH);
+    if (!m)
+        return;
+    Heapd__DetachReply dr = HEAPD__DETACH_REPLY__INIT;
+    Heapd__Frame drep = HEAPD__FRAME__INIT;
+    drep.id = m->id;
+    drep.body_case = HEAPD__FRAME__BODY_DETACH_REPLY;
+    drep.detach_reply = &dr;
+    fsend(f, &drep, NULL, 0);
+    heapd__frame__free_unpacked(m, NULL);
+}
+
 /* Alloc 5 named "b" (offset 2048); Free of offset 0 then Commit step = 9
  * at seq 6; Alloc 6 named "x" refused as a name asymmetry; Detach. */
 static void fserve(fake *f)
 {
+    if (f->only_attach) {
+        fdetach(f);
+        return;
+    }
     Heapd__Frame *m = fexpect(f, HEAPD__FRAME__BODY_ALLOC);
     if (!m)
         return;
@@ -245,16 +264,7 @@ static void fserve(fake *f)
     erep.error = &e;
     fsend(f, &erep, NULL, 0);
     heapd__frame__free_unpacked(m, NULL);
-
-    if (!(m = fexpect(f, HEAPD__FRAME__BODY_DETACH)))
-        return;
-    Heapd__DetachReply dr = HEAPD__DETACH_REPLY__INIT;
-    Heapd__Frame drep = HEAPD__FRAME__INIT;
-    drep.id = m->id;
-    drep.body_case = HEAPD__FRAME__BODY_DETACH_REPLY;
-    drep.detach_reply = &dr;
-    fsend(f, &drep, NULL, 0);
-    heapd__frame__free_unpacked(m, NULL);
+    fdetach(f);
 }
 
 static void *fake_main(void *arg)
@@ -273,9 +283,10 @@ static void *fake_main(void *arg)
     return NULL;
 }
 
-static void fake_start(fake *f)
+static void fake_start(fake *f, int only_attach)
 {
     memset(f, 0, sizeof *f);
+    f->only_attach = only_attach;
     snprintf(f->path, sizeof f->path, "/tmp/check_heapc_names.%ld.sock", (long)getpid());
     char err[256];
     f->lfd = hw_listen_unix(f->path, 4, err, sizeof err);
@@ -332,7 +343,7 @@ static void check_reattach(heapc *c)
 START_TEST(test_reattach_names_commit)
 {
     fake f;
-    fake_start(&f);
+    fake_start(&f, 0);
     heapc *c = heapc_connect(f.path);
     ck_assert_int_eq(heapc_err(c), 0);
     heapc_params p = {0};
@@ -387,6 +398,35 @@ START_TEST(test_reattach_names_commit)
 }
 END_TEST
 
+/* heapc_attach_env: $HEAPD_PERSIST when the params leave persist_s at 0
+ * (the fake checks that the Attach asks for 600); a bad value fails. */
+START_TEST(test_env_persist)
+{
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "1", 1);
+    setenv("LOCAL_WORLD_SIZE", "1", 1);
+    setenv("TORCHELASTIC_RUN_ID", "j", 1);
+    setenv("HEAPD_PERSIST", "soon", 1);
+    heapc *c = heapc_connect("/tmp/check_heapc_names.no.such.sock");
+    ck_assert_int_eq(heapc_attach_env(c, "h", NULL), HEAPC_EINVAL);
+    ck_assert_ptr_nonnull(strstr(heapc_errstr(c), "HEAPD_PERSIST=\"soon\""));
+    heapc_free_ctx(c);
+
+    setenv("HEAPD_PERSIST", "600", 1);
+    fake f;
+    fake_start(&f, 1);
+    c = heapc_connect(f.path);
+    ck_assert_int_eq(heapc_attach_env(c, "h", NULL), 0);
+    heapc_params p;
+    ck_assert_int_eq(heapc_get_params(c, &p), 0);
+    ck_assert_int_eq(p.persist_s, 600);
+    ck_assert_int_eq(heapc_detach(c), 0);
+    heapc_free_ctx(c);
+    fake_stop(&f);
+    unsetenv("HEAPD_PERSIST");
+}
+END_TEST
+
 /* The calls before any attach. */
 START_TEST(test_not_attached)
 {
@@ -407,6 +447,7 @@ static Suite *names_suite(void)
     TCase *tc = tcase_create("names");
     tcase_add_test(tc, test_reattach_names_commit);
     tcase_add_test(tc, test_not_attached);
+    tcase_add_test(tc, test_env_persist);
     suite_add_tcase(s, tc);
     return s;
 }

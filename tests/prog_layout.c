@@ -45,6 +45,7 @@ static void params(void)
     F(heapc_params, device_uuid);
     F(heapc_params, local_size);
     F(heapc_params, job);
+    F(heapc_params, persist_s);
     end();
 }
 
@@ -133,6 +134,10 @@ static void stats(void)
     F(heapc_heap_stats, collect_wait);
     F(heapc_heap_stats, growth);
     F(heapc_heap_stats, bookkeeping_bytes);
+    F(heapc_heap_stats, persist_s);
+    F(heapc_heap_stats, detached_ms);
+    F(heapc_heap_stats, generation);
+    F(heapc_heap_stats, markers);
     end();
     BEGIN(heapc_daemon_stats);
     F(heapc_daemon_stats, version);
@@ -145,6 +150,13 @@ static void stats(void)
     F(heapc_daemon_stats, store_connected);
     F(heapc_daemon_stats, quota_heap);
     F(heapc_daemon_stats, quota_uid);
+    end();
+    BEGIN(heapc_block);
+    F(heapc_block, seq);
+    F(heapc_block, offset);
+    F(heapc_block, size);
+    F(heapc_block, block_size);
+    F(heapc_block, name);
     end();
 }
 

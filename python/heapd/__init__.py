@@ -240,7 +240,9 @@ class Heap(_Resume):
     persist (issue 29): seconds the heap stays, content and all, once every
     rank is gone, so that a restarted job re-attaches to it (the same call:
     .resumed, .generation, tensor(name), committed(tag)); None: heapd.conf's
-    persist (from_env: $HEAPD_PERSIST first), 0: none.
+    persist (from_env: $HEAPD_PERSIST first), 0: none. A re-attach waits
+    until every local rank of the heap is attached again, as the first
+    attach does (at most collect_timeout_ms).
     """
 
     def __init__(self, name, rank, world_size, socket=None, *, chunk_size=0, initial_size=0,
@@ -296,6 +298,7 @@ class Heap(_Resume):
                        else torch.device("cpu"))
         self._bases = None
         self.closed = False
+        self._await_peers(h)     # a re-attach: until every local rank is back (issue 29)
         _notify_preload(self)
 
     @classmethod

@@ -175,6 +175,7 @@ get_counters = _fn("heapc_get_counters", c_int, H, POINTER(Counters))
 stats = _fn("heapc_stats", c_int, H, c_char_p, POINTER(POINTER(DaemonStats)))
 stats_free = _fn("heapc_stats_free", None, POINTER(DaemonStats))
 force_collect = _fn("heapc_force_collect", c_int, H, c_char_p, POINTER(c_uint64))
+drop = _fn("heapc_drop", c_int, H, c_char_p, POINTER(c_uint64))
 # Issue 29: names, live sets, commit markers.
 alloc_named = _fn("heapc_alloc_named", c_int, H, c_size_t, c_char_p, POINTER(c_void_p),
                   POINTER(c_uint64))
@@ -185,7 +186,6 @@ generation = _fn("heapc_generation", c_uint64, H)
 resumed = _fn("heapc_resumed", c_int, H)
 live = _fn("heapc_live", c_size_t, H, POINTER(Block), c_size_t)
 last_asymmetry_name = _fn("heapc_last_asymmetry_name", c_char_p, H, c_size_t)
-drop = _fn("heapc_drop", c_int, H, c_char_p, POINTER(c_uint64))
 
 # ---- the layout check (issue 31 item 8) ----
 ABI_VERSION = 3   # client/heapc.h's HEAPC_ABI_VERSION that these structs copy

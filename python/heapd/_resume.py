@@ -47,6 +47,48 @@ class _Resume:
         they are gone)."""
         return self._h
 
+    def _await_peers(self, h):
+        """_await_ranks when this attach resumed; h released if it fails."""
+        if not self.resumed:
+            return
+        try:
+            self._await_ranks()
+        except BaseException:
+            h.release()
+            raise
+
+    def _await_ranks(self):
+        """A re-attach to a heap that had formed returns at once (heapd's
+        rendezvous is the first attach's), and a collective fails while a
+        local peer has not re-attached yet (PeerGoneError naming it). So a
+        resumed Heap waits, as the first attach did, until every local rank
+        that was not attached when it came has attached (or came and went:
+        its pid changed), at most the heap's collect_timeout_ms, then
+        CollectiveTimeoutError naming them."""
+        import time
+        from ._stats import _stats_of
+        p = L.Params()
+        L.get_params(self._c, ctypes.byref(p))
+        limit = (p.collect_timeout_ms or 30000) / 1000.0
+        start, pause = time.monotonic(), 0.001
+        local, gone = set(self.local_ranks()), None
+        while True:
+            st = _stats_of(self._c, self.name)
+            now = {r["rank"]: (r["attached"], r["pid"]) for r in (st[0]["ranks"] if st else [])}
+            if gone is None:
+                gone = {q: now.get(q, (False, 0))[1] for q in local if not now.get(q, (False,))[0]}
+            missing = sorted(q for q, pid in gone.items()
+                             if q in now and not now[q][0] and now[q][1] == pid)
+            if not missing:
+                return
+            if time.monotonic() - start > limit:
+                from ._errors import CollectiveTimeoutError
+                raise CollectiveTimeoutError(-6, f"heap {self.name!r}: rank {self.rank} re-attached, "
+                                             f"but rank(s) {missing} did not within "
+                                             f"{limit:g} s (collect_timeout_ms): restart them too")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+
     def _lookup(self, name):
         """(offset, size) of the named block this rank holds, or None."""
         c = self._cx()

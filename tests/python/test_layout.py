@@ -25,6 +25,7 @@ MIRRORS = [
     (L.Hist, "heapc_hist"),
     (L.HeapStats, "heapc_heap_stats"),
     (L.DaemonStats, "heapc_daemon_stats"),
+    (L.Block, "heapc_block"),
     (ht.ProbeInfo, "hnccl_probe_info"),
     (ht.NcclCounters, "hnccl_counters"),
 ]
