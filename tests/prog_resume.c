@@ -36,6 +36,8 @@
  * re-attaches at the heap's allocation number; the live set holds what the
  * others allocated meanwhile) are taken from the live set (`a`/`w` lines),
  * the rest is made as planned.
+ * --wait-peers: collectives that fail with ERR_PEER_GONE or ERR_TIMEOUT (a
+ * rank gone, not yet back) are retried, 60 s at most, as a resumed rank's are.
  * --attach-only: attach, print the `s` line, exit; --hold-ms MS: stay
  * attached MS ms after the `s` line first.
  * Exit codes: 0 ok, 1 heapc error (`E CODE MESSAGE` on stderr), 2 usage,
@@ -67,7 +69,7 @@ static struct {
     uint32_t rank, world, local;
     int32_t persist;
     uint64_t seed, chunk, va, max_size;
-    int ops, commit_every, pace_us, hold_ms;
+    int ops, commit_every, pace_us, hold_ms, wait_peers;
 } o = {.seed = 1, .max_size = 40000, .ops = 200, .commit_every = 8};
 
 static heapc *c;
@@ -191,7 +193,8 @@ static int resumed;
 static int again(int rc)
 {
     static int tries;
-    if (rc != HEAPC_EPEER_GONE || !resumed || tries++ > 6000)
+    if (!(rc == HEAPC_EPEER_GONE || (o.wait_peers && rc == HEAPC_ETIMEOUT)) || !(resumed || o.wait_peers) ||
+        tries++ > 6000)
         return 0;
     usleep(10000);
     return 1;
@@ -459,6 +462,7 @@ static void usage(FILE *f)
     fprintf(f, "Usage: prog_resume --socket S --heap H --rank R --world W [--chunk SIZE] [--va SIZE]\n"
                "         [--persist S] [--seed N] [--ops N] [--max-size B] [--commit-every K]\n"
                "         [--pace-us US] [--local-size N --job J] [--attach-only] [--hold-ms MS]\n"
+               "         [--wait-peers]\n"
                "         [--resume LOG]\n"
                "See the comment at the top of tests/prog_resume.c.\n");
 }
@@ -470,7 +474,7 @@ int main(int argc, char **argv)
         {"chunk", 1, 0, 'k'},   {"va", 1, 0, 'v'},         {"persist", 1, 0, 'p'}, {"seed", 1, 0, 'S'},
         {"ops", 1, 0, 'o'},     {"max-size", 1, 0, 'm'},   {"resume", 1, 0, 'R'},  {"commit-every", 1, 0, 'K'},
         {"pace-us", 1, 0, 'P'}, {"local-size", 1, 0, 'l'}, {"job", 1, 0, 'j'},     {"attach-only", 0, 0, 'a'},
-        {"hold-ms", 1, 0, 'D'}, {"help", 0, 0, 'h'},       {0, 0, 0, 0},
+        {"hold-ms", 1, 0, 'D'}, {"wait-peers", 0, 0, 'W'}, {"help", 0, 0, 'h'},    {0, 0, 0, 0},
     };
     int ch, attach_only = 0;
     while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -531,6 +535,9 @@ int main(int argc, char **argv)
             break;
         case 'D':
             o.hold_ms = atoi(optarg);
+            break;
+        case 'W':
+            o.wait_peers = 1;
             break;
         case 'h':
             usage(stdout);
