@@ -467,7 +467,82 @@ static void usage(FILE *f)
                "See the comment at the top of tests/prog_resume.c.\n");
 }
 
-int main(int argc, char **argv)
+/* One option into o; 0, else the exit code. */
+static int set_opt(int ch, const char *arg, int *attach_only)
+{
+    switch (ch) {
+    case 's':
+        o.sock = arg;
+        break;
+    case 'H':
+        o.heap = arg;
+        break;
+    case 'r':
+        o.rank = (uint32_t)atoi(arg);
+        break;
+    case 'w':
+        o.world = (uint32_t)atoi(arg);
+        break;
+    case 'k':
+        if (hsz_parse_size(arg, &o.chunk)) {
+            usage(stderr);
+            return 2;
+        }
+        break;
+    case 'v':
+        if (hsz_parse_size(arg, &o.va)) {
+            usage(stderr);
+            return 2;
+        }
+        break;
+    case 'p':
+        o.persist = atoi(arg);
+        break;
+    case 'S':
+        o.seed = strtoull(arg, NULL, 0);
+        break;
+    case 'o':
+        o.ops = atoi(arg);
+        break;
+    case 'm':
+        o.max_size = strtoull(arg, NULL, 0);
+        break;
+    case 'R':
+        o.resume = arg;
+        break;
+    case 'K':
+        o.commit_every = atoi(arg);
+        break;
+    case 'P':
+        o.pace_us = atoi(arg);
+        break;
+    case 'l':
+        o.local = (uint32_t)atoi(arg);
+        break;
+    case 'j':
+        o.job = arg;
+        break;
+    case 'a':
+        *attach_only = 1;
+        break;
+    case 'D':
+        o.hold_ms = atoi(arg);
+        break;
+    case 'W':
+        o.wait_peers = 1;
+        break;
+    case 'h':
+        usage(stdout);
+        exit(0);
+    default:
+        usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+/* Options into o; 0, else the exit code. */
+static int parse_args(int argc, char **argv, int *attach_only)
 {
     static const struct option lo[] = {
         {"socket", 1, 0, 's'},  {"heap", 1, 0, 'H'},       {"rank", 1, 0, 'r'},    {"world", 1, 0, 'w'},
@@ -476,81 +551,24 @@ int main(int argc, char **argv)
         {"pace-us", 1, 0, 'P'}, {"local-size", 1, 0, 'l'}, {"job", 1, 0, 'j'},     {"attach-only", 0, 0, 'a'},
         {"hold-ms", 1, 0, 'D'}, {"wait-peers", 0, 0, 'W'}, {"help", 0, 0, 'h'},    {0, 0, 0, 0},
     };
-    int ch, attach_only = 0;
+    int ch;
     while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-        switch (ch) {
-        case 's':
-            o.sock = optarg;
-            break;
-        case 'H':
-            o.heap = optarg;
-            break;
-        case 'r':
-            o.rank = (uint32_t)atoi(optarg);
-            break;
-        case 'w':
-            o.world = (uint32_t)atoi(optarg);
-            break;
-        case 'k':
-            if (hsz_parse_size(optarg, &o.chunk)) {
-                usage(stderr);
-                return 2;
-            }
-            break;
-        case 'v':
-            if (hsz_parse_size(optarg, &o.va)) {
-                usage(stderr);
-                return 2;
-            }
-            break;
-        case 'p':
-            o.persist = atoi(optarg);
-            break;
-        case 'S':
-            o.seed = strtoull(optarg, NULL, 0);
-            break;
-        case 'o':
-            o.ops = atoi(optarg);
-            break;
-        case 'm':
-            o.max_size = strtoull(optarg, NULL, 0);
-            break;
-        case 'R':
-            o.resume = optarg;
-            break;
-        case 'K':
-            o.commit_every = atoi(optarg);
-            break;
-        case 'P':
-            o.pace_us = atoi(optarg);
-            break;
-        case 'l':
-            o.local = (uint32_t)atoi(optarg);
-            break;
-        case 'j':
-            o.job = optarg;
-            break;
-        case 'a':
-            attach_only = 1;
-            break;
-        case 'D':
-            o.hold_ms = atoi(optarg);
-            break;
-        case 'W':
-            o.wait_peers = 1;
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
-        }
+        int rc = set_opt(ch, optarg, attach_only);
+        if (rc)
+            return rc;
     }
     if (!o.heap || !o.world || o.max_size == 0) {
         usage(stderr);
         return 2;
     }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int attach_only = 0, rc = parse_args(argc, argv, &attach_only);
+    if (rc)
+        return rc;
     plan();
     c = heapc_connect(o.sock);
     if (!c || heapc_err(c))
