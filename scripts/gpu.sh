@@ -18,6 +18,7 @@
 # against a file load of the same bytes);
 # check_nccl with real NCCL; nccl_bench; torch's anchors; python/heapd with
 # torch on the GPU (tests/gpu/test_torch_gpu.py) and bench/torch_bench.py;
+# examples/train_resume.py killed and resumed on the GPU (issue 29);
 # heapd's clean stop.
 # Prints a table LAST: test | result, then the timings and the bench table.
 #
@@ -319,6 +320,16 @@ EOF
         step tb 120 env $PYENV "$PYT" bench/torch_bench.py $BOPT --build "$B" --json "$O/torch_bench.json"
         if [ $rc = 0 ]; then result torch_bench ok "$(grep -c '^torch_bench ' "$T/tb.out") figures"; \
         else result torch_bench FAIL "$(why $rc)"; fi
+        # issue 29: examples/train_resume.py on the GPU, killed on every rank and resumed
+        # (tests/it_resume_example.sh with its own cuda heapd; make check runs it on the host).
+        if [ $BE = cuda ]; then
+            step rex 150 env BUILD="$B" HEAPD_SRC="$(pwd)" HEAPD_PYTHON="$PYT" RESUME_BACKEND=cuda \
+                sh tests/it_resume_example.sh
+            if [ $rc = 0 ]; then result resume_example ok "$(grep -m1 '^loss:' "$T/rex.out")"
+            else result resume_example FAIL "$(why $rc): $(grep -m1 '^FAIL' "$T/rex.out")"; fi
+        else
+            result resume_example skipped "host dry run: make check runs tests/it_resume_example.sh"
+        fi
     fi
 
     # 6. heapd stops cleanly.

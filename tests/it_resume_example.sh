@@ -11,12 +11,17 @@
 # initial loss; the job then makes every step, and its losses are those of
 # the same job never killed (run after it on another heap), to the printed
 # digit; heapctl drop releases the heap. Skips visibly without torch or under a sanitizer build (python
-# cannot load an ASan libheapc; it_python skips too). Run by tests/run.sh.
+# cannot load an ASan libheapc; it_python skips too). Run by tests/run.sh;
+# scripts/gpu.sh runs it with RESUME_BACKEND=cuda (a cuda heapd, the state on
+# the GPU).
 set -u
 BUILD=${BUILD:-build}
 SRC=${HEAPD_SRC:-$(pwd)}
 PY=${HEAPD_PYTHON:-/usr/bin/python3}
 STEPS=${RESUME_STEPS:-240}
+BACKEND=${RESUME_BACKEND:-host} # scripts/gpu.sh: cuda (the state on the GPU)
+DEVOPT=--cpu
+[ "$BACKEND" = cuda ] && DEVOPT=
 . "$SRC/tests/lib.sh"
 lib_tmpdir rex
 S=$T/heapd.sock
@@ -32,9 +37,9 @@ if nm -D "$BUILD/libheapc.so" 2>/dev/null | grep -q __asan_init; then
 fi
 cat >"$T/heapd.conf" <<EOF
 socket = $S
-backend = host
+backend = $BACKEND
 log_level = info
-chunk_size = 1M
+chunk_size = 2M
 va_size = 1G
 collect_timeout_ms = 30000
 max_persist = 600
@@ -49,7 +54,7 @@ start() { # start TAG [HEAP]: both ranks, output in $T/TAG.R
     for r in 0 1; do
         env RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 TORCHELASTIC_RUN_ID=rex1 HEAPD_SOCKET="$S" \
             HEAPC_LIB="$BUILD/libheapc.so" PYTHONDONTWRITEBYTECODE=1 \
-            "$PY" "$SRC/examples/train_resume.py" --cpu --heap "${2:-rex}" --steps "$STEPS" --step-ms 15 --persist 300 \
+            "$PY" "$SRC/examples/train_resume.py" $DEVOPT --chunk 2M --heap "${2:-rex}" --steps "$STEPS" --step-ms 15 --persist 300 \
             >"$T/$1.$r" 2>"$T/$1.$r.err" &
         rpids="$rpids $!"
     done
