@@ -6,9 +6,11 @@
 # Rounds (different seeds, world 2, and one of world 4): every rank runs a
 # seeded workload (named allocations of random sizes on 64 KiB chunks, so
 # that growths are frequent, pattern writes, frees, collects, commits of the
-# marker "step") and is killed with SIGKILL at a point drawn from the seed:
-# when one rank's log is that long and its last line says it is in an
-# allocation (maybe a growth), a collect, a free or a commit. The heap stays
+# marker "step") and is killed with SIGKILL at a point drawn from the seed,
+# once one rank's log is that long: every rank at once (wherever each is:
+# mid-allocation, maybe a growth, mid-write, mid-release, mid-collect), or
+# that rank alone and then each other rank once it is blocked in a
+# collective waiting for it (mid-collect, mid-growth, mid-commit). The heap stays
 # (persist); the ranks restart with --resume and re-attach. Checked: each
 # rank's live set is exact against its own log (prog_resume: blocks logged
 # and not freed are live with their seq, offset, size and name; blocks whose
@@ -74,7 +76,6 @@ hclients() {
 detached() { [ "$(hclients "$1")" = 0 ]; }
 gone() { [ -z "$(hclients "$1")" ]; }
 lines() { wc -l <"$1" 2>/dev/null || echo 0; }
-last_is() { tail -n 1 "$1" 2>/dev/null | grep -q "^$2"; }
 settle_fds() {
     n=0
     while [ "$(nfds)" != "$1" ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
