@@ -14,8 +14,11 @@
 # allocation triggers a collect, with and without the old sync hook);
 # `heapctl stats` while a heap is
 # attached (DEVICE_FREE/TOTAL must be nonzero); gpu_bench against that heapd;
+# reattach_bench (issue 29: re-attach to a kept 16 GiB heap, <= 100 ms per rank,
+# against a file load of the same bytes);
 # check_nccl with real NCCL; nccl_bench; torch's anchors; python/heapd with
 # torch on the GPU (tests/gpu/test_torch_gpu.py) and bench/torch_bench.py;
+# examples/train_resume.py killed and resumed on the GPU (issue 29);
 # heapd's clean stop.
 # Prints a table LAST: test | result, then the timings and the bench table.
 #
@@ -34,11 +37,11 @@
 # check runs it (tests/it_gpu_host.sh).
 set -u
 B=${1:-build-gpu}
-BE=cuda; RANKOPT=; BENCHOPT=; NBOPT=; SFOPT=; RTTOPT=; SCALE=1; BUDGET=${GPU_SH_BUDGET:-330}
+BE=cuda; RANKOPT=; BENCHOPT=; NBOPT=; SFOPT=; RTTOPT=; RAOPT="--size 16G --chunk 256M"; SCALE=1; BUDGET=${GPU_SH_BUDGET:-330}
 if [ "${GPU_SH_HOST:-0}" = 1 ]; then
     # The dry run runs in make check, on a loaded 2-core machine and under
     # ASan: the step timeouts are 4 times longer, the budget 900 s.
-    BE=host; RANKOPT="--host --chunk 32M"; BENCHOPT="--backend host --sizes 4K,2M,64M"; NBOPT="--iters 20000 --max-blocks 10000"; SFOPT=--host
+    BE=host; RANKOPT="--host --chunk 32M"; RAOPT="--host --size 128M --chunk 16M"; BENCHOPT="--backend host --sizes 4K,2M,64M"; NBOPT="--iters 20000 --max-blocks 10000"; SFOPT=--host
     # make check's sanitizer pass: heapd validates its heap at every call
     RTTOPT="--quick --mem-blocks 10000"
     [ "${HEAPD_VALIDATING:-}" = 1 ] && NBOPT="--iters 20000 --max-blocks 1000" && RTTOPT="--quick --iters 200 --mem-blocks 1000"
@@ -204,6 +207,31 @@ EOF
     step bench 120 "$B/bench/gpu_bench" --socket "$S" --require-gpu $BENCHOPT --json "$O/gpu_bench.json"
     if [ $rc = 0 ]; then result gpu_bench ok; else result gpu_bench FAIL "$(why $rc)"; fi
 
+    # 5e. issue 29: a restarted job gets its heap back. 2 ranks fill a heap (16 GiB per rank
+    # in 256 MiB chunks on the GPU), exit; heapd keeps it; new ranks re-attach: per rank,
+    # attach + map of every chunk + a checksum of the whole copy (a kernel), against
+    # reading the same bytes from a file on local disk into the heap (warm page cache).
+    # GPU_SH_REATTACH_FILE (a size) shortens the file (the figure is then scaled).
+    if [ -x "$B/bench/reattach_bench" ]; then
+        echo; echo "== reattach_bench (issue 29: re-attach against a file load)"
+        step ra 90 "$B/bench/reattach_bench" --socket "$S" $RAOPT --file-dir "$T" \
+            ${GPU_SH_REATTACH_FILE:+--file-size "$GPU_SH_REATTACH_FILE"} --json "$T/reattach.json"
+        ram=$(sed -n 's/^reattach_ms_per_rank \([0-9.]*\).*/\1/p' "$T/ra.out")
+        raf=$(sed -n 's/^file_load_ms \([0-9.]*\).*/\1/p' "$T/ra.out")
+        echo "reattach reattach_ms_per_rank ${ram:-?}" >>"$T/timings.txt"
+        echo "reattach file_load_ms ${raf:-?}" >>"$T/timings.txt"
+        rad="re-attach + map + checksum ${ram:-?} ms per rank (slowest), file load ${raf:-?} ms (warm), x$(sed -n 's/^file_load_over_reattach //p' "$T/ra.out")"
+        [ $BE = host ] && rad="host dry run, small heap: $rad"
+        "$B/heapctl" --socket "$S" drop reattach >/dev/null 2>&1
+        if [ $rc != 0 ]; then
+            result reattach FAIL "$(why $rc): $(grep -m1 -E 'FAIL|reattach_bench:' "$T/ra.out")"
+        elif [ $BE = cuda ] && ! awk -v v="${ram:-1e9}" 'BEGIN { exit !(v <= 100) }'; then
+            result reattach FAIL "over 100 ms: $rad"
+        else
+            result reattach ok "$rad"
+        fi
+    fi
+
     # 5a. issue 16: alloc on the request ring, on the socket and the raw ping-pong
     # (1, 2, 4, 8 clients; its own host-backend heapd), heapd's idle CPU.
     if [ -x "$B/bench/rtt_bench" ]; then
@@ -292,6 +320,16 @@ EOF
         step tb 120 env $PYENV "$PYT" bench/torch_bench.py $BOPT --build "$B" --json "$O/torch_bench.json"
         if [ $rc = 0 ]; then result torch_bench ok "$(grep -c '^torch_bench ' "$T/tb.out") figures"; \
         else result torch_bench FAIL "$(why $rc)"; fi
+        # issue 29: examples/train_resume.py on the GPU, killed on every rank and resumed
+        # (tests/it_resume_example.sh with its own cuda heapd; make check runs it on the host).
+        if [ $BE = cuda ]; then
+            step rex 150 env BUILD="$B" HEAPD_SRC="$(pwd)" HEAPD_PYTHON="$PYT" RESUME_BACKEND=cuda \
+                sh tests/it_resume_example.sh
+            if [ $rc = 0 ]; then result resume_example ok "$(grep -m1 '^loss:' "$T/rex.out")"
+            else result resume_example FAIL "$(why $rc): $(grep -m1 '^FAIL' "$T/rex.out")"; fi
+        else
+            result resume_example skipped "host dry run: make check runs tests/it_resume_example.sh"
+        fi
     fi
 
     # 6. heapd stops cleanly.

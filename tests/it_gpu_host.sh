@@ -23,7 +23,7 @@ case $BUILD in /*) B=$BUILD;; *) B=$HEAPD_SRC/$BUILD;; esac
 OUT=$W/out GPU_SH_HOST=1 sh scripts/gpu.sh "$B" >"$W/run.log" 2>&1; rc=$?
 R=$W/out/results.txt
 if [ $rc = 0 ]; then ok "gpu.sh host dry run: exit 0"; else fail "gpu.sh host dry run: exit $rc"; tail -60 "$W/run.log"; fi
-for t in build check_backend heapd_start gpu_ranks_2 gpu_ranks_4 gpu_ranks_default_sync stream_free heapctl_stats gpu_bench \
+for t in build check_backend heapd_start gpu_ranks_2 gpu_ranks_4 gpu_ranks_default_sync stream_free heapctl_stats gpu_bench reattach \
          check_nccl nccl_bench heapd_stop; do
     if grep -q "^$t|ok|" "$R" 2>/dev/null; then ok "step $t: ok"; else fail "step $t: $(grep "^$t|" "$R" 2>/dev/null || echo 'not run')"; fi
 done
@@ -39,6 +39,9 @@ fi
 # the figures the GPU table is made of (issue 18's: the triggering allocation, both rounds)
 for k in alloc_stream_us_slowest_rank alloc_hook_us_slowest_rank; do
     if grep -q "stream_free $k [0-9]" "$W/out/gpu.log"; then ok "timing stream_free $k"; else fail "timing stream_free $k missing from gpu.log"; fi
+done
+for k in reattach_ms_per_rank file_load_ms; do
+    if grep -q "reattach $k [0-9]" "$W/out/gpu.log"; then ok "timing reattach $k"; else fail "timing reattach $k missing from gpu.log"; fi
 done
 for k in growth_slowest_rank_us growth_median_rank_us alloc_rtt_median_us attach_us; do
     if grep -q "ranks4 $k [0-9]" "$W/out/gpu.log"; then ok "timing ranks4 $k"; else fail "timing ranks4 $k missing from gpu.log"; fi
