@@ -237,8 +237,10 @@ typedef struct heapc_params {
  * chunks and those of every rank this heapd serves (local peers), each rank
  * in its own reserved range of va_size bytes. Collective: returns when every
  * rank has attached (HEAPC_ETIMEOUT otherwise). A rank that attaches again
- * after its connection ended continues at its own allocation number and
- * holds what it held (heapc_resumed, heapc_live, heapc_lookup): also after
+ * after a crash, or to a heap with no client, continues at the heap's
+ * allocation number (after a clean detach while peers stayed: at its own)
+ * and holds what it held, its peers' allocations since included
+ * (heapc_resumed, heapc_live, heapc_lookup): also after
  * every rank was gone, for a heap kept by persist (issue 29: the heap's
  * generation counts such re-attaches; another uid, job secret or parameter
  * set is refused with HEAPC_EMISMATCH or HEAPC_EDENIED naming which).
