@@ -146,7 +146,7 @@ EXAMPLES   := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRC))
 # the same objects. `nm -D --defined-only` lists heapc_* / hnccl_* only.
 $(CLIENT_OBJ) $(CLIENT_NCCL_OBJ) $(COMMON_OBJ): VISIBILITY := -fvisibility=hidden
 
-ALL_OBJ := $(COMMON_OBJ) $(DAEMON_OBJ) $(CLIENT_OBJ) $(CLIENT_NCCL_OBJ) $(call obj,$(CLIENT_PRELOAD_SRC) $(CLIENT_TORCH_SRC) $(NCCL_STUB_SRC)) $(call obj,$(DAEMON_MAINS) $(HEAPSIM_SRC) $(CLIENT_MAINS) $(TEST_SRC) $(TPROG_SRC) $(BENCH_SRC) $(EXAMPLE_SRC))
+ALL_OBJ := $(COMMON_OBJ) $(DAEMON_OBJ) $(CLIENT_OBJ) $(CLIENT_NCCL_OBJ) $(call obj,$(CLIENT_PRELOAD_SRC) $(CLIENT_TORCH_SRC) $(NCCL_STUB_SRC)) $(call obj,$(DAEMON_MAINS) $(HEAPSIM_SRC) $(CLIENT_MAINS) $(HEAPCTL_SRC) $(TEST_SRC) $(TPROG_SRC) $(BENCH_SRC) $(EXAMPLE_SRC))
 
 # Keep intermediate files (the generated protobuf sources) between runs.
 .SECONDARY:
