@@ -199,11 +199,9 @@ void hd_heap_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Colle
 {
     (void)r;
     hd_binding *b = hd_peer_binding(c);
-    hd_heap *h = b->heap;
-    if (!h || !h->formed) {
-        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "collect before attach: attach to a heap first");
+    hd_heap *h = hh_formed_heap(c, id, "collect");
+    if (!h)
         return;
-    }
     if (hh_poison_check(h, c, id))
         return;
     hd_rank *k = &h->ranks[b->rank];

@@ -210,11 +210,9 @@ void hd_heap_commit(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Commit
 {
     (void)r;
     hd_binding *b = hd_peer_binding(c);
-    hd_heap *h = b->heap;
-    if (!h || !h->formed) {
-        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "commit before attach: attach to a heap first");
+    hd_heap *h = hh_formed_heap(c, id, "commit");
+    if (!h)
         return;
-    }
     if (hh_poison_check(h, c, id) || commit_check(h, c, id, m) || peer_gone(h, c, id))
         return;
     struct hh_commit *s = commit_state(h);

@@ -261,6 +261,9 @@ void hh_heap_client_back(hd_heap *h);
  * timeout_ms, then the registry's heap_timeout. */
 void hh_arm_timer(hd_heap *h, bool attach);
 hd_heap *hh_heap_find(hd_registry *r, const char *name);
+/* The formed heap c is attached to; NULL if none, request id answered
+ * ERR_STATE "<what> before attach: attach to a heap first". */
+hd_heap *hh_formed_heap(hd_peer *c, uint64_t id, const char *what);
 /* Bookkeeping heapd keeps for heap h that quota_uid charges besides its
  * chunks: the allocator's (ha_meta_bytes of its extent, ha_block_bytes) and
  * hh_heap_log_bytes. */

@@ -296,6 +296,16 @@ hd_heap *hh_heap_find(hd_registry *r, const char *name)
     return NULL;
 }
 
+hd_heap *hh_formed_heap(hd_peer *c, uint64_t id, const char *what)
+{
+    hd_heap *h = hd_peer_binding(c)->heap;
+    if (!h || !h->formed) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "%s before attach: attach to a heap first", what);
+        return NULL;
+    }
+    return h;
+}
+
 static void registry_closed(uv_handle_t *h) { free(h->data); }
 
 void hd_registry_destroy(hd_registry *r)
