@@ -152,12 +152,4 @@ static Suite *commit_suite(void)
     return s;
 }
 
-int main(void)
-{
-    /* libuv's first loop opens a process-wide pipe it never closes: open it
-     * before any test counts fds. */
-    uv_loop_t l;
-    if (uv_loop_init(&l) == 0)
-        uv_loop_close(&l);
-    return cku_run(commit_suite());
-}
+int main(void) { return ckw_main(commit_suite()); }

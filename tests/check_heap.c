@@ -13,11 +13,9 @@
 
 #include <uv.h>
 
-#include "check_util.h"
-#include "heap.h"
-
 #define MAXREC 256
 #define NPEER  8
+#include "check_wing_fixture.h"
 
 /* ---- the recording sink ------------------------------------------------- */
 
@@ -132,54 +130,15 @@ static const hd_reply_ops sink = {
 
 /* ---- fixture ------------------------------------------------------------ */
 
-static uv_loop_t loop;
-static hb_backend *be;
-static hd_registry *reg;
-static hd_peer peers[NPEER];
-static int fds_before;
-
-static int privileged(const hd_peer *p, long gid)
-{
-    (void)gid;
-    return p->uid == 0;
-}
-
 static void setup(void)
 {
-    char err[256];
-    fds_before = cku_count_fds();
     nrecs = 0;
-    ck_assert_int_eq(uv_loop_init(&loop), 0);
-    ck_assert_msg(hb_open("host", &be, err, sizeof err) == 0, "%s", err);
     hd_config cfg;
     hd_config_defaults(&cfg);
-    ck_assert_int_eq(hd_registry_create(&loop, be, &cfg, &reg), 0);
-    for (int i = 0; i < NPEER; i++) {
-        memset(&peers[i], 0, sizeof peers[i]);
-        peers[i].pid = 1000 + i;
-        peers[i].uid = 4242;
-        peers[i].privileged = privileged;
-        peers[i].out = &sink;
-        peers[i].data = (void *)(intptr_t)i;
-    }
+    ckw_start(&cfg, &sink, 1000);
 }
 
-static void teardown(void)
-{
-    for (int i = 0; i < NPEER; i++)
-        hd_heap_conn_closed(reg, &peers[i]);
-    hd_registry_destroy(reg);
-    uv_run(&loop, UV_RUN_NOWAIT);
-    ck_assert_int_eq(uv_loop_close(&loop), 0);
-    hb_close(be);
-    ck_assert_int_eq(cku_count_fds(), fds_before);
-}
-
-static void validate(void)
-{
-    char why[512];
-    ck_assert_msg(hd_heap_validate(reg, why, sizeof why) == 0, "%s", why);
-}
+static void teardown(void) { ckw_stop(); }
 
 static void attach(int peer, uint32_t rank, uint32_t world, uint32_t timeout_ms)
 {
@@ -575,12 +534,4 @@ static Suite *heap_suite(void)
     return s;
 }
 
-int main(void)
-{
-    /* libuv's first loop opens a process-wide pipe it never closes: open it
-     * before any test counts fds. */
-    uv_loop_t l;
-    if (uv_loop_init(&l) == 0)
-        uv_loop_close(&l);
-    return cku_run(heap_suite());
-}
+int main(void) { return ckw_main(heap_suite()); }

@@ -23,18 +23,15 @@
 #include "heapd.pb-c.h"
 #include "wire.h"
 #include "check_util.h"
+#include "check_fake.h"
 
 #define CHUNK (64u << 10)
 
 /* ---- fake heapd ---------------------------------------------------------- */
 
 typedef struct fake {
-    char path[108];
-    int lfd, fd;
-    hw_reader rd;
-    pthread_t th;
+    ckf_fake k; /* first: the scripts cast it back */
     void (*script)(struct fake *);
-    char fail[512];   /* first script failure */
     int chunks[2][4]; /* memfds: [rank][index] */
     /* what the client sent */
     uint64_t free_offsets[64];
@@ -42,58 +39,6 @@ typedef struct fake {
     uint64_t collect_seq[8];
     size_t ncollect;
 } fake;
-
-static void ffail(fake *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void ffail(fake *f, const char *fmt, ...)
-{
-    if (f->fail[0])
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(f->fail, sizeof f->fail, fmt, ap);
-    va_end(ap);
-}
-
-/* Next request; NULL on EOF or error. The caller frees it. */
-static Heapd__Frame *frecv(fake *f)
-{
-    hw_frame raw;
-    char err[256];
-    int rc = hw_recv_frame(f->fd, &f->rd, &raw, 5000, err, sizeof err);
-    if (rc != HW_FRAME)
-        return NULL;
-    Heapd__Frame *m = heapd__frame__unpack(NULL, raw.len, raw.data);
-    hw_frame_free(&raw);
-    if (!m)
-        ffail(f, "fake heapd: undecodable frame");
-    return m;
-}
-
-static Heapd__Frame *fexpect(fake *f, Heapd__Frame__BodyCase want)
-{
-    Heapd__Frame *m = frecv(f);
-    if (!m) {
-        ffail(f, "fake heapd: connection ended, expected body %d", (int)want);
-        return NULL;
-    }
-    if (m->body_case != want) {
-        ffail(f, "fake heapd: got body %d, expected %d", (int)m->body_case, (int)want);
-        heapd__frame__free_unpacked(m, NULL);
-        return NULL;
-    }
-    return m;
-}
-
-static void fsend(fake *f, Heapd__Frame *rep, const int *fds, size_t nfds)
-{
-    size_t len = heapd__frame__get_packed_size(rep);
-    unsigned char *buf = malloc(len ? len : 1);
-    heapd__frame__pack(rep, buf);
-    char err[256];
-    if (hw_send_frame(f->fd, buf, len, fds, nfds, err, sizeof err) < 0)
-        ffail(f, "fake heapd: send failed: %s", err);
-    free(buf);
-}
 
 static void freply_error(fake *f, uint64_t id, Heapd__ErrCode code, const char *msg)
 {
@@ -104,7 +49,7 @@ static void freply_error(fake *f, uint64_t id, Heapd__ErrCode code, const char *
     rep.id = id;
     rep.body_case = HEAPD__FRAME__BODY_ERROR;
     rep.error = &e;
-    fsend(f, &rep, NULL, 0);
+    ckf_send(&f->k, &rep, NULL, 0);
 }
 
 /* heapd's ERR_ASYMMETRY of a poisoned heap: allocation n, ranks[i] asked
@@ -122,37 +67,17 @@ static void freply_asym(fake *f, uint64_t id, uint64_t n, uint32_t *ranks, uint6
     rep.id = id;
     rep.body_case = HEAPD__FRAME__BODY_ERROR;
     rep.error = &e;
-    fsend(f, &rep, NULL, 0);
-}
-
-static int fhello(fake *f)
-{
-    Heapd__Frame *m = fexpect(f, HEAPD__FRAME__BODY_HELLO);
-    if (!m)
-        return -1;
-    if (m->hello->version != 1)
-        ffail(f, "fake heapd: Hello version %u", m->hello->version);
-    Heapd__HelloReply hr = HEAPD__HELLO_REPLY__INIT;
-    hr.version = 1;
-    hr.server = "fake-heapd 0";
-    hr.backend = "host";
-    Heapd__Frame rep = HEAPD__FRAME__INIT;
-    rep.id = m->id;
-    rep.body_case = HEAPD__FRAME__BODY_HELLO_REPLY;
-    rep.hello_reply = &hr;
-    fsend(f, &rep, NULL, 0);
-    heapd__frame__free_unpacked(m, NULL);
-    return 0;
+    ckf_send(&f->k, &rep, NULL, 0);
 }
 
 /* Attach as rank 0 of 2, both local, one chunk each. */
 static int fattach(fake *f)
 {
-    Heapd__Frame *m = fexpect(f, HEAPD__FRAME__BODY_ATTACH);
+    Heapd__Frame *m = ckf_expect(&f->k, HEAPD__FRAME__BODY_ATTACH);
     if (!m)
         return -1;
     if (strcmp(m->attach->heap, "h") || m->attach->rank != 0 || m->attach->world_size != 2)
-        ffail(f, "fake heapd: unexpected Attach");
+        ckf_fail(&f->k, "fake heapd: unexpected Attach");
     Heapd__HeapParams hp = HEAPD__HEAP_PARAMS__INIT;
     hp.chunk_size = CHUNK;
     hp.initial_size = CHUNK;
@@ -183,7 +108,7 @@ static int fattach(fake *f)
     rep.body_case = HEAPD__FRAME__BODY_ATTACH_REPLY;
     rep.attach_reply = &ar;
     int fds[2] = {f->chunks[1][0], f->chunks[0][0]};
-    fsend(f, &rep, fds, 2);
+    ckf_send(&f->k, &rep, fds, 2);
     heapd__frame__free_unpacked(m, NULL);
     return 0;
 }
@@ -218,7 +143,7 @@ static void falloc_reply(fake *f, uint64_t id, uint64_t seq, uint64_t off, uint6
     rep.id = id;
     rep.body_case = HEAPD__FRAME__BODY_ALLOC_REPLY;
     rep.alloc_reply = &ar;
-    fsend(f, &rep, fds, nfds);
+    ckf_send(&f->k, &rep, fds, nfds);
 }
 
 /* Handles Free (records offsets) and Collect (records seq) until a request
@@ -226,7 +151,7 @@ static void falloc_reply(fake *f, uint64_t id, uint64_t seq, uint64_t off, uint6
 static Heapd__Frame *fserve_frees(fake *f)
 {
     for (;;) {
-        Heapd__Frame *m = frecv(f);
+        Heapd__Frame *m = ckf_recv(&f->k);
         if (!m)
             return NULL;
         if (m->body_case == HEAPD__FRAME__BODY_FREE) {
@@ -239,7 +164,7 @@ static Heapd__Frame *fserve_frees(fake *f)
             rep.id = m->id;
             rep.body_case = HEAPD__FRAME__BODY_FREE_REPLY;
             rep.free_reply = &fr;
-            fsend(f, &rep, NULL, 0);
+            ckf_send(&f->k, &rep, NULL, 0);
         } else if (m->body_case == HEAPD__FRAME__BODY_COLLECT) {
             if (f->ncollect < 8)
                 f->collect_seq[f->ncollect++] = m->collect->seq;
@@ -250,7 +175,7 @@ static Heapd__Frame *fserve_frees(fake *f)
             rep.id = m->id;
             rep.body_case = HEAPD__FRAME__BODY_COLLECT_REPLY;
             rep.collect_reply = &cr;
-            fsend(f, &rep, NULL, 0);
+            ckf_send(&f->k, &rep, NULL, 0);
         } else {
             return m;
         }
@@ -261,41 +186,28 @@ static Heapd__Frame *fserve_frees(fake *f)
 static void fdetach(fake *f, Heapd__Frame *m)
 {
     if (!m || m->body_case != HEAPD__FRAME__BODY_DETACH) {
-        ffail(f, "fake heapd: expected Detach, got body %d", m ? (int)m->body_case : -1);
+        ckf_fail(&f->k, "fake heapd: expected Detach, got body %d", m ? (int)m->body_case : -1);
     } else {
         Heapd__DetachReply dr = HEAPD__DETACH_REPLY__INIT;
         Heapd__Frame rep = HEAPD__FRAME__INIT;
         rep.id = m->id;
         rep.body_case = HEAPD__FRAME__BODY_DETACH_REPLY;
         rep.detach_reply = &dr;
-        fsend(f, &rep, NULL, 0);
+        ckf_send(&f->k, &rep, NULL, 0);
     }
     if (m)
         heapd__frame__free_unpacked(m, NULL);
 }
 
-static void *fake_main(void *arg)
+static void fake_script(ckf_fake *k)
 {
-    fake *f = arg;
-    f->fd = accept(f->lfd, NULL, NULL);
-    if (f->fd < 0) {
-        ffail(f, "fake heapd: accept: %s", strerror(errno));
-        return NULL;
-    }
-    hw_reader_init(&f->rd);
+    fake *f = (fake *)k;
     f->script(f);
-    hw_reader_free(&f->rd);
-    close(f->fd);
-    return NULL;
 }
 
 static void fake_start(fake *f, void (*script)(fake *))
 {
     memset(f, 0, sizeof *f);
-    snprintf(f->path, sizeof f->path, "/tmp/check_heapc.%ld.sock", (long)getpid());
-    char err[256];
-    f->lfd = hw_listen_unix(f->path, 4, err, sizeof err);
-    ck_assert_msg(f->lfd >= 0, "listen: %s", err);
     for (int r = 0; r < 2; r++)
         for (int i = 0; i < 4; i++) {
             f->chunks[r][i] = memfd_create("check_heapc", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -305,18 +217,16 @@ static void fake_start(fake *f, void (*script)(fake *))
             ck_assert_int_eq(fcntl(f->chunks[r][i], F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
         }
     f->script = script;
-    ck_assert_int_eq(pthread_create(&f->th, NULL, fake_main, f), 0);
+    ckf_start(&f->k, "check_heapc", fake_script);
 }
 
 static void fake_stop(fake *f)
 {
-    pthread_join(f->th, NULL);
-    close(f->lfd);
-    unlink(f->path);
+    ckf_stop(&f->k);
     for (int r = 0; r < 2; r++)
         for (int i = 0; i < 4; i++)
             close(f->chunks[r][i]);
-    ck_assert_msg(f->fail[0] == 0, "%s", f->fail);
+    ck_assert_msg(f->k.fail[0] == 0, "%s", f->k.fail);
 }
 
 static unsigned char chunk_byte(fake *f, int rank, int index, size_t at)
@@ -388,25 +298,25 @@ END_TEST
 
 static void script_session(fake *f)
 {
-    if (fhello(f) || fattach(f))
+    if (ckf_hello(&f->k) || fattach(f))
         return;
     /* alloc 0: plain */
-    Heapd__Frame *m = fexpect(f, HEAPD__FRAME__BODY_ALLOC);
+    Heapd__Frame *m = ckf_expect(&f->k, HEAPD__FRAME__BODY_ALLOC);
     if (!m)
         return;
     if (m->alloc->seq != 0 || m->alloc->size != 100)
-        ffail(f, "alloc 0: seq %lu size %lu", (unsigned long)m->alloc->seq, (unsigned long)m->alloc->size);
+        ckf_fail(&f->k, "alloc 0: seq %lu size %lu", (unsigned long)m->alloc->seq, (unsigned long)m->alloc->size);
     falloc_reply(f, m->id, 0, 0, 512, CHUNK, 0, 0);
     heapd__frame__free_unpacked(m, NULL);
     /* alloc 1: collect_needed, then (after the client's Free + Collect) growth */
-    m = fexpect(f, HEAPD__FRAME__BODY_ALLOC);
+    m = ckf_expect(&f->k, HEAPD__FRAME__BODY_ALLOC);
     if (!m)
         return;
     falloc_reply(f, m->id, 1, 0, 0, 0, 1, 0);
     heapd__frame__free_unpacked(m, NULL);
     m = fserve_frees(f);
     if (!m || m->body_case != HEAPD__FRAME__BODY_ALLOC || m->alloc->seq != 1) {
-        ffail(f, "expected Alloc{1} after the collect");
+        ckf_fail(&f->k, "expected Alloc{1} after the collect");
         if (m)
             heapd__frame__free_unpacked(m, NULL);
         return;
@@ -414,14 +324,14 @@ static void script_session(fake *f)
     falloc_reply(f, m->id, 1, CHUNK, CHUNK, 2 * CHUNK, 0, 1);
     heapd__frame__free_unpacked(m, NULL);
     /* alloc 2: heapd refuses with its own message */
-    m = fexpect(f, HEAPD__FRAME__BODY_ALLOC);
+    m = ckf_expect(&f->k, HEAPD__FRAME__BODY_ALLOC);
     if (!m)
         return;
     freply_error(f, m->id, HEAPD__ERR_CODE__ERR_ASYMMETRY,
                  "asymmetric allocation 2 on heap \"h\": rank 1 asked for 7 bytes, rank 0 for 8");
     heapd__frame__free_unpacked(m, NULL);
     /* again, with the figures of a poisoned heap (issue 31) */
-    m = fexpect(f, HEAPD__FRAME__BODY_ALLOC);
+    m = ckf_expect(&f->k, HEAPD__FRAME__BODY_ALLOC);
     if (!m)
         return;
     uint32_t ranks[2] = {0, 1};
@@ -472,7 +382,7 @@ START_TEST(test_session)
     int fds0 = cku_count_fds();
     fake f;
     fake_start(&f, script_session);
-    heapc *c = heapc_connect(f.path);
+    heapc *c = heapc_connect(f.k.path);
     ck_assert_ptr_nonnull(c);
     ck_assert_msg(heapc_err(c) == 0, "%s", heapc_errstr(c));
     ck_assert_str_eq(heapc_server(c), "fake-heapd 0");
@@ -580,12 +490,12 @@ END_TEST
 
 static void script_batch(fake *f)
 {
-    if (fhello(f) || fattach(f))
+    if (ckf_hello(&f->k) || fattach(f))
         return;
     for (uint64_t s = 0; s < 4; s++) {
         Heapd__Frame *m = fserve_frees(f);
         if (!m || m->body_case != HEAPD__FRAME__BODY_ALLOC) {
-            ffail(f, "expected Alloc %lu", (unsigned long)s);
+            ckf_fail(&f->k, "expected Alloc %lu", (unsigned long)s);
             if (m)
                 heapd__frame__free_unpacked(m, NULL);
             return;
@@ -600,7 +510,7 @@ START_TEST(test_free_batch)
 {
     fake f;
     fake_start(&f, script_batch);
-    heapc *c = heapc_connect(f.path);
+    heapc *c = heapc_connect(f.k.path);
     ck_assert_int_eq(heapc_err(c), 0);
     ck_assert_int_eq(heapc_attach(c, "h", 0, 2, NULL), 0);
     ck_assert_int_eq(heapc_set_free_batch(c, 3), 0);
@@ -626,7 +536,7 @@ END_TEST
 
 static void script_dies(fake *f)
 {
-    if (fhello(f) || fattach(f))
+    if (ckf_hello(&f->k) || fattach(f))
         return;
     /* heapd goes away: the connection closes. */
 }
@@ -636,28 +546,28 @@ START_TEST(test_daemon_dies)
     int fds0 = cku_count_fds();
     fake f;
     fake_start(&f, script_dies);
-    heapc *c = heapc_connect(f.path);
+    heapc *c = heapc_connect(f.k.path);
     ck_assert_int_eq(heapc_err(c), 0);
     ck_assert_int_eq(heapc_attach(c, "h", 0, 2, NULL), 0);
     char *base = heapc_base(c, 0);
-    pthread_join(f.th, NULL);
-    f.th = pthread_self();
+    pthread_join(f.k.th, NULL);
+    f.k.th = pthread_self();
     ck_assert_int_eq(heapc_alloc(c, 10, NULL, NULL), HEAPC_ECONN);
     ck_assert_ptr_nonnull(strstr(heapc_errstr(c), "heapd closed the connection"));
     ck_assert_ptr_nonnull(strstr(heapc_errstr(c), "systemctl status heapd"));
-    ck_assert_ptr_nonnull(strstr(heapc_errstr(c), f.path));
+    ck_assert_ptr_nonnull(strstr(heapc_errstr(c), f.k.path));
     ck_assert_int_eq(heapc_collect(c), HEAPC_ECONN);
     /* The mapping stays usable until detach. */
     base[0] = 1;
     ck_assert_int_eq(heapc_detach(c), HEAPC_ECONN);
     ck_assert_ptr_null(heapc_base(c, 0));
     heapc_free_ctx(c);
-    close(f.lfd);
-    unlink(f.path);
+    close(f.k.lfd);
+    unlink(f.k.path);
     for (int r = 0; r < 2; r++)
         for (int i = 0; i < 4; i++)
             close(f.chunks[r][i]);
-    ck_assert_msg(f.fail[0] == 0, "%s", f.fail);
+    ck_assert_msg(f.k.fail[0] == 0, "%s", f.k.fail);
     ck_assert_int_eq(cku_count_fds(), fds0);
 }
 END_TEST

@@ -24,78 +24,17 @@
 #include "heapd.pb-c.h"
 #include "wire.h"
 #include "check_util.h"
+#include "check_fake.h"
 
 #define CHUNK (64u << 10)
 
 /* ---- fake heapd ---------------------------------------------------------- */
 
 typedef struct fake {
-    char path[108];
-    int lfd, fd, chunk;
+    ckf_fake k; /* first: the script casts it back */
+    int chunk;
     int only_attach; /* the script: attach, then Detach */
-    hw_reader rd;
-    pthread_t th;
-    char fail[512]; /* first script failure */
 } fake;
-
-static void ffail(fake *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void ffail(fake *f, const char *fmt, ...)
-{
-    if (f->fail[0])
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(f->fail, sizeof f->fail, fmt, ap);
-    va_end(ap);
-}
-
-static Heapd__Frame *fexpect(fake *f, Heapd__Frame__BodyCase want)
-{
-    hw_frame raw;
-    char err[256];
-    if (hw_recv_frame(f->fd, &f->rd, &raw, 5000, err, sizeof err) != HW_FRAME) {
-        ffail(f, "fake heapd: connection ended, expected body %d", (int)want);
-        return NULL;
-    }
-    Heapd__Frame *m = heapd__frame__unpack(NULL, raw.len, raw.data);
-    hw_frame_free(&raw);
-    if (!m || m->body_case != want) {
-        ffail(f, "fake heapd: got body %d, expected %d", m ? (int)m->body_case : -1, (int)want);
-        if (m)
-            heapd__frame__free_unpacked(m, NULL);
-        return NULL;
-    }
-    return m;
-}
-
-static void fsend(fake *f, Heapd__Frame *rep, const int *fds, size_t nfds)
-{
-    size_t len = heapd__frame__get_packed_size(rep);
-    unsigned char *buf = malloc(len ? len : 1);
-    heapd__frame__pack(rep, buf);
-    char err[256];
-    if (hw_send_frame(f->fd, buf, len, fds, nfds, err, sizeof err) < 0)
-        ffail(f, "fake heapd: send failed: %s", err);
-    free(buf);
-}
-
-static int fhello(fake *f)
-{
-    Heapd__Frame *m = fexpect(f, HEAPD__FRAME__BODY_HELLO);
-    if (!m)
-        return -1;
-    Heapd__HelloReply hr = HEAPD__HELLO_REPLY__INIT;
-    hr.version = 1;
-    hr.server = "fake-heapd 0";
-    hr.backend = "host";
-    Heapd__Frame rep = HEAPD__FRAME__INIT;
-    rep.id = m->id;
-    rep.body_case = HEAPD__FRAME__BODY_HELLO_REPLY;
-    rep.hello_reply = &hr;
-    fsend(f, &rep, NULL, 0);
-    heapd__frame__free_unpacked(m, NULL);
-    return 0;
-}
 
 static void live_block(Heapd__LiveBlock *b, uint64_t seq, uint64_t off, uint64_t size, uint64_t bs, const char *name)
 {
@@ -112,11 +51,12 @@ static void live_block(Heapd__LiveBlock *b, uint64_t seq, uint64_t off, uint64_t
  * that the Attach asked for persist_s 600. */
 static int freattach(fake *f)
 {
-    Heapd__Frame *m = fexpect(f, HEAPD__FRAME__BODY_ATTACH);
+    Heapd__Frame *m = ckf_expect(&f->k, HEAPD__FRAME__BODY_ATTACH);
     if (!m)
         return -1;
     if (!m->attach->params || m->attach->params->persist_s != 600)
-        ffail(f, "fake heapd: Attach persist_s %u, want 600", m->attach->params ? m->attach->params->persist_s : 0);
+        ckf_fail(&f->k, "fake heapd: Attach persist_s %u, want 600",
+                 m->attach->params ? m->attach->params->persist_s : 0);
     Heapd__LiveBlock b1, b2, b3;
     live_block(&b1, 1, 0, 100, 512, "w");
     live_block(&b2, 2, 512, 200, 512, "");
@@ -129,7 +69,7 @@ static int freattach(fake *f)
     bf.id = m->id;
     bf.body_case = HEAPD__FRAME__BODY_LIVE_BATCH;
     bf.live_batch = &lb;
-    fsend(f, &bf, NULL, 0);
+    ckf_send(&f->k, &bf, NULL, 0);
 
     Heapd__HeapParams hp = HEAPD__HEAP_PARAMS__INIT;
     hp.chunk_size = CHUNK;
@@ -167,7 +107,7 @@ static int freattach(fake *f)
     rep.id = m->id;
     rep.body_case = HEAPD__FRAME__BODY_ATTACH_REPLY;
     rep.attach_reply = &ar;
-    fsend(f, &rep, &f->chunk, 1);
+    ckf_send(&f->k, &rep, &f->chunk, 1);
     heapd__frame__free_unpacked(m, NULL);
     return 0;
 }
@@ -183,12 +123,12 @@ static void falloc_reply(fake *f, uint64_t id, uint64_t seq, uint64_t off, uint6
     rep.id = id;
     rep.body_case = HEAPD__FRAME__BODY_ALLOC_REPLY;
     rep.alloc_reply = &ar;
-    fsend(f, &rep, NULL, 0);
+    ckf_send(&f->k, &rep, NULL, 0);
 }
 
 static void fdetach(fake *f)
 {
-    Heapd__Frame *m = fexpect(f, HEAPD__FRAME__BODY_DETACH);
+    Heapd__Frame *m = ckf_expect(&f->k, HEAPD__FRAME__BODY_DETACH);
     if (!m)
         return;
     Heapd__DetachReply dr = HEAPD__DETACH_REPLY__INIT;
@@ -196,7 +136,7 @@ static void fdetach(fake *f)
     drep.id = m->id;
     drep.body_case = HEAPD__FRAME__BODY_DETACH_REPLY;
     drep.detach_reply = &dr;
-    fsend(f, &drep, NULL, 0);
+    ckf_send(&f->k, &drep, NULL, 0);
     heapd__frame__free_unpacked(m, NULL);
 }
 
@@ -208,33 +148,33 @@ static void fserve(fake *f)
         fdetach(f);
         return;
     }
-    Heapd__Frame *m = fexpect(f, HEAPD__FRAME__BODY_ALLOC);
+    Heapd__Frame *m = ckf_expect(&f->k, HEAPD__FRAME__BODY_ALLOC);
     if (!m)
         return;
     if (m->alloc->seq != 5 || m->alloc->size != 64 || strcmp(m->alloc->name, "b"))
-        ffail(f, "alloc 5: seq %lu size %lu name \"%s\"", (unsigned long)m->alloc->seq, (unsigned long)m->alloc->size,
-              m->alloc->name);
+        ckf_fail(&f->k, "alloc 5: seq %lu size %lu name \"%s\"", (unsigned long)m->alloc->seq,
+                 (unsigned long)m->alloc->size, m->alloc->name);
     falloc_reply(f, m->id, 5, 2048, 512);
     heapd__frame__free_unpacked(m, NULL);
 
-    if (!(m = fexpect(f, HEAPD__FRAME__BODY_FREE)))
+    if (!(m = ckf_expect(&f->k, HEAPD__FRAME__BODY_FREE)))
         return;
     if (m->free->n_offsets != 1 || m->free->offsets[0] != 0)
-        ffail(f, "free before commit: %zu offsets", m->free->n_offsets);
+        ckf_fail(&f->k, "free before commit: %zu offsets", m->free->n_offsets);
     Heapd__FreeReply fr = HEAPD__FREE_REPLY__INIT;
     fr.accepted = 1;
     Heapd__Frame rep = HEAPD__FRAME__INIT;
     rep.id = m->id;
     rep.body_case = HEAPD__FRAME__BODY_FREE_REPLY;
     rep.free_reply = &fr;
-    fsend(f, &rep, NULL, 0);
+    ckf_send(&f->k, &rep, NULL, 0);
     heapd__frame__free_unpacked(m, NULL);
 
-    if (!(m = fexpect(f, HEAPD__FRAME__BODY_COMMIT)))
+    if (!(m = ckf_expect(&f->k, HEAPD__FRAME__BODY_COMMIT)))
         return;
     if (strcmp(m->commit->tag, "step") || m->commit->value != 9 || m->commit->seq != 6)
-        ffail(f, "commit: tag %s value %lu seq %lu", m->commit->tag, (unsigned long)m->commit->value,
-              (unsigned long)m->commit->seq);
+        ckf_fail(&f->k, "commit: tag %s value %lu seq %lu", m->commit->tag, (unsigned long)m->commit->value,
+                 (unsigned long)m->commit->seq);
     Heapd__CommitReply cr = HEAPD__COMMIT_REPLY__INIT;
     cr.value = 9;
     cr.generation = 2;
@@ -242,10 +182,10 @@ static void fserve(fake *f)
     crep.id = m->id;
     crep.body_case = HEAPD__FRAME__BODY_COMMIT_REPLY;
     crep.commit_reply = &cr;
-    fsend(f, &crep, NULL, 0);
+    ckf_send(&f->k, &crep, NULL, 0);
     heapd__frame__free_unpacked(m, NULL);
 
-    if (!(m = fexpect(f, HEAPD__FRAME__BODY_ALLOC)))
+    if (!(m = ckf_expect(&f->k, HEAPD__FRAME__BODY_ALLOC)))
         return;
     uint32_t ranks[2] = {1, 0};
     uint64_t sizes[2] = {64, 64};
@@ -262,49 +202,34 @@ static void fserve(fake *f)
     erep.id = m->id;
     erep.body_case = HEAPD__FRAME__BODY_ERROR;
     erep.error = &e;
-    fsend(f, &erep, NULL, 0);
+    ckf_send(&f->k, &erep, NULL, 0);
     heapd__frame__free_unpacked(m, NULL);
     fdetach(f);
 }
 
-static void *fake_main(void *arg)
+static void fake_script(ckf_fake *k)
 {
-    fake *f = arg;
-    f->fd = accept(f->lfd, NULL, NULL);
-    if (f->fd < 0) {
-        ffail(f, "fake heapd: accept: %s", strerror(errno));
-        return NULL;
-    }
-    hw_reader_init(&f->rd);
-    if (fhello(f) == 0 && freattach(f) == 0)
+    fake *f = (fake *)k;
+    if (ckf_hello(k) == 0 && freattach(f) == 0)
         fserve(f);
-    hw_reader_free(&f->rd);
-    close(f->fd);
-    return NULL;
 }
 
 static void fake_start(fake *f, int only_attach)
 {
     memset(f, 0, sizeof *f);
     f->only_attach = only_attach;
-    snprintf(f->path, sizeof f->path, "/tmp/check_heapc_names.%ld.sock", (long)getpid());
-    char err[256];
-    f->lfd = hw_listen_unix(f->path, 4, err, sizeof err);
-    ck_assert_msg(f->lfd >= 0, "listen: %s", err);
     f->chunk = memfd_create("check_heapc_names", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     ck_assert_int_ge(f->chunk, 0);
     ck_assert_int_eq(ftruncate(f->chunk, CHUNK), 0);
     ck_assert_int_eq(fcntl(f->chunk, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
-    ck_assert_int_eq(pthread_create(&f->th, NULL, fake_main, f), 0);
+    ckf_start(&f->k, "check_heapc_names", fake_script);
 }
 
 static void fake_stop(fake *f)
 {
-    pthread_join(f->th, NULL);
-    close(f->lfd);
-    unlink(f->path);
+    ckf_stop(&f->k);
     close(f->chunk);
-    ck_assert_msg(f->fail[0] == 0, "%s", f->fail);
+    ck_assert_msg(f->k.fail[0] == 0, "%s", f->k.fail);
 }
 
 /* ---- tests ----------------------------------------------------------------- */
@@ -344,7 +269,7 @@ START_TEST(test_reattach_names_commit)
 {
     fake f;
     fake_start(&f, 0);
-    heapc *c = heapc_connect(f.path);
+    heapc *c = heapc_connect(f.k.path);
     ck_assert_int_eq(heapc_err(c), 0);
     heapc_params p = {0};
     p.persist_s = 600;
@@ -415,7 +340,7 @@ START_TEST(test_env_persist)
     setenv("HEAPD_PERSIST", "600", 1);
     fake f;
     fake_start(&f, 1);
-    c = heapc_connect(f.path);
+    c = heapc_connect(f.k.path);
     ck_assert_int_eq(heapc_attach_env(c, "h", NULL), 0);
     heapc_params p;
     ck_assert_int_eq(heapc_get_params(c, &p), 0);

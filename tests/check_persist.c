@@ -14,11 +14,9 @@
 
 #include <uv.h>
 
-#include "check_util.h"
-#include "heap.h"
-
 #define MAXREC 64
 #define NPEER  4
+#include "check_wing_fixture.h"
 
 /* ---- the recording sink ------------------------------------------------- */
 
@@ -144,43 +142,19 @@ static const hd_reply_ops sink = {.error = s_error,
 
 /* ---- fixture ------------------------------------------------------------ */
 
-static uv_loop_t loop;
-static hb_backend *be;
-static hd_registry *reg;
-static hd_peer peers[NPEER];
-static int fds_before;
-
-static int privileged(const hd_peer *p, long gid)
-{
-    (void)gid;
-    return p->uid == 0;
-}
-
 /* A registry with heapd.conf's persist, quota_uid and max_chunk_fds_per_uid
  * (0: the default) set so. */
 static void start(uint32_t persist, uint64_t quota_uid, uint32_t max_chunk_fds)
 {
-    char err[256];
-    fds_before = cku_count_fds();
     nrecs = 0;
     chunk_mode = CH_NONE;
-    ck_assert_int_eq(uv_loop_init(&loop), 0);
-    ck_assert_msg(hb_open("host", &be, err, sizeof err) == 0, "%s", err);
     hd_config cfg;
     hd_config_defaults(&cfg);
     cfg.persist = persist;
     cfg.quota_uid = quota_uid;
     if (max_chunk_fds)
         cfg.max_chunk_fds_per_uid = max_chunk_fds;
-    ck_assert_int_eq(hd_registry_create(&loop, be, &cfg, &reg), 0);
-    for (int i = 0; i < NPEER; i++) {
-        memset(&peers[i], 0, sizeof peers[i]);
-        peers[i].pid = 1000 + i;
-        peers[i].uid = 4242;
-        peers[i].privileged = privileged;
-        peers[i].out = &sink;
-        peers[i].data = (void *)(intptr_t)i;
-    }
+    ckw_start(&cfg, &sink, 1000);
 }
 
 static void setup(void) { start(0, 0, 0); }
@@ -188,22 +162,7 @@ static void setup_persist(void) { start(600, 0, 0); }
 
 /* Releases every heap, detached ones too (what stopping heapd does): no
  * fd stays open. */
-static void teardown(void)
-{
-    for (int i = 0; i < NPEER; i++)
-        hd_heap_conn_closed(reg, &peers[i]);
-    hd_registry_destroy(reg);
-    uv_run(&loop, UV_RUN_NOWAIT);
-    ck_assert_int_eq(uv_loop_close(&loop), 0);
-    hb_close(be);
-    ck_assert_int_eq(cku_count_fds(), fds_before);
-}
-
-static void validate(void)
-{
-    char why[512];
-    ck_assert_msg(hd_heap_validate(reg, why, sizeof why) == 0, "%s", why);
-}
+static void teardown(void) { ckw_stop(); }
 
 /* Peer `peer` attaches as `rank` of 2-rank heap `name`, asking persist_s. */
 static void attach_as(int peer, const char *name, uint32_t rank, uint32_t persist_s)
@@ -514,12 +473,4 @@ static Suite *persist_suite(void)
     return s;
 }
 
-int main(void)
-{
-    /* libuv's first loop opens a process-wide pipe it never closes: open it
-     * before any test counts fds. */
-    uv_loop_t l;
-    if (uv_loop_init(&l) == 0)
-        uv_loop_close(&l);
-    return cku_run(persist_suite());
-}
+int main(void) { return ckw_main(persist_suite()); }

@@ -1,7 +1,8 @@
 /* check_wing.h - the fixture tests/check_names.c and tests/check_commit.c
  * share (issue 29): a recording reply sink that keeps the latest answer of
- * each peer (live sets and markers copied), a libuv loop, the host backend,
- * a registry, and requests built from a few arguments. Header only, like
+ * each peer (live sets and markers copied), setup and teardown over
+ * check_wing_fixture.h (a libuv loop, the host backend, a registry), and
+ * requests built from a few arguments. Header only, like
  * check_util.h: each test is one program. */
 #ifndef HEAPD_CHECK_WING_H
 #define HEAPD_CHECK_WING_H
@@ -12,13 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <uv.h>
-
-#include "check_util.h"
-#include "heap.h"
-#include "store.h"
-
 #define NPEER 4
+#include "check_wing_fixture.h"
+#include "store.h"
 
 /* ---- the recording sink: the latest answer of each peer ----------------- */
 
@@ -154,59 +151,24 @@ static const hd_reply_ops sink = {.error = s_error,
 
 /* ---- fixture ------------------------------------------------------------ */
 
-static uv_loop_t loop;
-static hb_backend *be;
-static hd_registry *reg;
-static hd_peer peers[NPEER];
-static int fds_before;
 static uint32_t persist_s; /* the heaps' HeapParams.persist_s (0: none) */
-
-static inline int privileged(const hd_peer *p, long gid)
-{
-    (void)gid;
-    return p->uid == 0;
-}
 
 static inline void setup(void)
 {
-    char err[256];
-    fds_before = cku_count_fds();
     memset(recs, 0, sizeof recs);
     persist_s = 0;
-    ck_assert_int_eq(uv_loop_init(&loop), 0);
-    ck_assert_msg(hb_open("host", &be, err, sizeof err) == 0, "%s", err);
     hd_config cfg;
     hd_config_defaults(&cfg);
-    ck_assert_int_eq(hd_registry_create(&loop, be, &cfg, &reg), 0);
-    for (int i = 0; i < NPEER; i++) {
-        memset(&peers[i], 0, sizeof peers[i]);
-        peers[i].pid = 2000 + i;
-        peers[i].uid = 4242;
-        peers[i].privileged = privileged;
-        peers[i].out = &sink;
-        peers[i].data = (void *)(intptr_t)i;
-    }
+    ckw_start(&cfg, &sink, 2000);
 }
 
 static inline void teardown(void)
 {
-    for (int i = 0; i < NPEER; i++)
-        hd_heap_conn_closed(reg, &peers[i]);
-    hd_registry_destroy(reg);
-    uv_run(&loop, UV_RUN_NOWAIT);
-    ck_assert_int_eq(uv_loop_close(&loop), 0);
-    hb_close(be);
+    ckw_stop();
     for (int i = 0; i < NPEER; i++) {
         free(recs[i].live);
         free(recs[i].live_names);
     }
-    ck_assert_int_eq(cku_count_fds(), fds_before);
-}
-
-static inline void validate(void)
-{
-    char why[512];
-    ck_assert_msg(hd_heap_validate(reg, why, sizeof why) == 0, "%s", why);
 }
 
 static const rec *last(int peer) { return &recs[peer]; }

@@ -199,11 +199,9 @@ void hd_heap_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Colle
 {
     (void)r;
     hd_binding *b = hd_peer_binding(c);
-    hd_heap *h = b->heap;
-    if (!h || !h->formed) {
-        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "collect before attach: attach to a heap first");
+    hd_heap *h = hh_formed_heap(c, id, "collect");
+    if (!h)
         return;
-    }
     if (hh_poison_check(h, c, id))
         return;
     hd_rank *k = &h->ranks[b->rank];
@@ -217,18 +215,13 @@ void hd_heap_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Colle
                       b->rank, (unsigned long long)k->next_seq);
         return;
     }
-    for (uint32_t q = 0; q < h->world_size; q++)
-        if (h->ranks[q].joined && !h->ranks[q].conn) {
-            char msg[512];
-            snprintf(msg, sizeof msg,
-                     "collect on heap \"%s\" cannot complete: rank %u is not connected (pid %ld disconnected "
-                     "or detached); restart the job",
-                     h->name, q, (long)h->ranks[q].pid);
-            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PEER_GONE, "%s", msg);
-            if (h->coll_active)
-                hh_collect_fail(h, HEAPD__ERR_CODE__ERR_PEER_GONE, msg);
-            return;
-        }
+    char gone[512];
+    if (hh_unconnected_rank(h, "collect", "restart the job", gone, sizeof gone)) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PEER_GONE, "%s", gone);
+        if (h->coll_active)
+            hh_collect_fail(h, HEAPD__ERR_CODE__ERR_PEER_GONE, gone);
+        return;
+    }
     if (h->coll_active && m->seq != h->coll_seq) {
         char msg[512];
         snprintf(msg, sizeof msg,

@@ -174,19 +174,13 @@ static int commit_check(hd_heap *h, hd_peer *c, uint64_t id, const Heapd__Commit
  * (and so does a commit in progress). Returns true if so. */
 static bool peer_gone(hd_heap *h, hd_peer *c, uint64_t id)
 {
-    for (uint32_t q = 0; q < h->world_size; q++)
-        if (h->ranks[q].joined && !h->ranks[q].conn) {
-            char msg[512];
-            snprintf(msg, sizeof msg,
-                     "commit on heap \"%s\" cannot complete: rank %u is not connected (pid %ld disconnected or "
-                     "detached); it must re-attach first",
-                     h->name, q, (long)h->ranks[q].pid);
-            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PEER_GONE, "%s", msg);
-            if (h->commit && h->commit->active)
-                commit_end(h, HEAPD__ERR_CODE__ERR_PEER_GONE, msg);
-            return true;
-        }
-    return false;
+    char msg[512];
+    if (!hh_unconnected_rank(h, "commit", "it must re-attach first", msg, sizeof msg))
+        return false;
+    hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PEER_GONE, "%s", msg);
+    if (h->commit && h->commit->active)
+        commit_end(h, HEAPD__ERR_CODE__ERR_PEER_GONE, msg);
+    return true;
 }
 
 /* The rank's commit differs from the one in progress: it and every waiting
@@ -210,11 +204,9 @@ void hd_heap_commit(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Commit
 {
     (void)r;
     hd_binding *b = hd_peer_binding(c);
-    hd_heap *h = b->heap;
-    if (!h || !h->formed) {
-        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "commit before attach: attach to a heap first");
+    hd_heap *h = hh_formed_heap(c, id, "commit");
+    if (!h)
         return;
-    }
     if (hh_poison_check(h, c, id) || commit_check(h, c, id, m) || peer_gone(h, c, id))
         return;
     struct hh_commit *s = commit_state(h);

@@ -12,7 +12,8 @@
  *           collect.c  local and store collects
  *           commit.c   commit markers (a collective like collect)
  *   bottom  registry.c heaps by name and their lifetime, quotas, status
- *                      pages, stats, the validator
+ *                      pages, stats, the validator, the checks requests
+ *                      share (a formed heap, an unconnected rank)
  *           chunks.c   a rank's chunks and the chunk refs replies carry
  *           poison.c   a heap poisoned by an asymmetric allocation, and the
  *                      one error every later call on it gets
@@ -261,6 +262,13 @@ void hh_heap_client_back(hd_heap *h);
  * timeout_ms, then the registry's heap_timeout. */
 void hh_arm_timer(hd_heap *h, bool attach);
 hd_heap *hh_heap_find(hd_registry *r, const char *name);
+/* The formed heap c is attached to; NULL if none, request id answered
+ * ERR_STATE "<what> before attach: attach to a heap first". */
+hd_heap *hh_formed_heap(hd_peer *c, uint64_t id, const char *what);
+/* If a joined rank of h is not connected (its client disconnected or
+ * detached): true, with msg "<what> on heap ... cannot complete: rank ...
+ * is not connected (...); <advice>" for a collective that cannot finish. */
+bool hh_unconnected_rank(const hd_heap *h, const char *what, const char *advice, char *msg, size_t len);
 /* Bookkeeping heapd keeps for heap h that quota_uid charges besides its
  * chunks: the allocator's (ha_meta_bytes of its extent, ha_block_bytes) and
  * hh_heap_log_bytes. */

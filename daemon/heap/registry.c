@@ -296,6 +296,29 @@ hd_heap *hh_heap_find(hd_registry *r, const char *name)
     return NULL;
 }
 
+hd_heap *hh_formed_heap(hd_peer *c, uint64_t id, const char *what)
+{
+    hd_heap *h = hd_peer_binding(c)->heap;
+    if (!h || !h->formed) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "%s before attach: attach to a heap first", what);
+        return NULL;
+    }
+    return h;
+}
+
+bool hh_unconnected_rank(const hd_heap *h, const char *what, const char *advice, char *msg, size_t len)
+{
+    for (uint32_t q = 0; q < h->world_size; q++)
+        if (h->ranks[q].joined && !h->ranks[q].conn) {
+            snprintf(msg, len,
+                     "%s on heap \"%s\" cannot complete: rank %u is not connected (pid %ld disconnected or "
+                     "detached); %s",
+                     what, h->name, q, (long)h->ranks[q].pid, advice);
+            return true;
+        }
+    return false;
+}
+
 static void registry_closed(uv_handle_t *h) { free(h->data); }
 
 void hd_registry_destroy(hd_registry *r)

@@ -330,12 +330,9 @@ void hh_heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64
 void hd_heap_alloc(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Alloc *m)
 {
     (void)r;
-    hd_binding *b = hd_peer_binding(c);
-    hd_heap *h = b->heap;
-    if (!h || !h->formed) {
-        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "alloc before attach: attach to a heap first");
+    hd_heap *h = hh_formed_heap(c, id, "alloc");
+    if (!h)
         return;
-    }
     if (m->name && m->name[0]) {
         char why[200];
         size_t len = strlen(m->name);
@@ -360,11 +357,9 @@ void hd_heap_free(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Free *m)
 {
     (void)r;
     hd_binding *b = hd_peer_binding(c);
-    hd_heap *h = b->heap;
-    if (!h || !h->formed) {
-        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "free before attach: attach to a heap first");
+    hd_heap *h = hh_formed_heap(c, id, "free");
+    if (!h)
         return;
-    }
     if (hh_poison_check(h, c, id))
         return;
     size_t bad = 0;
