@@ -279,11 +279,14 @@ int hnccl_apply_env(hnccl_ctx *x)
     const char *sv = henv_get("NCCL_SKIP");
     const char *fv = henv_get("NCCL_FREE_MIN");
     parsed pp, sp;
-    char e[ERRSTR_LEN], where[160];
-    snprintf(where, sizeof where, "HEAPC_NCCL_PROBE=\"%.100s\"", pv ? pv : "");
+    char e[ERRSTR_LEN], where[160], pn[40], sn[40], fn[40];
+    henv_which("NCCL_PROBE", pn, sizeof pn);
+    henv_which("NCCL_SKIP", sn, sizeof sn);
+    henv_which("NCCL_FREE_MIN", fn, sizeof fn);
+    snprintf(where, sizeof where, "%s=\"%.100s\"", pn, pv ? pv : "");
     if (parse_names(pv ? pv : "", &pp, where, e, sizeof e) != HNCCL_OK)
         return hni_set_err(x, HNCCL_EINVAL, "%s", e);
-    snprintf(where, sizeof where, "HEAPC_NCCL_SKIP=\"%.100s\"", sv ? sv : "");
+    snprintf(where, sizeof where, "%s=\"%.100s\"", sn, sv ? sv : "");
     if (parse_names(sv ? sv : "", &sp, where, e, sizeof e) != HNCCL_OK)
         return hni_set_err(x, HNCCL_EINVAL, "%s", e);
     /* What each generic means for every op: 1 probe, 0 skip, -1 unset. */
@@ -291,24 +294,24 @@ int hnccl_apply_env(hnccl_ctx *x)
     int sg = sp.generic == GEN_ALL ? 0 : sp.generic == GEN_NONE ? 1 : -1;
     if (pg >= 0 && sg >= 0 && pg != sg)
         return hni_set_err(x, HNCCL_EINVAL,
-                           "HEAPC_NCCL_PROBE=\"%.100s\" and HEAPC_NCCL_SKIP=\"%.100s\" contradict each other "
+                           "%s=\"%.100s\" and %s=\"%.100s\" contradict each other "
                            "for every op; give \"all\"/\"none\" in one of them",
-                           pv, sv);
+                           pn, pv, sn, sv);
     uint32_t both = pp.named & sp.named;
     if (both) {
         char names[256];
         mask_names(both, names, sizeof names);
         return hni_set_err(x, HNCCL_EINVAL,
-                           "op %s named in both HEAPC_NCCL_PROBE=\"%.100s\" and HEAPC_NCCL_SKIP=\"%.100s\"; "
+                           "op %s named in both %s=\"%.100s\" and %s=\"%.100s\"; "
                            "name each op in one of them",
-                           names, pv, sv);
+                           names, pn, pv, sn, sv);
     }
     uint64_t thr = atomic_load_explicit(&x->threshold, memory_order_relaxed);
     if (fv && *fv && hsz_parse_size(fv, &thr) != 0)
         return hni_set_err(x, HNCCL_EINVAL,
-                           "HEAPC_NCCL_FREE_MIN=\"%.100s\" is not a size (bytes, or a number with K, M, G, T: "
+                           "%s=\"%.100s\" is not a size (bytes, or a number with K, M, G, T: "
                            "\"3G\")",
-                           fv);
+                           fn, fv);
     uint32_t m = atomic_load_explicit(&x->probe_mask, memory_order_relaxed);
     if (pg >= 0)
         m = pg ? HNCCL_ALL_OPS_MASK : 0u;

@@ -52,7 +52,8 @@ int hcr_wanted(char *why, size_t len)
         return 1;
     if (!strcmp(t, "socket"))
         return 0;
-    snprintf(why, len, "HEAPC_TRANSPORT=%s: use ring (the default) or socket", t);
+    char var[64];
+    snprintf(why, len, "%s=%s: use ring (the default) or socket", henv_which("TRANSPORT", var, sizeof var), t);
     return -1;
 }
 

@@ -21,4 +21,18 @@ static inline const char *henv_get(const char *name)
     return v;
 }
 
+/* The variable henv_get(name) read, for messages: "HEAPD_" name when that is
+ * set or neither is, else "HEAPC_" name; "" when it does not fit `len`. */
+static inline const char *henv_which(const char *name, char *buf, size_t len)
+{
+    if (snprintf(buf, len, "HEAPD_%s", name) >= (int)len)
+        return buf[0] = 0, buf;
+    if (!getenv(buf)) {
+        buf[4] = 'C'; /* "HEAPC_" name: the same length */
+        if (!getenv(buf))
+            buf[4] = 'D';
+    }
+    return buf;
+}
+
 #endif

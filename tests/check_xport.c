@@ -359,6 +359,27 @@ END_TEST
 
 /* Issue 33 item 7: a frame whose header came and whose rest never does
  * ends after the stall limit even with no timeout (-1): HCX_ESTALL. */
+/* HEAPD_TRANSPORT (or its alias HEAPC_TRANSPORT): ring, socket, or an
+ * error naming the variable that was set. */
+START_TEST(transport_env)
+{
+    char why[200];
+    unsetenv("HEAPD_TRANSPORT");
+    unsetenv("HEAPC_TRANSPORT");
+    ck_assert_int_eq(hcr_wanted(why, sizeof why), 1);
+    setenv("HEAPD_TRANSPORT", "socket", 1);
+    ck_assert_int_eq(hcr_wanted(why, sizeof why), 0);
+    setenv("HEAPD_TRANSPORT", "pigeon", 1);
+    ck_assert_int_eq(hcr_wanted(why, sizeof why), -1);
+    ck_assert_msg(strstr(why, "HEAPD_TRANSPORT=pigeon"), "%s", why);
+    unsetenv("HEAPD_TRANSPORT");
+    setenv("HEAPC_TRANSPORT", "carrier", 1);
+    ck_assert_int_eq(hcr_wanted(why, sizeof why), -1);
+    ck_assert_msg(strstr(why, "HEAPC_TRANSPORT=carrier"), "%s", why);
+    unsetenv("HEAPC_TRANSPORT");
+}
+END_TEST
+
 START_TEST(sock_stall_bounded)
 {
     setenv("HEAPC_FRAME_TIMEOUT_MS", "200", 1);
@@ -395,6 +416,7 @@ static Suite *xport_suite(void)
     tc = tcase_create("socket");
     tcase_add_test(tc, sock_await_drops_stale);
     tcase_add_test(tc, sock_stall_bounded);
+    tcase_add_test(tc, transport_env);
     suite_add_tcase(s, tc);
     return s;
 }
