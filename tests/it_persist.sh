@@ -76,9 +76,13 @@ hclients() {
 detached() { [ "$(hclients "$1")" = 0 ]; }
 gone() { [ -z "$(hclients "$1")" ]; }
 lines() { wc -l <"$1" 2>/dev/null || echo 0; }
+# settle_fds BASE: waits (up to 10 s) until heapd's fd count is at most BASE;
+# prints the count. "At most": the baseline, taken just after a heapctl
+# call, may still hold that call's connection if heapd had not yet seen it
+# close (a loaded machine); a leak shows as a count above it.
 settle_fds() {
     n=0
-    while [ "$(nfds)" != "$1" ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
+    while [ "$(nfds)" -gt "$1" ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
     nfds
 }
 # ranks HEAP W TAG ARGS...: W ranks of HEAP in the background (pids in $rpids,
@@ -287,7 +291,7 @@ echo "heap short gone $(($(now_ms) - t0)) ms after its ranks exited (persist 2 s
 
 # ---- baseline ----------------------------------------------------------------------
 fd1=$(settle_fds "$fdbase")
-check "heapd's fds back to the baseline after the drops ($fd1, baseline $fdbase)" test "$fd1" = "$fdbase"
+check "heapd's fds back to the baseline after the drops ($fd1, baseline $fdbase)" test "$fd1" -le "$fdbase"
 rss2=$(rss)
 if [ $asan = 1 ]; then
     echo "note: not checked in a sanitizer build: VmRSS back to its baseline ($rss1 -> $rss2 kB)"

@@ -32,10 +32,13 @@ collect_timeout_ms = 20000
 persist = $1
 EOF
 }
-# Waits (up to 5 s) until heapd's fd count is $1; prints the count.
+# Waits (up to 5 s) until heapd's fd count is at most $1; prints the count.
+# "At most": the baseline, taken just after a heapctl call, may still hold
+# that call's connection if heapd had not yet seen it close (a loaded
+# machine); a leak shows as a count above it.
 settle_fds() {
     n=0
-    while [ "$(nfds)" != "$1" ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
+    while [ "$(nfds)" -gt "$1" ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
     nfds
 }
 heaps() { "$CTL" --socket "$S" heaps 2>&1; }
@@ -101,7 +104,7 @@ check "heapctl heaps no longer lists it" sh -c "! heaps_out=\$('$CTL' --socket '
 check "heapctl drop of an unknown heap fails (exit 1, no heap named)" \
     sh -c "! '$CTL' --socket '$S' drop pl 2>'$T/drop3.out' && grep -q 'no heap named' '$T/drop3.out'"
 now=$(settle_fds "$base")
-check "heapd's fds are back to their baseline after the drop ($now, baseline $base)" test "$now" = "$base"
+check "heapd's fds are back to their baseline after the drop ($now, baseline $base)" test "$now" -le "$base"
 
 # The persist timeout: persist = 1 for new heaps (SIGHUP); a heap whose
 # ranks are gone is released by the timeout.
@@ -116,7 +119,7 @@ lib_wait_pid "$r0" 60; lib_wait_pid "$r1" 60; r0= r1=
 check "the persist timeout releases the heap (heapctl heaps, heapd's log)" \
     within 30 sh -c "! '$CTL' --socket '$S' heaps | grep -q '^ex ' && grep -q 'heap \"ex\" destroyed: persist of 1 s expired' '$T/heapd.log'"
 now=$(settle_fds "$base")
-check "heapd's fds are back to their baseline after the expiry ($now, baseline $base)" test "$now" = "$base"
+check "heapd's fds are back to their baseline after the expiry ($now, baseline $base)" test "$now" -le "$base"
 
 # Stopping heapd releases a detached heap.
 conf 600
