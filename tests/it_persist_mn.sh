@@ -79,10 +79,16 @@ for r in 2 3; do cp "$T/run.$r" "$T/log.$r"; rank $r --resume "$T/log.$r" >"$T/r
 rcs=
 for p in $opids $rpids; do lib_wait_pid "$p" 180; rcs="$rcs $rc"; done
 opids= rpids=
-check "every rank ends the workload (exit$rcs: ranks 0 1 4 5, then n1's 2 3)" test "$rcs" = " 0 0 0 0 0 0"
+# The ranks' errors (E CODE MESSAGE, e WHAT) go into the check's line, which
+# tests/run.sh repeats at the end of a failed run.
+errs=
 for f in run.0 run.1 run.4 run.5 res.2 res.3; do
-    if grep -q '^E\|^e' "$T/$f" "$T/$f.err" 2>/dev/null; then echo "--- $f:"; grep -h '^E\|^e' "$T/$f" "$T/$f.err" | head -3; fi
+    if grep -q '^E\|^e' "$T/$f" "$T/$f.err" 2>/dev/null; then
+        echo "--- $f:"; grep -h '^E\|^e' "$T/$f" "$T/$f.err" | head -3
+        errs="$errs; $f: $(grep -h '^E\|^e' "$T/$f" "$T/$f.err" | head -1 | cut -c1-160)"
+    elif [ "$rcs" != " 0 0 0 0 0 0" ] && [ -s "$T/$f" ]; then errs="$errs; $f ends at '$(tail -n 1 "$T/$f" | cut -c1-24)'"; fi
 done
+check "every rank ends the workload (exit$rcs: ranks 0 1 4 5, then n1's 2 3$errs)" test "$rcs" = " 0 0 0 0 0 0"
 check "n1's ranks re-attached ($(grep -h '^s' "$T/res.2" "$T/res.3" | tr '\n' ' ')) and verified $(grep -c '^v' "$T/res.2") blocks of rank 2 bit for bit" \
     sh -c "grep -q '^s [0-9]* [0-9]* 1\$' '$T/res.2' && grep -q '^s [0-9]* [0-9]* 1\$' '$T/res.3'"
 cat "$T"/run.* "$T"/res.[23] | grep '^a ' | cut -d' ' -f1-5 | sort -u >"$T/all.a"

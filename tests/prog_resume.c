@@ -37,7 +37,7 @@
  * others allocated meanwhile) are taken from the live set (`a`/`w` lines),
  * the rest is made as planned.
  * --wait-peers: collectives that fail with ERR_PEER_GONE or ERR_TIMEOUT (a
- * rank gone, not yet back) are retried, 60 s at most, as a resumed rank's are.
+ * rank gone, not yet back) are retried, 150 s at most, as a resumed rank's are.
  * --attach-only: attach, print the `s` line, exit; --hold-ms MS: stay
  * attached MS ms after the `s` line first.
  * Exit codes: 0 ok, 1 heapc error (`E CODE MESSAGE` on stderr), 2 usage,
@@ -188,13 +188,27 @@ static uint64_t heap_collects(void) /* the heap's collect count (status page) */
 }
 
 /* After a re-attach, heapd fails a collective at once (ERR_PEER_GONE) while
- * another rank is still gone: a resumed rank retries (60 s at most). */
+ * another rank is still gone: a resumed rank retries (150 s at most). */
 static int resumed;
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+/* A wait for peers ends 150 s after its first failed try (not after a count
+ * of tries: a try that times out takes collect_timeout_ms, one that fails at
+ * once 10 ms, and a loaded sanitizer build needs long to restart a rank). */
 static int again(int rc)
 {
-    static int tries;
-    if (!(rc == HEAPC_EPEER_GONE || (o.wait_peers && rc == HEAPC_ETIMEOUT)) || !(resumed || o.wait_peers) ||
-        tries++ > 6000)
+    static double since;
+    if (!(rc == HEAPC_EPEER_GONE || (o.wait_peers && rc == HEAPC_ETIMEOUT)) || !(resumed || o.wait_peers)) {
+        since = 0;
+        return 0;
+    }
+    if (since == 0)
+        since = now_s();
+    else if (now_s() - since > 150)
         return 0;
     usleep(10000);
     return 1;
