@@ -458,6 +458,10 @@ typedef struct heapc_status_t {
     uint64_t stream_waiting;       /* this rank's blocks waiting for their stream, as
                                       of its last collect */
     uint64_t device_waits_avoided; /* this rank's collects without a device sync */
+    /* Issue 30 (0 from an older heapd). */
+    uint64_t state;    /* HEAPC_STATE_*: the heap's memory on this node */
+    uint64_t resident; /* this rank's chunk bytes backed by memory now */
+    uint64_t releases, restores;
 } heapc_status_t;
 
 /* Reads the status page: loads from shared memory, no syscall, no driver
@@ -621,6 +625,11 @@ typedef struct heapc_heap_stats {
     uint64_t detached_ms;
     uint64_t generation;
     uint32_t markers;
+    /* Issue 30: HEAPC_STATE_* on this node, the chunk bytes backed by memory
+     * now (every local rank's), the host copy's bytes, releases, restores. */
+    uint32_t state;
+    uint64_t resident_bytes, host_copy_bytes;
+    uint64_t releases, restores;
 } heapc_heap_stats;
 
 typedef struct heapc_daemon_stats {
@@ -661,7 +670,7 @@ int heapc_drop(heapc *c, const char *heap, uint64_t *released_bytes);
  * changes (a field added, moved or retyped). A binding that copies the
  * structs (ctypes) compares it, and heapc_sizeof of each, with its own at
  * load time and refuses a libheapc it does not match. */
-#define HEAPC_ABI_VERSION 3u
+#define HEAPC_ABI_VERSION 4u
 uint32_t heapc_abi_version(void);
 
 /* sizeof the public struct named `type` ("heapc_params", "heapc_status_t",
@@ -675,6 +684,49 @@ size_t heapc_sizeof(const char *type);
  * a fraction ("1.5G"), "64MB", "64Mi", 2^64 bytes or more. No context, no
  * allocation: the parser heapd itself uses. */
 int heapc_parse_size(const char *s, uint64_t *out);
+
+/* ---- release and restore (issue 30) ------------------------------------------ */
+
+/* Collective over the heap's ranks (each node's heapd acts once its local
+ * ranks all called): every local rank's chunks are unmapped in every
+ * process and their memory given back (cudaMemGetInfo's free grows by it);
+ * offsets, the allocator's state, live blocks and names, and each rank's
+ * address reservation stay, so pointers and tensors made before are valid
+ * again after heapc_restore. mode: HEAPC_RELEASE_DISCARD (the content is
+ * dropped: restore gives zeros) or HEAPC_RELEASE_HOST (heapd copies it into
+ * host memory it owns, which outlives the clients, and refills the chunks
+ * at restore); | HEAPC_RELEASE_KEEP (host mode): the host copy stays with
+ * the heap after restore, allocated and pinned, so the next host release
+ * costs only the copy. The queued frees are sent first; the caller's device
+ * work on the heap must be complete (sync first: python/heapd does).
+ * Touching the heap's memory while released is the caller's error: a
+ * segmentation fault (host) or a device fault (cuda), as any unmapped
+ * address. While released, alloc fails with HEAPC_ESTATE; free, collect,
+ * lookup and stats work. Errors: HEAPC_ESTATE (not attached, already
+ * released), HEAPC_EINVAL (a bad mode, or ranks asked for different
+ * modes), HEAPC_ETIMEOUT, HEAPC_EPEER_GONE (naming the rank; nothing was
+ * released), HEAPC_EBACKEND, ... */
+#define HEAPC_RELEASE_DISCARD 0
+#define HEAPC_RELEASE_HOST    1
+#define HEAPC_RELEASE_KEEP    0x100
+int heapc_release(heapc *c, int mode);
+
+/* Collective like heapc_release: the chunks are created again, refilled from
+ * the host copy (host mode) and mapped at the addresses they had. Errors:
+ * HEAPC_ESTATE (not released), HEAPC_ENOMEM (the device has no room: the
+ * heap stays released, try again), HEAPC_EQUOTA, HEAPC_ETIMEOUT,
+ * HEAPC_EPEER_GONE (the heap stays released), HEAPC_EMAP, ... */
+int heapc_restore(heapc *c);
+
+/* The heap's memory as this context knows it: HEAPC_STATE_ACTIVE or
+ * HEAPC_STATE_RELEASED (after a heapc_release, or an attach to a released
+ * heap, until heapc_restore); -1 when not attached. The status page's
+ * `state` has heapd's view, RELEASING and RESTORING included. Serialised. */
+#define HEAPC_STATE_ACTIVE    0
+#define HEAPC_STATE_RELEASING 1
+#define HEAPC_STATE_RELEASED  2
+#define HEAPC_STATE_RESTORING 3
+int heapc_state(heapc *c);
 
 /* ---- an asymmetric allocation's figures ---------------------------------- */
 

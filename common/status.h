@@ -48,6 +48,19 @@ typedef struct hs_page {
     uint64_t stream_waiting;       /* this rank's blocks waiting for their stream
                                       (as of its last collect) */
     uint64_t device_waits_avoided; /* this rank's collects without a device sync */
+    /* Appended by issue 30 (still version 1). state: the heap's HS_STATE_*
+     * on this node; resident: this rank's chunk bytes backed by memory now
+     * (mapped while active, 0 while released). */
+    uint64_t state;
+    uint64_t resident;
+    uint64_t releases;
+    uint64_t restores;
 } hs_page;
+
+/* hs_page.state: the protocol's HeapState values. */
+#define HS_STATE_ACTIVE    0u
+#define HS_STATE_RELEASING 1u
+#define HS_STATE_RELEASED  2u
+#define HS_STATE_RESTORING 3u
 
 #endif
