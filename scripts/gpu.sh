@@ -15,7 +15,8 @@
 # `heapctl stats` while a heap is
 # attached (DEVICE_FREE/TOTAL must be nonzero); gpu_bench against that heapd;
 # reattach_bench (issue 29: re-attach to a kept 16 GiB heap, <= 100 ms per rank,
-# against a file load of the same bytes);
+# against a file load of the same bytes); release_bench (issue 30: release and restore a
+# 2 x 16 GiB heap at the same offsets: discard <= 50 ms, host copies >= 0.80 of a pinned copy);
 # check_nccl with real NCCL; nccl_bench; torch's anchors; python/heapd with
 # torch on the GPU (tests/gpu/test_torch_gpu.py) and bench/torch_bench.py;
 # examples/train_resume.py killed and resumed on the GPU (issue 29);
@@ -37,11 +38,11 @@
 # check runs it (tests/it_gpu_host.sh).
 set -u
 B=${1:-build-gpu}
-BE=cuda; RANKOPT=; BENCHOPT=; NBOPT=; SFOPT=; RTTOPT=; RAOPT="--size 16G --chunk 256M"; SCALE=1; BUDGET=${GPU_SH_BUDGET:-330}
+BE=cuda; RANKOPT=; BENCHOPT=; NBOPT=; SFOPT=; RTTOPT=; RAOPT="--size 16G --chunk 256M"; RLOPT="--size 16G --chunk 256M"; SCALE=1; BUDGET=${GPU_SH_BUDGET:-330}
 if [ "${GPU_SH_HOST:-0}" = 1 ]; then
     # The dry run runs in make check, on a loaded 2-core machine and under
     # ASan: the step timeouts are 4 times longer, the budget 900 s.
-    BE=host; RANKOPT="--host --chunk 32M"; RAOPT="--host --size 128M --chunk 16M"; BENCHOPT="--backend host --sizes 4K,2M,64M"; NBOPT="--iters 20000 --max-blocks 10000"; SFOPT=--host
+    BE=host; RANKOPT="--host --chunk 32M"; RAOPT="--host --size 128M --chunk 16M"; RLOPT="--host --size 128M --chunk 16M"; BENCHOPT="--backend host --sizes 4K,2M,64M"; NBOPT="--iters 20000 --max-blocks 10000"; SFOPT=--host
     # make check's sanitizer pass: heapd validates its heap at every call
     RTTOPT="--quick --mem-blocks 10000"
     [ "${HEAPD_VALIDATING:-}" = 1 ] && NBOPT="--iters 20000 --max-blocks 1000" && RTTOPT="--quick --iters 200 --mem-blocks 1000"
@@ -229,6 +230,41 @@ EOF
             result reattach FAIL "over 100 ms: $rad"
         else
             result reattach ok "$rad"
+        fi
+    fi
+
+    # 5f. issue 30: a heap's memory released and restored at the same offsets. 2 ranks of 16 GiB
+    # (256 MiB chunks), each round timed per rank (the slowest counts) and the content checked
+    # after its restore (a kernel compares every word): release discard + restore (zeros),
+    # release host (the first: heapd allocates and pins the host copy) + restore, then
+    # HEAPC_RELEASE_KEEP twice (the second: the copy only, the steady pattern); cuMemGetInfo
+    # before and after the discard release; a pinned D2H/H2D copy of the same bytes (rank 0
+    # alone) is the anchor. Targets: release discard <= 50 ms, the keep round's release and
+    # restore >= 0.80 of the pinned copy's GiB/s, the device's free memory grows by the bytes.
+    if [ -x "$B/bench/release_bench" ]; then
+        echo; echo "== release_bench (issue 30: release and restore against a pinned copy)"
+        step rl 90 "$B/bench/release_bench" --socket "$S" $RLOPT --json "$T/release.json"
+        rlv() { sed -n "s/^$1 \([0-9.-]*\).*/\1/p" "$T/rl.out" | head -1; }
+        for k in release_discard_ms restore_discard_ms release_host_ms restore_host_ms release_host_keep_ms \
+                 restore_host_keep_ms release_host_keep_gib_s restore_host_keep_gib_s d2h_gib_s h2d_gib_s \
+                 release_host_over_pinned restore_host_over_pinned device_free_growth_over_released; do
+            echo "release $k $(v=$(rlv $k); echo "${v:-?}")" >>"$T/timings.txt"
+        done
+        rld="release discard $(rlv release_discard_ms) ms, restore $(rlv restore_discard_ms) ms; host, first: release $(rlv release_host_ms) ms, restore $(rlv restore_host_ms) ms; host, kept copy: release $(rlv release_host_keep_ms) ms ($(rlv release_host_keep_gib_s) GiB/s, x$(rlv release_host_over_pinned) of pinned d2h $(rlv d2h_gib_s) GiB/s), restore $(rlv restore_host_keep_ms) ms (x$(rlv restore_host_over_pinned) of h2d $(rlv h2d_gib_s) GiB/s); device free grew x$(rlv device_free_growth_over_released) of the released bytes"
+        [ $BE = host ] && rld="host dry run, small heap: $rld"
+        "$B/heapctl" --socket "$S" drop release >/dev/null 2>&1
+        rlmiss=$(awk -v d="$(rlv release_discard_ms)" -v a="$(rlv release_host_over_pinned)" \
+            -v b="$(rlv restore_host_over_pinned)" -v g="$(rlv device_free_growth_over_released)" 'BEGIN {
+            if (d == "" || d > 50) printf "release discard over 50 ms; "
+            if (a == "" || a < 0.8) printf "host release under 0.80 of pinned; "
+            if (b == "" || b < 0.8) printf "host restore under 0.80 of pinned; "
+            if (g == "" || g < 0.98) printf "device free memory grew by less than the released bytes; " }')
+        if [ $rc != 0 ]; then
+            result release FAIL "$(why $rc): $(grep -m1 FAIL "$T/rl.out" || tail -1 "$T/rl.out")"
+        elif [ $BE = cuda ] && [ -n "$rlmiss" ]; then
+            result release FAIL "${rlmiss%; }: $rld"
+        else
+            result release ok "$rld"
         fi
     fi
 

@@ -1,10 +1,10 @@
 #!/bin/sh
 # it_gpu_host.sh - the host dry run of the GPU script (scripts/gpu.sh with
 # GPU_SH_HOST=1): the same programs as on the GPU machine (prog_gpu_ranks,
-# gpu_bench, check_backend, check_nccl, nccl_bench, heapctl) against a real
-# heapd on the host backend. A change that breaks the GPU tests fails here,
-# on a CPU machine. Also: the script stays within its budget when steps
-# cannot run, and says so.
+# gpu_bench, check_backend, check_nccl, nccl_bench, heapctl, reattach_bench,
+# release_bench) against a real heapd on the host backend. A change that
+# breaks the GPU tests fails here, on a CPU machine. Also: the script stays
+# within its budget when steps cannot run, and says so.
 #
 # Run by tests/run.sh (BUILD = build dir, HEAPD_SRC = source root); exit 0 =
 # pass.
@@ -23,7 +23,7 @@ case $BUILD in /*) B=$BUILD;; *) B=$HEAPD_SRC/$BUILD;; esac
 OUT=$W/out GPU_SH_HOST=1 sh scripts/gpu.sh "$B" >"$W/run.log" 2>&1; rc=$?
 R=$W/out/results.txt
 if [ $rc = 0 ]; then ok "gpu.sh host dry run: exit 0"; else fail "gpu.sh host dry run: exit $rc"; tail -60 "$W/run.log"; fi
-for t in build check_backend heapd_start gpu_ranks_2 gpu_ranks_4 gpu_ranks_default_sync stream_free heapctl_stats gpu_bench reattach \
+for t in build check_backend heapd_start gpu_ranks_2 gpu_ranks_4 gpu_ranks_default_sync stream_free heapctl_stats gpu_bench reattach release \
          check_nccl nccl_bench heapd_stop; do
     if grep -q "^$t|ok|" "$R" 2>/dev/null; then ok "step $t: ok"; else fail "step $t: $(grep "^$t|" "$R" 2>/dev/null || echo 'not run')"; fi
 done
@@ -42,6 +42,12 @@ for k in alloc_stream_us_slowest_rank alloc_hook_us_slowest_rank; do
 done
 for k in reattach_ms_per_rank file_load_ms; do
     if grep -q "reattach $k [0-9]" "$W/out/gpu.log"; then ok "timing reattach $k"; else fail "timing reattach $k missing from gpu.log"; fi
+done
+# issue 30's: release and restore against the pinned copy (host: memcpy)
+for k in release_discard_ms restore_discard_ms release_host_ms restore_host_ms release_host_keep_ms \
+         restore_host_keep_ms d2h_gib_s h2d_gib_s release_host_over_pinned restore_host_over_pinned \
+         device_free_growth_over_released; do
+    if grep -q "release $k [0-9-]" "$W/out/gpu.log"; then ok "timing release $k"; else fail "timing release $k missing from gpu.log"; fi
 done
 for k in growth_slowest_rank_us growth_median_rank_us alloc_rtt_median_us attach_us; do
     if grep -q "ranks4 $k [0-9]" "$W/out/gpu.log"; then ok "timing ranks4 $k"; else fail "timing ranks4 $k missing from gpu.log"; fi
