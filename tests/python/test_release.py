@@ -146,18 +146,43 @@ def test_context_manager_restores_on_exception(sock, heapname):
     assert res[0][:2] == (3, 3) and res[1][:2] == (3, 3)
 
 
+def _ctl(sock, *args):
+    """heapctl's output (parsed when --json)."""
+    import json
+    p = subprocess.run([os.path.join(BUILD, "heapctl"), "--socket", sock, *args],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout) if "--json" in args else p.stdout
+
+
+def _mine(text, name):
+    """The line of heap `name` in heapctl heaps' output."""
+    lines = [ln for ln in text.splitlines() if ln.split()[:1] == [name]]
+    assert len(lines) == 1, text
+    return lines[0]
+
+
 def test_state_values(sock, heapname):
     h = heapd.Heap(heapname, 0, 1, sock)
     assert h.state == "active" and heapd.stats(heapname, sock)["state"] == "active"
     assert heapd._lib.STATES == ("active", "releasing", "released", "restoring")
     h.release("discard")
     assert h.state == "released" and h.status().state_name == "released"
-    p = subprocess.run([os.path.join(BUILD, "heapctl"), "--socket", sock, "--json", "stats", heapname],
-                       capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, p.stderr
-    assert '"state": "released"' in p.stdout and '"resident_bytes": 0' in p.stdout
+    assert _ctl(sock, "--json", "stats", heapname)["heaps"][0]["state"] == "released"
+    assert [x["state"] for x in _ctl(sock, "--json", "heaps")["heaps"] if x["name"] == heapname] \
+        == ["released"]
+    text = _ctl(sock, "stats", heapname)
+    row = [ln.split() for ln in text.splitlines() if ln.startswith(heapname + " ")]
+    assert any(r[1:3] == ["released", "0"] for r in row), text    # MEMORY, RESIDENT
+    assert "MEMORY" in text and "HOST_COPY" in text
+    assert _mine(_ctl(sock, "heaps"), heapname).endswith("  memory released")
+    prom = _ctl(sock, "metrics")
+    assert f'heapd_heap_state{{heap="{heapname}",owner_uid="{os.getuid()}"}} 2' in prom
+    assert f'heapd_heap_releases_total{{heap="{heapname}",owner_uid="{os.getuid()}"}} 1' in prom
     h.restore()
     assert h.state == "active"
+    assert _ctl(sock, "--json", "stats", heapname)["heaps"][0]["restores"] == 1
+    assert _mine(_ctl(sock, "heaps"), heapname).endswith("  attached")
     h.close()
     assert h.state is None
 
