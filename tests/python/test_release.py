@@ -4,8 +4,9 @@ content bit for bit after a host release on every rank, zeros after a
 discard, offsets and addresses unchanged, a symmetric allocation after the
 restore, allocations refused while released (StateError saying so), the
 `with heap.released():` form restoring on an exception, heap.state and the
-status page's and heapd's views, keep=True's host copy, a released tensor
-touched (SIGSEGV), and examples/rl_swap.py."""
+status page's and heapd's views (heapctl's too), keep=True's host copy, a
+released heap outliving its ranks (persist), a released tensor touched
+(SIGSEGV), and examples/rl_swap.py."""
 import ctypes
 import os
 import signal
@@ -185,6 +186,47 @@ def test_state_values(sock, heapname):
     assert _mine(_ctl(sock, "heaps"), heapname).endswith("  attached")
     h.close()
     assert h.state is None
+
+
+def _leave_released(rank, world, sock, name):
+    h = heapd.Heap(name, rank, world, sock, persist=60)
+    w = h.empty(4096, dtype=torch.int32, name="w")
+    w.copy_(torch.arange(4096, dtype=torch.int32) * (rank + 3))
+    h.release("host")
+    h.close()
+    return True
+
+
+def _back_released(rank, world, sock, name):
+    h = heapd.Heap(name, rank, world, sock, persist=60)
+    assert h.resumed and h.state == "released", (h.resumed, h.state)
+    w = h.tensor("w", (4096,), torch.int32)           # a view; not touched while released
+    h.restore()
+    assert h.state == "active"
+    same = torch.equal(w, torch.arange(4096, dtype=torch.int32) * (rank + 3))
+    nxt = h.zeros(64)                                 # allocations work again, symmetric
+    off = h.offset(nxt)
+    h.collect()
+    h.close()
+    return same, off
+
+
+def test_released_heap_outlives_its_ranks(sock, heapname):
+    """Host mode: heapd's copy outlives the processes. Ranks release and
+    leave; the heap stays detached and released (no chunk memory, the host
+    copy); ranks that re-attach find it released, restore, and have the
+    content back."""
+    from test_resume import _detached, _drop, _wait
+    try:
+        assert ok(run_ranks(_leave_released, 2, sock, heapname)[0]) == [True, True]
+        _wait(lambda: _detached(heapname, sock), "the released heap to be detached")
+        st = heapd.stats(heapname, sock)
+        assert (st["state"], st["resident_bytes"]) == ("released", 0) and st["host_copy_bytes"] > 0
+        res = ok(run_ranks(_back_released, 2, sock, heapname)[0])
+        assert [r[0] for r in res] == [True, True], "content lost across the re-attach"
+        assert res[0][1] == res[1][1]
+    finally:
+        _drop(heapname, sock)
 
 
 def _touch(rank, world, sock, name):
