@@ -11,6 +11,7 @@
 
 #include <sys/mman.h>
 
+#include "heapc_map.h"
 #include "status.h"
 
 static void release(int peer, int mode, bool keep)
@@ -186,6 +187,58 @@ START_TEST(release_timeout)
 }
 END_TEST
 
+/* backend.h's copies (host backend): save, scrub, load; pinning is a no-op. */
+START_TEST(backend_save_load)
+{
+    char err[256];
+    hb_chunk ch;
+    ck_assert_msg(hb_chunk_create(be, 0, 1 << 20, &ch, err, sizeof err) == HB_OK, "%s", err);
+    uint8_t *p = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, ch.fd, 0);
+    ck_assert(p != MAP_FAILED);
+    for (size_t j = 0; j < (1u << 20); j++)
+        p[j] = (uint8_t)(j * 31 + 1);
+    uint8_t *copy = malloc(1 << 20);
+    ck_assert_int_eq(hb_host_pin(be, copy, 1 << 20, err, sizeof err), HB_OK);
+    ck_assert_msg(hb_chunk_save(be, &ch, copy, err, sizeof err) == HB_OK, "%s", err);
+    ck_assert_int_eq(hb_chunk_scrub(be, &ch, err, sizeof err), HB_OK);
+    ck_assert_uint_eq(p[12345], 0);
+    ck_assert_msg(hb_chunk_load(be, &ch, copy, err, sizeof err) == HB_OK, "%s", err);
+    ck_assert_int_eq(memcmp(p, copy, 1 << 20), 0);
+    ck_assert_uint_eq(p[12345], (uint8_t)(12345 * 31 + 1));
+    hb_host_unpin(be, copy);
+    munmap(p, 1 << 20);
+    hb_chunk_release(be, &ch);
+    ck_assert_int_eq(hb_chunk_save(be, &ch, copy, err, sizeof err), HB_EINVAL);
+    ck_assert(strstr(err, "released or never created"));
+    free(copy);
+}
+END_TEST
+
+/* heapc_map.h's hm_unmap_chunks: the reservation stays, slots map again. */
+START_TEST(map_unmap_chunks_keeps_range)
+{
+    char err[256];
+    hm_space s;
+    ck_assert_msg(hm_reserve(HM_HOST, 4 << 20, 1 << 20, &s, err, sizeof err) == HM_OK, "%s", err);
+    hb_chunk ch[2];
+    for (int i = 0; i < 2; i++) {
+        ck_assert_msg(hb_chunk_create(be, 0, 1 << 20, &ch[i], err, sizeof err) == HB_OK, "%s", err);
+        ck_assert_msg(hm_map_chunk(&s, (uint32_t)i, ch[i].fd, err, sizeof err) == HM_OK, "%s", err);
+    }
+    char *base = hm_base(&s);
+    base[(1 << 20) + 7] = 42;
+    ck_assert_int_eq(hm_unmap_chunks(&s), HM_OK);
+    ck_assert_ptr_eq(hm_base(&s), base);
+    ck_assert(!hm_is_mapped(&s, 0) && !hm_is_mapped(&s, 1));
+    ck_assert_uint_eq(s.nmapped, 0);
+    ck_assert_msg(hm_map_chunk(&s, 1, ch[1].fd, err, sizeof err) == HM_OK, "%s", err);
+    ck_assert_int_eq(base[(1 << 20) + 7], 42); /* the same memory at the same address */
+    ck_assert_int_eq(hm_unmap_all(&s), HM_OK);
+    for (int i = 0; i < 2; i++)
+        hb_chunk_release(be, &ch[i]);
+}
+END_TEST
+
 static Suite *release_suite(void)
 {
     Suite *s = suite_create("release");
@@ -197,6 +250,8 @@ static Suite *release_suite(void)
     tcase_add_test(tc, release_asymmetric_mode);
     tcase_add_test(tc, release_peer_gone);
     tcase_add_test(tc, release_timeout);
+    tcase_add_test(tc, backend_save_load);
+    tcase_add_test(tc, map_unmap_chunks_keeps_range);
     suite_add_tcase(s, tc);
     return s;
 }
