@@ -36,11 +36,11 @@ def _host_roundtrip(rank, world, sock, name):
         ts = _fill(h, rank)
         want = [t.clone() for t in ts]
         ptrs, offs = [t.data_ptr() for t in ts], [h.offset(t) for t in ts]
+        s0 = h.status()                              # before the collect: no rank released yet
+        assert (h.state, s0.state_name, s0.resident) == ("active", "active", s0.mapped)
         h.collect()                                  # every rank wrote its tensors
         nxt = (rank + 1) % world
         peer_want = h.peer(ts[0], nxt).clone()
-        s0 = h.status()
-        assert (h.state, s0.state_name, s0.resident) == ("active", "active", s0.mapped)
         h.release(mode="host")
         s = h.status()
         st = h.stats()
@@ -264,3 +264,36 @@ def test_rl_swap_example(sock):
         assert out.count(f"rank {r}: restored, content unchanged") == 2, out
     assert "released: resident 0 of " in out and "state released" in out
     assert "releases 2 restores 2" in out
+
+
+def _killed_mid(rank, world, sock, name, when):
+    """Rank 1 dies (SIGKILL) while rank 0 waits in the release (or, after a
+    release together, in the restore); rank 0's call fails naming rank 1, and
+    the heap keeps its state."""
+    with heapd.Heap(name, rank, world, sock, chunk_size="1M", persist=30) as h:
+        x = h.empty(4096, dtype=torch.int32)
+        x.fill_(7 + rank)
+        h.collect()
+        if when == "restore":
+            h.release(mode="host")
+        h.collect() if when == "release" else None
+        if rank == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            h.release(mode="host") if when == "release" else h.restore()
+            return ("returned",)
+        except heapd.PeerGoneError as e:
+            return ("gone", "rank 1" in str(e), h.status().state_name)
+
+
+@pytest.mark.parametrize("when", ["release", "restore"])
+def test_rank_killed_mid_release_or_restore(sock, heapname, when):
+    from test_resume import _drop
+    try:
+        results = run_ranks(_killed_mid, 2, sock, heapname, when, expect_dead=(1,))[0]
+        kind, val = results[0]
+        assert kind == "ok", f"rank 0 raised {val}"
+        assert val[:2] == ("gone", True), f"rank 0: {val}"
+        assert val[2] == ("active" if when == "release" else "released"), f"rank 0 ends with the heap {val[2]}"
+    finally:
+        _drop(heapname, sock)
