@@ -411,6 +411,8 @@ static int rpc_merge(chunk_acc *acc, live_acc *lacc, Heapd__Frame__BodyCase want
              hci_live_merge(lacc, m->attach_reply);
     else if (want == HEAPD__FRAME__BODY_ALLOC_REPLY && m->alloc_reply)
         rc = acc_merge(acc, &m->alloc_reply->new_chunks, &m->alloc_reply->n_new_chunks, NULL, f);
+    else if (want == HEAPD__FRAME__BODY_RESTORE_REPLY && m->restore_reply)
+        rc = acc_merge(acc, &m->restore_reply->chunks, &m->restore_reply->n_chunks, NULL, f);
     if (rc)
         hci_rpc_done(m, f);
     return rc;

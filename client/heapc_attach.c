@@ -43,6 +43,7 @@ void hci_teardown(heapc *c)
     c->fq = NULL;
     c->fq_n = c->fq_cap = 0;
     c->attached = 0;
+    c->mstate = HEAPC_STATE_ACTIVE;
     c->next_seq = 0;
     memset(&c->params, 0, sizeof c->params);
     c->uuid[0] = '\0';
@@ -396,7 +397,11 @@ int hci_attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world,
         goto fail;
     c->attached = 1;
     atomic_store_explicit(&c->view, v, memory_order_release);
-    rc = hci_publish_extent(c, v, ar->mapped, 1);
+    /* Issue 30: a released heap's chunks come with heapc_restore. */
+    c->mstate = ar->released ? HEAPC_STATE_RELEASED : HEAPC_STATE_ACTIVE;
+    if (ar->released)
+        atomic_store_explicit(&c->mapped, ar->mapped, memory_order_release);
+    rc = ar->released ? HEAPC_OK : hci_publish_extent(c, v, ar->mapped, 1);
     if (rc != HEAPC_OK) {
         v = NULL; /* owned by c->view now: teardown frees it */
         goto fail;

@@ -174,6 +174,9 @@ struct heapc {
     size_t markers_n;
     uint64_t generation;
     int resumed;
+    /* Issue 30 (heapc_release.c): HEAPC_STATE_ACTIVE or _RELEASED. While
+     * released, `mapped` keeps the extent but no chunk is mapped. */
+    int mstate;
 };
 
 /* heapc.c: the result of a call, and the one request/reply path. */

@@ -332,14 +332,10 @@ fail:
     return rcode;
 }
 
-static int cuda_unmap_all(hm_space *s)
+/* Unmaps and releases every mapped slot (the context entered). */
+static int cuda_unmap_slots_in(const hc_cuda *cu, hm_space *s)
 {
-    const hc_cuda *cu = hc_cuda_get(NULL, 0);
-    if (!cu)
-        return HM_ESYS; /* cannot happen: the space was reserved through it */
-    int rcode = HM_OK, entered = 0;
-    if (cu_enter(cu, s, &entered, NULL, 0) != HM_OK)
-        rcode = HM_ESYS;
+    int rcode = HM_OK;
     CUdeviceptr base = (CUdeviceptr)(uintptr_t)s->base;
     for (uint32_t i = 0; i < s->nchunks; i++) {
         if (!s->mapped[i])
@@ -349,7 +345,36 @@ static int cuda_unmap_all(hm_space *s)
         if (cu->MemRelease((CUmemGenericAllocationHandle)s->handles[i]) != CUDA_SUCCESS)
             rcode = HM_ESYS;
         s->mapped[i] = 0;
+        s->handles[i] = 0;
     }
+    s->nmapped = 0;
+    return rcode;
+}
+
+static int cuda_unmap_slots(hm_space *s)
+{
+    const hc_cuda *cu = hc_cuda_get(NULL, 0);
+    if (!cu)
+        return HM_ESYS;
+    int entered = 0;
+    if (cu_enter(cu, s, &entered, NULL, 0) != HM_OK)
+        return HM_ESYS;
+    int rcode = cuda_unmap_slots_in(cu, s);
+    cu_leave(cu, entered);
+    return rcode;
+}
+
+static int cuda_unmap_all(hm_space *s)
+{
+    const hc_cuda *cu = hc_cuda_get(NULL, 0);
+    if (!cu)
+        return HM_ESYS; /* cannot happen: the space was reserved through it */
+    int rcode = HM_OK, entered = 0;
+    if (cu_enter(cu, s, &entered, NULL, 0) != HM_OK)
+        rcode = HM_ESYS;
+    CUdeviceptr base = (CUdeviceptr)(uintptr_t)s->base;
+    if (cuda_unmap_slots_in(cu, s) != HM_OK)
+        rcode = HM_ESYS;
     if (cu->MemAddressFree(base, s->va_size) != CUDA_SUCCESS)
         rcode = HM_ESYS;
     cu_leave(cu, entered);
@@ -513,6 +538,12 @@ static int cuda_unmap_all(hm_space *s)
     return HM_ESYS;
 }
 
+static int cuda_unmap_slots(hm_space *s)
+{
+    (void)s;
+    return HM_ESYS;
+}
+
 int hm_set_cuda_device(hm_space *s, int ordinal, char *err, size_t errlen)
 {
     (void)s;
@@ -579,6 +610,26 @@ int hm_map_chunk(hm_space *s, uint32_t index, int fd, char *err, size_t errlen)
         s->mapped[index] = 1;
         s->nmapped++;
     }
+    return rc;
+}
+
+int hm_unmap_chunks(hm_space *s)
+{
+    if (!s || !s->base)
+        return HM_OK;
+    if (s->kind != HM_HOST)
+        return cuda_unmap_slots(s);
+    int rc = HM_OK;
+    for (uint32_t i = 0; i < s->nchunks; i++) {
+        if (!s->mapped[i])
+            continue;
+        void *at = (char *)s->base + (uint64_t)i * s->chunk_size;
+        if (mmap(at, s->chunk_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) ==
+            MAP_FAILED)
+            rc = HM_ESYS;
+        s->mapped[i] = 0;
+    }
+    s->nmapped = 0;
     return rc;
 }
 

@@ -105,6 +105,13 @@ void *hm_base(const hm_space *s);
 /* 1 when slot index is mapped. */
 int hm_is_mapped(const hm_space *s, uint32_t index);
 
+/* Issue 30: unmaps every mapped chunk and releases its memory (cuda: the
+ * imported handles), keeping the reserved range: its slots fault on access
+ * again, and hm_map_chunk maps them anew at the same addresses. HM_OK, or
+ * HM_ESYS when a call failed (every slot is still marked unmapped). The
+ * caller makes sure no device work touches the range. */
+int hm_unmap_chunks(hm_space *s);
+
 /* Unmaps and releases everything (see above). Returns HM_OK, or HM_ESYS when
  * a release call failed (everything else is still released). */
 int hm_unmap_all(hm_space *s);

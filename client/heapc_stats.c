@@ -103,6 +103,10 @@ int heapc_status(heapc *c, heapc_status_t *out)
         GET(collects_skipped);
         GET(stream_waiting);
         GET(device_waits_avoided);
+        GET(state);
+        GET(resident);
+        GET(releases);
+        GET(restores);
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
         if (__atomic_load_n(&p->seq, __ATOMIC_RELAXED) == s1)
             return HEAPC_OK;
@@ -189,6 +193,11 @@ static int copy_heap_stats(heapc_heap_stats *o, const Heapd__HeapStats *h)
     o->detached_ms = h->detached_ms;
     o->generation = h->generation;
     o->markers = h->markers;
+    o->state = (uint32_t)h->state;
+    o->resident_bytes = h->resident_bytes;
+    o->host_copy_bytes = h->host_copy_bytes;
+    o->releases = h->releases;
+    o->restores = h->restores;
     copy_hist(&o->collect_wait, h->collect_wait);
     copy_hist(&o->growth, h->growth);
     o->device_free = h->device_free;

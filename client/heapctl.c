@@ -33,7 +33,8 @@ static void usage(FILE *f)
                "  heaps           List the heaps heapd serves, one line each: name, world size,\n"
                "                  connected clients, bytes mapped per rank, allocation policy,\n"
                "                  owner uid and, for a heap whose clients are all gone, how long\n"
-               "                  it has been detached and how long it persists.\n"
+               "                  it has been detached and how long it persists, and for a heap\n"
+               "                  whose memory is not active its state (memory released).\n"
                "  stats [HEAP]    Statistics of HEAP (default: every heap): per heap the bytes\n"
                "                  mapped, live (held by some rank), released (released by every\n"
                "                  rank, awaiting a collect) and free, collects, growths, clients,\n"
@@ -43,7 +44,10 @@ static void usage(FILE *f)
                "                  rank whether it is attached, its pid, live and released bytes,\n"
                "                  its next allocation number, its blocks waiting for their\n"
                "                  stream (STREAM_WAIT) and its collects without a device sync\n"
-               "                  (NO_SYNC), both as of its last collect.\n"
+               "                  (NO_SYNC), both as of its last collect; per heap its memory\n"
+               "                  (MEMORY: active, releasing, released or restoring; see\n"
+               "                  heapc_release), the chunk bytes backed by memory now\n"
+               "                  (RESIDENT), heapd's host copy (HOST_COPY), releases, restores.\n"
                "  collect HEAP    Force a collect on HEAP: every rank collects at the same\n"
                "                  allocation number, which heapctl prints. Ranks reach it when\n"
                "                  they next allocate.\n"
@@ -320,9 +324,10 @@ static int cmd_heaps(heapc *c, int json)
             const heapc_heap_stats *h = &s->heaps[i];
             char m[32], st[64];
             cellname(name, h->name);
-            printf("%s%*s  world %" PRIu32 "  clients %" PRIu32 "  mapped %s  policy %s  owner %" PRIu32 "  %s\n", name,
-                   wn - width(name), "", h->world_size, h->clients, human(h->mapped, m, sizeof m),
-                   heapc_policy_name(h->params.policy), h->owner_uid, state_text(h, st, sizeof st));
+            printf("%s%*s  world %" PRIu32 "  clients %" PRIu32 "  mapped %s  policy %s  owner %" PRIu32 "  %s%s%s\n",
+                   name, wn - width(name), "", h->world_size, h->clients, human(h->mapped, m, sizeof m),
+                   heapc_policy_name(h->params.policy), h->owner_uid, state_text(h, st, sizeof st),
+                   h->state ? "  memory " : "", h->state ? heapctl_state_name(h->state) : "");
         }
     }
     heapc_stats_free(s);
@@ -373,6 +378,22 @@ static int stats_heap_rows(table *th, table *tp, const heapc_heap_stats *h)
     return 0;
 }
 
+/* `stats`: the memory table's row of heap h (issue 30: its memory on this
+ * node, released or not); -1 when out of memory. */
+static int stats_mem_row(table *tm, const heapc_heap_stats *h)
+{
+    char(*row)[CELL] = tbl_row(tm);
+    if (!row)
+        return -1;
+    cellname(row[0], h->name);
+    cellf(row[1], "%s", heapctl_state_name(h->state));
+    human(h->resident_bytes, row[2], CELL);
+    human(h->host_copy_bytes, row[3], CELL);
+    cellf(row[4], "%" PRIu64, h->releases);
+    cellf(row[5], "%" PRIu64, h->restores);
+    return 0;
+}
+
 /* `stats`: the rank table's rows of heap h; -1 when out of memory. */
 static int stats_rank_rows(table *tr, const heapc_heap_stats *h)
 {
@@ -397,7 +418,7 @@ static int stats_rank_rows(table *tr, const heapc_heap_stats *h)
     return 0;
 }
 
-/* `stats` as text: the heap, parameter and rank tables. */
+/* `stats` as text: the heap, parameter, memory and rank tables. */
 static int stats_tables(const heapc_daemon_stats *s)
 {
     static const char *hh[] = {"HEAP",     "WORLD", "CLIENTS",  "OWNER",   "STATE",  "MAPPED",    "LIVE",
@@ -409,13 +430,17 @@ static int stats_tables(const heapc_daemon_stats *s)
     static const char *rh[] = {"HEAP",     "RANK",     "ATTACHED",    "PID",    "LIVE",
                                "RELEASED", "NEXT_SEQ", "STREAM_WAIT", "NO_SYNC"};
     static const int rr[] = {0, 1, 0, 1, 1, 1, 1, 1, 1};
-    table th, tp, tr;
+    static const char *mh[] = {"HEAP", "MEMORY", "RESIDENT", "HOST_COPY", "RELEASES", "RESTORES"};
+    static const int mr[] = {0, 0, 1, 1, 1, 1};
+    table th, tp, tm, tr;
     tbl_init(&th, 13, hh, hr);
     tbl_init(&tp, 12, ph, pr);
+    tbl_init(&tm, 6, mh, mr);
     tbl_init(&tr, 9, rh, rr);
     int rc = 0;
     for (size_t i = 0; i < s->nheaps && rc == 0; i++) {
-        if (stats_heap_rows(&th, &tp, &s->heaps[i]) != 0 || stats_rank_rows(&tr, &s->heaps[i]) != 0)
+        if (stats_heap_rows(&th, &tp, &s->heaps[i]) != 0 || stats_mem_row(&tm, &s->heaps[i]) != 0 ||
+            stats_rank_rows(&tr, &s->heaps[i]) != 0)
             rc = EXIT_OPFAIL;
     }
     if (rc == 0) {
@@ -423,6 +448,8 @@ static int stats_tables(const heapc_daemon_stats *s)
         tbl_print(&th, "");
         putchar('\n');
         tbl_print(&tp, "");
+        putchar('\n');
+        tbl_print(&tm, "");
         if (tr.nrows) {
             putchar('\n');
             tbl_print(&tr, "");
@@ -432,6 +459,7 @@ static int stats_tables(const heapc_daemon_stats *s)
     }
     tbl_free(&th);
     tbl_free(&tp);
+    tbl_free(&tm);
     tbl_free(&tr);
     return rc;
 }

@@ -19,6 +19,9 @@ int heapctl_prom_file(const char *file, const heapc_daemon_stats *s);
  * U+FFFD), and the statistics as one JSON object (full: every figure and
  * rank; else the `heaps` list's). */
 void heapctl_json_str(const char *s);
+/* A heap's HEAPC_STATE_* (issue 30) as its name: "active", "releasing",
+ * "released", "restoring"; "unknown" for another value. */
+const char *heapctl_state_name(uint32_t state);
 void heapctl_json_stats(const heapc_daemon_stats *s, int full);
 
 #endif

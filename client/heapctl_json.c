@@ -58,6 +58,12 @@ void heapctl_json_str(const char *s)
     putchar('"');
 }
 
+const char *heapctl_state_name(uint32_t state)
+{
+    static const char *names[] = {"active", "releasing", "released", "restoring"};
+    return state < sizeof names / sizeof names[0] ? names[state] : "unknown";
+}
+
 static void json_params(const heapc_params *p)
 {
     printf("{\"chunk_size\": %" PRIu64 ", \"initial_size\": %" PRIu64 ", \"va_size\": %" PRIu64
@@ -79,11 +85,15 @@ static void json_heap(const heapc_heap_stats *h)
            ", \"collect_pending\": %s, \"pending_collect_seq\": %" PRIu64 ", \"device_free\": %" PRIu64
            ", \"device_total\": %" PRIu64 ", \"collects_skipped\": %" PRIu64 ", \"bookkeeping_bytes\": %" PRIu64
            ", \"persist_s\": %" PRIu32 ", \"detached_ms\": %" PRIu64 ", \"generation\": %" PRIu64
-           ", \"markers\": %" PRIu32 ", \"owner_uid\": %" PRIu32 ", \"ranks\": [",
+           ", \"markers\": %" PRIu32 ", \"owner_uid\": %" PRIu32,
            h->mapped, h->live_bytes, h->released_bytes, h->free_bytes, h->collects, h->growths, h->clients, h->next_seq,
            h->epoch, h->collect_pending ? "true" : "false", h->pending_collect_seq, h->device_free, h->device_total,
            h->collects_skipped, h->bookkeeping_bytes, h->persist_s, h->detached_ms, h->generation, h->markers,
            h->owner_uid);
+    /* issue 30: the heap's memory on this node */
+    printf(", \"state\": \"%s\", \"resident_bytes\": %" PRIu64 ", \"host_copy_bytes\": %" PRIu64
+           ", \"releases\": %" PRIu64 ", \"restores\": %" PRIu64 ", \"ranks\": [",
+           heapctl_state_name(h->state), h->resident_bytes, h->host_copy_bytes, h->releases, h->restores);
     for (size_t r = 0; r < h->nranks; r++) {
         const heapc_rank_stats *k = &h->ranks[r];
         printf("%s{\"rank\": %" PRIu32 ", \"attached\": %s, \"pid\": %" PRIu32 ", \"live_bytes\": %" PRIu64
@@ -115,7 +125,7 @@ void heapctl_json_stats(const heapc_daemon_stats *s, int full)
                    ", \"policy\": ",
                    h->world_size, h->clients, h->mapped, h->owner_uid, h->persist_s, h->detached_ms);
             heapctl_json_str(heapc_policy_name(h->params.policy));
-            fputs("}", stdout);
+            printf(", \"state\": \"%s\"}", heapctl_state_name(h->state));
         }
     }
     fputs("]}\n", stdout);

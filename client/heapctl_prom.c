@@ -165,6 +165,14 @@ static void prom_heaps(prom *m, const heapc_daemon_stats *s)
          "Seconds the heap has been without a client (detached, awaiting a re-attach; 0: it has clients)."},
         {"heapd_heap_persist_seconds", "gauge",
          "Seconds the heap stays once its clients are all gone (0: it goes with its last client)."},
+        {"heapd_heap_state", "gauge",
+         "The heap's memory on this node: 0 active, 1 releasing, 2 released, 3 restoring (heapc_release)."},
+        {"heapd_heap_resident_bytes", "gauge",
+         "Chunk bytes of the heap backed by memory now, all its ranks on this node (0 while released)."},
+        {"heapd_heap_host_copy_bytes", "gauge",
+         "Host memory heapd holds with the heap's content (released in host mode, or kept after restore)."},
+        {"heapd_heap_releases_total", "counter", "Releases of the heap's memory."},
+        {"heapd_heap_restores_total", "counter", "Restores of the heap's memory."},
     };
     for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
         if (!s->nheaps)
@@ -187,7 +195,13 @@ static void prom_heaps(prom *m, const heapc_daemon_stats *s)
                                 (double)h->device_total,
                                 (double)h->bookkeeping_bytes,
                                 (double)h->detached_ms / 1000.0,
-                                h->persist_s};
+                                h->persist_s,
+                                h->state,
+                                (double)h->resident_bytes,
+                                (double)h->host_copy_bytes,
+                                (double)h->releases,
+                                (double)h->restores};
+            _Static_assert(sizeof v / sizeof v[0] == sizeof fam / sizeof fam[0], "a value per family");
             prom_heap(m, fam[k].name, h, NULL, v[k]);
         }
     }

@@ -164,6 +164,42 @@ int hb_chunk_scrub(hb_backend *be, hb_chunk *c, char *err, size_t errlen)
     return be->ops->chunk_scrub(be, c, err, errlen);
 }
 
+static int chunk_copy(hb_backend *be, hb_chunk *c, void *host, int save, char *err, size_t errlen)
+{
+    if (!be || !c || !host)
+        return hb_fail(err, errlen, HB_EINVAL, "hb_chunk_%s: a NULL argument", save ? "save" : "load");
+    if (c->size == 0 || c->fd < 0)
+        return hb_fail(err, errlen, HB_EINVAL, "hb_chunk_%s: the chunk was released or never created",
+                       save ? "save" : "load");
+    int rc = check_device(be, c->device, err, errlen);
+    if (rc)
+        return rc;
+    return be->ops->chunk_copy(be, c, host, save, err, errlen);
+}
+
+int hb_chunk_save(hb_backend *be, hb_chunk *c, void *host, char *err, size_t errlen)
+{
+    return chunk_copy(be, c, host, 1, err, errlen);
+}
+
+int hb_chunk_load(hb_backend *be, hb_chunk *c, const void *host, char *err, size_t errlen)
+{
+    return chunk_copy(be, c, (void *)host, 0, err, errlen);
+}
+
+int hb_host_pin(hb_backend *be, void *p, uint64_t len, char *err, size_t errlen)
+{
+    if (!be || !p || !len)
+        return hb_fail(err, errlen, HB_EINVAL, "hb_host_pin: a NULL argument or no bytes");
+    return be->ops->host_pin(be, p, len, 1, err, errlen);
+}
+
+void hb_host_unpin(hb_backend *be, void *p)
+{
+    if (be && p)
+        be->ops->host_pin(be, p, 0, 0, NULL, 0);
+}
+
 int hb_meminfo(hb_backend *be, int device, uint64_t *free_bytes, uint64_t *total_bytes, char *err, size_t errlen)
 {
     if (!be || !free_bytes || !total_bytes)

@@ -124,6 +124,19 @@ void hb_chunk_release(hb_backend *be, hb_chunk *c);
  * that still map it see the zeros. cuda: waits until the zeros are written. */
 int hb_chunk_scrub(hb_backend *be, hb_chunk *c, char *err, size_t errlen);
 
+/* Issue 30: copies chunk c's c->size bytes into host memory at `host`
+ * (save) or from it into the chunk (load); synchronous. cuda: through a
+ * temporary mapping in heapd (cuMemcpyDtoH/HtoD), at the bus's speed when
+ * the host memory was pinned with hb_host_pin; host: memcpy. */
+int hb_chunk_save(hb_backend *be, hb_chunk *c, void *host, char *err, size_t errlen);
+int hb_chunk_load(hb_backend *be, hb_chunk *c, const void *host, char *err, size_t errlen);
+
+/* Issue 30: pins host memory [p, p + len) for the copies above (cuda:
+ * cuMemHostRegister, portable; a no-op on host), or unpins it (len is
+ * ignored). */
+int hb_host_pin(hb_backend *be, void *p, uint64_t len, char *err, size_t errlen);
+void hb_host_unpin(hb_backend *be, void *p);
+
 /* Free and total bytes: host: MemAvailable and MemTotal of /proc/meminfo
  * (sysinfo if it cannot be read); cuda: cuMemGetInfo in the device's primary
  * context (~35 us: call it from a timer, not on the allocation path). */
@@ -143,6 +156,8 @@ typedef struct hb_ops {
     int (*chunk_create)(hb_backend *be, int device, uint64_t size, hb_chunk *out, char *err, size_t errlen);
     void (*chunk_release)(hb_backend *be, hb_chunk *c);
     int (*chunk_scrub)(hb_backend *be, hb_chunk *c, char *err, size_t errlen);
+    int (*chunk_copy)(hb_backend *be, hb_chunk *c, void *host, int save, char *err, size_t errlen);
+    int (*host_pin)(hb_backend *be, void *p, uint64_t len, int pin, char *err, size_t errlen);
     int (*meminfo)(hb_backend *be, int device, uint64_t *free_bytes, uint64_t *total_bytes, char *err, size_t errlen);
 } hb_ops;
 

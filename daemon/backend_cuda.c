@@ -64,6 +64,11 @@ static struct cu_api {
     __typeof__(cuMemUnmap) *MemUnmap;
     __typeof__(cuMemSetAccess) *MemSetAccess;
     __typeof__(cuMemsetD8_v2) *MemsetD8;
+    /* Issue 30: the host copy of a released heap. */
+    __typeof__(cuMemcpyDtoH_v2) *MemcpyDtoH;
+    __typeof__(cuMemcpyHtoD_v2) *MemcpyHtoD;
+    __typeof__(cuMemHostRegister_v2) *MemHostRegister;
+    __typeof__(cuMemHostUnregister) *MemHostUnregister;
 } cu;
 
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
@@ -106,6 +111,10 @@ static void cu_load(void)
         {(void **)&cu.MemUnmap, "cuMemUnmap", NULL},
         {(void **)&cu.MemSetAccess, "cuMemSetAccess", NULL},
         {(void **)&cu.MemsetD8, "cuMemsetD8_v2", NULL},
+        {(void **)&cu.MemcpyDtoH, "cuMemcpyDtoH_v2", NULL},
+        {(void **)&cu.MemcpyHtoD, "cuMemcpyHtoD_v2", NULL},
+        {(void **)&cu.MemHostRegister, "cuMemHostRegister_v2", NULL},
+        {(void **)&cu.MemHostUnregister, "cuMemHostUnregister", NULL},
     };
     const char *missing;
     if (cd_resolve(cu.lib, syms, sizeof syms / sizeof syms[0], &missing)) {
@@ -269,45 +278,56 @@ static void alloc_prop(const cu_dev *dv, CUmemAllocationProp *prop)
     prop->allocFlags.gpuDirectRDMACapable = dv->rdma ? 1 : 0;
 }
 
-/* Zeroes handle's size bytes through a temporary mapping; the device's
- * context must be current. */
-static int zero_handle(cuda_backend *cb, int d, CUmemGenericAllocationHandle h, uint64_t size, char *err, size_t errlen)
+/* Maps handle's size bytes at a fresh *va, read/write for device d (the
+ * device's context must be current); unmap_handle undoes it. */
+static int map_handle(cuda_backend *cb, int d, CUmemGenericAllocationHandle h, uint64_t size, CUdeviceptr *va,
+                      const char *why, char *err, size_t errlen)
 {
     cu_dev *dv = &cb->devs[d];
-    CUdeviceptr va = 0;
-    int mapped = 0, rcode = HB_OK;
-    CUresult rc = cu.MemAddressReserve(&va, size, dv->gran, 0, 0);
+    *va = 0;
+    CUresult rc = cu.MemAddressReserve(va, size, dv->gran, 0, 0);
     if (rc != CUDA_SUCCESS)
-        return cu_fail(err, errlen, rc, NULL, "cuMemAddressReserve(%" PRIu64 " bytes) to zero a chunk", size);
-    rc = cu.MemMap(va, size, 0, h, 0);
+        return cu_fail(err, errlen, rc, NULL, "cuMemAddressReserve(%" PRIu64 " bytes) to %s a chunk", size, why);
+    rc = cu.MemMap(*va, size, 0, h, 0);
     if (rc != CUDA_SUCCESS) {
-        rcode = cu_fail(err, errlen, rc, NULL, "cuMemMap(%" PRIu64 " bytes, device %d) to zero a chunk", size, d);
-        goto out;
+        cu.MemAddressFree(*va, size);
+        return cu_fail(err, errlen, rc, NULL, "cuMemMap(%" PRIu64 " bytes, device %d) to %s a chunk", size, d, why);
     }
-    mapped = 1;
     CUmemAccessDesc ad;
     memset(&ad, 0, sizeof ad);
     ad.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     ad.location.id = dv->dev;
     ad.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    rc = cu.MemSetAccess(va, size, &ad, 1);
+    rc = cu.MemSetAccess(*va, size, &ad, 1);
     if (rc != CUDA_SUCCESS) {
-        rcode = cu_fail(err, errlen, rc, NULL, "cuMemSetAccess(%" PRIu64 " bytes, device %d)", size, d);
-        goto out;
+        cu.MemUnmap(*va, size);
+        cu.MemAddressFree(*va, size);
+        return cu_fail(err, errlen, rc, NULL, "cuMemSetAccess(%" PRIu64 " bytes, device %d)", size, d);
     }
-    rc = cu.MemsetD8(va, 0, size);
-    if (rc != CUDA_SUCCESS) {
-        rcode = cu_fail(err, errlen, rc, NULL, "cuMemsetD8(%" PRIu64 " bytes, device %d)", size, d);
-        goto out;
-    }
-    rc = cu.CtxSynchronize();
+    return HB_OK;
+}
+
+static void unmap_handle(CUdeviceptr va, uint64_t size)
+{
+    cu.MemUnmap(va, size);
+    cu.MemAddressFree(va, size);
+}
+
+/* Zeroes handle's size bytes through a temporary mapping; the device's
+ * context must be current. */
+static int zero_handle(cuda_backend *cb, int d, CUmemGenericAllocationHandle h, uint64_t size, char *err, size_t errlen)
+{
+    CUdeviceptr va;
+    int rcode = map_handle(cb, d, h, size, &va, "zero", err, errlen);
+    if (rcode)
+        return rcode;
+    CUresult rc = cu.MemsetD8(va, 0, size);
     if (rc != CUDA_SUCCESS)
+        rcode = cu_fail(err, errlen, rc, NULL, "cuMemsetD8(%" PRIu64 " bytes, device %d)", size, d);
+    else if ((rc = cu.CtxSynchronize()) != CUDA_SUCCESS)
         rcode = cu_fail(err, errlen, rc, "the GPU may need a reset (nvidia-smi)",
                         "cuCtxSynchronize(device %d) after zeroing a chunk", d);
-out:
-    if (mapped)
-        cu.MemUnmap(va, size);
-    cu.MemAddressFree(va, size);
+    unmap_handle(va, size);
     return rcode;
 }
 
@@ -385,6 +405,48 @@ static int cuda_chunk_scrub(hb_backend *be, hb_chunk *c, char *err, size_t errle
     return rcode;
 }
 
+/* Issue 30: c's bytes to host memory (save) or back (load), through a
+ * temporary mapping; synchronous (cuMemcpy). */
+static int cuda_chunk_copy(hb_backend *be, hb_chunk *c, void *host, int save, char *err, size_t errlen)
+{
+    cuda_backend *cb = CB(be);
+    if (!c->handle)
+        return hb_fail(err, errlen, HB_EINVAL, "the chunk has no CUDA allocation");
+    CUcontext prev;
+    int rcode = ctx_enter(cb, c->device, &prev, err, errlen);
+    if (rcode)
+        return rcode;
+    CUdeviceptr va;
+    rcode = map_handle(cb, c->device, (CUmemGenericAllocationHandle)c->handle, c->size, &va, save ? "save" : "load",
+                       err, errlen);
+    if (!rcode) {
+        CUresult rc = save ? cu.MemcpyDtoH(host, va, c->size) : cu.MemcpyHtoD(va, host, c->size);
+        if (rc != CUDA_SUCCESS)
+            rcode = cu_fail(err, errlen, rc, "the GPU may need a reset (nvidia-smi)",
+                            "%s(%" PRIu64 " bytes, device %d)", save ? "cuMemcpyDtoH" : "cuMemcpyHtoD", c->size,
+                            c->device);
+        unmap_handle(va, c->size);
+    }
+    ctx_leave(cb, c->device, prev);
+    return rcode;
+}
+
+static int cuda_host_pin(hb_backend *be, void *p, uint64_t len, int pin, char *err, size_t errlen)
+{
+    cuda_backend *cb = CB(be);
+    CUcontext prev;
+    int rcode = ctx_enter(cb, 0, &prev, err, errlen);
+    if (rcode)
+        return rcode;
+    CUresult rc = pin ? cu.MemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE) : cu.MemHostUnregister(p);
+    ctx_leave(cb, 0, prev);
+    if (rc != CUDA_SUCCESS)
+        return cu_fail(err, errlen, rc, "raise heapd's RLIMIT_MEMLOCK (LimitMEMLOCK= in its unit) or use a smaller heap",
+                       "%s(%" PRIu64 " bytes of host memory)", pin ? "cuMemHostRegister" : "cuMemHostUnregister",
+                       len);
+    return HB_OK;
+}
+
 static int cuda_meminfo(hb_backend *be, int device, uint64_t *free_bytes, uint64_t *total_bytes, char *err,
                         size_t errlen)
 {
@@ -413,6 +475,8 @@ static const hb_ops cuda_ops = {
     .chunk_create = cuda_chunk_create,
     .chunk_release = cuda_chunk_release,
     .chunk_scrub = cuda_chunk_scrub,
+    .chunk_copy = cuda_chunk_copy,
+    .host_pin = cuda_host_pin,
     .meminfo = cuda_meminfo,
 };
 

@@ -121,6 +121,31 @@ static int host_chunk_scrub(hb_backend *be, hb_chunk *c, char *err, size_t errle
     return HB_OK;
 }
 
+/* Issue 30: c's bytes to host memory (save) or back (load). */
+static int host_chunk_copy(hb_backend *be, hb_chunk *c, void *host, int save, char *err, size_t errlen)
+{
+    (void)be;
+    void *p = mmap(NULL, c->size, save ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        return hb_fail(err, errlen, errno_status(e), "mapping a %" PRIu64 "-byte host chunk to %s it failed: %s",
+                       c->size, save ? "save" : "load", strerror(e));
+    }
+    if (save)
+        memcpy(host, p, c->size);
+    else
+        memcpy(p, host, c->size);
+    munmap(p, c->size);
+    return HB_OK;
+}
+
+/* Host memory needs no pinning for host chunks. */
+static int host_host_pin(hb_backend *be, void *p, uint64_t len, int pin, char *err, size_t errlen)
+{
+    (void)be, (void)p, (void)len, (void)pin, (void)err, (void)errlen;
+    return HB_OK;
+}
+
 /* Reads "Key:   123 kB" lines; returns 0 when both were found. */
 static int read_proc_meminfo(uint64_t *avail, uint64_t *total)
 {
@@ -178,6 +203,8 @@ static const hb_ops host_ops = {
     .chunk_create = host_chunk_create,
     .chunk_release = host_chunk_release,
     .chunk_scrub = host_chunk_scrub,
+    .chunk_copy = host_chunk_copy,
+    .host_pin = host_host_pin,
     .meminfo = host_meminfo,
 };
 

@@ -301,6 +301,12 @@ static void handle_request(hd_dispatch *d, hd_session *s, const Heapd__Frame *f)
     case HEAPD__FRAME__BODY_COMMIT:
         hd_heap_commit(d->reg, p, id, f->commit);
         break;
+    case HEAPD__FRAME__BODY_RELEASE:
+        hd_heap_release(d->reg, p, id, f->release);
+        break;
+    case HEAPD__FRAME__BODY_RESTORE:
+        hd_heap_restore(d->reg, p, id, f->restore);
+        break;
     case HEAPD__FRAME__BODY_RING_SETUP:
         ring_setup(d, s, id);
         break;

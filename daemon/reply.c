@@ -285,6 +285,7 @@ static void out_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
     ar.next_seq = a->next_seq;
     ar.backend = (char *)a->backend;
     ar.epoch = a->epoch;
+    ar.released = a->released;
     Heapd__LiveBlock *lv, **lp;
     Heapd__Marker *mv, **mp;
     if (attach_issue29(sink_of(p), id, a, &ar, &lv, &lp, &mv, &mp)) {
@@ -348,6 +349,40 @@ static void out_detach(hd_peer *p, uint64_t id)
 {
     Heapd__DetachReply dr = HEAPD__DETACH_REPLY__INIT;
     send_body(sink_of(p), id, HEAPD__FRAME__BODY_DETACH_REPLY, &dr, NULL, 0);
+}
+
+static void out_release(hd_peer *p, uint64_t id, uint64_t released, uint64_t saved, uint64_t elapsed_us)
+{
+    Heapd__ReleaseReply rr = HEAPD__RELEASE_REPLY__INIT;
+    rr.released_bytes = released;
+    rr.saved_bytes = saved;
+    rr.elapsed_us = elapsed_us;
+    send_body(sink_of(p), id, HEAPD__FRAME__BODY_RELEASE_REPLY, &rr, NULL, 0);
+}
+
+static void out_restore(hd_peer *p, uint64_t id, const hd_restore_out *o)
+{
+    size_t sent = send_chunk_batches(sink_of(p), id, o->chunks, o->nchunks, o->fds, 0);
+    if (sent == SIZE_MAX) {
+        send_error(p, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory", NULL);
+        return;
+    }
+    Heapd__ChunkRef *store;
+    Heapd__ChunkRef **ptrs = chunk_refs(refs_at(o->chunks, sent), o->nchunks - sent, &store);
+    if (o->nchunks > sent && !ptrs) {
+        close_fds(fds_at(o->fds, sent), o->nchunks - sent);
+        send_error(p, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory", NULL);
+        return;
+    }
+    Heapd__RestoreReply rr = HEAPD__RESTORE_REPLY__INIT;
+    rr.n_chunks = o->nchunks - sent;
+    rr.chunks = ptrs;
+    rr.mapped = o->mapped;
+    rr.restored_bytes = o->restored_bytes;
+    rr.elapsed_us = o->elapsed_us;
+    send_body(sink_of(p), id, HEAPD__FRAME__BODY_RESTORE_REPLY, &rr, fds_at(o->fds, sent), o->nchunks - sent);
+    free(ptrs);
+    free(store);
 }
 
 static void out_commit(hd_peer *p, uint64_t id, uint64_t value, uint64_t generation)
@@ -415,6 +450,11 @@ static void heap_stats(const hd_heap_info *in, Heapd__HeapStats *s, Heapd__HeapP
     s->detached_ms = in->detached_ms;
     s->generation = in->generation;
     s->markers = in->markers;
+    s->state = (Heapd__HeapState)in->state;
+    s->resident_bytes = in->resident_bytes;
+    s->host_copy_bytes = in->host_copy_bytes;
+    s->releases = in->releases;
+    s->restores = in->restores;
     s->collect_pending = in->collect_pending;
     s->pending_collect_seq = in->pending_collect_seq;
     s->device_free = in->device_free;
@@ -601,6 +641,8 @@ const hd_reply_ops hd_reply_frame_ops = {
     .stats = out_stats,
     .drop = out_drop,
     .commit = out_commit,
+    .release = out_release,
+    .restore = out_restore,
 };
 
 /* Issue 16: the RingSetupReply; su's two fds go with it. */

@@ -89,6 +89,10 @@ void hd_status_write(hd_status *s, const hs_page *v)
     PUT(collects_skipped);
     PUT(stream_waiting);
     PUT(device_waits_avoided);
+    PUT(state);
+    PUT(resident);
+    PUT(releases);
+    PUT(restores);
     __atomic_store_n(&p->updates, p->updates + 1, __ATOMIC_RELAXED);
     __atomic_store_n(&p->seq, seq + 2, __ATOMIC_RELEASE);
 }

@@ -19,7 +19,19 @@
 
 /* ---- the recording sink: the latest answer of each peer ----------------- */
 
-typedef enum { R_NONE, R_ERROR, R_ATTACH, R_ALLOC, R_FREE, R_COLLECT, R_DETACH, R_STATS, R_COMMIT } rec_kind;
+typedef enum {
+    R_NONE,
+    R_ERROR,
+    R_ATTACH,
+    R_ALLOC,
+    R_FREE,
+    R_COLLECT,
+    R_DETACH,
+    R_STATS,
+    R_COMMIT,
+    R_RELEASE,
+    R_RESTORE
+} rec_kind;
 
 typedef struct rec {
     rec_kind kind;
@@ -37,6 +49,15 @@ typedef struct rec {
     size_t nmarkers;
     uint32_t stat_markers;
     uint64_t bookkeeping;
+    /* Issue 30 (tests/check_release.c): ReleaseReply's bytes; an attach's
+     * and a restore's chunk fds, kept open (closed by the next record);
+     * a Stats reply's state and resident bytes. */
+    uint64_t released, saved, restored;
+    bool att_released;
+    int fds[64];
+    size_t nfds;
+    uint32_t state;
+    uint64_t resident, host_copy;
     int count; /* answers so far */
 } rec;
 
@@ -46,6 +67,8 @@ static rec *record(hd_peer *p, rec_kind kind)
 {
     rec *r = &recs[(intptr_t)p->data];
     int count = r->count;
+    for (size_t i = 0; i < r->nfds; i++)
+        close(r->fds[i]);
     free(r->live);
     free(r->live_names);
     memset(r, 0, sizeof *r);
@@ -96,7 +119,11 @@ static inline void s_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
     if (a->nmarkers)
         memcpy(r->markers, a->markers, a->nmarkers * sizeof *a->markers);
     r->nmarkers = a->nmarkers;
-    close_all(a->fds, a->nfds);
+    r->att_released = a->released;
+    size_t keep = a->nchunks < 64 ? a->nchunks : 64;
+    memcpy(r->fds, a->fds, keep * sizeof *a->fds);
+    r->nfds = keep;
+    close_all(a->fds + keep, a->nfds - keep);
 }
 
 static inline void s_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
@@ -129,6 +156,28 @@ static inline void s_stats(hd_peer *p, uint64_t id, const hd_stats_out *s)
     r->generation = s->heaps[0].generation;
     r->stat_markers = s->heaps[0].markers;
     r->bookkeeping = s->heaps[0].bookkeeping_bytes;
+    r->state = s->heaps[0].state;
+    r->resident = s->heaps[0].resident_bytes;
+    r->host_copy = s->heaps[0].host_copy_bytes;
+}
+
+static inline void s_release(hd_peer *p, uint64_t id, uint64_t released, uint64_t saved, uint64_t us)
+{
+    (void)id, (void)us;
+    rec *r = record(p, R_RELEASE);
+    r->released = released;
+    r->saved = saved;
+}
+
+static inline void s_restore(hd_peer *p, uint64_t id, const hd_restore_out *o)
+{
+    (void)id;
+    rec *r = record(p, R_RESTORE);
+    r->restored = o->restored_bytes;
+    size_t keep = o->nchunks < 64 ? o->nchunks : 64;
+    memcpy(r->fds, o->fds, keep * sizeof *o->fds);
+    r->nfds = keep;
+    close_all(o->fds + keep, o->nchunks - keep);
 }
 
 static inline void s_commit(hd_peer *p, uint64_t id, uint64_t value, uint64_t generation)
@@ -147,7 +196,9 @@ static const hd_reply_ops sink = {.error = s_error,
                                   .detach = s_detach,
                                   .force = s_force,
                                   .stats = s_stats,
-                                  .commit = s_commit}; /* drop: tests/check_persist.c */
+                                  .commit = s_commit,
+                                  .release = s_release,
+                                  .restore = s_restore}; /* drop: tests/check_persist.c */
 
 /* ---- fixture ------------------------------------------------------------ */
 
@@ -164,6 +215,11 @@ static inline void setup(void)
 
 static inline void teardown(void)
 {
+    for (int i = 0; i < NPEER; i++) {
+        for (size_t j = 0; j < recs[i].nfds; j++)
+            close(recs[i].fds[j]);
+        recs[i].nfds = 0;
+    }
     ckw_stop();
     for (int i = 0; i < NPEER; i++) {
         free(recs[i].live);

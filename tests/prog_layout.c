@@ -69,6 +69,10 @@ static void status(void)
     F(heapc_status_t, collects_skipped);
     F(heapc_status_t, stream_waiting);
     F(heapc_status_t, device_waits_avoided);
+    F(heapc_status_t, state);
+    F(heapc_status_t, resident);
+    F(heapc_status_t, releases);
+    F(heapc_status_t, restores);
     end();
 }
 
@@ -138,6 +142,11 @@ static void stats(void)
     F(heapc_heap_stats, detached_ms);
     F(heapc_heap_stats, generation);
     F(heapc_heap_stats, markers);
+    F(heapc_heap_stats, state);
+    F(heapc_heap_stats, resident_bytes);
+    F(heapc_heap_stats, host_copy_bytes);
+    F(heapc_heap_stats, releases);
+    F(heapc_heap_stats, restores);
     end();
     BEGIN(heapc_daemon_stats);
     F(heapc_daemon_stats, version);

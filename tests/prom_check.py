@@ -2,7 +2,8 @@
 """prom_check.py FILE HEAP - reads `heapctl metrics` output with
 python3-prometheus-client's text parser (Debian's) and checks what issue 20
 asks: conventions (units in names, _total counters, labels heap and
-owner_uid), the families, the histograms (cumulative buckets ending in +Inf,
+owner_uid), the families (issue 30's heapd_heap_state, _resident_bytes,
+_host_copy_bytes, _releases_total, _restores_total too), the histograms (cumulative buckets ending in +Inf,
 _count equal to the +Inf bucket). Prints one line per failed check; exit 1
 if any."""
 import sys
@@ -31,10 +32,14 @@ for name, typ in [("heapd_up", "gauge"), ("heapd_uptime_seconds", "gauge"), ("he
                   ("heapd_heap_collects", "counter"), ("heapd_heap_growths", "counter"),
                   ("heapd_heap_allocations", "counter"), ("heapd_heap_collect_wait_seconds", "histogram"),
                   ("heapd_heap_growth_seconds", "histogram"), ("heapd_rank_attached", "gauge"),
-                  ("heapd_heap_detached_seconds", "gauge"), ("heapd_heap_persist_seconds", "gauge")]:
+                  ("heapd_heap_detached_seconds", "gauge"), ("heapd_heap_persist_seconds", "gauge"),
+                  ("heapd_heap_state", "gauge"), ("heapd_heap_resident_bytes", "gauge"),
+                  ("heapd_heap_host_copy_bytes", "gauge"), ("heapd_heap_releases", "counter"),
+                  ("heapd_heap_restores", "counter")]:
     need(name in fams and fams[name].type == typ, "family %s of type %s" % (name, typ))
 need(samples("heapd_up") and samples("heapd_up")[0].value == 1, "heapd_up 1")
-for fam in ("heapd_heap_collects", "heapd_heap_growths", "heapd_heap_allocations"):
+for fam in ("heapd_heap_collects", "heapd_heap_growths", "heapd_heap_allocations", "heapd_heap_releases",
+            "heapd_heap_restores"):
     need(all(s.name.endswith("_total") for s in fams.get(fam, type("", (), {"samples": []})).samples),
          fam + " samples end in _total")
 mine = [s for s in samples("heapd_heap_mapped_bytes") if s.labels.get("heap") == heap]
@@ -42,6 +47,13 @@ need(len(mine) == 1 and "owner_uid" in mine[0].labels and mine[0].value > 0,
      "heapd_heap_mapped_bytes{heap=%r,owner_uid=...} > 0" % heap)
 det = [s for s in samples("heapd_heap_detached_seconds") if s.labels.get("heap") == heap]
 need(len(det) == 1 and det[0].value == 0, "heapd_heap_detached_seconds{heap=%r} 0 (its ranks are attached)" % heap)
+# Issue 30: an active heap (never released) has all its chunks resident.
+st = [s for s in samples("heapd_heap_state") if s.labels.get("heap") == heap]
+need(len(st) == 1 and st[0].value == 0, "heapd_heap_state{heap=%r} 0 (active)" % heap)
+res = [s.value for s in samples("heapd_heap_resident_bytes") if s.labels.get("heap") == heap]
+chunk = [s.value for s in samples("heapd_heap_chunk_bytes") if s.labels.get("heap") == heap]
+need(len(res) == 1 and res == chunk and res[0] > 0,
+     "heapd_heap_resident_bytes{heap=%r} = heapd_heap_chunk_bytes > 0 (got %s, %s)" % (heap, res, chunk))
 for h in ("heapd_heap_collect_wait_seconds", "heapd_heap_growth_seconds"):
     b = [s for s in samples(h, "_bucket") if s.labels.get("heap") == heap]
     cnt = [s for s in samples(h, "_count") if s.labels.get("heap") == heap]

@@ -26,7 +26,8 @@ static void send_attach_reply(hd_heap *h, uint32_t rank, uint64_t id)
         return;
     }
     chunk_msg cm;
-    if (hh_chunk_msg_build(h, 0, nch, &cm)) {
+    /* Issue 30: a released heap's chunks come with the restore. */
+    if (hh_chunk_msg_build(h, 0, hh_released(h) ? 0 : nch, &cm)) {
         free(live);
         hd_peer_error(k->conn, id, HEAPD__ERR_CODE__ERR_NO_MEMORY,
                       "heapd could not duplicate chunk fds for the attach reply (out of fds or memory); "
@@ -73,6 +74,7 @@ static void send_attach_reply(hd_heap *h, uint32_t rank, uint64_t id)
     ar.resumed = k->resumed;
     ar.markers = h->markers;
     ar.nmarkers = h->nmarkers;
+    ar.released = hh_released(h);
     k->known_chunks = nch;
     k->conn->out->attach(k->conn, id, &ar);
     free(live);
@@ -533,6 +535,8 @@ static bool rank_leave(hd_heap *h, uint32_t rank, bool clean)
         h->coll_left(h, rank, clean);
     if (h->commit_left)
         h->commit_left(h, rank, clean);
+    if (h->rel_left)
+        h->rel_left(h, rank, clean);
     return hh_heap_client_gone(h);
 }
 

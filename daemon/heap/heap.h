@@ -102,7 +102,16 @@ typedef struct hd_attach_out {
     size_t nlive;
     const hd_marker *markers;
     size_t nmarkers;
+    bool released; /* issue 30: the heap is released here (no chunks) */
 } hd_attach_out;
+
+/* Issue 30: a RestoreReply; chunks[i]'s fd is fds[i]. */
+typedef struct hd_restore_out {
+    const hd_chunk_ref *chunks;
+    int *fds;
+    size_t nchunks;
+    uint64_t mapped, restored_bytes, elapsed_us;
+} hd_restore_out;
 
 /* An AllocReply: a decision, or collect_needed; new_chunks[i]'s fd is fds[i]. */
 typedef struct hd_alloc_out {
@@ -162,6 +171,10 @@ typedef struct hd_heap_info {
     uint64_t next_seq, epoch;
     uint64_t generation; /* issue 29: re-attaches */
     uint32_t markers;    /* issue 29: commit markers */
+    /* Issue 30: HS_STATE_*, chunk bytes backed now (every local rank's),
+     * the host copy's bytes, releases and restores. */
+    uint32_t state;
+    uint64_t resident_bytes, host_copy_bytes, releases, restores;
     bool collect_pending;
     uint64_t pending_collect_seq;
     uint64_t device_free, device_total;
@@ -209,6 +222,8 @@ typedef struct hd_reply_ops {
     void (*stats)(hd_peer *p, uint64_t id, const hd_stats_out *s);
     void (*drop)(hd_peer *p, uint64_t id, uint64_t released_bytes);
     void (*commit)(hd_peer *p, uint64_t id, uint64_t value, uint64_t generation); /* issue 29 */
+    void (*release)(hd_peer *p, uint64_t id, uint64_t released, uint64_t saved, uint64_t elapsed_us); /* issue 30 */
+    void (*restore)(hd_peer *p, uint64_t id, const hd_restore_out *o);
 } hd_reply_ops;
 
 /* What the heap wing keeps per client. */
@@ -253,6 +268,10 @@ void hd_heap_stats(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Stats *
                    uint32_t clients);
 /* Issue 29: a commit marker, collective over the heap's local ranks (commit.c). */
 void hd_heap_commit(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Commit *m);
+/* Issue 30: release and restore, collective over the heap's local ranks
+ * (release.c; docs/protocol.md). */
+void hd_heap_release(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Release *m);
+void hd_heap_restore(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Restore *m);
 void hd_heap_force_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__ForceCollect *m);
 /* Issue 29: releases detached heap m->heap now (its owner, root and
  * admin_group may): DropReply with the chunk bytes released, or

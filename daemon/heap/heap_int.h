@@ -8,6 +8,8 @@
  *   top     force.c    forced collects; subscribes itself to the store
  *           timeout.c  the attach and collect timeouts
  *   middle  attach.c   attach rendezvous, detach, disconnect
+ *           release.c  release and restore (issue 30), a collective like
+ *                      commit, with the heap's host copy
  *           sequence.c the decision log, alloc, free, growth
  *           collect.c  local and store collects
  *           commit.c   commit markers (a collective like collect)
@@ -92,6 +94,8 @@ typedef struct hd_rank {
     bool resumed;      /* issue 29: its client re-attached (it had joined before) */
     bool in_commit;    /* waiting in a commit (commit.c) */
     uint64_t commit_id;
+    bool in_rel; /* issue 30: waiting in a release or restore (release.c) */
+    uint64_t rel_id;
     hb_chunk *chunks;
     uint32_t nchunks, capchunks;
     uint32_t known_chunks; /* chunk indices the attached client was sent */
@@ -198,6 +202,25 @@ struct hd_heap {
     struct hh_commit *commit;
     void (*commit_gone)(hd_heap *h);
     void (*commit_left)(hd_heap *h, uint32_t rank, bool clean);
+    /* Issue 30 (release.c). mstate: HS_STATE_* of the heap's memory here.
+     * Invariants: mstate == RELEASED or RESTORING <=> every joined rank's
+     * chunk records are released (fd -1; nchunks unchanged, the count
+     * restore creates again); hc_ptr != NULL <=> a host copy of hc_size
+     * bytes is mapped (a memfd's), pinned when hc_pinned, with local rank
+     * lidx's chunk j at (lidx * nchunks + j) * chunk_size; hc_full => it
+     * holds the released content (mstate RELEASED or RESTORING); hc_keep:
+     * it stays after restore. rel: release.c's collective (NULL until the
+     * first Release), rel_gone its destructor (frees the host copy too;
+     * registry.c's heap_destroy calls it), rel_left: while one waits, a
+     * rank's client left (set by release.c, called by attach.c). */
+    uint32_t mstate;
+    void *hc_ptr;
+    uint64_t hc_size;
+    bool hc_pinned, hc_full, hc_keep;
+    uint64_t releases, restores;
+    struct hh_release *rel;
+    void (*rel_gone)(hd_heap *h);
+    void (*rel_left)(hd_heap *h, uint32_t rank, bool clean);
     hd_heap *next;
 };
 
@@ -229,6 +252,12 @@ typedef struct chunk_msg {
     int *fds;
     size_t n;
 } chunk_msg;
+
+/* Issue 30: true while h's chunks are released (RELEASED or RESTORING). */
+static inline bool hh_released(const hd_heap *h)
+{
+    return h->mstate == HS_STATE_RELEASED || h->mstate == HS_STATE_RESTORING;
+}
 
 /* Chunks per rank of an extent of `mapped` bytes (<= va_size). Fits in 32
  * bits: heap_limits refuses va_size / chunk_size > max_chunks <= INT32_MAX. */

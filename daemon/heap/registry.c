@@ -39,6 +39,10 @@ void hh_heap_publish(hd_heap *h)
     v.allocs = h->decided;
     v.epoch = h->epoch;
     v.collects_skipped = st.collects_skipped;
+    v.state = h->mstate;
+    v.resident = hh_released(h) ? 0 : st.mapped;
+    v.releases = h->releases;
+    v.restores = h->restores;
     for (uint32_t q = 0; q < h->world_size; q++) {
         hd_rank *k = &h->ranks[q];
         if (!k->joined)
@@ -184,6 +188,8 @@ static uint64_t heap_destroy(hd_heap *h, const char *why)
     free(h->memo.bare);
     if (h->commit_gone)
         h->commit_gone(h);
+    if (h->rel_gone)
+        h->rel_gone(h);
     hh_blocks_free(h);
     free(h->markers);
     ha_destroy(h->core);
@@ -351,7 +357,7 @@ static void uid_use(const hd_registry *r, uid_t uid, uint64_t *chunks, uint64_t 
         if (h->owner == uid) {
             ha_stats st;
             ha_get_stats(h->core, &st);
-            *chunks += st.mapped * h->local_size;
+            *chunks += hh_released(h) ? 0 : st.mapped * h->local_size; /* issue 30 */
             *core += ha_meta_bytes(&h->ap, st.mapped) + ha_block_bytes(h->core, 0) + hh_blocks_bytes(h);
             *log += hh_heap_log_bytes(h);
         }
@@ -463,6 +469,11 @@ static size_t heap_info(hd_heap *h, hd_heap_info *s, hd_rank_info *rs)
     s->epoch = h->epoch;
     s->generation = h->generation;
     s->markers = h->nmarkers;
+    s->state = h->mstate;
+    s->resident_bytes = hh_released(h) ? 0 : st.mapped * h->local_size;
+    s->host_copy_bytes = h->hc_ptr ? h->hc_size : 0;
+    s->releases = h->releases;
+    s->restores = h->restores;
     uint64_t fa = h->nforce ? h->force_at[0] : UINT64_MAX;
     uint64_t owed = h->collect_at < fa ? h->collect_at : fa;
     s->collect_pending = owed != UINT64_MAX;

@@ -23,7 +23,9 @@ Errors are HeapdError subclasses carrying heapd's message (`.code`,
 `.name`, `str(e)`). Threads: one Heap may be used from several threads
 (libheapc serialises the calls; address and status reads are lock-free).
 Fork: a forked child (a DataLoader worker) never uses its parent's
-connection; its allocations raise StateError. See docs/python.md.
+connection; its allocations raise StateError. `with heap.released("host"):`
+gives the heap's memory back and restores it, content and addresses, at
+the end (issue 30: release, restore, state). See docs/python.md.
 """
 import ctypes
 import os
@@ -46,6 +48,7 @@ from ._errors import (_BY_CODE, AsymmetryError, BadFdError, CollectiveTimeoutErr
                       OutOfMemoryError, PeerGoneError, StateError, _raise)
 from ._stats import _stats_of, stats  # noqa: F401
 from ._args import _size_args
+from ._release import _Release
 from ._resume import _Resume
 
 
@@ -227,7 +230,7 @@ def _bytes_tensor(h, cuda, ptr, nbytes):
     return torch.from_numpy(numpy.asarray(_HostMem(h, ptr, nbytes)))
 
 
-class Heap(_Resume):
+class Heap(_Resume, _Release):
     """One rank's attachment to a heap (collective: every rank of the heap
     attaches before any returns).
 
@@ -415,7 +418,7 @@ class Heap(_Resume):
         rc = L.alloc_named(c, max(int(nbytes), 1), self._name_arg(name), ctypes.byref(ptr),
                            ctypes.byref(off))
         if rc:
-            _raise(c, rc)
+            self._alloc_failed(c, rc)
         return ptr.value, off.value
 
     def _check_device(self, what, device):
@@ -634,7 +637,8 @@ class Heap(_Resume):
     def status(self):
         """The status page (a Status: mapped, live, released, free, rank_held,
         rank_released, collects, growths, allocs, epoch, device_free,
-        device_total, ...): a few loads, no syscall."""
+        device_total, ..., state (.state_name), resident, releases,
+        restores): a few loads, no syscall."""
         s = L.Status()
         if L.status(self._c, ctypes.byref(s)):
             raise StateError(-11, f"heap {self.name!r}: no status page (not attached)")

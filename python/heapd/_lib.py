@@ -60,6 +60,16 @@ def _find():
 lib, path, _ = _find()
 
 
+# HEAPC_STATE_* (issue 30): a heap's memory; heapc_state's and the status page's.
+STATES = ("active", "releasing", "released", "restoring")
+RELEASE_DISCARD, RELEASE_HOST, RELEASE_KEEP = 0, 1, 0x100
+
+
+def state_name(v):
+    """HEAPC_STATE_* v as its name ("unknown" for a newer heapd's), as heapctl's."""
+    return STATES[v] if 0 <= v < len(STATES) else "unknown"
+
+
 class Params(Structure):
     _fields_ = [("chunk_size", c_uint64), ("initial_size", c_uint64), ("va_size", c_uint64),
                 ("min_block", c_uint64), ("policy", c_int), ("collect_timeout_ms", c_uint32),
@@ -72,7 +82,15 @@ class Status(Structure):
     _fields_ = [(n, c_uint64) for n in (
         "mapped", "live", "released", "free", "rank_held", "rank_released", "collects",
         "growths", "allocs", "epoch", "device_free", "device_total", "device_sampled_ns",
-        "updates", "collects_skipped", "stream_waiting", "device_waits_avoided")]
+        "updates", "collects_skipped", "stream_waiting", "device_waits_avoided",
+        # issue 30: heapd's HEAPC_STATE_* of the heap on this node, this rank's
+        # chunk bytes backed by memory now, releases and restores so far
+        "state", "resident", "releases", "restores")]
+
+    @property
+    def state_name(self):
+        """state as a name: "active", "releasing", "released", "restoring"."""
+        return state_name(self.state)
 
     def as_dict(self):
         return {n: getattr(self, n) for n, _ in self._fields_}
@@ -118,7 +136,10 @@ class HeapStats(Structure):
                 ("bookkeeping_bytes", c_uint64),
                 # issue 29
                 ("persist_s", c_uint32), ("detached_ms", c_uint64), ("generation", c_uint64),
-                ("markers", c_uint32)]
+                ("markers", c_uint32),
+                # issue 30
+                ("state", c_uint32), ("resident_bytes", c_uint64), ("host_copy_bytes", c_uint64),
+                ("releases", c_uint64), ("restores", c_uint64)]
 
 
 class Block(Structure):
@@ -187,8 +208,19 @@ resumed = _fn("heapc_resumed", c_int, H)
 live = _fn("heapc_live", c_size_t, H, POINTER(Block), c_size_t)
 last_asymmetry_name = _fn("heapc_last_asymmetry_name", c_char_p, H, c_size_t)
 
+
+def _opt(name, res, *args):
+    """A function of libheapc that a build may lack (the call then raises)."""
+    return _fn(name, res, *args) if hasattr(lib, name) else None
+
+
+# Issue 30: release and restore a heap's memory at the same offsets.
+release = _opt("heapc_release", c_int, H, c_int)
+restore = _opt("heapc_restore", c_int, H)
+state = _opt("heapc_state", c_int, H)
+
 # ---- the layout check (issue 31 item 8) ----
-ABI_VERSION = 3   # client/heapc.h's HEAPC_ABI_VERSION that these structs copy
+ABI_VERSION = 4   # client/heapc.h's HEAPC_ABI_VERSION that these structs copy
 _STRUCTS = {"heapc_params": Params, "heapc_status_t": Status, "heapc_counters": Counters,
             "heapc_rank_stats": RankStats, "heapc_hist": Hist, "heapc_heap_stats": HeapStats,
             "heapc_daemon_stats": DaemonStats, "heapc_block": Block}

@@ -1,5 +1,6 @@
 """heapd's statistics as dicts (heapc_stats), shaped and named as heapctl
---json's."""
+--json's. Issue 30: "state" ("active", "releasing", "released",
+"restoring"), "resident_bytes", "host_copy_bytes", "releases", "restores"."""
 import ctypes
 import os
 
@@ -50,6 +51,7 @@ def _stats_list(out):
                         "collect_timeout_ms", "local_size", "persist_s")}
         d["params"]["policy"] = (L.policy_name(hs.params.policy) or b"").decode()
         d["collect_pending"] = bool(hs.collect_pending)
+        d["state"] = L.state_name(hs.state)     # issue 30: as heapctl --json's
         d["ranks"] = [{f: (bool(v) if f == "attached" else v) for f, v in
                        ((f, getattr(hs.ranks[j], f)) for f, _ in L.RankStats._fields_)}
                       for j in range(hs.nranks)]

@@ -1,0 +1,121 @@
+/* heapc_release.c - release and restore (issue 30; heapc.h): the rank's
+ * side of heapd's collective. A release unmaps every local rank's chunks
+ * once heapd answered (heapd copied and released its own references
+ * first); a restore maps the chunks heapd made again at the same slots. The
+ * address reservations and `mapped` stay, so pointers stay valid. */
+#include "heapc_int.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int release_locked(heapc *c, int mode)
+{
+    if (!c->attached)
+        return hci_set_err(c, HEAPC_ESTATE, "heapc_release: not attached to a heap; call heapc_attach");
+    int base = mode & ~HEAPC_RELEASE_KEEP;
+    if (base != HEAPC_RELEASE_DISCARD && base != HEAPC_RELEASE_HOST)
+        return hci_set_err(c, HEAPC_EINVAL,
+                           "heapc_release: mode %d is unknown; give HEAPC_RELEASE_DISCARD or HEAPC_RELEASE_HOST "
+                           "(| HEAPC_RELEASE_KEEP with host)",
+                           mode);
+    if ((mode & HEAPC_RELEASE_KEEP) && base != HEAPC_RELEASE_HOST)
+        return hci_set_err(c, HEAPC_EINVAL, "heapc_release: HEAPC_RELEASE_KEEP goes with HEAPC_RELEASE_HOST only");
+    if (c->mstate == HEAPC_STATE_RELEASED)
+        return hci_set_err(c, HEAPC_ESTATE, "heapc_release: heap %s is already released; call heapc_restore first",
+                           c->heap);
+    int rc = hci_flush_all_locked(c);
+    if (rc != HEAPC_OK)
+        return rc;
+    Heapd__Release rm = HEAPD__RELEASE__INIT;
+    rm.mode = base == HEAPC_RELEASE_HOST ? HEAPD__RELEASE_MODE__RELEASE_HOST : HEAPD__RELEASE_MODE__RELEASE_DISCARD;
+    rm.keep = (mode & HEAPC_RELEASE_KEEP) != 0;
+    Heapd__Frame req = HEAPD__FRAME__INIT;
+    req.body_case = HEAPD__FRAME__BODY_RELEASE;
+    req.release = &rm;
+    Heapd__Frame *rep;
+    hw_frame raw;
+    rc = hci_rpc(c, &req, HEAPD__FRAME__BODY_RELEASE_REPLY, &rep, &raw);
+    if (rc != HEAPC_OK)
+        return rc;
+    hci_rpc_done(rep, &raw);
+    /* heapd released its references: ours go now, and with the last the
+     * memory. */
+    const view *v = atomic_load_explicit(&c->view, memory_order_acquire);
+    int bad = 0;
+    for (uint32_t i = 0; i < v->nlocal; i++)
+        bad |= hm_unmap_chunks(&c->spaces[i]) != HM_OK;
+    c->mstate = HEAPC_STATE_RELEASED;
+    if (bad)
+        return hci_set_err(c, HEAPC_EMAP,
+                           "heapc_release: heap %s is released, but unmapping some of its chunks here failed (their "
+                           "memory stays until this process exits)",
+                           c->heap);
+    return HEAPC_OK;
+}
+
+static int restore_locked(heapc *c)
+{
+    if (!c->attached)
+        return hci_set_err(c, HEAPC_ESTATE, "heapc_restore: not attached to a heap; call heapc_attach");
+    if (c->mstate != HEAPC_STATE_RELEASED)
+        return hci_set_err(c, HEAPC_ESTATE, "heapc_restore: heap %s is not released; nothing to restore", c->heap);
+    Heapd__Restore rm = HEAPD__RESTORE__INIT;
+    Heapd__Frame req = HEAPD__FRAME__INIT;
+    req.body_case = HEAPD__FRAME__BODY_RESTORE;
+    req.restore = &rm;
+    Heapd__Frame *rep;
+    hw_frame raw;
+    int rc = hci_rpc(c, &req, HEAPD__FRAME__BODY_RESTORE_REPLY, &rep, &raw);
+    if (rc != HEAPC_OK)
+        return rc;
+    const view *v = atomic_load_explicit(&c->view, memory_order_acquire);
+    const Heapd__RestoreReply *rr = rep->restore_reply;
+    rc = hci_map_chunks(c, v, rr->chunks, rr->n_chunks, &raw);
+    uint64_t cs = c->params.chunk_size, want = atomic_load_explicit(&c->mapped, memory_order_relaxed) / cs;
+    for (uint32_t i = 0; rc == HEAPC_OK && i < v->nlocal; i++)
+        for (uint64_t j = 0; j < want; j++)
+            if (!hm_is_mapped(&c->spaces[i], (uint32_t)j)) {
+                rc = hci_set_err(c, HEAPC_EPROTOCOL,
+                                 "heapc_restore: heapd restored heap %s without chunk %" PRIu64 " of rank %" PRIu32
+                                 "; report this heapd bug",
+                                 c->heap, j, v->local[i]);
+                break;
+            }
+    hci_rpc_done(rep, &raw);
+    if (rc != HEAPC_OK) {
+        for (uint32_t i = 0; i < v->nlocal; i++)
+            hm_unmap_chunks(&c->spaces[i]);
+        return rc;
+    }
+    c->mstate = HEAPC_STATE_ACTIVE;
+    return HEAPC_OK;
+}
+
+int heapc_release(heapc *c, int mode)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = release_locked(c, mode);
+    if (rc == HEAPC_OK)
+        hci_ok(c);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int heapc_restore(heapc *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = restore_locked(c);
+    if (rc == HEAPC_OK)
+        hci_ok(c);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int heapc_state(heapc *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int s = c->attached ? c->mstate : -1;
+    pthread_mutex_unlock(&c->mu);
+    return s;
+}

@@ -1,0 +1,392 @@
+/* release.c - the heap wing's release and restore (issue 30): collective
+ * over the heap's local ranks like Commit, with its own state and timer (the
+ * heap's collect timeout). When every local rank asked, Release copies the
+ * chunks into the heap's host copy (mode host), releases every local rank's
+ * chunks and answers each rank; Restore creates them again (the same count
+ * and size), refills them from the host copy and sends them to each rank.
+ * A rank gone or a timeout fails it on every rank with nothing changed.
+ * Middle floor (heap_int.h). */
+#include "heap_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "log.h"
+
+/* The collective in progress. Invariant: active <=> waiting > 0 <=> the
+ * heap's rel_left is set; waiting == number of ranks with in_rel. */
+struct hh_release {
+    uv_timer_t timer; /* first: the close callback frees the struct */
+    hd_heap *h;
+    bool active, restore;
+    int mode;
+    bool keep;
+    uint32_t first, waiting;
+};
+
+static void rel_closed(uv_handle_t *t) { free(t->data); }
+
+static void host_copy_free(hd_heap *h)
+{
+    if (!h->hc_ptr)
+        return;
+    if (h->hc_pinned)
+        hb_host_unpin(h->reg->be, h->hc_ptr);
+    munmap(h->hc_ptr, h->hc_size);
+    h->hc_ptr = NULL;
+    h->hc_size = 0;
+    h->hc_pinned = h->hc_full = h->hc_keep = false;
+}
+
+/* The heap's rel_gone: the heap is destroyed. */
+static void rel_gone(hd_heap *h)
+{
+    struct hh_release *s = h->rel;
+    host_copy_free(h);
+    h->rel = NULL;
+    h->rel_left = NULL;
+    uv_timer_stop(&s->timer);
+    uv_close((uv_handle_t *)&s->timer, rel_closed);
+}
+
+static const char *what(const struct hh_release *s) { return s->restore ? "restore" : "release"; }
+
+/* Ends the collective: every waiting rank gets code and msg; the state goes
+ * back to what it was before it began. */
+static void rel_fail(hd_heap *h, Heapd__ErrCode code, const char *msg)
+{
+    struct hh_release *s = h->rel;
+    for (uint32_t q = 0; q < h->world_size; q++) {
+        hd_rank *k = &h->ranks[q];
+        if (!k->in_rel)
+            continue;
+        k->in_rel = false;
+        if (k->conn)
+            hd_peer_error(k->conn, k->rel_id, code, "%s", msg);
+    }
+    s->active = false;
+    s->waiting = 0;
+    h->rel_left = NULL;
+    h->mstate = s->restore ? HS_STATE_RELEASED : HS_STATE_ACTIVE;
+    uv_timer_stop(&s->timer);
+    hh_heap_publish(h);
+}
+
+static void rel_rank_left(hd_heap *h, uint32_t rank, bool clean)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg,
+             "%s of heap \"%s\" failed: rank %u (pid %ld) %s while the others waited; nothing was %s (the heap "
+             "is %s)",
+             what(h->rel), h->name, rank, (long)h->ranks[rank].pid, clean ? "detached" : "disconnected",
+             h->rel->restore ? "restored" : "released", h->rel->restore ? "still released" : "still active");
+    rel_fail(h, HEAPD__ERR_CODE__ERR_PEER_GONE, msg);
+}
+
+static void rel_timeout(uv_timer_t *t)
+{
+    struct hh_release *s = t->data;
+    hd_heap *h = s->h;
+    if (!s->active)
+        return;
+    char missing[400] = "", msg[1000];
+    size_t n = 0;
+    for (uint32_t q = 0; q < h->world_size && n + 16 < sizeof missing; q++)
+        if (h->ranks[q].joined && !h->ranks[q].in_rel)
+            n += (size_t)snprintf(missing + n, sizeof missing - n, "%s%u", n ? ", " : "", q);
+    snprintf(msg, sizeof msg,
+             "%s of heap \"%s\" timed out after %u ms: rank(s) %s never called it; every local rank must call "
+             "it (nothing changed)",
+             what(s), h->name, h->timeout_ms, missing);
+    hd_warn("%s", msg);
+    rel_fail(h, HEAPD__ERR_CODE__ERR_TIMEOUT, msg);
+}
+
+static struct hh_release *rel_state(hd_heap *h)
+{
+    if (h->rel)
+        return h->rel;
+    struct hh_release *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->h = h;
+    uv_timer_init(h->reg->loop, &s->timer);
+    s->timer.data = s;
+    h->rel = s;
+    h->rel_gone = rel_gone;
+    return s;
+}
+
+/* Chunks per rank (every joined rank has the same count). */
+static uint32_t rank_chunks(const hd_heap *h)
+{
+    for (uint32_t q = 0; q < h->world_size; q++)
+        if (h->ranks[q].joined)
+            return h->ranks[q].nchunks;
+    return 0;
+}
+
+/* A host copy of `size` bytes (a memfd heapd maps; its pages come at the
+ * first copy), pinned for the device's copies. 0, or -1 with why. */
+static int host_copy_make(hd_heap *h, uint64_t size, char *why, size_t len)
+{
+    if (h->hc_ptr && h->hc_size == size)
+        return 0;
+    host_copy_free(h);
+    char name[64];
+    snprintf(name, sizeof name, "heapd-copy-%.40s", h->name);
+    int fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+        snprintf(why, len, "heapd could not make a %llu-byte host copy of heap \"%s\" (memfd: %m); free host "
+                 "memory or release with mode discard", (unsigned long long)size, h->name);
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        snprintf(why, len, "heapd could not map a %llu-byte host copy of heap \"%s\": %m", (unsigned long long)size,
+                 h->name);
+        return -1;
+    }
+    h->hc_ptr = p;
+    h->hc_size = size;
+    char err[400];
+    if (hb_host_pin(h->reg->be, p, size, err, sizeof err) == HB_OK)
+        h->hc_pinned = true;
+    else
+        hd_warn("heap \"%s\": the host copy is not pinned (copies run slower): %s", h->name, err);
+    return 0;
+}
+
+static uint8_t *copy_at(const hd_heap *h, const hd_rank *k, uint32_t j, uint32_t nch)
+{
+    return (uint8_t *)h->hc_ptr + ((uint64_t)k->lidx * nch + j) * h->ap.chunk_size;
+}
+
+/* Every local rank asked for the release: copy (mode host), release, reply. */
+static void release_done(hd_heap *h)
+{
+    struct hh_release *s = h->rel;
+    uint64_t t0 = uv_hrtime(), released = 0, saved = 0;
+    uint32_t nch = rank_chunks(h);
+    char err[600];
+    if (s->mode == HEAPD__RELEASE_MODE__RELEASE_HOST) {
+        if (host_copy_make(h, (uint64_t)h->local_size * nch * h->ap.chunk_size, err, sizeof err)) {
+            rel_fail(h, HEAPD__ERR_CODE__ERR_NO_MEMORY, err);
+            return;
+        }
+        for (uint32_t q = 0; q < h->world_size; q++) {
+            hd_rank *k = &h->ranks[q];
+            for (uint32_t j = 0; k->joined && j < nch; j++) {
+                if (hb_chunk_save(h->reg->be, &k->chunks[j], copy_at(h, k, j, nch), err, sizeof err)) {
+                    char msg[800];
+                    snprintf(msg, sizeof msg, "release of heap \"%s\": copying chunk %u of rank %u failed: %s (nothing "
+                             "was released)", h->name, j, q, err);
+                    rel_fail(h, HEAPD__ERR_CODE__ERR_BACKEND, msg);
+                    return;
+                }
+                saved += h->ap.chunk_size;
+            }
+        }
+        h->hc_full = true;
+        h->hc_keep = s->keep;
+    } else if (h->hc_ptr && !h->hc_keep) {
+        host_copy_free(h);
+    } else {
+        h->hc_full = false;
+    }
+    for (uint32_t q = 0; q < h->world_size; q++) {
+        hd_rank *k = &h->ranks[q];
+        for (uint32_t j = 0; k->joined && j < k->nchunks; j++) {
+            released += k->chunks[j].size;
+            hb_chunk_release(h->reg->be, &k->chunks[j]);
+        }
+    }
+    h->mstate = HS_STATE_RELEASED;
+    h->releases++;
+    uint64_t us = (uv_hrtime() - t0) / 1000;
+    char b1[32];
+    hd_info("heap \"%s\" released: %s of chunks (%s into host memory) in %llu us", h->name,
+            hh_human(released, b1, sizeof b1), saved ? "copied" : "nothing copied", (unsigned long long)us);
+    hh_heap_publish(h);
+    for (uint32_t q = 0; q < h->world_size; q++) {
+        hd_rank *k = &h->ranks[q];
+        if (!k->in_rel)
+            continue;
+        k->in_rel = false;
+        k->conn->out->release(k->conn, k->rel_id, released, saved, us);
+    }
+    s->active = false;
+    s->waiting = 0;
+    h->rel_left = NULL;
+    uv_timer_stop(&s->timer);
+}
+
+/* Creates every local rank's chunks again and refills them from the host
+ * copy. 0, or -1 with the error (every chunk made is released again). */
+static int restore_chunks(hd_heap *h, uint32_t nch, uint64_t *restored, Heapd__ErrCode *code, char *err, size_t len)
+{
+    uint64_t bytes = (uint64_t)h->local_size * nch * h->ap.chunk_size;
+    *code = HEAPD__ERR_CODE__ERR_QUOTA;
+    if (hh_quota_check(h->reg, h->name, h->owner, 0, bytes, 0, err, len))
+        return -1;
+    *code = HEAPD__ERR_CODE__ERR_NO_MEMORY;
+    char e2[400];
+    for (uint32_t q = 0; q < h->world_size; q++) {
+        hd_rank *k = &h->ranks[q];
+        for (uint32_t j = 0; k->joined && j < nch; j++) {
+            int rc = hb_chunk_create(h->reg->be, k->device, h->ap.chunk_size, &k->chunks[j], e2, sizeof e2);
+            if (!rc && h->hc_full) {
+                rc = hb_chunk_load(h->reg->be, &k->chunks[j], copy_at(h, k, j, nch), e2, sizeof e2);
+                *code = rc ? HEAPD__ERR_CODE__ERR_BACKEND : *code;
+                *restored += rc ? 0 : h->ap.chunk_size;
+            }
+            if (rc) {
+                snprintf(err, len, "restore of heap \"%s\": chunk %u of rank %u: %s (the heap stays released; "
+                         "free device memory and restore again)", h->name, j, q, e2);
+                for (uint32_t p = 0; p <= q; p++)
+                    for (uint32_t i = 0; i < h->ranks[p].nchunks; i++)
+                        hb_chunk_release(h->reg->be, &h->ranks[p].chunks[i]);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static void restore_done(hd_heap *h)
+{
+    struct hh_release *s = h->rel;
+    uint64_t t0 = uv_hrtime(), restored = 0;
+    uint32_t nch = rank_chunks(h);
+    char err[800];
+    Heapd__ErrCode code;
+    if (restore_chunks(h, nch, &restored, &code, err, sizeof err)) {
+        rel_fail(h, code, err);
+        return;
+    }
+    h->hc_full = false;
+    if (!h->hc_keep)
+        host_copy_free(h);
+    h->mstate = HS_STATE_ACTIVE;
+    h->restores++;
+    uint64_t us = (uv_hrtime() - t0) / 1000;
+    ha_stats st;
+    ha_get_stats(h->core, &st);
+    hd_info("heap \"%s\" restored: %u chunks per rank, %llu bytes refilled, in %llu us", h->name, nch,
+            (unsigned long long)restored, (unsigned long long)us);
+    hh_heap_publish(h);
+    for (uint32_t q = 0; q < h->world_size; q++) {
+        hd_rank *k = &h->ranks[q];
+        if (!k->in_rel)
+            continue;
+        k->in_rel = false;
+        chunk_msg cm;
+        if (hh_chunk_msg_build(h, 0, nch, &cm)) {
+            hd_peer_error(k->conn, k->rel_id, HEAPD__ERR_CODE__ERR_NO_MEMORY,
+                          "heapd could not duplicate chunk fds for the restore reply (out of fds or memory); raise "
+                          "heapd's fd limit (LimitNOFILE); the heap is restored: detach and attach again");
+            continue;
+        }
+        hd_restore_out o = {.chunks = cm.refs, .fds = cm.fds, .nchunks = cm.n, .mapped = st.mapped,
+                            .restored_bytes = restored, .elapsed_us = us};
+        k->conn->out->restore(k->conn, k->rel_id, &o);
+        hh_chunk_msg_free(&cm, false);
+    }
+    s->active = false;
+    s->waiting = 0;
+    h->rel_left = NULL;
+    uv_timer_stop(&s->timer);
+}
+
+/* The request's checks against the heap's state. 0, or -1 once answered. */
+static int rel_check(hd_heap *h, hd_peer *c, uint64_t id, bool restore, int mode, bool keep)
+{
+    const struct hh_release *s = h->rel;
+    uint32_t rank = hd_peer_binding(c)->rank;
+    char msg[512];
+    if (h->ranks[rank].in_rel)
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "rank %u is already waiting in a %s", rank,
+                      what(s));
+    else if (s && s->active && s->restore != restore)
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE,
+                      "heap \"%s\": a %s is in progress (rank %u began it); every rank must call the same", h->name,
+                      what(s), s->first);
+    else if (!restore && hh_released(h) && !(s && s->active))
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "heap \"%s\" is already released; restore it first",
+                      h->name);
+    else if (restore && h->mstate == HS_STATE_ACTIVE)
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "heap \"%s\" is not released: nothing to restore",
+                      h->name);
+    else if (!restore && mode != HEAPD__RELEASE_MODE__RELEASE_DISCARD && mode != HEAPD__RELEASE_MODE__RELEASE_HOST)
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "release mode %d is unknown: use discard (0) or host (1)",
+                      mode);
+    else if (!restore && keep && mode != HEAPD__RELEASE_MODE__RELEASE_HOST)
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "keep goes with release mode host only");
+    else if (hh_unconnected_rank(h, what(&(struct hh_release){.restore = restore}), "it must re-attach first", msg,
+                                 sizeof msg)) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PEER_GONE, "%s", msg);
+        if (s && s->active)
+            rel_fail(h, HEAPD__ERR_CODE__ERR_PEER_GONE, msg);
+    } else
+        return 0;
+    return -1;
+}
+
+static void rel_join(hd_peer *c, uint64_t id, bool restore, int mode, bool keep)
+{
+    hd_heap *h = hh_formed_heap(c, id, restore ? "restore" : "release");
+    if (!h || hh_poison_check(h, c, id) || rel_check(h, c, id, restore, mode, keep))
+        return;
+    struct hh_release *s = rel_state(h);
+    if (!s) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        return;
+    }
+    uint32_t rank = hd_peer_binding(c)->rank;
+    if (s->active && !restore && (s->mode != mode || s->keep != keep)) {
+        char msg[600];
+        snprintf(msg, sizeof msg,
+                 "asymmetric release of heap \"%s\": rank %u asked for mode %s%s, rank %u for mode %s%s; every rank "
+                 "must release the same way (nothing was released)",
+                 h->name, s->first, s->mode ? "host" : "discard", s->keep ? " with keep" : "", rank,
+                 mode ? "host" : "discard", keep ? " with keep" : "");
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "%s", msg);
+        rel_fail(h, HEAPD__ERR_CODE__ERR_INVALID, msg);
+        return;
+    }
+    if (!s->active) {
+        s->active = true;
+        s->restore = restore;
+        s->mode = mode;
+        s->keep = keep;
+        s->first = rank;
+        h->rel_left = rel_rank_left;
+        h->mstate = restore ? HS_STATE_RESTORING : HS_STATE_RELEASING;
+        uv_update_time(h->reg->loop);
+        uv_timer_start(&s->timer, rel_timeout, h->timeout_ms, 0);
+        hh_heap_publish(h);
+    }
+    hd_rank *k = &h->ranks[rank];
+    k->in_rel = true;
+    k->rel_id = id;
+    if (++s->waiting == h->local_size)
+        (restore ? restore_done : release_done)(h);
+}
+
+void hd_heap_release(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Release *m)
+{
+    (void)r;
+    rel_join(c, id, false, (int)m->mode, m->keep);
+}
+
+void hd_heap_restore(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Restore *m)
+{
+    (void)r, (void)m;
+    rel_join(c, id, true, 0, false);
+}
