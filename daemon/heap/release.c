@@ -59,6 +59,8 @@ static const char *what(const struct hh_release *s) { return s->restore ? "resto
 static void rel_fail(hd_heap *h, Heapd__ErrCode code, const char *msg)
 {
     struct hh_release *s = h->rel;
+    h->mstate = s->restore ? HS_STATE_RELEASED : HS_STATE_ACTIVE;
+    hh_heap_publish(h); /* the page is current before any rank hears back */
     for (uint32_t q = 0; q < h->world_size; q++) {
         hd_rank *k = &h->ranks[q];
         if (!k->in_rel)
@@ -70,9 +72,7 @@ static void rel_fail(hd_heap *h, Heapd__ErrCode code, const char *msg)
     s->active = false;
     s->waiting = 0;
     h->rel_left = NULL;
-    h->mstate = s->restore ? HS_STATE_RELEASED : HS_STATE_ACTIVE;
     uv_timer_stop(&s->timer);
-    hh_heap_publish(h);
 }
 
 static void rel_rank_left(hd_heap *h, uint32_t rank, bool clean)

@@ -333,11 +333,12 @@ void hd_heap_alloc(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Alloc *
     hd_heap *h = hh_formed_heap(c, id, "alloc");
     if (!h)
         return;
-    if (h->mstate != HS_STATE_ACTIVE) {
+    /* Issue 30: while a release waits for ranks, the others still allocate. */
+    if (hh_released(h)) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE,
-                      "allocation %llu: heap \"%s\" is %s on this node; no allocation until it is restored "
+                      "allocation %llu: heap \"%s\" is released on this node; no allocation until it is restored "
                       "(heapc_restore, heap.restore())",
-                      (unsigned long long)m->seq, h->name, h->mstate == HS_STATE_RELEASING ? "being released" : "released");
+                      (unsigned long long)m->seq, h->name);
         return;
     }
     if (m->name && m->name[0]) {
