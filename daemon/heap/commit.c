@@ -6,6 +6,7 @@
  * CommitReply{value, generation}. Middle floor (heap_int.h). */
 #include "heap_int.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,11 +75,8 @@ static void commit_timeout(uv_timer_t *t)
     hd_heap *h = s->h;
     if (!s->active)
         return;
-    char missing[400] = "", msg[1000];
-    size_t n = 0;
-    for (uint32_t q = 0; q < h->world_size && n + 16 < sizeof missing; q++)
-        if (h->ranks[q].joined && !h->ranks[q].in_commit)
-            n += (size_t)snprintf(missing + n, sizeof missing - n, "%s%u", n ? ", " : "", q);
+    char missing[400], msg[1000];
+    hh_ranks_not_in(h, offsetof(hd_rank, in_commit), missing, sizeof missing);
     snprintf(msg, sizeof msg,
              "commit \"%s\" on heap \"%s\" at allocation %llu timed out after %u ms: rank(s) %s never committed; "
              "every rank must commit the same tag at the same point",

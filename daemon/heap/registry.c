@@ -325,6 +325,18 @@ bool hh_unconnected_rank(const hd_heap *h, const char *what, const char *advice,
     return false;
 }
 
+size_t hh_ranks_not_in(const hd_heap *h, size_t in_offset, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (uint32_t q = 0; q < h->world_size && n + 16 < len; q++) {
+        const hd_rank *k = &h->ranks[q];
+        if (k->joined && !*((const bool *)((const char *)k + in_offset)))
+            n += (size_t)snprintf(buf + n, len - n, "%s%u", n ? ", " : "", q);
+    }
+    return n;
+}
+
 static void registry_closed(uv_handle_t *h) { free(h->data); }
 
 void hd_registry_destroy(hd_registry *r)

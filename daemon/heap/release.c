@@ -8,6 +8,7 @@
  * Middle floor (heap_int.h). */
 #include "heap_int.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,16 @@ struct hh_release {
 };
 
 static void rel_closed(uv_handle_t *t) { free(t->data); }
+
+/* The collective is over (every waiting rank was answered). */
+static void rel_end(hd_heap *h)
+{
+    struct hh_release *s = h->rel;
+    s->active = false;
+    s->waiting = 0;
+    h->rel_left = NULL;
+    uv_timer_stop(&s->timer);
+}
 
 static void host_copy_free(hd_heap *h)
 {
@@ -69,10 +80,7 @@ static void rel_fail(hd_heap *h, Heapd__ErrCode code, const char *msg)
         if (k->conn)
             hd_peer_error(k->conn, k->rel_id, code, "%s", msg);
     }
-    s->active = false;
-    s->waiting = 0;
-    h->rel_left = NULL;
-    uv_timer_stop(&s->timer);
+    rel_end(h);
 }
 
 static void rel_rank_left(hd_heap *h, uint32_t rank, bool clean)
@@ -92,11 +100,8 @@ static void rel_timeout(uv_timer_t *t)
     hd_heap *h = s->h;
     if (!s->active)
         return;
-    char missing[400] = "", msg[1000];
-    size_t n = 0;
-    for (uint32_t q = 0; q < h->world_size && n + 16 < sizeof missing; q++)
-        if (h->ranks[q].joined && !h->ranks[q].in_rel)
-            n += (size_t)snprintf(missing + n, sizeof missing - n, "%s%u", n ? ", " : "", q);
+    char missing[400], msg[1000];
+    hh_ranks_not_in(h, offsetof(hd_rank, in_rel), missing, sizeof missing);
     snprintf(msg, sizeof msg,
              "%s of heap \"%s\" timed out after %u ms: rank(s) %s never called it; every local rank must call "
              "it (nothing changed)",
@@ -221,10 +226,7 @@ static void release_done(hd_heap *h)
         k->in_rel = false;
         k->conn->out->release(k->conn, k->rel_id, released, saved, us);
     }
-    s->active = false;
-    s->waiting = 0;
-    h->rel_left = NULL;
-    uv_timer_stop(&s->timer);
+    rel_end(h);
 }
 
 /* Creates every local rank's chunks again and refills them from the host
@@ -261,7 +263,6 @@ static int restore_chunks(hd_heap *h, uint32_t nch, uint64_t *restored, Heapd__E
 
 static void restore_done(hd_heap *h)
 {
-    struct hh_release *s = h->rel;
     uint64_t t0 = uv_hrtime(), restored = 0;
     uint32_t nch = rank_chunks(h);
     char err[800];
@@ -298,10 +299,7 @@ static void restore_done(hd_heap *h)
         k->conn->out->restore(k->conn, k->rel_id, &o);
         hh_chunk_msg_free(&cm, false);
     }
-    s->active = false;
-    s->waiting = 0;
-    h->rel_left = NULL;
-    uv_timer_stop(&s->timer);
+    rel_end(h);
 }
 
 /* The request's checks against the heap's state. 0, or -1 once answered. */
