@@ -422,9 +422,9 @@ static int cuda_chunk_copy(hb_backend *be, hb_chunk *c, void *host, int save, ch
     if (!rcode) {
         CUresult rc = save ? cu.MemcpyDtoH(host, va, c->size) : cu.MemcpyHtoD(va, host, c->size);
         if (rc != CUDA_SUCCESS)
-            rcode = cu_fail(err, errlen, rc, "the GPU may need a reset (nvidia-smi)",
-                            "%s(%" PRIu64 " bytes, device %d)", save ? "cuMemcpyDtoH" : "cuMemcpyHtoD", c->size,
-                            c->device);
+            rcode =
+                cu_fail(err, errlen, rc, "the GPU may need a reset (nvidia-smi)", "%s(%" PRIu64 " bytes, device %d)",
+                        save ? "cuMemcpyDtoH" : "cuMemcpyHtoD", c->size, c->device);
         unmap_handle(va, c->size);
     }
     ctx_leave(cb, c->device, prev);
@@ -441,9 +441,9 @@ static int cuda_host_pin(hb_backend *be, void *p, uint64_t len, int pin, char *e
     CUresult rc = pin ? cu.MemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE) : cu.MemHostUnregister(p);
     ctx_leave(cb, 0, prev);
     if (rc != CUDA_SUCCESS)
-        return cu_fail(err, errlen, rc, "raise heapd's RLIMIT_MEMLOCK (LimitMEMLOCK= in its unit) or use a smaller heap",
-                       "%s(%" PRIu64 " bytes of host memory)", pin ? "cuMemHostRegister" : "cuMemHostUnregister",
-                       len);
+        return cu_fail(err, errlen, rc,
+                       "raise heapd's RLIMIT_MEMLOCK (LimitMEMLOCK= in its unit) or use a smaller heap",
+                       "%s(%" PRIu64 " bytes of host memory)", pin ? "cuMemHostRegister" : "cuMemHostUnregister", len);
     return HB_OK;
 }
 

@@ -124,9 +124,18 @@ static void s_stats(hd_peer *p, uint64_t id, const hd_stats_out *s)
     }
 }
 
-static const hd_reply_ops sink = {
-    s_error, s_attach, s_alloc, s_free, s_collect, s_detach, s_force, s_stats, NULL /* drop: tests/check_persist.c */,
-    NULL /* commit */, NULL /* release: tests/check_release.c */, NULL};
+static const hd_reply_ops sink = {s_error,
+                                  s_attach,
+                                  s_alloc,
+                                  s_free,
+                                  s_collect,
+                                  s_detach,
+                                  s_force,
+                                  s_stats,
+                                  NULL /* drop: tests/check_persist.c */,
+                                  NULL /* commit */,
+                                  NULL /* release: tests/check_release.c */,
+                                  NULL};
 
 /* ---- fixture ------------------------------------------------------------ */
 

@@ -221,7 +221,7 @@ typedef struct hd_reply_ops {
     void (*force)(hd_peer *p, uint64_t id, uint64_t at_seq);
     void (*stats)(hd_peer *p, uint64_t id, const hd_stats_out *s);
     void (*drop)(hd_peer *p, uint64_t id, uint64_t released_bytes);
-    void (*commit)(hd_peer *p, uint64_t id, uint64_t value, uint64_t generation); /* issue 29 */
+    void (*commit)(hd_peer *p, uint64_t id, uint64_t value, uint64_t generation);                     /* issue 29 */
     void (*release)(hd_peer *p, uint64_t id, uint64_t released, uint64_t saved, uint64_t elapsed_us); /* issue 30 */
     void (*restore)(hd_peer *p, uint64_t id, const hd_restore_out *o);
 } hd_reply_ops;

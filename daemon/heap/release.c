@@ -145,8 +145,10 @@ static int host_copy_make(hd_heap *h, uint64_t size, char *why, size_t len)
     snprintf(name, sizeof name, "heapd-copy-%.40s", h->name);
     int fd = memfd_create(name, MFD_CLOEXEC);
     if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
-        snprintf(why, len, "heapd could not make a %llu-byte host copy of heap \"%s\" (memfd: %m); free host "
-                 "memory or release with mode discard", (unsigned long long)size, h->name);
+        snprintf(why, len,
+                 "heapd could not make a %llu-byte host copy of heap \"%s\" (memfd: %m); free host "
+                 "memory or release with mode discard",
+                 (unsigned long long)size, h->name);
         if (fd >= 0)
             close(fd);
         return -1;
@@ -190,8 +192,10 @@ static void release_done(hd_heap *h)
             for (uint32_t j = 0; k->joined && j < nch; j++) {
                 if (hb_chunk_save(h->reg->be, &k->chunks[j], copy_at(h, k, j, nch), err, sizeof err)) {
                     char msg[800];
-                    snprintf(msg, sizeof msg, "release of heap \"%s\": copying chunk %u of rank %u failed: %s (nothing "
-                             "was released)", h->name, j, q, err);
+                    snprintf(msg, sizeof msg,
+                             "release of heap \"%s\": copying chunk %u of rank %u failed: %s (nothing "
+                             "was released)",
+                             h->name, j, q, err);
                     rel_fail(h, HEAPD__ERR_CODE__ERR_BACKEND, msg);
                     return;
                 }
@@ -249,8 +253,10 @@ static int restore_chunks(hd_heap *h, uint32_t nch, uint64_t *restored, Heapd__E
                 *restored += rc ? 0 : h->ap.chunk_size;
             }
             if (rc) {
-                snprintf(err, len, "restore of heap \"%s\": chunk %u of rank %u: %s (the heap stays released; "
-                         "free device memory and restore again)", h->name, j, q, e2);
+                snprintf(err, len,
+                         "restore of heap \"%s\": chunk %u of rank %u: %s (the heap stays released; "
+                         "free device memory and restore again)",
+                         h->name, j, q, e2);
                 for (uint32_t p = 0; p <= q; p++)
                     for (uint32_t i = 0; i < h->ranks[p].nchunks; i++)
                         hb_chunk_release(h->reg->be, &h->ranks[p].chunks[i]);
@@ -294,8 +300,12 @@ static void restore_done(hd_heap *h)
                           "heapd's fd limit (LimitNOFILE); the heap is restored: detach and attach again");
             continue;
         }
-        hd_restore_out o = {.chunks = cm.refs, .fds = cm.fds, .nchunks = cm.n, .mapped = st.mapped,
-                            .restored_bytes = restored, .elapsed_us = us};
+        hd_restore_out o = {.chunks = cm.refs,
+                            .fds = cm.fds,
+                            .nchunks = cm.n,
+                            .mapped = st.mapped,
+                            .restored_bytes = restored,
+                            .elapsed_us = us};
         k->conn->out->restore(k->conn, k->rel_id, &o);
         hh_chunk_msg_free(&cm, false);
     }
@@ -309,18 +319,15 @@ static int rel_check(hd_heap *h, hd_peer *c, uint64_t id, bool restore, int mode
     uint32_t rank = hd_peer_binding(c)->rank;
     char msg[512];
     if (h->ranks[rank].in_rel)
-        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "rank %u is already waiting in a %s", rank,
-                      what(s));
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "rank %u is already waiting in a %s", rank, what(s));
     else if (s && s->active && s->restore != restore)
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE,
                       "heap \"%s\": a %s is in progress (rank %u began it); every rank must call the same", h->name,
                       what(s), s->first);
     else if (!restore && hh_released(h) && !(s && s->active))
-        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "heap \"%s\" is already released; restore it first",
-                      h->name);
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "heap \"%s\" is already released; restore it first", h->name);
     else if (restore && h->mstate == HS_STATE_ACTIVE)
-        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "heap \"%s\" is not released: nothing to restore",
-                      h->name);
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "heap \"%s\" is not released: nothing to restore", h->name);
     else if (!restore && mode != HEAPD__RELEASE_MODE__RELEASE_DISCARD && mode != HEAPD__RELEASE_MODE__RELEASE_HOST)
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "release mode %d is unknown: use discard (0) or host (1)",
                       mode);
