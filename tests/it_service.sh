@@ -415,6 +415,7 @@ usr/lib/python3/dist-packages/heapd/__init__.py
 usr/lib/python3/dist-packages/heapd/_args.py
 usr/lib/python3/dist-packages/heapd/_errors.py
 usr/lib/python3/dist-packages/heapd/_lib.py
+usr/lib/python3/dist-packages/heapd/_release.py
 usr/lib/python3/dist-packages/heapd/_resume.py
 usr/lib/python3/dist-packages/heapd/_stats.py
 usr/lib/python3/dist-packages/heapd/torch.py
