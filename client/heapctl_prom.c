@@ -105,6 +105,15 @@ static void prom_daemon(prom *m, const heapc_daemon_stats *s)
     fprintf(f, "heapd_quota_uid_bytes %" PRIu64 "\n", s->quota_uid);
 }
 
+/* The chunk memory heapd's quotas charge a heap with: its extent on every
+ * local rank, none while released (issue 30). */
+static uint64_t chunk_bytes(const heapc_heap_stats *h)
+{
+    if (h->state == HEAPC_STATE_RELEASED || h->state == HEAPC_STATE_RESTORING)
+        return 0;
+    return h->mapped * (h->nranks ? h->nranks : 1);
+}
+
 /* Quota use per uid: the chunk memory of its heaps on this node, their
  * bookkeeping, and the two together (what quota_uid bounds). */
 static void prom_uids(prom *m, const heapc_daemon_stats *s)
@@ -129,7 +138,7 @@ static void prom_uids(prom *m, const heapc_daemon_stats *s)
             uint64_t ch = 0, bk = 0;
             for (size_t j = i; j < s->nheaps; j++)
                 if (s->heaps[j].owner_uid == s->heaps[i].owner_uid) {
-                    ch += s->heaps[j].mapped * (s->heaps[j].nranks ? s->heaps[j].nranks : 1);
+                    ch += chunk_bytes(&s->heaps[j]);
                     bk += s->heaps[j].bookkeeping_bytes;
                 }
             const uint64_t v[] = {ch, bk, ch + bk};
@@ -148,7 +157,7 @@ static void prom_heaps(prom *m, const heapc_daemon_stats *s)
         {"heapd_heap_clients", "gauge", "Ranks attached to the heap on this node."},
         {"heapd_heap_mapped_bytes", "gauge", "Heap bytes mapped per rank."},
         {"heapd_heap_chunk_bytes", "gauge",
-         "Chunk memory of the heap on this node, all its ranks here (what quota_heap bounds)."},
+         "Chunk memory of the heap on this node, all its ranks here (what quota_heap bounds; 0 while released)."},
         {"heapd_heap_live_bytes", "gauge", "Bytes of blocks some rank still holds."},
         {"heapd_heap_released_bytes", "gauge", "Bytes every rank released, awaiting a collect."},
         {"heapd_heap_free_bytes", "gauge", "Mapped bytes available to allocations."},
@@ -183,7 +192,7 @@ static void prom_heaps(prom *m, const heapc_daemon_stats *s)
             const double v[] = {h->world_size,
                                 h->clients,
                                 (double)h->mapped,
-                                (double)h->mapped * (double)(h->nranks ? h->nranks : 1),
+                                (double)chunk_bytes(h),
                                 (double)h->live_bytes,
                                 (double)h->released_bytes,
                                 (double)h->free_bytes,

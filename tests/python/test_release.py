@@ -223,6 +223,12 @@ def test_released_heap_outlives_its_ranks(sock, heapname):
         _wait(lambda: _detached(heapname, sock), "the released heap to be detached")
         st = heapd.stats(heapname, sock)
         assert (st["state"], st["resident_bytes"]) == ("released", 0) and st["host_copy_bytes"] > 0
+        # heapctl metrics: a released heap charges no chunk memory (as heapd's quotas count it)
+        prom = _ctl(sock, "metrics")
+        lab = '{heap="%s"' % heapname
+        rows = {l.split(lab)[0]: l.rsplit(" ", 1)[1] for l in prom.splitlines() if lab in l}
+        assert (rows["heapd_heap_state"], rows["heapd_heap_chunk_bytes"], rows["heapd_heap_resident_bytes"]) \
+            == ("2", "0", "0"), rows
         res = ok(run_ranks(_back_released, 2, sock, heapname)[0])
         assert [r[0] for r in res] == [True, True], "content lost across the re-attach"
         assert res[0][1] == res[1][1]
