@@ -6,7 +6,6 @@
  * CommitReply{value, generation}. Middle floor (heap_int.h). */
 #include "heap_int.h"
 
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +68,8 @@ static void commit_rank_left(hd_heap *h, uint32_t rank, bool clean)
     commit_end(h, HEAPD__ERR_CODE__ERR_PEER_GONE, msg);
 }
 
+static bool in_commit(const hd_rank *k) { return k->in_commit; }
+
 static void commit_timeout(uv_timer_t *t)
 {
     struct hh_commit *s = t->data;
@@ -76,7 +77,7 @@ static void commit_timeout(uv_timer_t *t)
     if (!s->active)
         return;
     char missing[400], msg[1000];
-    hh_ranks_not_in(h, offsetof(hd_rank, in_commit), missing, sizeof missing);
+    hh_ranks_not_in(h, in_commit, missing, sizeof missing);
     snprintf(msg, sizeof msg,
              "commit \"%s\" on heap \"%s\" at allocation %llu timed out after %u ms: rank(s) %s never committed; "
              "every rank must commit the same tag at the same point",

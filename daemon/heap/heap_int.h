@@ -259,6 +259,9 @@ static inline bool hh_released(const hd_heap *h)
     return h->mstate == HS_STATE_RELEASED || h->mstate == HS_STATE_RESTORING;
 }
 
+/* Issue 30: of `bytes` of h's chunks, those backed by memory now. */
+static inline uint64_t hh_resident(const hd_heap *h, uint64_t bytes) { return hh_released(h) ? 0 : bytes; }
+
 /* Chunks per rank of an extent of `mapped` bytes (<= va_size). Fits in 32
  * bits: heap_limits refuses va_size / chunk_size > max_chunks <= INT32_MAX. */
 static inline uint32_t hh_heap_chunks(const hd_heap *h, uint64_t mapped)
@@ -298,10 +301,10 @@ hd_heap *hh_formed_heap(hd_peer *c, uint64_t id, const char *what);
  * detached): true, with msg "<what> on heap ... cannot complete: rank ...
  * is not connected (...); <advice>" for a collective that cannot finish. */
 bool hh_unconnected_rank(const hd_heap *h, const char *what, const char *advice, char *msg, size_t len);
-/* Writes "1, 3" into buf: the joined ranks whose bool at in_offset of
- * hd_rank (offsetof(hd_rank, in_commit), ...) is false, for a timeout's
- * message. Returns its length. */
-size_t hh_ranks_not_in(const hd_heap *h, size_t in_offset, char *buf, size_t len);
+/* Writes "1, 3" into buf: the joined ranks for which in(k) is false (not
+ * waiting in a commit, a release...), for a timeout's message. Returns its
+ * length. */
+size_t hh_ranks_not_in(const hd_heap *h, bool (*in)(const hd_rank *k), char *buf, size_t len);
 /* Bookkeeping heapd keeps for heap h that quota_uid charges besides its
  * chunks: the allocator's (ha_meta_bytes of its extent, ha_block_bytes) and
  * hh_heap_log_bytes. */

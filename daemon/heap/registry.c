@@ -40,7 +40,7 @@ void hh_heap_publish(hd_heap *h)
     v.epoch = h->epoch;
     v.collects_skipped = st.collects_skipped;
     v.state = h->mstate;
-    v.resident = hh_released(h) ? 0 : st.mapped;
+    v.resident = hh_resident(h, st.mapped);
     v.releases = h->releases;
     v.restores = h->restores;
     for (uint32_t q = 0; q < h->world_size; q++) {
@@ -325,13 +325,13 @@ bool hh_unconnected_rank(const hd_heap *h, const char *what, const char *advice,
     return false;
 }
 
-size_t hh_ranks_not_in(const hd_heap *h, size_t in_offset, char *buf, size_t len)
+size_t hh_ranks_not_in(const hd_heap *h, bool (*in)(const hd_rank *k), char *buf, size_t len)
 {
     size_t n = 0;
     buf[0] = '\0';
     for (uint32_t q = 0; q < h->world_size && n + 16 < len; q++) {
         const hd_rank *k = &h->ranks[q];
-        if (k->joined && !*((const bool *)((const char *)k + in_offset)))
+        if (k->joined && !in(k))
             n += (size_t)snprintf(buf + n, len - n, "%s%u", n ? ", " : "", q);
     }
     return n;
@@ -369,7 +369,7 @@ static void uid_use(const hd_registry *r, uid_t uid, uint64_t *chunks, uint64_t 
         if (h->owner == uid) {
             ha_stats st;
             ha_get_stats(h->core, &st);
-            *chunks += hh_released(h) ? 0 : st.mapped * h->local_size; /* issue 30 */
+            *chunks += hh_resident(h, st.mapped * h->local_size); /* issue 30 */
             *core += ha_meta_bytes(&h->ap, st.mapped) + ha_block_bytes(h->core, 0) + hh_blocks_bytes(h);
             *log += hh_heap_log_bytes(h);
         }
@@ -482,7 +482,7 @@ static size_t heap_info(hd_heap *h, hd_heap_info *s, hd_rank_info *rs)
     s->generation = h->generation;
     s->markers = h->nmarkers;
     s->state = h->mstate;
-    s->resident_bytes = hh_released(h) ? 0 : st.mapped * h->local_size;
+    s->resident_bytes = hh_resident(h, st.mapped * h->local_size);
     s->host_copy_bytes = h->hc_ptr ? h->hc_size : 0;
     s->releases = h->releases;
     s->restores = h->restores;

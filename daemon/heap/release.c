@@ -8,7 +8,6 @@
  * Middle floor (heap_int.h). */
 #include "heap_int.h"
 
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,7 +62,21 @@ static void rel_gone(hd_heap *h)
     uv_close((uv_handle_t *)&s->timer, rel_closed);
 }
 
-static const char *what(const struct hh_release *s) { return s->restore ? "restore" : "release"; }
+static const char *what(bool restore) { return restore ? "restore" : "release"; }
+
+/* The next rank (from *q on) waiting in the collective, taken out of it
+ * (in_rel cleared); NULL when none is left. */
+static hd_rank *take_waiting(hd_heap *h, uint32_t *q)
+{
+    for (; *q < h->world_size; ++*q)
+        if (h->ranks[*q].in_rel) {
+            h->ranks[*q].in_rel = false;
+            return &h->ranks[(*q)++];
+        }
+    return NULL;
+}
+
+static bool in_rel(const hd_rank *k) { return k->in_rel; }
 
 /* Ends the collective: every waiting rank gets code and msg; the state goes
  * back to what it was before it began. */
@@ -72,14 +85,10 @@ static void rel_fail(hd_heap *h, Heapd__ErrCode code, const char *msg)
     struct hh_release *s = h->rel;
     h->mstate = s->restore ? HS_STATE_RELEASED : HS_STATE_ACTIVE;
     hh_heap_publish(h); /* the page is current before any rank hears back */
-    for (uint32_t q = 0; q < h->world_size; q++) {
-        hd_rank *k = &h->ranks[q];
-        if (!k->in_rel)
-            continue;
-        k->in_rel = false;
+    uint32_t q = 0;
+    for (hd_rank *k; (k = take_waiting(h, &q));)
         if (k->conn)
             hd_peer_error(k->conn, k->rel_id, code, "%s", msg);
-    }
     rel_end(h);
 }
 
@@ -89,7 +98,7 @@ static void rel_rank_left(hd_heap *h, uint32_t rank, bool clean)
     snprintf(msg, sizeof msg,
              "%s of heap \"%s\" failed: rank %u (pid %ld) %s while the others waited; nothing was %s (the heap "
              "is %s)",
-             what(h->rel), h->name, rank, (long)h->ranks[rank].pid, clean ? "detached" : "disconnected",
+             what(h->rel->restore), h->name, rank, (long)h->ranks[rank].pid, clean ? "detached" : "disconnected",
              h->rel->restore ? "restored" : "released", h->rel->restore ? "still released" : "still active");
     rel_fail(h, HEAPD__ERR_CODE__ERR_PEER_GONE, msg);
 }
@@ -101,11 +110,11 @@ static void rel_timeout(uv_timer_t *t)
     if (!s->active)
         return;
     char missing[400], msg[1000];
-    hh_ranks_not_in(h, offsetof(hd_rank, in_rel), missing, sizeof missing);
+    hh_ranks_not_in(h, in_rel, missing, sizeof missing);
     snprintf(msg, sizeof msg,
              "%s of heap \"%s\" timed out after %u ms: rank(s) %s never called it; every local rank must call "
              "it (nothing changed)",
-             what(s), h->name, h->timeout_ms, missing);
+             what(s->restore), h->name, h->timeout_ms, missing);
     hd_warn("%s", msg);
     rel_fail(h, HEAPD__ERR_CODE__ERR_TIMEOUT, msg);
 }
@@ -223,13 +232,9 @@ static void release_done(hd_heap *h)
     hd_info("heap \"%s\" released: %s of chunks (%s into host memory) in %llu us", h->name,
             hh_human(released, b1, sizeof b1), saved ? "copied" : "nothing copied", (unsigned long long)us);
     hh_heap_publish(h);
-    for (uint32_t q = 0; q < h->world_size; q++) {
-        hd_rank *k = &h->ranks[q];
-        if (!k->in_rel)
-            continue;
-        k->in_rel = false;
+    uint32_t q = 0;
+    for (hd_rank *k; (k = take_waiting(h, &q));)
         k->conn->out->release(k->conn, k->rel_id, released, saved, us);
-    }
     rel_end(h);
 }
 
@@ -288,11 +293,8 @@ static void restore_done(hd_heap *h)
     hd_info("heap \"%s\" restored: %u chunks per rank, %llu bytes refilled, in %llu us", h->name, nch,
             (unsigned long long)restored, (unsigned long long)us);
     hh_heap_publish(h);
-    for (uint32_t q = 0; q < h->world_size; q++) {
-        hd_rank *k = &h->ranks[q];
-        if (!k->in_rel)
-            continue;
-        k->in_rel = false;
+    uint32_t q = 0;
+    for (hd_rank *k; (k = take_waiting(h, &q));) {
         chunk_msg cm;
         if (hh_chunk_msg_build(h, 0, nch, &cm)) {
             hd_peer_error(k->conn, k->rel_id, HEAPD__ERR_CODE__ERR_NO_MEMORY,
@@ -319,12 +321,13 @@ static int rel_check(hd_heap *h, hd_peer *c, uint64_t id, bool restore, int mode
     uint32_t rank = hd_peer_binding(c)->rank;
     char msg[512];
     if (h->ranks[rank].in_rel)
-        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "rank %u is already waiting in a %s", rank, what(s));
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "rank %u is already waiting in a %s", rank,
+                      what(s->restore));
     else if (s && s->active && s->restore != restore)
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE,
                       "heap \"%s\": a %s is in progress (rank %u began it); every rank must call the same", h->name,
-                      what(s), s->first);
-    else if (!restore && hh_released(h) && !(s && s->active))
+                      what(s->restore), s->first);
+    else if (!restore && hh_released(h))
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "heap \"%s\" is already released; restore it first", h->name);
     else if (restore && h->mstate == HS_STATE_ACTIVE)
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "heap \"%s\" is not released: nothing to restore", h->name);
@@ -333,8 +336,7 @@ static int rel_check(hd_heap *h, hd_peer *c, uint64_t id, bool restore, int mode
                       mode);
     else if (!restore && keep && mode != HEAPD__RELEASE_MODE__RELEASE_HOST)
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "keep goes with release mode host only");
-    else if (hh_unconnected_rank(h, what(&(struct hh_release){.restore = restore}), "it must re-attach first", msg,
-                                 sizeof msg)) {
+    else if (hh_unconnected_rank(h, what(restore), "it must re-attach first", msg, sizeof msg)) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PEER_GONE, "%s", msg);
         if (s && s->active)
             rel_fail(h, HEAPD__ERR_CODE__ERR_PEER_GONE, msg);
