@@ -203,6 +203,17 @@ typedef enum heapc_policy {
  * 1 up, without a gap), "unknown" past the last. */
 const char *heapc_policy_name(heapc_policy p);
 
+/* Issue 27: when a block every rank freed becomes reusable. EAGER: at the
+ * free that completes it (no collect, no barrier; a heap on one node under
+ * the coalesce policy); COLLECT: at the next collect. A heap that spans
+ * nodes, or uses the seed policy, is always COLLECT (heapc_get_params says
+ * which the heap got). */
+typedef enum heapc_reclaim {
+    HEAPC_RECLAIM_DEFAULT = 0, /* heapd.conf's reclaim (eager) */
+    HEAPC_RECLAIM_EAGER = 1,
+    HEAPC_RECLAIM_COLLECT = 2,
+} heapc_reclaim;
+
 /* Heap parameters. A zeroed struct (or params == NULL) takes heapd's
  * defaults for everything (heapd.conf). The first attach of a heap name
  * creates it; later attaches must give the same world size and the same
@@ -231,6 +242,7 @@ typedef struct heapc_params {
      * its last client. heapc_get_params gives the heap's: seconds, or -1
      * for none. */
     int32_t persist_s;
+    heapc_reclaim reclaim; /* issue 27: 0, heapd's default */
 } heapc_params;
 
 /* Attaches to heap `heap` as `rank` of `world_size` and maps the heap: its own
@@ -630,6 +642,9 @@ typedef struct heapc_heap_stats {
     uint32_t state;
     uint64_t resident_bytes, host_copy_bytes;
     uint64_t releases, restores;
+    /* Issue 27: blocks reclaimed at their last free (params.reclaim eager),
+     * with no collect. */
+    uint64_t eager_reclaims;
 } heapc_heap_stats;
 
 typedef struct heapc_daemon_stats {
@@ -670,7 +685,7 @@ int heapc_drop(heapc *c, const char *heap, uint64_t *released_bytes);
  * changes (a field added, moved or retyped). A binding that copies the
  * structs (ctypes) compares it, and heapc_sizeof of each, with its own at
  * load time and refuses a libheapc it does not match. */
-#define HEAPC_ABI_VERSION 4u
+#define HEAPC_ABI_VERSION 5u
 uint32_t heapc_abi_version(void);
 
 /* sizeof the public struct named `type` ("heapc_params", "heapc_status_t",

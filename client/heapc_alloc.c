@@ -510,6 +510,21 @@ static int alloc_made(heapc *c, view *v, const Heapd__AllocReply *ar, const hw_f
     return HEAPC_OK;
 }
 
+/* Issue 27: before each allocation, the stream-ordered frees whose work
+ * completed join the free queue (an event query per closed group, no
+ * wait; the open group closes here, so that it gets its marker now), and
+ * the queue goes with the Alloc (Alloc.frees), or first in Free batches
+ * when it is longer than one Alloc carries. So a release reaches heapd at
+ * the next call after its stream work completed, with no message of its
+ * own, and heapd (reclaim eager) can reuse the block at once. */
+static int frees_ready(heapc *c)
+{
+    int rc = fence_reap(c, 1, 0);
+    if (rc == HEAPC_OK && c->fq_n > HW_ALLOC_FREES_MAX)
+        rc = hci_flush_locked(c);
+    return rc;
+}
+
 static int alloc_locked(heapc *c, size_t size, const char *name, void **ptr, uint64_t *offset)
 {
     if (!c->attached)
@@ -520,6 +535,9 @@ static int alloc_locked(heapc *c, size_t size, const char *name, void **ptr, uin
         return hci_set_err(c, HEAPC_EINVAL, "heapc_alloc_named: the name is %zu bytes; give at most %d", strlen(name),
                            HEAPC_NAME_MAX);
     view *v = atomic_load_explicit(&c->view, memory_order_relaxed);
+    int rc = frees_ready(c);
+    if (rc != HEAPC_OK)
+        return rc;
     for (int round = 0;; round++) {
         if (round >= ALLOC_MAX_ROUNDS)
             return hci_set_err(c, HEAPC_EPROTOCOL,
@@ -531,12 +549,19 @@ static int alloc_locked(heapc *c, size_t size, const char *name, void **ptr, uin
         al.size = size;
         if (name)
             al.name = (char *)name;
+        al.n_frees = c->fq_n; /* frees_ready: at most HW_ALLOC_FREES_MAX */
+        al.frees = c->fq;
         Heapd__Frame req = HEAPD__FRAME__INIT;
         req.body_case = HEAPD__FRAME__BODY_ALLOC;
         req.alloc = &al;
         Heapd__Frame *rep;
         hw_frame raw;
-        int rc = hci_rpc(c, &req, HEAPD__FRAME__BODY_ALLOC_REPLY, &rep, &raw);
+        rc = hci_rpc(c, &req, HEAPD__FRAME__BODY_ALLOC_REPLY, &rep, &raw);
+        if (al.n_frees && rc != HEAPC_ECONN && rc != HEAPC_ENOREPLY) {
+            /* heapd applied them, or (ERR_NOT_HELD) none: either way done */
+            c->fq_n = 0;
+            c->ctr.free_batches++;
+        }
         if (rc != HEAPC_OK)
             return rc;
         Heapd__AllocReply *ar = rep->alloc_reply;

@@ -173,6 +173,7 @@ static int copy_heap_stats(heapc_heap_stats *o, const Heapd__HeapStats *h)
         o->params.min_block = h->params->min_block;
         o->params.policy = (heapc_policy)h->params->policy;
         o->params.collect_timeout_ms = h->params->collect_timeout_ms;
+        o->params.reclaim = (heapc_reclaim)h->params->reclaim;
     }
     o->params.persist_s = hci_persist_of(h->persist_s ? h->persist_s : h->params ? h->params->persist_s : 0);
     o->mapped = h->mapped;
@@ -198,6 +199,7 @@ static int copy_heap_stats(heapc_heap_stats *o, const Heapd__HeapStats *h)
     o->host_copy_bytes = h->host_copy_bytes;
     o->releases = h->releases;
     o->restores = h->restores;
+    o->eager_reclaims = h->eager_reclaims;
     copy_hist(&o->collect_wait, h->collect_wait);
     copy_hist(&o->growth, h->growth);
     o->device_free = h->device_free;

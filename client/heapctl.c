@@ -40,7 +40,9 @@ static void usage(FILE *f)
                "                  rank, awaiting a collect) and free, collects, growths, clients,\n"
                "                  owner, state (attached, or detached with its age and persist),\n"
                "                  allocations decided, the pending forced collect, parameters and\n"
-               "                  device memory, collects the allocator skipped (SKIPPED); per\n"
+               "                  device memory, collects the allocator skipped (SKIPPED), when\n"
+               "                  freed blocks are reused (RECLAIM: eager or collect) and the\n"
+               "                  blocks reused with no collect (EAGER); per\n"
                "                  rank whether it is attached, its pid, live and released bytes,\n"
                "                  its next allocation number, its blocks waiting for their\n"
                "                  stream (STREAM_WAIT) and its collects without a device sync\n"
@@ -360,21 +362,23 @@ static int stats_heap_rows(table *th, table *tp, const heapc_heap_stats *h)
         cellf(row[12], "-");
     cellname(prow[0], h->name);
     cellf(prow[1], "%s", heapc_policy_name(h->params.policy));
-    human(h->params.chunk_size, prow[2], CELL);
-    human(h->params.initial_size, prow[3], CELL);
-    human(h->params.va_size, prow[4], CELL);
-    human(h->params.min_block, prow[5], CELL);
-    cellf(prow[6], "%" PRIu32 " ms", h->params.collect_timeout_ms);
-    cellf(prow[7], "%" PRIu64, h->epoch);
+    cellf(prow[2], "%s", h->params.reclaim == HEAPC_RECLAIM_EAGER ? "eager" : "collect");
+    human(h->params.chunk_size, prow[3], CELL);
+    human(h->params.initial_size, prow[4], CELL);
+    human(h->params.va_size, prow[5], CELL);
+    human(h->params.min_block, prow[6], CELL);
+    cellf(prow[7], "%" PRIu32 " ms", h->params.collect_timeout_ms);
+    cellf(prow[8], "%" PRIu64, h->epoch);
     if (h->device_total) {
-        human(h->device_free, prow[8], CELL);
-        human(h->device_total, prow[9], CELL);
+        human(h->device_free, prow[9], CELL);
+        human(h->device_total, prow[10], CELL);
     } else {
-        cellf(prow[8], "-");
         cellf(prow[9], "-");
+        cellf(prow[10], "-");
     }
-    cellf(prow[10], "%" PRIu64, h->collects_skipped);
-    human(h->bookkeeping_bytes, prow[11], CELL);
+    cellf(prow[11], "%" PRIu64, h->collects_skipped);
+    human(h->bookkeeping_bytes, prow[12], CELL);
+    cellf(prow[13], "%" PRIu64, h->eager_reclaims);
     return 0;
 }
 
@@ -424,9 +428,10 @@ static int stats_tables(const heapc_daemon_stats *s)
     static const char *hh[] = {"HEAP",     "WORLD", "CLIENTS",  "OWNER",   "STATE",  "MAPPED",    "LIVE",
                                "RELEASED", "FREE",  "COLLECTS", "GROWTHS", "ALLOCS", "COLLECT_AT"};
     static const int hr[] = {0, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1};
-    static const char *ph[] = {"HEAP",    "POLICY", "CHUNK",       "INITIAL",      "VA",      "MIN_BLOCK",
-                               "TIMEOUT", "EPOCH",  "DEVICE_FREE", "DEVICE_TOTAL", "SKIPPED", "BOOKKEEPING"};
-    static const int pr[] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    static const char *ph[] = {"HEAP",         "POLICY",    "RECLAIM",     "CHUNK", "INITIAL",
+                               "VA",           "MIN_BLOCK", "TIMEOUT",     "EPOCH", "DEVICE_FREE",
+                               "DEVICE_TOTAL", "SKIPPED",   "BOOKKEEPING", "EAGER"};
+    static const int pr[] = {0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     static const char *rh[] = {"HEAP",     "RANK",     "ATTACHED",    "PID",    "LIVE",
                                "RELEASED", "NEXT_SEQ", "STREAM_WAIT", "NO_SYNC"};
     static const int rr[] = {0, 1, 0, 1, 1, 1, 1, 1, 1};
@@ -434,7 +439,7 @@ static int stats_tables(const heapc_daemon_stats *s)
     static const int mr[] = {0, 0, 1, 1, 1, 1};
     table th, tp, tm, tr;
     tbl_init(&th, 13, hh, hr);
-    tbl_init(&tp, 12, ph, pr);
+    tbl_init(&tp, 14, ph, pr);
     tbl_init(&tm, 6, mh, mr);
     tbl_init(&tr, 9, rh, rr);
     int rc = 0;

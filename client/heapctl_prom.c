@@ -182,6 +182,8 @@ static void prom_heaps(prom *m, const heapc_daemon_stats *s)
          "Host memory heapd holds with the heap's content (released in host mode, or kept after restore)."},
         {"heapd_heap_releases_total", "counter", "Releases of the heap's memory."},
         {"heapd_heap_restores_total", "counter", "Restores of the heap's memory."},
+        {"heapd_heap_eager_reclaims_total", "counter",
+         "Blocks reused with no collect: reclaimed at their last free (reclaim eager)."},
     };
     for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
         if (!s->nheaps)
@@ -209,7 +211,8 @@ static void prom_heaps(prom *m, const heapc_daemon_stats *s)
                                 (double)h->resident_bytes,
                                 (double)h->host_copy_bytes,
                                 (double)h->releases,
-                                (double)h->restores};
+                                (double)h->restores,
+                                (double)h->eager_reclaims};
             _Static_assert(sizeof v / sizeof v[0] == sizeof fam / sizeof fam[0], "a value per family");
             prom_heap(m, fam[k].name, h, NULL, v[k]);
         }

@@ -52,6 +52,8 @@
 #define HW_FDS_MAX     1024u       /* max fds attached to one frame */
 #define HW_FDS_PER_MSG 250u        /* fds per sendmsg (kernel cap: 253) */
 #define HW_READ_BUF    (64u << 10) /* reader buffer size */
+/* Issue 27: most frees one Alloc carries (Alloc.frees; more: a Free). */
+#define HW_ALLOC_FREES_MAX 256u
 
 /* Every return code, one table: X(name, value, description). HW_AGAIN,
  * HW_FRAME and HW_EOF are not errors; every error is negative. The table

@@ -113,12 +113,25 @@ int ha_params_check(const ha_params *p, char *err, size_t errlen)
         BAD("%s must be a whole number of chunks and >= initial_size, got %llu", "va_size", p->va_size);
     if (p->va_size > HA_MAX_VA)
         BAD("%s must be at most 2^56 bytes, got %llu", "va_size", p->va_size);
-#undef BAD
     if (!ha_policy_ops_of(p->policy)) {
         if (err && errlen)
             snprintf(err, errlen, "policy must be one of %s, got %u", HPO_NAMES, (unsigned)p->policy);
         return HA_EINVAL;
     }
+    if (p->reclaim != HA_RECLAIM_COLLECT && p->reclaim != HA_RECLAIM_EAGER)
+        BAD("%s must be collect (0) or eager (1), got %llu", "reclaim", p->reclaim);
+    if (p->reclaim == HA_RECLAIM_EAGER && !p->one_decider) {
+        set_msg(err, errlen,
+                "reclaim eager needs one decider (a heap on one node: one core decides every rank's allocations); "
+                "use reclaim = collect");
+        return HA_EINVAL;
+    }
+    if (p->reclaim == HA_RECLAIM_EAGER && p->policy == HA_POLICY_SEED) {
+        set_msg(err, errlen,
+                "reclaim eager: the seed policy reclaims only at collects; use reclaim = collect or policy coalesce");
+        return HA_EINVAL;
+    }
+#undef BAD
     return HA_OK;
 }
 
@@ -217,6 +230,31 @@ int ha_grow(ha_heap *h, uint32_t chunks)
     return HA_OK;
 }
 
+static int reserve(ha_heap *h, const uint64_t *offs, size_t n);
+
+/* reclaim = eager: the blocks a release completed (the pending vector)
+ * back to the free space at once, sorted as a collect would, counted as
+ * eager reclaims (not as a collect: the collect flags, handed_since_collect
+ * and used_at_collect stay). When the policy cannot make room (HA_ENOMEM)
+ * they stay pending, for the next release or a collect. */
+static void eager_reclaim(ha_heap *h)
+{
+    size_t n = h->pending.n;
+    if (h->p.reclaim != HA_RECLAIM_EAGER || n == 0)
+        return;
+    if (n > 1)
+        hat_sort_offsets(h->pending.v, n, h->kmin, log2u(h->mapped) + 1);
+    if (reserve(h, h->pending.v, n))
+        return;
+    uint64_t total = h->ops->reclaim(h, h->pending.v, n);
+    for (uint32_t r = 0; r < h->p.ranks; r++)
+        h->rel_bytes[r] -= total;
+    h->pending_bytes -= total;
+    h->free_bytes += total;
+    h->eager_reclaims += n;
+    h->pending.n = 0;
+}
+
 int ha_free(ha_heap *h, uint32_t rank, uint64_t offset)
 {
     if (!h || rank >= h->p.ranks)
@@ -240,6 +278,9 @@ int ha_free(ha_heap *h, uint32_t rank, uint64_t offset)
         h->pending.v[h->pending.n++] = offset;
         h->live_bytes -= sz;
         h->pending_bytes += sz;
+        if (h->p.one_decider && h->ops->every_collect_answers)
+            h->collect_answered = false; /* coalesce: a collect now reclaims more */
+        eager_reclaim(h);
     }
     HA_DEBUG_CHECK(h, "ha_free");
     return HA_OK;
@@ -303,6 +344,9 @@ int ha_free_batch(ha_heap *h, uint32_t rank, const uint64_t *offsets, size_t n, 
         }
     }
     h->frees += n;
+    if (h->p.one_decider && h->ops->every_collect_answers && h->pending.n)
+        h->collect_answered = false; /* coalesce: a collect now reclaims more */
+    eager_reclaim(h);
     HA_DEBUG_CHECK(h, "ha_free_batch");
     return HA_OK;
 }
@@ -436,6 +480,7 @@ void ha_get_stats(const ha_heap *h, ha_stats *s)
     s->growths = h->growths;
     s->handed_since_collect = h->handed_since_collect;
     s->collects_skipped = h->collects_skipped;
+    s->eager_reclaims = h->eager_reclaims;
     s->top = h->ops->top(h);
 }
 

@@ -13,8 +13,10 @@
  *     HA_NEED_COLLECT or HA_NEED_GROW and the caller makes that happen
  *     (collectively, across ranks and nodes), then calls ha_alloc() again.
  *   - Frees are deferred: ha_free() only records that a rank released a
- *     block. A block is reused only after a collect that follows its release
- *     by every rank (ha_collect / ha_collect_apply).
+ *     block. A block is reused only after every rank released it: under
+ *     reclaim = collect after a collect that follows those releases
+ *     (ha_collect / ha_collect_apply), under reclaim = eager (one decider)
+ *     from the release that completes it on.
  *   - Cost of ha_alloc and ha_free does not grow with the number of live
  *     blocks (one hash lookup into 32-byte records that carry the holder
  *     bits of up to 64 ranks; per-bin hierarchical bitmaps, O(levels), or
@@ -53,6 +55,7 @@
 
 #include "policy.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -84,6 +87,18 @@ typedef enum ha_policy {
         HA_POLICY_COUNT
 } ha_policy;
 
+/* When a block every rank released becomes reusable (issue 27):
+ * collect (0) - at the next collect (ha_collect, ha_collect_apply): the
+ *   decisions depend only on the allocation sequence and collects, so every
+ *   node of a multi-node heap, each with its own core, decides alike.
+ * eager (1) - at the release that completes it (ha_free, ha_free_batch),
+ *   with no collect: a decision then depends on where the frees fall
+ *   between the allocations, so it needs one_decider (one core decides
+ *   every rank's allocations and the others read its decisions: heapd on a
+ *   single node). Not under the seed policy (its algorithm reclaims at
+ *   collects). */
+typedef enum ha_reclaim { HA_RECLAIM_COLLECT = 0, HA_RECLAIM_EAGER = 1 } ha_reclaim;
+
 typedef struct ha_params {
     uint32_t ranks;        /* ranks tracked by this core: 1..HA_MAX_RANKS */
     uint64_t chunk_size;   /* growth unit; a multiple of min_block */
@@ -91,6 +106,13 @@ typedef struct ha_params {
     uint64_t va_size;      /* maximum extent; a multiple of chunk_size, >= initial_size */
     uint64_t min_block;    /* smallest block; a power of two */
     ha_policy policy;
+    ha_reclaim reclaim; /* default (0): collect */
+    /* One core decides for every rank of the heap (one node): a decision may
+     * depend on when frees arrive. Under coalesce a release that completes a
+     * block after a collect makes the next growth collect first (that
+     * collect is not useless). false (several nodes): the rules above,
+     * identical on every node. */
+    bool one_decider;
 } ha_params;
 
 /* Return codes. >= 0: the call did what it says (or asks for a step);
@@ -150,6 +172,7 @@ typedef struct ha_stats {
     uint64_t collects_skipped;     /* coalesce: collects before a growth not asked for
                                     * because one had just run (explicit or forced
                                     * ones included) or no block existed; 0 (seed) */
+    uint64_t eager_reclaims;       /* reclaim = eager: blocks reclaimed at their last release */
 } ha_stats;
 
 typedef struct ha_heap ha_heap;
@@ -191,7 +214,8 @@ int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res);
  * the extent would exceed va_size. */
 int ha_grow(ha_heap *h, uint32_t chunks);
 
-/* Rank `rank` releases the block that starts at `offset`: deferred. Returns
+/* Rank `rank` releases the block that starts at `offset`: deferred (under
+ * reclaim = eager the release that completes a block reclaims it). Returns
  * HA_ENOTHELD if no block starts there or the rank already released it. */
 int ha_free(ha_heap *h, uint32_t rank, uint64_t offset);
 

@@ -375,21 +375,32 @@ static void co_destroy(ha_heap *h)
         hab_free(&h->freebits[k]);
 }
 
+/* May a collect reclaim anything? reclaim collect: some block exists (the
+ * same on every node); eager: some block is pending (only when a reclaim
+ * could not make room: nothing else ever waits). */
+static inline bool co_reclaimable(const ha_heap *h)
+{
+    return h->p.reclaim == HA_RECLAIM_EAGER ? h->pending.n > 0 : h->tab.count > 0;
+}
+
 /* The answer when nothing fits: a collect, a growth or HA_EVA. */
 static int co_nofit(ha_heap *h, uint64_t c, ha_alloc_result *res)
 {
     /* No provably empty collect: none when a collect already ran
      * since the last allocation (whoever started it), none when no
      * block exists (a fresh heap; tab.count is the same on every
-     * node: blocks appear at allocations and go at collects). */
-    if (!h->collect_answered && h->tab.count > 0)
+     * node: blocks appear at allocations and go at collects); eager:
+     * none while no block is pending. (One decider: a release after a
+     * collect clears collect_answered, so the next growth collects
+     * first: issue 27.) */
+    if (!h->collect_answered && co_reclaimable(h))
         return ha_ask_collect(h, res, HA_COLLECT_FULL);
     uint64_t need = hac_top_free_run(h) + c;
     if (need > h->p.va_size) {
         /* No growth can help: a collect the seed's rule asks for
          * may (blocks may have been freed since the last one), so
          * ask for it rather than fail. */
-        if (!h->asked_answered && h->tab.count > 0)
+        if (!h->asked_answered && co_reclaimable(h))
             return ha_ask_collect(h, res, HA_COLLECT_FULL);
         h->collect_answered = h->asked_answered = h->skip_pending = false;
         return HA_EVA;
@@ -405,7 +416,7 @@ static int co_step(ha_heap *h, uint64_t c, uint32_t k, ha_alloc_result *res, uin
 {
     bool down = hac_top_down(h, k, c);
     hac_fx fit = hac_find(h, c, down);
-    if (!h->collect_answered && fit.size) {
+    if (!h->collect_answered && fit.size && (h->p.reclaim != HA_RECLAIM_EAGER || h->pending.n)) {
         uint64_t handed = h->handed_since_collect;
         bool large = c >= h->mapped / CO_LARGE_DIV && handed >= h->mapped / CO_LARGE_DIV;
         bool high =

@@ -413,7 +413,8 @@ const ha_policy_ops *ha_policy_ops_of(ha_policy p);
  *   collect_answered == seed: a collect ran after that answer; coalesce: a
  *                       collect ran (asked for or not: explicit and forced
  *                       ones count too); and no allocation has succeeded or
- *                       failed with HA_EVA since.
+ *                       failed with HA_EVA since (coalesce, one_decider: and
+ *                       no block became pending since: issue 27).
  *   asked_answered   == the seed's rule would not ask for a collect now: one
  *                       ran after an HA_NEED_COLLECT answer (or coalesce
  *                       skipped one it would have asked for, counted in
@@ -421,7 +422,11 @@ const ha_policy_ops *ha_policy_ops_of(ha_policy p);
  *                       or failed with HA_EVA since. Only counts; decides
  *                       nothing under coalesce.
  *   (Both depend only on the allocation sequence and collects, never on
- *   which rank released what when, so every node decides alike.)
+ *   which rank released what when, so every node decides alike; except
+ *   under one_decider, where one core decides for every rank.)
+ *   reclaim = eager: pending is empty after every call (unless the policy
+ *   could not make room: HA_ENOMEM at a reclaim), and eager_reclaims counts
+ *   the blocks reclaimed at their last release.
  */
 struct ha_heap {
     ha_params p;
@@ -453,6 +458,7 @@ struct ha_heap {
     bool collect_asked, collect_answered, asked_answered;
     bool skip_pending;         /* the last HA_NEED_GROW skipped a collect the seed's rule asks for */
     uint64_t collects_skipped; /* coalesce: collects the seed's rule would have asked for */
+    uint64_t eager_reclaims;   /* reclaim = eager: blocks reclaimed at their last release */
     uint64_t *rel_bytes;       /* per rank */
     const ha_policy_ops *ops;  /* == ha_policy_ops_of(p.policy) */
     void *priv;                /* a policy's own state beyond the fields above

@@ -31,6 +31,7 @@ void hd_config_defaults(hd_config *c)
     c->va_size = UINT64_C(64) << 30;
     c->min_block = 512;
     c->policy = HA_POLICY_COALESCE;
+    c->reclaim = HA_RECLAIM_EAGER;
     c->collect_timeout_ms = 30000;
     c->persist = 0;
     c->max_persist = 86400;
@@ -250,6 +251,19 @@ static int parse_policy(parse_state *st, const key_desc *k, const char *value)
     return 1;
 }
 
+/* Issue 27: eager | collect. */
+static int parse_reclaim(parse_state *st, const key_desc *k, const char *value)
+{
+    (void)k;
+    if (!strcmp(value, "eager"))
+        st->cfg.reclaim = HA_RECLAIM_EAGER;
+    else if (!strcmp(value, "collect"))
+        st->cfg.reclaim = HA_RECLAIM_COLLECT;
+    else
+        return key_msg(st, "reclaim: \"%s\" is not one of eager, collect", value);
+    return 1;
+}
+
 /* Issue 33 item 1: a file readable by heapd only, "USER PASSWORD" or
  * "PASSWORD" (checked now, read again when the store opens). */
 static int parse_store_credentials(parse_state *st, const key_desc *k, const char *value)
@@ -376,6 +390,7 @@ static const key_desc keys[] = {
     {"log_level", parse_log_level, 0, 0, 0, NULL, -1},
     {"log_format", parse_log_format, 0, 0, 0, NULL, -1},
     {"policy", parse_policy, 0, 0, 0, NULL, -1},
+    {"reclaim", parse_reclaim, 0, 0, 0, NULL, -1},
     {"quota_heap", parse_size_key, OFF(quota_heap), 0, 0, NULL, -1},
     {"quota_uid", parse_size_key, OFF(quota_uid), 0, 0, NULL, -1},
     {"store", parse_store, 0, 0, 0, NULL, -1},

@@ -29,6 +29,7 @@ typedef struct hd_config {
     uint64_t va_size;
     uint64_t min_block;
     ha_policy policy;
+    ha_reclaim reclaim; /* issue 27: eager (a heap on one node; seed and multi-node heaps: collect) */
     uint32_t collect_timeout_ms;
     /* Issue 29: seconds a formed heap with no client stays (detached) when
      * its Attach leaves persist_s at 0 (0: released with its last client),

@@ -92,6 +92,7 @@ static void fill_params(const ha_params *ap, uint32_t timeout_ms, uint32_t persi
     p->va_size = ap->va_size;
     p->min_block = ap->min_block;
     p->policy = (Heapd__Policy)hpo_to_wire(ap->policy); /* common/policy.h */
+    p->reclaim = ap->reclaim == HA_RECLAIM_EAGER ? HEAPD__RECLAIM__RECLAIM_EAGER : HEAPD__RECLAIM__RECLAIM_COLLECT;
     p->collect_timeout_ms = timeout_ms;
     p->persist_s = persist_s;
 }
@@ -455,6 +456,7 @@ static void heap_stats(const hd_heap_info *in, Heapd__HeapStats *s, Heapd__HeapP
     s->host_copy_bytes = in->host_copy_bytes;
     s->releases = in->releases;
     s->restores = in->restores;
+    s->eager_reclaims = in->eager_reclaims;
     s->collect_pending = in->collect_pending;
     s->pending_collect_seq = in->pending_collect_seq;
     s->device_free = in->device_free;

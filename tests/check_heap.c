@@ -16,6 +16,7 @@
 #define MAXREC 256
 #define NPEER  8
 #include "check_wing_fixture.h"
+#include "wire.h" /* HW_ALLOC_FREES_MAX */
 
 /* ---- the recording sink ------------------------------------------------- */
 
@@ -35,6 +36,7 @@ typedef struct rec {
     /* stats: of heaps[0] and its ranks[0] */
     uint32_t owner_uid;
     uint64_t coll_wait_count, growth_count, stream_waiting, dev_waits_avoided, uptime_ms;
+    uint64_t collects, eager_reclaims;
     const char *store;
     hd_asym_out asym; /* an error's (nranks 0: none) */
 } rec;
@@ -117,6 +119,8 @@ static void s_stats(hd_peer *p, uint64_t id, const hd_stats_out *s)
         r->owner_uid = h->owner_uid;
         r->coll_wait_count = h->collect_wait ? h->collect_wait->count : 0;
         r->growth_count = h->growth ? h->growth->count : 0;
+        r->collects = h->collects;
+        r->eager_reclaims = h->eager_reclaims;
         if (h->n_ranks) {
             r->stream_waiting = h->ranks[0].stream_waiting;
             r->dev_waits_avoided = h->ranks[0].device_waits_avoided;
@@ -139,13 +143,18 @@ static const hd_reply_ops sink = {s_error,
 
 /* ---- fixture ------------------------------------------------------------ */
 
-static void setup(void)
+/* The wing's collect tests run under reclaim = collect; the "eager" ones
+ * under heapd's default (issue 27). */
+static void setup_reclaim(ha_reclaim rc)
 {
     nrecs = 0;
     hd_config cfg;
     hd_config_defaults(&cfg);
+    cfg.reclaim = rc;
     ckw_start(&cfg, &sink, 1000);
 }
+
+static void setup(void) { setup_reclaim(HA_RECLAIM_COLLECT); }
 
 static void teardown(void) { ckw_stop(); }
 
@@ -231,6 +240,25 @@ static void setup_formed2(void)
     heap_formed(2, 0);
 }
 
+/* The "eager" tests: heapd's default reclaim, a formed heap of 2 ranks. */
+static void setup_eager2(void)
+{
+    setup_reclaim(HA_RECLAIM_EAGER);
+    heap_formed(2, 0);
+}
+
+/* Allocation seq of `size` carrying frees offs[0..n) (issue 27). */
+static void alloc_frees(int peer, uint64_t seq, uint64_t size, uint64_t *offs, size_t n)
+{
+    Heapd__Alloc m = HEAPD__ALLOC__INIT;
+    m.seq = seq;
+    m.size = size;
+    m.n_frees = n;
+    m.frees = offs;
+    hd_heap_alloc(reg, &peers[peer], seq, &m);
+    validate();
+}
+
 /* Runs the loop until `n` records came or 5 s passed. */
 static void run_until(int n)
 {
@@ -272,9 +300,14 @@ START_TEST(identical_offsets)
     heap_formed(4, 0);
     /* The ranks come in a different order at each number: the rank that
      * decides changes. */
-    int collects = 0;
+    int collects = 0, freed = 0;
     for (uint64_t s = 0; s < N; s++) {
         int needed = 0;
+        if (s == 2 && !freed++) /* a collect with something to reclaim */
+            for (int p = 0; p < 4; p++) {
+                free1(p, off[p][0]);
+                ck_assert_int_eq(last(p)->kind, R_FREE);
+            }
         for (int i = 0; i < 4; i++) {
             int peer = (int)((i + s) % 4);
             alloc(peer, s, sizes[s]);
@@ -479,6 +512,46 @@ START_TEST(stats_figures)
 }
 END_TEST
 
+/* Issue 27: a block both ranks freed is reused by the next allocation, with
+ * no collect; frees an Alloc carries count before its decision; a bad one
+ * refuses the Alloc (not consumed), and too many are refused. */
+START_TEST(eager_reuse)
+{
+    for (int p = 0; p < 2; p++)
+        alloc(p, 0, 8192);
+    uint64_t a = last(0)->offset;
+    free1(0, a);
+    for (int p = 0; p < 2; p++)
+        alloc(p, 1, 8192); /* rank 1 still holds a */
+    uint64_t b = last(0)->offset;
+    ck_assert(b != a);
+    ck_assert(!last(1)->collect_needed);
+    alloc_frees(1, 2, 8192, &a, 1); /* rank 1 decides 2, its free of a first */
+    ck_assert_int_eq(last(1)->kind, R_ALLOC);
+    ck_assert_uint_eq(last(1)->offset, a);
+    alloc(0, 2, 8192);
+    ck_assert_uint_eq(last(0)->offset, a);
+    /* a free this rank does not hold: ERR_NOT_HELD, allocation 3 not made */
+    uint64_t bad[2] = {b, 12345 * 4096};
+    alloc_frees(0, 3, 8192, bad, 2);
+    ck_assert_int_eq(last(0)->kind, R_ERROR);
+    ck_assert_int_eq(last(0)->code, HEAPD__ERR_CODE__ERR_NOT_HELD);
+    uint64_t many[HW_ALLOC_FREES_MAX + 1];
+    for (size_t i = 0; i < HW_ALLOC_FREES_MAX + 1; i++)
+        many[i] = b;
+    alloc_frees(0, 3, 8192, many, HW_ALLOC_FREES_MAX + 1);
+    ck_assert_int_eq(last(0)->code, HEAPD__ERR_CODE__ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(last(0)->msg, "limit"));
+    alloc_frees(0, 3, 8192, &b, 1); /* b still held by rank 0: it was not freed */
+    ck_assert_int_eq(last(0)->kind, R_ALLOC);
+    Heapd__Stats m = HEAPD__STATS__INIT;
+    hd_heap_stats(reg, &peers[0], 56, &m, "host", 2);
+    ck_assert_int_eq(last(0)->kind, R_STATS);
+    ck_assert_uint_eq(last(0)->collects, 0);
+    ck_assert_uint_eq(last(0)->eager_reclaims, 1);
+}
+END_TEST
+
 /* An attach that never completes (timeout.c): every waiting rank gets
  * ERR_TIMEOUT naming the missing ranks, and the heap, with no client left,
  * is gone (registry.c). */
@@ -540,6 +613,10 @@ static Suite *heap_suite(void)
     tcase_add_test(tf, stats_figures);
     tcase_add_test(tf, detach_in_collect);
     suite_add_tcase(s, tf);
+    TCase *te = tcase_create("eager");
+    tcase_add_checked_fixture(te, setup_eager2, teardown);
+    tcase_add_test(te, eager_reuse);
+    suite_add_tcase(s, te);
     return s;
 }
 

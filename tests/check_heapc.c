@@ -177,6 +177,9 @@ static Heapd__Frame *fserve_frees(fake *f)
             rep.collect_reply = &cr;
             ckf_send(&f->k, &rep, NULL, 0);
         } else {
+            if (m->body_case == HEAPD__FRAME__BODY_ALLOC) /* issue 27: frees ride on an Alloc */
+                for (size_t i = 0; i < m->alloc->n_frees && f->nfree < 64; i++)
+                    f->free_offsets[f->nfree++] = m->alloc->frees[i];
             return m;
         }
         heapd__frame__free_unpacked(m, NULL);
@@ -308,10 +311,13 @@ static void script_session(fake *f)
         ckf_fail(&f->k, "alloc 0: seq %lu size %lu", (unsigned long)m->alloc->seq, (unsigned long)m->alloc->size);
     falloc_reply(f, m->id, 0, 0, 512, CHUNK, 0, 0);
     heapd__frame__free_unpacked(m, NULL);
-    /* alloc 1: collect_needed, then (after the client's Free + Collect) growth */
+    /* alloc 1 (carrying the queued free: issue 27): collect_needed, then
+     * (after the client's Collect) growth */
     m = ckf_expect(&f->k, HEAPD__FRAME__BODY_ALLOC);
     if (!m)
         return;
+    for (size_t i = 0; i < m->alloc->n_frees && f->nfree < 64; i++)
+        f->free_offsets[f->nfree++] = m->alloc->frees[i];
     falloc_reply(f, m->id, 1, 0, 0, 0, 1, 0);
     heapd__frame__free_unpacked(m, NULL);
     m = fserve_frees(f);

@@ -88,8 +88,10 @@ for pol in coalesce seed; do
     for tr in ring socket; do
         before=$(rings_set_up)
         for r in 0 1 2 3; do
-            TRANSPORT=$tr rank "d$tr$pol" $r 4 --policy $pol --chunk 256K --initial 256K --va 64M --seed 11 \
-                --batch 5 random 2500
+            # reclaim collect: the offsets depend only on the sequence and the collects, so
+            # both transports must give the same (eager's depend on when frees arrive)
+            TRANSPORT=$tr rank "d$tr$pol" $r 4 --policy $pol --reclaim collect --chunk 256K --initial 256K \
+                --va 64M --seed 11 --batch 5 random 2500
         done
         allok=1
         for r in 0 1 2 3; do waitrank $r; [ $rc = 0 ] || { allok=0; cat "$T/d$tr$pol.$r.err"; }; done
@@ -105,11 +107,16 @@ for pol in coalesce seed; do
     for r in 0 1 2 3; do
         grep '^[ac] ' "$T/dring$pol.$r.out" >"$T/ring.$r"
         grep '^[ac] ' "$T/dsocket$pol.$r.out" >"$T/sock.$r"
-        cmp -s "$T/ring.$r" "$T/sock.$r" || same=0
+        # coalesce on one node (one decider): a release after a collect makes the next
+        # growth collect first (issue 27), so its decisions depend on when frees arrive and
+        # only the ranks of one run must agree; the seed's never do: the transports too
+        [ $pol = seed ] && { cmp -s "$T/ring.$r" "$T/sock.$r" || same=0; }
         cmp -s "$T/ring.0" "$T/ring.$r" || same=0
+        cmp -s "$T/sock.0" "$T/sock.$r" || same=0
     done
     na=$(grep -c '^a ' "$T/ring.0"); nc=$(grep -c '^c ' "$T/ring.0")
-    check "differential, policy $pol: $na offsets and $nc collects identical on both transports and all 4 ranks" \
+    where="all 4 ranks of each transport"; [ $pol = seed ] && where="both transports and all 4 ranks"
+    check "differential, policy $pol: $na offsets and $nc collects identical on $where" \
         test $same = 1 -a "$na" -ge 2500 -a "$nc" -gt 10
     check "differential, policy $pol: the ring run's heap grew (answers with fds: the ring's socket marker)" \
         grep -q "heap \"dring$pol\" grew" "$T/heapd.log"

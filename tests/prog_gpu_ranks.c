@@ -323,6 +323,8 @@ static int rank_main(int go_r)
     p.va_size = 16 * o.chunk;
     p.collect_timeout_ms = (uint32_t)o.timeout_s * 1000;
     p.device_uuid = uuid;
+    /* step 4 checks what a collect reclaims, and the device sync it runs */
+    p.reclaim = HEAPC_RECLAIM_COLLECT;
     double t0 = now_us();
     HC(heapc_attach(c, o.heap, (uint32_t)R, (uint32_t)o.ranks, &p));
     double t_attach = now_us() - t0;

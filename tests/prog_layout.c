@@ -46,6 +46,7 @@ static void params(void)
     F(heapc_params, local_size);
     F(heapc_params, job);
     F(heapc_params, persist_s);
+    F(heapc_params, reclaim);
     end();
 }
 
@@ -147,6 +148,7 @@ static void stats(void)
     F(heapc_heap_stats, host_copy_bytes);
     F(heapc_heap_stats, releases);
     F(heapc_heap_stats, restores);
+    F(heapc_heap_stats, eager_reclaims);
     end();
     BEGIN(heapc_daemon_stats);
     F(heapc_daemon_stats, version);

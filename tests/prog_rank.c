@@ -56,6 +56,7 @@ static void usage(FILE *f)
                "  --va SIZE           heap va_size\n"
                "  --min-block SIZE    heap min_block\n"
                "  --policy P          default | coalesce | seed\n"
+               "  --reclaim R         default | eager | collect (issue 27)\n"
                "  --timeout-ms MS     heap collect_timeout_ms\n"
                "  --local-size N      ranks of the heap on this node (multi-node heaps)\n"
                "  --job ID            job incarnation (multi-node heaps)\n"
@@ -404,10 +405,12 @@ static int do_stats(void)
         const heapc_heap_stats *h = &s->heaps[i];
         printf("s heap name=%s world=%" PRIu32 " mapped=%" PRIu64 " live=%" PRIu64 " released=%" PRIu64 " free=%" PRIu64
                " collects=%" PRIu64 " growths=%" PRIu64 " clients=%" PRIu32 " next_seq=%" PRIu64 " epoch=%" PRIu64
-               " pending_collect_seq=%" PRIu64 " chunk=%" PRIu64 " va=%" PRIu64 " min_block=%" PRIu64 " policy=%s\n",
+               " pending_collect_seq=%" PRIu64 " chunk=%" PRIu64 " va=%" PRIu64 " min_block=%" PRIu64
+               " policy=%s reclaim=%s eager=%" PRIu64 "\n",
                h->name, h->world_size, h->mapped, h->live_bytes, h->released_bytes, h->free_bytes, h->collects,
                h->growths, h->clients, h->next_seq, h->epoch, h->pending_collect_seq, h->params.chunk_size,
-               h->params.va_size, h->params.min_block, heapc_policy_name(h->params.policy));
+               h->params.va_size, h->params.min_block, heapc_policy_name(h->params.policy),
+               h->params.reclaim == HEAPC_RECLAIM_EAGER ? "eager" : "collect", h->eager_reclaims);
         for (size_t r = 0; r < h->nranks; r++) {
             const heapc_rank_stats *k = &h->ranks[r];
             printf("s rank rank=%" PRIu32 " attached=%d pid=%" PRIu32 " live=%" PRIu64 " released=%" PRIu64
@@ -665,7 +668,8 @@ int main(int argc, char **argv)
         O_BATCH,
         O_NOATTACH,
         O_LOCAL,
-        O_JOB
+        O_JOB,
+        O_RECLAIM
     };
     static const struct option opts[] = {
         {"socket", required_argument, NULL, O_SOCKET},
@@ -677,6 +681,7 @@ int main(int argc, char **argv)
         {"va", required_argument, NULL, O_VA},
         {"min-block", required_argument, NULL, O_MINBLOCK},
         {"policy", required_argument, NULL, O_POLICY},
+        {"reclaim", required_argument, NULL, O_RECLAIM},
         {"timeout-ms", required_argument, NULL, O_TIMEOUT},
         {"seed", required_argument, NULL, O_SEED},
         {"batch", required_argument, NULL, O_BATCH},
@@ -754,6 +759,18 @@ int main(int argc, char **argv)
                 g.params.policy = HEAPC_POLICY_SEED;
             else {
                 fprintf(stderr, "prog_rank: --policy: '%s' is not default, coalesce or seed\n", optarg);
+                return X_USAGE;
+            }
+            break;
+        case O_RECLAIM:
+            if (!strcmp(optarg, "default"))
+                g.params.reclaim = HEAPC_RECLAIM_DEFAULT;
+            else if (!strcmp(optarg, "eager"))
+                g.params.reclaim = HEAPC_RECLAIM_EAGER;
+            else if (!strcmp(optarg, "collect"))
+                g.params.reclaim = HEAPC_RECLAIM_COLLECT;
+            else {
+                fprintf(stderr, "prog_rank: --reclaim: '%s' is not default, eager or collect\n", optarg);
                 return X_USAGE;
             }
             break;

@@ -440,6 +440,7 @@ static int round_main(dev *d, int hook)
     p.min_block = 4096;
     p.policy = HEAPC_POLICY_COALESCE;
     p.collect_timeout_ms = (uint32_t)o.timeout_s * 1000u;
+    p.reclaim = HEAPC_RECLAIM_COLLECT; /* these rounds are about the collect; eager: eager_round */
     HC(heapc_attach(c, heap, (uint32_t)R, (uint32_t)o.ranks, &p));
     if (hook)
         HC(heapc_set_device_sync(c, sync_hook, d));
@@ -518,6 +519,62 @@ static int round_main(dev *d, int hook)
     return 0;
 }
 
+/* Issue 27, reclaim eager: a block freed on the kernel's stream is not
+ * handed out while the kernel runs, with no collect anywhere; once the
+ * kernel finished, the release rides on the next call and the block is
+ * reused (after a barrier, so that every rank's release is in). */
+static int eager_round(dev *d)
+{
+    char heap[128];
+    snprintf(heap, sizeof heap, "%s-eager", o.heap);
+    heapc *c = heapc_connect(o.sock);
+    if (!c)
+        FAIL("heapc_connect: out of memory");
+    HC(heapc_err(c));
+    heapc_set_timeout(c, o.timeout_s * 1000);
+    heapc_params p = {0};
+    p.chunk_size = 64 * MiB;
+    p.min_block = 4096;
+    p.collect_timeout_ms = (uint32_t)o.timeout_s * 1000u;
+    p.reclaim = HEAPC_RECLAIM_EAGER;
+    HC(heapc_attach(c, heap, (uint32_t)R, (uint32_t)o.ranks, &p));
+    heapc_params got;
+    HC(heapc_get_params(c, &got));
+    if (got.reclaim != HEAPC_RECLAIM_EAGER)
+        FAIL("eager round: the heap's reclaim is %d, want eager", (int)got.reclaim);
+    uint64_t b, y, z;
+    void *bp;
+    HC(heapc_alloc(c, 1 * MiB, &bp, &b));
+    if (dev_kernel(d, bp, 1 * MiB / 4))
+        FAIL("starting the kernel: %s", d->err);
+    HC(heapc_free_async(c, b, dev_stream(d)));
+    HC(heapc_flush(c));
+    HC(heapc_alloc(c, 1 * MiB, NULL, &y));
+    int running = dev_kernel_running(d);
+    if (running && y == b)
+        FAIL("eager round: block %" PRIu64 " was handed out again while the kernel that writes it runs", b);
+    if (d->host && !running)
+        FAIL("eager round: the host kernel finished before its go-ahead");
+    if (dev_kernel_wait(d))
+        FAIL("waiting for the kernel: %s", d->err);
+    HC(heapc_flush(c));   /* the completed release goes out */
+    HC(heapc_collect(c)); /* a barrier: every rank's release is in (nothing left to reclaim) */
+    HC(heapc_alloc(c, 1 * MiB, NULL, &z));
+    heapc_counters k;
+    HC(heapc_get_counters(c, &k));
+    if (z != b)
+        FAIL("eager round: after the kernel, the next 1 MiB block is at %" PRIu64 ", not B's %" PRIu64, z, b);
+    if (k.last_reclaimed_blocks != 0)
+        FAIL("eager round: the collect reclaimed %" PRIu64 " blocks; eager reclaim had reclaimed B already",
+             k.last_reclaimed_blocks);
+    say("eager: B %" PRIu64 " freed on the kernel's stream; Y at %" PRIu64 " while it ran (%s); Z reuses B, no "
+        "collect needed",
+        b, y, running ? "running" : "finished");
+    HC(heapc_detach(c));
+    heapc_free_ctx(c);
+    return 0;
+}
+
 static int rank_main(void)
 {
     dev d;
@@ -528,7 +585,7 @@ static int rank_main(void)
     }
     if (rc)
         FAIL("device: %s", d.err);
-    if (round_main(&d, 0) || round_main(&d, 1))
+    if (round_main(&d, 0) || round_main(&d, 1) || eager_round(&d))
         return 1;
     say("ok");
     return 0;

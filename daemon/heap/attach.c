@@ -127,6 +127,21 @@ static int persist_of(const hd_config *cfg, uint32_t persist_s, uint32_t *out, c
     return 0;
 }
 
+/* Issue 27: the reclaim a heap of these ranks and policy gets for the
+ * request's ask (RECLAIM_DEFAULT: heapd.conf's, cfg): eager only where one core
+ * decides for every rank (a heap on one node) under a policy that reclaims
+ * outside collects (not seed); collect otherwise. */
+static ha_reclaim reclaim_of(const hd_config *cfg, int ask, uint32_t local_size, uint32_t world_size, ha_policy pol)
+{
+    ha_reclaim want = ask == HEAPD__RECLAIM__RECLAIM_EAGER     ? HA_RECLAIM_EAGER
+                      : ask == HEAPD__RECLAIM__RECLAIM_COLLECT ? HA_RECLAIM_COLLECT
+                      : cfg                                    ? cfg->reclaim
+                                                               : HA_RECLAIM_EAGER;
+    if (local_size < world_size || pol == HA_POLICY_SEED)
+        return HA_RECLAIM_COLLECT;
+    return want;
+}
+
 /* The new heap's parameters: the request's, else heapd.conf's (the
  * seconds it persists into *persist). Returns 0, or -1 once the peer got
  * the error. */
@@ -158,6 +173,8 @@ static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint6
     ap.policy = cfg->policy;
     if (rp && hpo_from_wire(rp->policy) >= 0) /* common/policy.h */
         ap.policy = (ha_policy)hpo_from_wire(rp->policy);
+    ap.one_decider = local_size == m->world_size;
+    ap.reclaim = reclaim_of(cfg, rp ? (int)rp->reclaim : 0, local_size, m->world_size, ap.policy);
     uint64_t gran = hb_granularity(r->be, 0);
     if (gran && ap.chunk_size % gran) {
         char b1[32], b2[32];
@@ -293,6 +310,13 @@ static bool params_differ(const hd_heap *h, const Heapd__Attach *m, char *why, s
         snprintf(why, len, "persist_s %u differs from the heap's %u seconds", p->persist_s, h->persist_s);
         return true;
     }
+    if (p->reclaim != HEAPD__RECLAIM__RECLAIM_DEFAULT &&
+        reclaim_of(NULL, (int)p->reclaim, h->local_size, h->world_size, h->ap.policy) != h->ap.reclaim) {
+        snprintf(why, len, "reclaim %s differs from the heap's %s",
+                 p->reclaim == HEAPD__RECLAIM__RECLAIM_EAGER ? "eager" : "collect",
+                 h->ap.reclaim == HA_RECLAIM_EAGER ? "eager" : "collect");
+        return true;
+    }
     if (p->policy != HEAPD__POLICY__POLICY_DEFAULT) {
         ha_policy want = (ha_policy)hpo_from_wire(p->policy); /* known: attach_check */
         if (want != h->ap.policy) {
@@ -336,6 +360,12 @@ static int attach_check(hd_peer *c, uint64_t id, const Heapd__Attach *m)
     if (m->params && m->params->policy != HEAPD__POLICY__POLICY_DEFAULT && hpo_from_wire(m->params->policy) < 0) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "policy %d is unknown: use 0 (heapd's default)%s",
                       (int)m->params->policy, HPO_WIRE_CHOICES);
+        return -1;
+    }
+    if (m->params && (unsigned)m->params->reclaim > HEAPD__RECLAIM__RECLAIM_COLLECT) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID,
+                      "reclaim %d is unknown: use 0 (heapd's default), 1 (eager) or 2 (collect)",
+                      (int)m->params->reclaim);
         return -1;
     }
     if (m->world_size < 1 || m->world_size > HA_MAX_RANKS) {

@@ -175,6 +175,7 @@ typedef struct hd_heap_info {
      * the host copy's bytes, releases and restores. */
     uint32_t state;
     uint64_t resident_bytes, host_copy_bytes, releases, restores;
+    uint64_t eager_reclaims; /* issue 27: blocks reclaimed at their last release */
     bool collect_pending;
     uint64_t pending_collect_seq;
     uint64_t device_free, device_total;

@@ -486,6 +486,7 @@ static size_t heap_info(hd_heap *h, hd_heap_info *s, hd_rank_info *rs)
     s->host_copy_bytes = h->hc_ptr ? h->hc_size : 0;
     s->releases = h->releases;
     s->restores = h->restores;
+    s->eager_reclaims = st.eager_reclaims;
     uint64_t fa = h->nforce ? h->force_at[0] : UINT64_MAX;
     uint64_t owed = h->collect_at < fa ? h->collect_at : fa;
     s->collect_pending = owed != UINT64_MAX;

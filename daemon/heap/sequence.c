@@ -7,6 +7,9 @@
 #include <string.h>
 
 #include "log.h"
+#include "wire.h" /* HW_ALLOC_FREES_MAX: a limit of the protocol */
+
+static int apply_frees(hd_heap *h, hd_peer *c, uint64_t id, const uint64_t *offsets, size_t n);
 
 /* ---- alloc ------------------------------------------------------------------- */
 
@@ -333,6 +336,18 @@ void hd_heap_alloc(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Alloc *
     hd_heap *h = hh_formed_heap(c, id, "alloc");
     if (!h)
         return;
+    /* Issue 27: the rank's releases first, whatever happens to the
+     * allocation (docs/protocol.md: Alloc.frees). */
+    if (m->n_frees) {
+        if (m->n_frees > HW_ALLOC_FREES_MAX) {
+            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID,
+                          "allocation %llu carries %zu frees, over the limit of %u; send the rest in a Free",
+                          (unsigned long long)m->seq, m->n_frees, HW_ALLOC_FREES_MAX);
+            return;
+        }
+        if (hh_poison_check(h, c, id) || apply_frees(h, c, id, m->frees, m->n_frees))
+            return;
+    }
     /* Issue 30: while a release waits for ranks, the others still allocate. */
     if (hh_released(h)) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE,
@@ -359,38 +374,45 @@ void hd_heap_alloc(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Alloc *
     hh_heap_alloc_seq(h, c, id, m->seq, m->size, m->name);
 }
 
-/* ---- free -------------------------------------------------------------------- */
+/* Rank b's release of offsets[0..n) (a Free, or the frees an Alloc carries:
+ * issue 27), all or nothing. Returns 0, or -1 once the peer got the error. */
+static int apply_frees(hd_heap *h, hd_peer *c, uint64_t id, const uint64_t *offsets, size_t n)
+{
+    hd_binding *b = hd_peer_binding(c);
+    size_t bad = 0;
+    int rc = ha_free_batch(h->core, h->ranks[b->rank].lidx, offsets, n, &bad);
+    if (rc == HA_ENOTHELD) {
+        size_t j = 0; /* all or nothing: a repeat, or not held */
+        while (j < bad && offsets[j] != offsets[bad])
+            j++;
+        if (j < bad)
+            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NOT_HELD,
+                          "free of offset %llu: given twice in one batch (double free); none of the batch was freed",
+                          (unsigned long long)offsets[bad]);
+        else
+            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NOT_HELD,
+                          "free of offset %llu: rank %u holds no block there (never allocated, or already freed); "
+                          "none of the %zu offsets in this batch were freed",
+                          (unsigned long long)offsets[bad], b->rank, n);
+        return -1;
+    }
+    if (rc != HA_OK) { /* HA_ENOMEM: the pending list could not grow */
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
+        return -1;
+    }
+    hh_heap_publish(h);
+    return 0;
+}
 
 void hd_heap_free(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Free *m)
 {
     (void)r;
-    hd_binding *b = hd_peer_binding(c);
     hd_heap *h = hh_formed_heap(c, id, "free");
     if (!h)
         return;
     if (hh_poison_check(h, c, id))
         return;
-    size_t bad = 0;
-    int rc = ha_free_batch(h->core, h->ranks[b->rank].lidx, m->offsets, m->n_offsets, &bad);
-    if (rc == HA_ENOTHELD) {
-        size_t j = 0; /* all or nothing: a repeat, or not held */
-        while (j < bad && m->offsets[j] != m->offsets[bad])
-            j++;
-        if (j < bad)
-            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NOT_HELD,
-                          "free of offset %llu: given twice in one batch (double free); none of the batch was freed",
-                          (unsigned long long)m->offsets[bad]);
-        else
-            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NOT_HELD,
-                          "free of offset %llu: rank %u holds no block there (never allocated, or already freed); "
-                          "none of the %zu offsets in this batch were freed",
-                          (unsigned long long)m->offsets[bad], b->rank, m->n_offsets);
+    if (apply_frees(h, c, id, m->offsets, m->n_offsets))
         return;
-    }
-    if (rc != HA_OK) { /* HA_ENOMEM: the pending list could not grow */
-        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
-        return;
-    }
-    hh_heap_publish(h);
     c->out->free(c, id, (uint32_t)m->n_offsets);
 }

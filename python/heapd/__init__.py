@@ -104,6 +104,7 @@ def _policies():
 
 
 _POLICY = _policies()
+_RECLAIM = {None: 0, "default": 0, "eager": 1, "collect": 2}  # heapc_reclaim
 _esize = {}
 
 
@@ -245,13 +246,16 @@ class Heap(_Resume, _Release):
     .resumed, .generation, tensor(name), committed(tag)); None: heapd.conf's
     persist (from_env: $HEAPD_PERSIST first), 0: none. A re-attach waits
     until every local rank of the heap is attached again, as the first
-    attach does (at most collect_timeout_ms).
+    attach does (at most collect_timeout_ms). reclaim (issue 27): "eager"
+    (a block every rank freed is reused at once, no collect) or "collect"
+    (at the next collect); None: heapd.conf's (eager). A heap spanning
+    nodes, or under policy "seed", is always "collect": .reclaim says.
     """
 
     def __init__(self, name, rank, world_size, socket=None, *, chunk_size=0, initial_size=0,
                  va_size=0, min_block=0, policy=None, collect_timeout_ms=0, device_uuid=None,
                  local_size=0, job=None, timeout_ms=None, device=None, persist=None,
-                 _from_env=False):
+                 reclaim=None, _from_env=False):
         self._prepare_device()
         c = L.connect(os.fsencode(socket) if socket else None)
         if not c:
@@ -269,11 +273,14 @@ class Heap(_Resume, _Release):
             h.release()
             want = " or ".join(repr(k) for k in _POLICY if k not in (None, "default"))
             raise ValueError(f"heapd.Heap: policy {policy!r}: want {want}")
+        if reclaim not in _RECLAIM:
+            h.release()
+            raise ValueError(f"heapd.Heap: reclaim {reclaim!r}: want 'eager' or 'collect'")
         self._keep = (os.fsencode(device_uuid) if device_uuid else None,
                       job.encode() if job else None)
         p = L.Params(_size(chunk_size), _size(initial_size), _size(va_size), _size(min_block),
                      _POLICY[policy], int(collect_timeout_ms), self._keep[0], int(local_size),
-                     self._keep[1], self._persist_s(persist, h))
+                     self._keep[1], self._persist_s(persist, h), _RECLAIM[reclaim])
         if _from_env:
             rc = L.attach_env(c, name.encode() if name else None, ctypes.byref(p))
         else:

@@ -96,6 +96,15 @@ class _Release:
             self.restore()
 
     @property
+    def reclaim(self):
+        """Issue 27: "eager" (a block every rank freed is reused at once) or
+        "collect" (at the next collect): what heapd gave the heap."""
+        import ctypes
+        p = L.Params()
+        L.get_params(self._c, ctypes.byref(p))
+        return {1: "eager", 2: "collect"}.get(p.reclaim, "collect")
+
+    @property
     def state(self):
         """The heap's memory as this rank knows it: "active", or "released"
         (after release(), or an attach to a heap released on this node,

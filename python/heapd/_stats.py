@@ -1,6 +1,7 @@
 """heapd's statistics as dicts (heapc_stats), shaped and named as heapctl
 --json's. Issue 30: "state" ("active", "releasing", "released",
-"restoring"), "resident_bytes", "host_copy_bytes", "releases", "restores"."""
+"restoring"), "resident_bytes", "host_copy_bytes", "releases", "restores".
+Issue 27: "eager_reclaims", and params["reclaim"] ("eager" or "collect")."""
 import ctypes
 import os
 
@@ -50,6 +51,7 @@ def _stats_list(out):
                        ("chunk_size", "initial_size", "va_size", "min_block",
                         "collect_timeout_ms", "local_size", "persist_s")}
         d["params"]["policy"] = (L.policy_name(hs.params.policy) or b"").decode()
+        d["params"]["reclaim"] = "eager" if hs.params.reclaim == 1 else "collect"   # issue 27
         d["collect_pending"] = bool(hs.collect_pending)
         d["state"] = L.state_name(hs.state)     # issue 30: as heapctl --json's
         d["ranks"] = [{f: (bool(v) if f == "attached" else v) for f, v in

@@ -82,7 +82,7 @@ def test_peer_views(sock, heapname):
 
 def _orders(rank, world, sock, name):
     sizes = [4 << 10, 64 << 10, 8 << 10, 256 << 10, 1 << 10, 16 << 10] * 6
-    with heapd.Heap(name, rank, world, sock, chunk_size="4M", initial_size="4M") as h:
+    with heapd.Heap(name, rank, world, sock, chunk_size="4M", initial_size="4M", reclaim="collect") as h:
         ts = [h.empty(s, dtype=torch.uint8) for s in sizes]
         first = [h.offset(t) for t in ts]
         order = list(range(len(ts)))

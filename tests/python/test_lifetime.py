@@ -44,8 +44,10 @@ def test_threads_get_distinct_blocks(sock, heapname):
 
 
 def test_dropped_tensor_frees_its_block(sock, heapname):
-    """Item 11: `del x` frees x's block (deferred); a collect makes it reusable."""
-    with heapd.Heap(heapname, 0, 1, sock) as h:
+    """Item 11: `del x` frees x's block (deferred); a collect makes it reusable
+    (reclaim "collect"; the eager default: tests/python/test_reclaim.py)."""
+    with heapd.Heap(heapname, 0, 1, sock, reclaim="collect") as h:
+        assert h.reclaim == "collect"
         x = h.zeros(1 << 16, dtype=torch.uint8)
         x_off = h.offset(x)
         v = x[100:200]                       # a view keeps the block

@@ -1,0 +1,124 @@
+"""Issue 27: reclaim "eager", heapd's default for a heap on one node - a block
+every rank freed is reused with no collect and no barrier - against a real
+heapd (host backend) and real rank processes; and "collect" when asked."""
+import random
+import time
+
+import pytest
+import torch
+
+import heapd
+from conftest import ok, run_ranks
+
+SIZES = [4 << 10, 64 << 10, 8 << 10, 256 << 10, 1 << 10, 16 << 10] * 6
+
+
+def _wait(cond, what, limit=60):
+    deadline = time.monotonic() + limit        # a hang guard: we wait for a state
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.001)
+
+
+def _rounds(rank, world, sock, name):
+    """Three rounds of the same sizes, freed in a different order on each
+    rank, never a collect: each round reuses the last one's blocks once every
+    rank's frees reached heapd (the heap's live bytes say so)."""
+    with heapd.Heap(name, rank, world, sock, chunk_size="4M", initial_size="4M") as h:
+        rounds = []
+        for rnd in range(3):
+            ts = [h.empty(s, dtype=torch.uint8) for s in SIZES]
+            for i, t in enumerate(ts):
+                t.fill_((rank * 31 + rnd * 7 + i) & 0xff)
+            rounds.append([h.offset(t) for t in ts])
+            order = list(range(len(ts)))
+            random.Random(rank * 7919 + rnd).shuffle(order)
+            for k, i in enumerate(order):           # each block intact until its free
+                assert int(ts[i][0]) == (rank * 31 + rnd * 7 + i) & 0xff
+                assert int(ts[i][-1]) == (rank * 31 + rnd * 7 + i) & 0xff
+                h.free(ts[i])
+                if k % 5 == rank % 5:
+                    h.flush()                        # different batching per rank
+            del ts
+            h.flush()
+            # every rank's frees are in once live is 0, or once another rank,
+            # which saw that, decided the next round's first allocation
+            n = (rnd + 1) * len(SIZES)
+            _wait(lambda: h.status().live == 0 or h.status().allocs > n, "every rank's frees")
+        st = h.stats()
+        return rounds, h.reclaim, st["collects"], st["growths"], st["eager_reclaims"], st["params"]["reclaim"]
+
+
+def test_eager_reuse_without_collect(sock, heapname):
+    res = ok(run_ranks(_rounds, 3, sock, heapname)[0])
+    for r in range(3):
+        rounds, reclaim, collects, growths, eager, preclaim = res[r]
+        assert rounds == res[0][0], f"rank {r}: offsets differ from rank 0's"
+        assert (reclaim, preclaim) == ("eager", "eager")
+        assert collects == 0, "no collect, no barrier"
+        # 3 rounds of 1.3 MiB on a 4 MiB heap: only reuse keeps it from growing
+        assert growths == 0
+        assert eager >= 2 * len(SIZES)
+
+
+def _held_not_reused(rank, world, sock, name):
+    """A block rank 1 still holds is never handed out, however long rank 0
+    waits; once rank 1 frees it, the next allocation gets it."""
+    with heapd.Heap(name, rank, world, sock, chunk_size="1M", initial_size="1M") as h:
+        x = h.empty(512 << 10, dtype=torch.uint8)
+        off = h.offset(x)
+        if rank == 0:
+            h.free(x)
+            h.flush()
+            # its own release is in (rank_held would count rank 1's next
+            # allocation, which rank 0 has not asked for yet)
+            _wait(lambda: h.status().rank_released == 512 << 10, "rank 0's free")
+        y = h.empty(256 << 10, dtype=torch.uint8)  # every rank: allocation 1
+        y_off = h.offset(y)
+        h.collect()                                 # both ranks past allocation 1 (a barrier)
+        if rank == 1:
+            assert int(x[0]) == int(x[0])           # still ours
+            h.free(x)
+            h.flush()
+        _wait(lambda: h.status().live == 256 << 10 or h.status().allocs > 2, "rank 1's free")
+        z = h.empty(512 << 10, dtype=torch.uint8)  # allocation 2
+        return off, y_off, h.offset(z)
+
+
+def test_held_block_not_reused(sock, heapname):
+    res = ok(run_ranks(_held_not_reused, 2, sock, heapname)[0])
+    assert res[0] == res[1]
+    off, y_off, z_off = res[0]
+    assert not (off <= y_off < off + (512 << 10)), "a block rank 1 held was handed out"
+    assert z_off == off, "the block is reused once both ranks freed it"
+
+
+def _collect_mode(rank, world, sock, name):
+    # small blocks on a large heap: no policy trigger asks for a collect
+    with heapd.Heap(name, rank, world, sock, chunk_size="4M", initial_size="16M", reclaim="collect") as h:
+        x = h.empty(64 << 10, dtype=torch.uint8)
+        off = h.offset(x)
+        h.free(x)
+        h.flush()
+        _wait(lambda: h.status().live == 0 or h.status().allocs > 1, "both frees")
+        y = h.empty(64 << 10, dtype=torch.uint8)   # pending, not reused: it fits beside x
+        h.collect()
+        z = h.empty(64 << 10, dtype=torch.uint8)   # after the collect: reused
+        return h.reclaim, off, h.offset(y), h.offset(z), h.stats()["eager_reclaims"]
+
+
+def test_collect_mode_waits_for_collect(sock, heapname):
+    res = ok(run_ranks(_collect_mode, 2, sock, heapname)[0])
+    assert res[0] == res[1]
+    reclaim, off, y, z, eager = res[0]
+    assert reclaim == "collect" and eager == 0
+    assert y != off
+    assert z == off
+
+
+def test_reclaim_checked(sock, heapname):
+    with pytest.raises(ValueError, match="reclaim"):
+        heapd.Heap(heapname, 0, 1, sock, reclaim="sometimes")
+    with heapd.Heap(heapname, 0, 1, sock, policy="seed") as h:
+        assert h.reclaim == "collect", "the seed policy reclaims at collects"
