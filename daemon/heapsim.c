@@ -28,21 +28,28 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: heapsim [--policy P] [--offsets] TRACE\n"
+            "usage: heapsim [--policy P] [--reclaim R] [--offsets] TRACE\n"
+            "       heapsim --compare [--reclaim R] [--worst N] TRACE...\n"
+            "       heapsim --generate SEED [MAX_ALLOCS] > TRACE\n"
             "       heapsim --help | --version\n"
             "\n"
             "Replays TRACE (\"-\" reads stdin) through heapd's allocator core and prints\n"
             "one summary line:\n"
             "  mapped=BYTES growths=N collects=N live=BYTES pending=BYTES free=BYTES\n"
             "  allocs=N frees=N triggered=N overlaps=N policy=NAME empty=N skipped=N\n"
+            "  reclaim=eager|collect eager_reclaims=N\n"
             "(collects counts explicit and triggered ones; triggered counts those an\n"
             "allocation asked for, before growing or on the seed policy's trigger;\n"
             "empty counts collects that reclaimed nothing; skipped counts collects\n"
             "before a growth the coalesce policy did not ask for because one had just\n"
-            "run or no block existed, where the seed's rule asks).\n"
+            "run or no block existed, where the seed's rule asks; eager_reclaims counts\n"
+            "blocks reclaimed at their last free, with no collect).\n"
             "\n"
             "options:\n"
             "  --policy P   allocator policy, one of: %s (the first is the default)\n"
+            "  --reclaim R  collect (the default here) or eager: a block every rank\n"
+            "               freed is reusable from the next allocation, with no collect\n"
+            "               (heapd's default for a heap on one node; not with seed)\n"
             "  --offsets    first print \"c\" for every collect and \"a ID OFFSET\" for\n"
             "               every allocation, in order (a triggered collect comes\n"
             "               before the line of the allocation that triggered it)\n"
@@ -60,107 +67,6 @@ static void usage(FILE *f)
             "\n"
             "exit status: 0 ok, 1 an allocation failed, 2 usage error or bad trace line\n",
             HPO_NAMES, MAX_ID_LEN);
-}
-
-/* ---- ID map ---------------------------------------------------------------- */
-
-static uint64_t hash_str(const char *s)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ull;
-    }
-    h ^= h >> 29; /* FNV's low bits are weak for short keys */
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 32;
-    return h;
-}
-
-static int idmap_init(id_map *m)
-{
-    m->cap = 1024;
-    m->len = 0;
-    m->slots = calloc(m->cap, sizeof *m->slots);
-    return m->slots ? 0 : -1;
-}
-
-static void idmap_free(id_map *m)
-{
-    for (size_t i = 0; i < m->cap; i++)
-        free(m->slots[i].key);
-    free(m->slots);
-}
-
-static id_entry *idmap_find(const id_map *m, const char *key)
-{
-    uint64_t h = hash_str(key);
-    size_t mask = m->cap - 1;
-    for (size_t i = h & mask;; i = (i + 1) & mask) {
-        id_entry *e = &m->slots[i];
-        if (e->key == NULL)
-            return NULL;
-        if (e->hash == h && strcmp(e->key, key) == 0)
-            return e;
-    }
-}
-
-static int idmap_grow(id_map *m)
-{
-    size_t ncap = m->cap * 2;
-    id_entry *ns = calloc(ncap, sizeof *ns);
-    if (ns == NULL)
-        return -1;
-    for (size_t i = 0; i < m->cap; i++) {
-        if (m->slots[i].key == NULL)
-            continue;
-        size_t j = m->slots[i].hash & (ncap - 1);
-        while (ns[j].key != NULL)
-            j = (j + 1) & (ncap - 1);
-        ns[j] = m->slots[i];
-    }
-    free(m->slots);
-    m->slots = ns;
-    m->cap = ncap;
-    return 0;
-}
-
-/* Inserts key (not present). Returns the entry, NULL when out of memory. */
-static id_entry *idmap_insert(id_map *m, const char *key)
-{
-    if ((m->len + 1) * 10 > m->cap * 7 && idmap_grow(m) != 0)
-        return NULL;
-    char *k = strdup(key);
-    if (k == NULL)
-        return NULL;
-    uint64_t h = hash_str(key);
-    size_t mask = m->cap - 1;
-    size_t i = h & mask;
-    while (m->slots[i].key != NULL)
-        i = (i + 1) & mask;
-    m->slots[i] = (id_entry){.key = k, .hash = h};
-    m->len++;
-    return &m->slots[i];
-}
-
-static void idmap_remove(id_map *m, id_entry *e)
-{
-    size_t mask = m->cap - 1;
-    size_t i = (size_t)(e - m->slots);
-    free(e->key);
-    m->slots[i].key = NULL;
-    m->len--;
-    /* Shift later members of the probe run back into the hole. */
-    for (size_t j = (i + 1) & mask; m->slots[j].key != NULL; j = (j + 1) & mask) {
-        size_t home = m->slots[j].hash & mask;
-        /* Move j to i unless its home lies cyclically in (i, j]. */
-        int stays = (i <= j) ? (home > i && home <= j) : (home > i || home <= j);
-        if (stays)
-            continue;
-        m->slots[i] = m->slots[j];
-        m->slots[j].key = NULL;
-        i = j;
-    }
 }
 
 /* ---- the replay --------------------------------------------------------- */
@@ -239,7 +145,8 @@ static int do_heap(sim *s, char **tok, int n)
     if (s->heap)
         return bad_line(s, "a second heap line: a trace describes one heap; remove this line "
                            "or split the trace");
-    ha_params p = {.policy = s->policy};
+    /* eager: heapsim is the one decider, as heapd is for a heap on one node */
+    ha_params p = {.policy = s->policy, .reclaim = s->reclaim, .one_decider = s->reclaim == HA_RECLAIM_EAGER};
     int have_ranks = 0, have_chunk = 0, have_initial = 0, have_min = 0, have_va = 0;
     for (int i = 1; i < n; i++) {
         char *eq = strchr(tok[i], '=');
@@ -476,7 +383,10 @@ static int do_free(sim *s, char **tok, int n)
         if ((rc = free_one(s, e, (uint32_t)r, id)) != 0)
             return rc;
     }
-    if (e->holders == 0) {
+    if (e->holders == 0 && s->reclaim == HA_RECLAIM_EAGER) {
+        occ_mark(s, e->offset, e->size, 0); /* reclaimed at its last free */
+        idmap_remove(&s->ids, e);
+    } else if (e->holders == 0) {
         if (s->nrel == s->caprel) {
             size_t nc = s->caprel ? s->caprel * 2 : 256;
             uint64_t *r = realloc(s->rel, nc * 2 * sizeof *r);
@@ -546,9 +456,10 @@ void sim_print_summary(const sim *s)
     ha_get_stats(s->heap, &st);
     printf("mapped=%" PRIu64 " growths=%" PRIu64 " collects=%" PRIu64 " live=%" PRIu64 " pending=%" PRIu64
            " free=%" PRIu64 " allocs=%" PRIu64 " frees=%" PRIu64 " triggered=%" PRIu64 " overlaps=%" PRIu64
-           " policy=%s empty=%" PRIu64 " skipped=%" PRIu64 "\n",
+           " policy=%s empty=%" PRIu64 " skipped=%" PRIu64 " reclaim=%s eager_reclaims=%" PRIu64 "\n",
            st.mapped, st.growths, st.collects, st.live_bytes, st.pending_bytes, st.free_bytes, st.allocs, st.frees,
-           s->triggered, s->overlaps, ha_policy_name(s->policy), s->empty, st.collects_skipped);
+           s->triggered, s->overlaps, ha_policy_name(s->policy), s->empty, st.collects_skipped,
+           s->reclaim == HA_RECLAIM_EAGER ? "eager" : "collect", st.eager_reclaims);
 }
 
 void sim_free(sim *s)
@@ -600,24 +511,44 @@ static int main_generate(int argc, char **argv)
     return gen_trace(seed, max_steps, stdout);
 }
 
-/* heapsim --compare [--worst N] TRACE... */
+/* "eager" or "collect" -> *out; -1 (a message printed) otherwise. */
+static int parse_reclaim(const char *v, ha_reclaim *out)
+{
+    if (v && strcmp(v, "eager") == 0)
+        *out = HA_RECLAIM_EAGER;
+    else if (v && strcmp(v, "collect") == 0)
+        *out = HA_RECLAIM_COLLECT;
+    else {
+        fprintf(stderr, "heapsim: --reclaim takes eager or collect, not '%s'\n", v ? v : "");
+        return -1;
+    }
+    return 0;
+}
+
+/* heapsim --compare [--reclaim R] [--worst N] TRACE... */
 static int main_compare(int argc, char **argv)
 {
     int first = 2, worst = 10;
-    if (argc >= 4 && strcmp(argv[2], "--worst") == 0) {
-        uint64_t w;
-        if (sim_parse_u64(argv[3], &w) != 0 || w > 100000) {
-            fprintf(stderr, "heapsim: --worst takes a count, not '%s'\n", argv[3]);
-            return 2;
+    ha_reclaim reclaim = HA_RECLAIM_COLLECT;
+    while (first + 1 < argc && (strcmp(argv[first], "--worst") == 0 || strcmp(argv[first], "--reclaim") == 0)) {
+        if (strcmp(argv[first], "--reclaim") == 0) {
+            if (parse_reclaim(argv[first + 1], &reclaim))
+                return 2;
+        } else {
+            uint64_t w;
+            if (sim_parse_u64(argv[first + 1], &w) != 0 || w > 100000) {
+                fprintf(stderr, "heapsim: --worst takes a count, not '%s'\n", argv[first + 1]);
+                return 2;
+            }
+            worst = (int)w;
         }
-        worst = (int)w;
-        first = 4;
+        first += 2;
     }
     if (first >= argc) {
-        fprintf(stderr, "heapsim: usage: heapsim --compare [--worst N] TRACE...\n");
+        fprintf(stderr, "heapsim: usage: heapsim --compare [--reclaim R] [--worst N] TRACE...\n");
         return 2;
     }
-    return cmp_traces(argc - first, argv + first, worst);
+    return cmp_traces(argc - first, argv + first, worst, reclaim);
 }
 
 int main(int argc, char **argv)
@@ -647,6 +578,9 @@ int main(int argc, char **argv)
             pol = argv[++i];
         } else if (strncmp(a, "--policy=", 9) == 0) {
             pol = a + 9;
+        } else if (strcmp(a, "--reclaim") == 0 || strncmp(a, "--reclaim=", 10) == 0) {
+            if (parse_reclaim(a[9] == '=' ? a + 10 : i + 1 < argc ? argv[++i] : NULL, &s.reclaim))
+                return 2;
         } else if (strcmp(a, "--") == 0) {
             if (i + 1 < argc && path == NULL)
                 path = argv[++i];
@@ -672,8 +606,13 @@ int main(int argc, char **argv)
         }
     }
     if (path == NULL) {
-        fprintf(stderr, "heapsim: no trace given; usage: heapsim [--policy P] "
+        fprintf(stderr, "heapsim: no trace given; usage: heapsim [--policy P] [--reclaim R] "
                         "[--offsets] TRACE (\"-\" for stdin)\n");
+        return 2;
+    }
+    if (s.policy == HA_POLICY_SEED && s.reclaim == HA_RECLAIM_EAGER) {
+        fprintf(stderr, "heapsim: the seed policy reclaims only at collects: drop --reclaim eager, "
+                        "or use --policy coalesce\n");
         return 2;
     }
     int rc = sim_replay_path(&s, path);

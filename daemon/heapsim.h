@@ -1,6 +1,7 @@
 /* heapsim.h - the heapsim program's files (not a library): the replay
  * (heapsim.c, prefix sim_), the trace generator (heapsim_gen.c, gen_) and
- * the policy comparison (heapsim_compare.c, cmp_). */
+ * the policy comparison (heapsim_compare.c, cmp_), the ID map (heapsim_idmap.c,
+ * idmap_). */
 #ifndef HEAPD_HEAPSIM_H
 #define HEAPD_HEAPSIM_H
 
@@ -26,6 +27,14 @@ typedef struct id_map {
     size_t len;
 } id_map;
 
+/* heapsim_idmap.c: 0 or -1 (out of memory); find: NULL when absent; insert:
+ * a new entry for key (NULL: out of memory); remove: e from the map. */
+int idmap_init(id_map *m);
+void idmap_free(id_map *m);
+id_entry *idmap_find(const id_map *m, const char *key);
+id_entry *idmap_insert(id_map *m, const char *key);
+void idmap_remove(id_map *m, id_entry *e);
+
 /* ---- the replay (heapsim.c) ---------------------------------------------- */
 
 typedef struct sim {
@@ -33,6 +42,7 @@ typedef struct sim {
     unsigned long line;
     int offsets;
     ha_policy policy;
+    ha_reclaim reclaim; /* eager: one decider, a block is reclaimed at its last free */
     ha_heap *heap;
     uint32_t ranks;
     id_map ids;
@@ -66,8 +76,9 @@ int gen_trace(uint64_t seed, uint64_t max_steps, FILE *out);
 
 /* ---- heapsim_compare.c --------------------------------------------------- */
 
-/* Replays n traces under every policy, prints the table, the `worst` worst
- * traces and the summary line. 0, or 1 when a replay failed or overlapped. */
-int cmp_traces(int n, char **paths, int worst);
+/* Replays n traces under every policy (the default policy with `reclaim`,
+ * the others with collect), prints the table, the `worst` worst traces and
+ * the summary line. 0, or 1 when a replay failed or overlapped. */
+int cmp_traces(int n, char **paths, int worst, ha_reclaim reclaim);
 
 #endif

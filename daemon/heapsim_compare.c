@@ -46,12 +46,12 @@ static const char *base_name(const char *p)
 static const char *pname(int k) { return ha_policy_name((ha_policy)k); }
 
 /* Replays path under every policy into r; the number of failed replays. */
-static int cmp_replay(cmp_row *r, const char *path)
+static int cmp_replay(cmp_row *r, const char *path, ha_reclaim reclaim)
 {
     int failed = 0;
     r->name = path;
     for (int k = 0; k < NPOL; k++) {
-        sim s = {.policy = (ha_policy)k};
+        sim s = {.policy = (ha_policy)k, .reclaim = k == DEF ? reclaim : HA_RECLAIM_COLLECT};
         int rc = sim_replay_path(&s, path);
         if (rc != 0) {
             fprintf(stderr, "heapsim: --compare: %s failed under the %s policy\n", path, pname(k));
@@ -137,7 +137,7 @@ static void cmp_print_head(void)
     }
 }
 
-int cmp_traces(int n, char **paths, int worst)
+int cmp_traces(int n, char **paths, int worst, ha_reclaim reclaim)
 {
     cmp_row *rows = calloc((size_t)n, sizeof *rows);
     if (!rows) {
@@ -149,7 +149,7 @@ int cmp_traces(int n, char **paths, int worst)
     cmp_print_head();
     for (int i = 0; i < n; i++) {
         cmp_row *r = &rows[i];
-        failed += cmp_replay(r, paths[i]);
+        failed += cmp_replay(r, paths[i], reclaim);
         for (int k = 0; k < NPOL; k++) {
             tov += r->overlaps[k];
             tm[k] += r->mapped[k];
@@ -175,7 +175,8 @@ int cmp_traces(int n, char **paths, int worst)
         printf(" collects_%s=%" PRIu64, pname(k), tc[k]);
     for (int k = 0; k < NPOL; k++)
         printf(" growths_%s=%" PRIu64, pname(k), tg[k]);
-    printf(" overlaps=%" PRIu64 " failed=%d\n", tov, failed);
+    printf(" overlaps=%" PRIu64 " failed=%d reclaim=%s\n", tov, failed,
+           reclaim == HA_RECLAIM_EAGER ? "eager" : "collect");
     free(rows);
     return failed || tov ? 1 : 0;
 }

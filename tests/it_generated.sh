@@ -74,6 +74,28 @@ cc=$(field collects_coalesce); cs=$(field collects_seed)
 if [ -n "$cc" ] && [ -n "$cs" ] && [ "$cc" -lt "$cs" ]; then :; else
     fail "collects in total: default $cc, seed $cs; want fewer"
 fi
+# Issue 27: the default policy under reclaim eager (one decider), against
+# the seed: <= 0.8x of its mapped in total and <= 1.00x on every trace.
+"$SIM" --compare --reclaim eager --worst 3 "$W"/g*.trace > "$W/eager.out" 2> "$W/eager.err"
+rc=$?
+last=$(tail -n 1 "$W/eager.out")
+echo "eager: $last"
+[ $rc = 0 ] || fail "heapsim --compare --reclaim eager exited $rc: $(head -5 "$W/eager.err")"
+[ "$(field reclaim)" = eager ] || fail "the eager compare ran under reclaim '$(field reclaim)'"
+[ "$(field overlaps)" = 0 ] || fail "eager: the overlap checker found $(field overlaps) overlaps"
+[ "$(field failed)" = 0 ] || fail "eager: $(field failed) replays failed"
+t=$(field mapped_total_ratio); m=$(field mapped_max_ratio)
+if [ -z "$MAX" ]; then
+    le "$t" 0.80 || fail "eager: mapped in total, default / seed: $t, want <= 0.80"
+    le "$m" 1.00 || fail "eager: mapped on trace $(field worst), default / seed: $m, want <= 1.00"
+else
+    le "$t" 1.00 || fail "eager: mapped in total, default / seed: $t, want <= 1.00 (cut traces)"
+    echo "skipped: eager's bounds (<= 0.80 total, <= 1.00 each) on traces cut to $MAX allocations"
+fi
+ce=$(field collects_coalesce)
+if [ -n "$ce" ] && [ -n "$cc" ] && [ "$ce" -lt "$cc" ]; then :; else
+    fail "eager: collects in total $ce, want fewer than under collect ($cc)"
+fi
 if [ $fails = 0 ]; then
     rm -rf "$W"
     echo "ok: $N generated traces${MAX:+, cut to $MAX allocations each}"
