@@ -519,6 +519,8 @@ heapc *heapc_connect_timeout(const char *socket_path, int timeout_ms)
     c->status_fd = -1;
     c->timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
     c->fq_batch = FREE_BATCH_DEFAULT;
+    const char *sr = getenv("HEAPC_STREAM_REUSE"); /* issue 27: default on */
+    c->stream_reuse = !(sr && strcmp(sr, "0") == 0);
     hcs_init(&c->sock);
     atomic_init(&c->view, NULL);
     atomic_init(&c->mapped, 0);

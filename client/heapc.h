@@ -366,6 +366,34 @@ int heapc_free(heapc *c, uint64_t offset);
  * names the call and the stream). */
 int heapc_free_async(heapc *c, uint64_t offset, void *stream);
 
+/* Issue 27, stream-ordered reuse (on unless $HEAPC_STREAM_REUSE is 0, or
+ * heapc_set_stream_reuse(c, 0)): heapc_free_async releases the block to
+ * heapd at once, not when its stream's work completed, so that under
+ * reclaim eager the next allocation may reuse it while that work still
+ * runs - torch's own rule. libheapc keeps the block's stream marker until
+ * the work completed, and an allocation that reuses any part of the block
+ * is ordered after it: on the same stream (heapc_alloc_async), nothing to
+ * do; on another stream, that stream waits for the marker
+ * (cuStreamWaitEvent: the call does not block); for heapc_alloc (no
+ * stream), the call waits for the marker (cuEventSynchronize; host
+ * backend: until the heapc_hstream completes). The counters' stream_early,
+ * stream_in_flight and stream_reuse_waits count it. This orders the new
+ * owner after the freeing rank's own work on its own copy; work another
+ * rank queued on its copy is ordered by that rank's free. So free a block
+ * only after every access to any rank's copy of it is queued before the
+ * free on the accessing rank's stream, or has completed (a collective
+ * orders the peers' accesses; one-sided peer reads need the reader's own
+ * free to come after them, and the owner's reuse to follow a barrier or
+ * collective with the reader). Off: the issue 18 behaviour above. */
+int heapc_set_stream_reuse(heapc *c, int on);
+
+/* heapc_alloc for a block that will be used on `stream` (cuda: a CUstream
+ * of the heap's device, NULL the legacy default stream; host: a
+ * heapc_hstream): a reused block that was freed on the same stream needs no
+ * ordering at all, one freed on another stream is ordered with
+ * cuStreamWaitEvent (host: waited for). Otherwise heapc_alloc. */
+int heapc_alloc_async(heapc *c, size_t size, void *stream, void **ptr, uint64_t *offset);
+
 /* A host stand-in for a device stream (host backend, and tests): a timeline
  * of work items. heapc_hstream_begin starts one and returns its ticket;
  * heapc_hstream_complete(s, t) marks every item up to ticket t done (any
@@ -377,6 +405,9 @@ void heapc_hstream_destroy(heapc_hstream *s); /* after the frees on it were sent
 uint64_t heapc_hstream_begin(heapc_hstream *s);
 void heapc_hstream_complete(heapc_hstream *s, uint64_t ticket);
 uint64_t heapc_hstream_pending(heapc_hstream *s); /* items begun, not complete */
+/* Callers blocked now until work on s completes (a heapc_alloc that reuses a
+ * block freed on s, issue 27): lets a test complete s once it sees one. */
+uint64_t heapc_hstream_waiters(heapc_hstream *s);
 
 /* heapc_free of the block that starts at ptr (a pointer heapc_alloc or
  * heapc_ptr gave for this rank's own copy). HEAPC_EINVAL when ptr is not in
@@ -572,6 +603,12 @@ typedef struct heapc_counters {
     uint64_t stream_markers;       /* completion markers (CUDA events) recorded */
     uint64_t device_waits_avoided; /* collects without a device sync: no hook, and the
                                     cuda backend or blocks waiting for a stream */
+    /* Issue 27: stream-ordered reuse (heapc_set_stream_reuse). */
+    uint64_t stream_early;       /* stream-ordered frees released to heapd at the free */
+    uint64_t stream_in_flight;   /* of them, blocks whose stream work has not completed
+                                    (or was not checked yet) */
+    uint64_t stream_reuse_waits; /* allocations that reused such a block on another
+                                    stream, or on none, and so waited for its stream */
 } heapc_counters;
 int heapc_get_counters(heapc *c, heapc_counters *out);
 
@@ -685,7 +722,7 @@ int heapc_drop(heapc *c, const char *heap, uint64_t *released_bytes);
  * changes (a field added, moved or retyped). A binding that copies the
  * structs (ctypes) compares it, and heapc_sizeof of each, with its own at
  * load time and refuses a libheapc it does not match. */
-#define HEAPC_ABI_VERSION 5u
+#define HEAPC_ABI_VERSION 6u
 uint32_t heapc_abi_version(void);
 
 /* sizeof the public struct named `type` ("heapc_params", "heapc_status_t",

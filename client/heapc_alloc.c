@@ -33,9 +33,12 @@ static int ls_find(const liveset *s, uint64_t k, size_t *slot)
 static int ls_grow(liveset *s)
 {
     size_t ncap = s->cap ? s->cap * 2 : 256;
-    uint64_t *nk = malloc(ncap * sizeof *nk);
-    if (!nk)
+    uint64_t *nk = malloc(ncap * sizeof *nk), *nz = malloc(ncap * sizeof *nz);
+    if (!nk || !nz) {
+        free(nk);
+        free(nz);
         return -1;
+    }
     for (size_t i = 0; i < ncap; i++)
         nk[i] = EMPTY;
     for (size_t i = 0; i < s->cap; i++) {
@@ -45,15 +48,18 @@ static int ls_grow(liveset *s)
         while (nk[j] != EMPTY)
             j = (j + 1) & (ncap - 1);
         nk[j] = s->keys[i];
+        nz[j] = s->sizes[i];
     }
     free(s->keys);
+    free(s->sizes);
     s->keys = nk;
+    s->sizes = nz;
     s->cap = ncap;
     return 0;
 }
 
 /* 1 inserted, 0 already there, -1 out of memory. */
-static int ls_insert(liveset *s, uint64_t k)
+static int ls_insert(liveset *s, uint64_t k, uint64_t size)
 {
     size_t slot;
     if (ls_find(s, k, &slot))
@@ -64,21 +70,26 @@ static int ls_insert(liveset *s, uint64_t k)
     while (s->keys[i] != EMPTY)
         i = (i + 1) & (s->cap - 1);
     s->keys[i] = k;
+    s->sizes[i] = size;
     s->n++;
     return 1;
 }
 
-static int ls_remove(liveset *s, uint64_t k)
+/* 1 removed (*size: its block size, 0 if not known), 0 not there. */
+static int ls_remove(liveset *s, uint64_t k, uint64_t *size)
 {
     size_t i;
     if (!ls_find(s, k, &i))
         return 0;
+    if (size)
+        *size = s->sizes[i];
     size_t mask = s->cap - 1;
     for (size_t j = (i + 1) & mask; s->keys[j] != EMPTY; j = (j + 1) & mask) {
         size_t h = ls_hash(s->keys[j], s->cap);
         /* Move j into the hole at i if j's home is not in (i, j]. */
         if (((j - h) & mask) >= ((j - i) & mask)) {
             s->keys[i] = s->keys[j];
+            s->sizes[i] = s->sizes[j];
             i = j;
         }
     }
@@ -87,11 +98,12 @@ static int ls_remove(liveset *s, uint64_t k)
     return 1;
 }
 
-int hci_ls_insert(liveset *s, uint64_t k) { return ls_insert(s, k); }
+int hci_ls_insert(liveset *s, uint64_t k, uint64_t size) { return ls_insert(s, k, size); }
 
 void hci_ls_clear(liveset *s)
 {
     free(s->keys);
+    free(s->sizes);
     memset(s, 0, sizeof *s);
 }
 
@@ -230,9 +242,10 @@ int hci_fence_drain_all(heapc *c)
     if (!c->fence_on)
         return HEAPC_OK;
     hf_queue *q = &c->fence;
-    int rc = q->open.n ? fq_push(c, q->open.offs, q->open.n) : HEAPC_OK;
-    for (size_t i = 0; rc == HEAPC_OK && i < q->nclosed; i++)
-        rc = fq_push(c, q->closed[i].offs, q->closed[i].n);
+    int rc = q->open.n && !q->open.early ? fq_push(c, q->open.offs, q->open.n) : HEAPC_OK;
+    for (size_t i = 0; rc == HEAPC_OK && i < q->nclosed; i++) /* early ones were sent */
+        rc = q->closed[i].early ? HEAPC_OK : fq_push(c, q->closed[i].offs, q->closed[i].n);
+    c->ctr.stream_reuse_waits += q->orders;
     c->ctr.stream_markers += q->markers;
     hf_queue_destroy(q);
     c->fence_on = 0;
@@ -252,7 +265,8 @@ static int free_locked(heapc *c, uint64_t offset, void *stream, int on_stream)
         if (rc != HEAPC_OK)
             return rc;
     }
-    int known = ls_remove(&c->live, offset);
+    uint64_t bsize = 0;
+    int known = ls_remove(&c->live, offset, &bsize);
     if (c->named_n) /* issue 29: a named block's name goes with it */
         hci_names_forget(c, offset);
     if (!known && c->live_complete)
@@ -282,13 +296,23 @@ static int free_locked(heapc *c, uint64_t offset, void *stream, int on_stream)
         return hci_ok(c);
     }
     if (on_stream) {
+        /* Issue 27, stream-ordered reuse: the release goes to heapd now; the
+         * fence remembers the block until its stream's work completes, so
+         * that a reuse on another stream waits for it (alloc_made). */
+        int early = c->stream_reuse && bsize;
+        if (early && fq_push(c, &offset, 1) != HEAPC_OK) {
+            ls_insert(&c->live, offset, bsize);
+            return c->err;
+        }
         char merr[320] = "";
         uint64_t markers = c->fence.markers;
-        int frc = hf_queue_add(&c->fence, stream, offset, merr, sizeof merr);
+        int frc = hf_queue_add(&c->fence, stream, offset, bsize, early, merr, sizeof merr);
         if (frc != HF_OK) {
-            ls_insert(&c->live, offset);
+            c->fq_n -= early;
+            ls_insert(&c->live, offset, bsize);
             return fence_fail(c, frc, "heapc_free_async", merr);
         }
+        c->ctr.stream_early += early;
         c->ctr.frees++;
         if (c->fence.markers != markers) { /* a group closed: see what completed */
             int rc = fence_reap(c, 0, 0);
@@ -297,7 +321,7 @@ static int free_locked(heapc *c, uint64_t offset, void *stream, int on_stream)
         }
     } else {
         if (fq_push(c, &offset, 1) != HEAPC_OK) {
-            ls_insert(&c->live, offset);
+            ls_insert(&c->live, offset, bsize);
             return hci_set_err(c, HEAPC_EOOM, "heapc_free: out of memory queueing offset %" PRIu64, offset);
         }
         c->ctr.frees++;
@@ -415,7 +439,7 @@ static int collect_locked(heapc *c)
         return rc;
     Heapd__Collect co = HEAPD__COLLECT__INIT;
     co.seq = c->next_seq;
-    co.stream_waiting = c->fence_on ? c->fence.waiting : 0;
+    co.stream_waiting = c->fence_on ? c->fence.held : 0;
     co.device_waits_avoided = c->ctr.device_waits_avoided;
     Heapd__Frame req = HEAPD__FRAME__INIT;
     req.body_case = HEAPD__FRAME__BODY_COLLECT;
@@ -462,15 +486,39 @@ static int alloc_name(heapc *c, const char *name, size_t size, const Heapd__Allo
                        c->next_seq - 1, c->heap, ar->offset, name);
 }
 
+/* Where a new block will be used: on `stream` (known), or anywhere. */
+typedef struct alloc_use {
+    void *stream;
+    int known;
+} alloc_use;
+
+/* Issue 27: the new block [off, off + size) may reuse blocks this rank freed
+ * on a stream whose work has not completed (their releases went out at the
+ * free). On the same stream, stream order makes that safe; on another, the
+ * block's stream waits for theirs (cuStreamWaitEvent, no blocking); for a
+ * block of no known stream (heapc_alloc), this call waits. Another rank's
+ * work is that rank's own fence (and the caller's free rule: docs). */
+static int alloc_order(heapc *c, uint64_t off, uint64_t size, const alloc_use *use)
+{
+    if (!c->fence_on || c->fence.waiting == c->fence.held)
+        return HEAPC_OK; /* nothing freed early is in flight */
+    char merr[320] = "";
+    int frc = hf_queue_order(&c->fence, off, size, use->stream, use->known, merr, sizeof merr);
+    if (frc == HF_OK)
+        return HEAPC_OK;
+    fence_fail(c, frc, "ordering a reused block after its last stream work", merr);
+    return c->err;
+}
+
 /* heapd made allocation next_seq (ar, with raw's fds): from here on it
  * counts. Maps its new chunks, records the block (and its name). */
 static int alloc_made(heapc *c, view *v, const Heapd__AllocReply *ar, const hw_frame *raw, size_t size,
-                      const char *name, void **ptr, uint64_t *offset)
+                      const char *name, const alloc_use *use, void **ptr, uint64_t *offset)
 {
     uint64_t off = ar->offset;
     c->next_seq++;
     c->ctr.allocs++;
-    int ins = ls_insert(&c->live, off);
+    int ins = ls_insert(&c->live, off, ar->block_size ? ar->block_size : size);
     if (offset)
         *offset = off;
     if (ptr)
@@ -496,6 +544,8 @@ static int alloc_made(heapc *c, view *v, const Heapd__AllocReply *ar, const hw_f
     }
     rc = alloc_name(c, name, size, ar);
     if (rc != HEAPC_OK)
+        return rc;
+    if ((rc = alloc_order(c, off, ar->block_size ? ar->block_size : size, use)) != HEAPC_OK)
         return rc;
     if (ins == 0)
         return hci_set_err(c, HEAPC_EPROTOCOL,
@@ -525,7 +575,7 @@ static int frees_ready(heapc *c)
     return rc;
 }
 
-static int alloc_locked(heapc *c, size_t size, const char *name, void **ptr, uint64_t *offset)
+static int alloc_locked(heapc *c, size_t size, const char *name, const alloc_use *use, void **ptr, uint64_t *offset)
 {
     if (!c->attached)
         return hci_set_err(c, HEAPC_ESTATE, "heapc_alloc: not attached to a heap; call heapc_attach");
@@ -577,16 +627,18 @@ static int alloc_locked(heapc *c, size_t size, const char *name, void **ptr, uin
             c->ctr.collects_needed++;
             continue;
         }
-        rc = alloc_made(c, v, ar, &raw, size, name, ptr, offset);
+        rc = alloc_made(c, v, ar, &raw, size, name, use, ptr, offset);
         hci_rpc_done(rep, &raw);
         return rc;
     }
 }
 
+static const alloc_use anywhere = {NULL, 0};
+
 int heapc_alloc(heapc *c, size_t size, void **ptr, uint64_t *offset)
 {
     pthread_mutex_lock(&c->mu);
-    int rc = alloc_locked(c, size, NULL, ptr, offset);
+    int rc = alloc_locked(c, size, NULL, &anywhere, ptr, offset);
     if (rc == HEAPC_OK)
         hci_ok(c);
     pthread_mutex_unlock(&c->mu);
@@ -596,9 +648,29 @@ int heapc_alloc(heapc *c, size_t size, void **ptr, uint64_t *offset)
 int heapc_alloc_named(heapc *c, size_t size, const char *name, void **ptr, uint64_t *offset)
 {
     pthread_mutex_lock(&c->mu);
-    int rc = alloc_locked(c, size, name && *name ? name : NULL, ptr, offset);
+    int rc = alloc_locked(c, size, name && *name ? name : NULL, &anywhere, ptr, offset);
     if (rc == HEAPC_OK)
         hci_ok(c);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int heapc_alloc_async(heapc *c, size_t size, void *stream, void **ptr, uint64_t *offset)
+{
+    alloc_use use = {stream, 1};
+    pthread_mutex_lock(&c->mu);
+    int rc = alloc_locked(c, size, NULL, &use, ptr, offset);
+    if (rc == HEAPC_OK)
+        hci_ok(c);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int heapc_set_stream_reuse(heapc *c, int on)
+{
+    pthread_mutex_lock(&c->mu);
+    c->stream_reuse = on != 0;
+    int rc = hci_ok(c);
     pthread_mutex_unlock(&c->mu);
     return rc;
 }

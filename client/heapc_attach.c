@@ -10,6 +10,7 @@ void hci_teardown(heapc *c)
 {
     if (c->fence_on) { /* before the spaces go: cuda events live in the heap's context */
         c->ctr.stream_markers += c->fence.markers;
+        c->ctr.stream_reuse_waits += c->fence.orders;
         hf_queue_destroy(&c->fence);
     }
     c->fence_on = 0;

@@ -55,6 +55,8 @@ static void hc_load(void)
         {(void **)&a->EventRecord, "cuEventRecord", NULL},
         {(void **)&a->EventQuery, "cuEventQuery", NULL},
         {(void **)&a->EventDestroy, "cuEventDestroy_v2", "cuEventDestroy"},
+        {(void **)&a->EventSynchronize, "cuEventSynchronize", NULL},
+        {(void **)&a->StreamWaitEvent, "cuStreamWaitEvent", NULL},
     };
     const char *missing;
     if (cd_resolve(lib, syms, sizeof syms / sizeof syms[0], &missing)) {

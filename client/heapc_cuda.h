@@ -52,6 +52,9 @@ typedef struct hc_cuda {
     __typeof__(cuEventRecord) *EventRecord;
     __typeof__(cuEventQuery) *EventQuery;
     __typeof__(cuEventDestroy_v2) *EventDestroy;
+    /* stream-ordered reuse (issue 27) */
+    __typeof__(cuEventSynchronize) *EventSynchronize;
+    __typeof__(cuStreamWaitEvent) *StreamWaitEvent;
 } hc_cuda;
 
 /* The loaded table, cuInit done; NULL with a message in err when libcuda is

@@ -15,6 +15,7 @@
 struct heapc_hstream {
     _Atomic uint64_t begun;     /* tickets handed out */
     _Atomic uint64_t completed; /* highest ticket whose work is done */
+    _Atomic uint64_t waiters;   /* callers blocked in host_wait on it now */
 };
 
 heapc_hstream *heapc_hstream_create(void)
@@ -23,6 +24,7 @@ heapc_hstream *heapc_hstream_create(void)
     if (s) {
         atomic_init(&s->begun, 0);
         atomic_init(&s->completed, 0);
+        atomic_init(&s->waiters, 0);
     }
     return s;
 }
@@ -48,6 +50,8 @@ uint64_t heapc_hstream_pending(heapc_hstream *s)
     uint64_t d = atomic_load_explicit(&s->completed, memory_order_acquire);
     return b > d ? b - d : 0;
 }
+
+uint64_t heapc_hstream_waiters(heapc_hstream *s) { return atomic_load_explicit(&s->waiters, memory_order_acquire); }
 
 typedef struct host_marker {
     heapc_hstream *s; /* NULL: no stream, done at once */
@@ -75,6 +79,21 @@ static int host_query(void *impl, void *marker, char *err, size_t errlen)
     return !m->s || atomic_load_explicit(&m->s->completed, memory_order_acquire) >= m->ticket;
 }
 
+/* Polls until the marker's ticket completed (host streams are completed by
+ * other threads: 20 us naps between looks). */
+static int host_wait(void *impl, void *marker, char *err, size_t errlen)
+{
+    host_marker *m = marker;
+    if (host_query(impl, marker, err, errlen))
+        return 0;
+    atomic_fetch_add_explicit(&m->s->waiters, 1, memory_order_acq_rel);
+    struct timespec nap = {0, 20000};
+    while (!host_query(impl, marker, err, errlen))
+        nanosleep(&nap, NULL);
+    atomic_fetch_sub_explicit(&m->s->waiters, 1, memory_order_acq_rel);
+    return 0;
+}
+
 static void host_release(void *impl, void *marker)
 {
     (void)impl;
@@ -83,7 +102,7 @@ static void host_release(void *impl, void *marker)
 
 static void host_destroy(void *impl) { (void)impl; }
 
-static const hf_ops host_ops = {"host", host_record, host_query, host_release, host_destroy};
+static const hf_ops host_ops = {"host", host_record, host_query, host_wait, NULL, host_release, host_destroy};
 
 void hf_host_source(hf_source *out)
 {
@@ -157,6 +176,31 @@ static int cuda_query(void *impl, void *marker, char *err, size_t errlen)
     return -1;
 }
 
+static int cuda_wait(void *impl, void *marker, char *err, size_t errlen)
+{
+    cuda_src *s = impl;
+    CUresult rc = s->cu->EventSynchronize((CUevent)marker);
+    if (rc == CUDA_SUCCESS)
+        return 0;
+    hc_cuda_fail(err, errlen, rc, "a kernel that used the freed block failed", "cuEventSynchronize");
+    return -1;
+}
+
+static int cuda_stream_wait(void *impl, void *stream, void *marker, char *err, size_t errlen)
+{
+    cuda_src *s = impl;
+    CUcontext prev = NULL;
+    CUresult rc = cuda_enter(s, &prev);
+    if (rc == CUDA_SUCCESS)
+        rc = s->cu->StreamWaitEvent((CUstream)stream, (CUevent)marker, 0);
+    cuda_leave(s, prev);
+    if (rc == CUDA_SUCCESS)
+        return 0;
+    hc_cuda_fail(err, errlen, rc, "pass a stream of the heap's device (or NULL: the default stream)",
+                 "cuStreamWaitEvent(stream %p)", stream);
+    return -1;
+}
+
 static void cuda_release(void *impl, void *marker)
 {
     cuda_src *s = impl;
@@ -182,7 +226,8 @@ static void cuda_destroy(void *impl)
     free(s);
 }
 
-static const hf_ops cuda_ops = {"cuda", cuda_record, cuda_query, cuda_release, cuda_destroy};
+static const hf_ops cuda_ops = {"cuda",           cuda_record,  cuda_query,  cuda_wait,
+                                cuda_stream_wait, cuda_release, cuda_destroy};
 
 int hf_cuda_source(hf_source *out, void *ctx, char *err, size_t errlen)
 {
@@ -226,9 +271,11 @@ void hf_queue_destroy(hf_queue *q)
     for (size_t i = 0; i < q->nclosed; i++) {
         q->src.ops->release(q->src.impl, q->closed[i].marker);
         free(q->closed[i].offs);
+        free(q->closed[i].sizes);
     }
     free(q->closed);
     free(q->open.offs);
+    free(q->open.sizes);
     if (q->src.ops)
         q->src.ops->destroy(q->src.impl);
     memset(q, 0, sizeof *q);
@@ -259,9 +306,9 @@ int hf_queue_close(hf_queue *q, char *err, size_t errlen)
     return HF_OK;
 }
 
-int hf_queue_add(hf_queue *q, void *stream, uint64_t offset, char *err, size_t errlen)
+int hf_queue_add(hf_queue *q, void *stream, uint64_t offset, uint64_t size, int early, char *err, size_t errlen)
 {
-    if (q->open.n && (q->open.stream != stream || q->open.n >= q->batch)) {
+    if (q->open.n && (q->open.stream != stream || q->open.early != early || q->open.n >= q->batch)) {
         int rc = hf_queue_close(q, err, errlen);
         if (rc != HF_OK)
             return rc;
@@ -270,16 +317,63 @@ int hf_queue_add(hf_queue *q, void *stream, uint64_t offset, char *err, size_t e
     if (g->n == g->cap) {
         size_t ncap = g->cap ? 2 * g->cap : 64;
         uint64_t *no = realloc(g->offs, ncap * sizeof *no);
-        if (!no) {
+        if (no)
+            g->offs = no;
+        uint64_t *ns = no ? realloc(g->sizes, ncap * sizeof *ns) : NULL;
+        if (!ns) {
             snprintf(err, errlen, "out of memory queueing offset %llu on its stream", (unsigned long long)offset);
             return HF_ENOMEM;
         }
-        g->offs = no;
+        g->sizes = ns;
         g->cap = ncap;
     }
     g->stream = stream;
-    g->offs[g->n++] = offset;
+    g->early = early;
+    g->offs[g->n] = offset;
+    g->sizes[g->n++] = size;
     q->waiting++;
+    q->held += !early;
+    return HF_OK;
+}
+
+static int overlaps(const hf_group *g, uint64_t off, uint64_t size)
+{
+    for (size_t i = 0; i < g->n; i++)
+        if (g->offs[i] < off + size && off < g->offs[i] + g->sizes[i])
+            return 1;
+    return 0;
+}
+
+/* Orders use on stream after closed group g's work. */
+static int order_after(hf_queue *q, hf_group *g, void *stream, int known, char *err, size_t errlen)
+{
+    const hf_ops *o = q->src.ops;
+    int rc = known && o->stream_wait ? o->stream_wait(q->src.impl, stream, g->marker, err, errlen)
+                                     : o->wait(q->src.impl, g->marker, err, errlen);
+    if (rc != 0)
+        return HF_EDEVICE;
+    q->orders++;
+    return HF_OK;
+}
+
+int hf_queue_order(hf_queue *q, uint64_t off, uint64_t size, void *stream, int known, char *err, size_t errlen)
+{
+    hf_group *o = &q->open;
+    if (o->n && o->early && !(known && o->stream == stream) && overlaps(o, off, size)) {
+        int rc = hf_queue_close(q, err, errlen); /* its marker covers its work so far */
+        if (rc != HF_OK)
+            return rc;
+        if ((rc = order_after(q, &q->closed[q->nclosed - 1], stream, known, err, errlen)) != HF_OK)
+            return rc;
+    }
+    for (size_t i = 0; i < q->nclosed; i++) {
+        hf_group *g = &q->closed[i];
+        if (!g->early || (known && g->stream == stream) || !overlaps(g, off, size))
+            continue;
+        int rc = order_after(q, g, stream, known, err, errlen);
+        if (rc != HF_OK)
+            return rc;
+    }
     return HF_OK;
 }
 
@@ -319,7 +413,7 @@ int hf_queue_reap(hf_queue *q, int poll_fresh, hf_emit_fn emit, void *data, char
             rc = HF_EDEVICE;
             done = 0;
         }
-        if (done) {
+        if (done && !g->early) {
             int erc = emit(data, g->offs, g->n);
             if (erc != 0) {
                 rc = erc;
@@ -328,8 +422,10 @@ int hf_queue_reap(hf_queue *q, int poll_fresh, hf_emit_fn emit, void *data, char
         }
         if (done) {
             q->waiting -= g->n;
+            q->held -= g->early ? 0 : g->n;
             q->src.ops->release(q->src.impl, g->marker);
             free(g->offs);
+            free(g->sizes);
         } else {
             q->closed[keep++] = *g;
         }

@@ -41,6 +41,12 @@ typedef struct hf_ops {
     /* 1: the work before marker completed; 0: not yet; -1: error (err).
      * Never blocks. */
     int (*query)(void *impl, void *marker, char *err, size_t errlen);
+    /* Blocks until the work before marker completed. 0, or -1 (err). */
+    int (*wait)(void *impl, void *marker, char *err, size_t errlen);
+    /* Work queued on stream from now on waits for marker, without blocking
+     * the caller (cuStreamWaitEvent). NULL: the source has none (host), and
+     * hf_queue_order waits instead. 0, or -1 (err). */
+    int (*stream_wait)(void *impl, void *stream, void *marker, char *err, size_t errlen);
     /* The marker is no longer needed (done or abandoned). */
     void (*release)(void *impl, void *marker);
     void (*destroy)(void *impl);
@@ -58,11 +64,18 @@ void hf_host_source(hf_source *out);
  * missing. Without cuda.h at build time: -1 always. */
 int hf_cuda_source(hf_source *out, void *ctx, char *err, size_t errlen);
 
+/* A run of frees on one stream. early: the offsets were sent to heapd at
+ * their free (stream-ordered reuse, issue 27); the group only remembers
+ * them, with their block sizes, until the stream's work completes, so that
+ * an allocation on another stream that reuses one of them waits for it
+ * (hf_queue_order). Otherwise the offsets go to heapd when it completes. */
 typedef struct hf_group {
     void *stream;
     void *marker; /* NULL while the group is open */
     int fresh;    /* recorded since the last reap */
+    int early;
     uint64_t *offs;
+    uint64_t *sizes; /* block sizes, parallel to offs */
     size_t n, cap;
 } hf_group;
 
@@ -73,6 +86,8 @@ typedef struct hf_queue {
     size_t nclosed, capclosed;
     size_t batch;     /* an open group closes at this many offsets */
     uint64_t waiting; /* offsets in every group (open and closed) */
+    uint64_t held;    /* of them, not early: not sent yet (held <= waiting) */
+    uint64_t orders;  /* allocations that had to wait for a reused block's stream */
     uint64_t markers; /* markers recorded so far */
 } hf_queue;
 
@@ -83,14 +98,22 @@ void hf_queue_init(hf_queue *q, hf_source src, size_t batch);
 /* Releases every marker and group (the offsets are dropped) and destroys
  * the source. */
 void hf_queue_destroy(hf_queue *q);
-/* offset was freed on stream: joins the open group (closing the open group
- * first when it belongs to another stream or is full). */
-int hf_queue_add(hf_queue *q, void *stream, uint64_t offset, char *err, size_t errlen);
+/* offset (a block of size bytes) was freed on stream: joins the open group
+ * (closing the open group first when it belongs to another stream, has the
+ * other `early`, or is full). */
+int hf_queue_add(hf_queue *q, void *stream, uint64_t offset, uint64_t size, int early, char *err, size_t errlen);
+/* A new block [off, off + size) is about to be used on stream (known = 0:
+ * on a stream the caller does not know). For every early group of another
+ * stream with a block overlapping it: stream work on `stream` waits for its
+ * marker (stream_wait), or the caller waits (wait; unknown stream, or a
+ * source without stream_wait). Same stream: nothing, stream order suffices.
+ * Counts each wait in q->orders. */
+int hf_queue_order(hf_queue *q, uint64_t off, uint64_t size, void *stream, int known, char *err, size_t errlen);
 /* Records the open group's marker (nothing when there is no open group). */
 int hf_queue_close(hf_queue *q, char *err, size_t errlen);
 /* Queries the closed groups; for each completed one calls emit(data,
- * offsets, n) (an emit error stops the reap and is returned; the group
- * stays). Never waits for device work: with poll_fresh (flush and collect
+ * offsets, n) unless it is early (an emit error stops the reap and is
+ * returned; the group stays). Never waits for device work: with poll_fresh (flush and collect
  * time) the markers recorded since the last such reap get at most
  * HF_FRESH_POLL_NS of polling in all (an idle stream completes a marker in
  * microseconds, so that a block freed after its work ended is released at

@@ -47,7 +47,8 @@
 
 typedef struct liveset {
     uint64_t *keys;
-    size_t cap, n; /* cap: power of two or 0 */
+    uint64_t *sizes; /* each key's block size (0: not known), parallel to keys */
+    size_t cap, n;   /* cap: power of two or 0 */
 } liveset;
 
 /* ---- named blocks, live set, markers (issue 29, heapc_names.c) ------------
@@ -154,6 +155,9 @@ struct heapc {
      * may not have completed; they join fq once it has (heapc_fence.h).
      * fence_on: the queue and its completion source exist. */
     int fence_on;
+    /* Issue 27: heapc_free_async releases at once (heapc_set_stream_reuse,
+     * $HEAPC_STREAM_REUSE; default on). */
+    int stream_reuse;
     hf_queue fence;
 
     heapc_sync_fn sync_fn;
@@ -203,7 +207,7 @@ int hci_attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world,
 
 /* heapc_alloc.c */
 void hci_ls_clear(liveset *s);
-int hci_ls_insert(liveset *s, uint64_t k); /* 1 inserted, 0 there, -1 out of memory */
+int hci_ls_insert(liveset *s, uint64_t k, uint64_t size); /* 1 inserted, 0 there, -1 out of memory */
 int hci_flush_locked(heapc *c);
 int hci_flush_all_locked(heapc *c); /* heapc_flush: completed streams' frees too */
 int hci_fence_drain_all(heapc *c);

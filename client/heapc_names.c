@@ -149,7 +149,7 @@ static int names_attach_live(heapc *c, const Heapd__AttachReply *ar)
         c->live_n++;
         if (*nm && hci_names_add(c, nm, b->seq, b->offset, b->size, b->block_size) != 0)
             return -1;
-        if (hci_ls_insert(&c->live, b->offset) < 0)
+        if (hci_ls_insert(&c->live, b->offset, b->block_size) < 0)
             return -1;
     }
     return 0;

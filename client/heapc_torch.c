@@ -6,10 +6,13 @@
  * (torch.cuda.memory.change_current_allocator: it replaces torch's caching
  * allocator, so every torch allocation and free calls these functions; no
  * cache sits between torch and heapd). While a heap is current
- * (heapc_torch_set_current), heapc_torch_alloc is heapc_alloc of the exact
- * size and heapc_torch_free of a block of a registered heap is heapc_free:
- * deferred, reused only after a collect, so the n-th allocation gets the same
- * offset on every rank whatever order the ranks free in (or heapd reports
+ * (heapc_torch_set_current), heapc_torch_alloc is heapc_alloc_async of the
+ * exact size on torch's stream and heapc_torch_free of a block of a
+ * registered heap is heapc_free_async on its stream: released at once and,
+ * under reclaim eager, reused from the next allocation on the same stream
+ * (stream order, torch's rule; another stream waits for it: issue 27). The
+ * n-th allocation gets the same offset on every rank whatever order the
+ * ranks free in (or heapd reports
  * ERR_ASYMMETRY when the ranks' allocation sizes differ - never a silent
  * mismatch). Otherwise the memory comes from the CUDA driver's stream-ordered
  * allocator (cuMemAllocAsync / cuMemFreeAsync on the device's default pool,
@@ -40,8 +43,8 @@
 #include <sys/types.h>
 
 typedef struct heapc heapc;
-typedef int (*alloc_fn)(heapc *c, size_t size, void **ptr, uint64_t *offset);
-typedef int (*free_fn)(heapc *c, uint64_t offset, void *stream); /* heapc_free_async */
+typedef int (*alloc_fn)(heapc *c, size_t size, void *stream, void **ptr, uint64_t *offset); /* heapc_alloc_async */
+typedef int (*free_fn)(heapc *c, uint64_t offset, void *stream);                            /* heapc_free_async */
 typedef const char *(*errstr_fn)(const heapc *c);
 typedef void *(*base_fn)(heapc *c, uint32_t rank);
 typedef uint32_t (*rank_fn)(heapc *c);
@@ -223,7 +226,7 @@ void *heapc_torch_alloc(ssize_t size, int device, void *stream)
         size = 1;
     if (c && h_alloc) {
         void *p = NULL;
-        int rc = h_alloc(c, (size_t)size, &p, NULL);
+        int rc = h_alloc(c, (size_t)size, stream, &p, NULL); /* on torch's stream: issue 27 */
         if (rc == 0) {
             atomic_fetch_add_explicit(&ctr[0], 1, memory_order_relaxed);
             return p;

@@ -45,6 +45,11 @@ if [ "$w" = 4 ]; then ok "4 ranks: the block waited for its stream during the co
 r=$(grep -c 'stream: after the kernel: Z at 0 (reuses B)' "$T/r4.out")
 if [ "$r" = 4 ]; then ok "4 ranks: the block was reused once the thread finished"; else
     fail "4 ranks: $r of 4 reused B"; fi
+# Issue 27: stream-ordered reuse - every rank reused B on its stream while
+# the thread still held it, and its heapc_alloc waited for the stream once.
+r=$(grep -c 'reuse: B 0 reused on its stream while the kernel ran (running), no wait' "$T/r4.out")
+if [ "$r" = 4 ]; then ok "4 ranks: B reused on its own stream while in use, no wait"; else
+    fail "4 ranks: $r of 4 reused B on its stream"; grep 'reuse' "$T/r4.out"; fi
 
 # heapctl shows the new figures: one rank grows a fresh heap (no collect: no
 # block exists), collects, grows again (no collect: one just ran).

@@ -93,6 +93,9 @@ static void counters(void)
     F(heapc_counters, stream_waiting);
     F(heapc_counters, stream_markers);
     F(heapc_counters, device_waits_avoided);
+    F(heapc_counters, stream_early);
+    F(heapc_counters, stream_in_flight);
+    F(heapc_counters, stream_reuse_waits);
     end();
 }
 

@@ -34,6 +34,12 @@
  * owner got its block); the hook round's hook lets it and waits for it, as a
  * device sync would. No timing there: the rank waits for states.
  *
+ * Then two issue 27 rounds under reclaim eager: "eager" (stream reuse off:
+ * the release waits for the kernel, no collect needed) and "reuse" (the
+ * default: released at the free, reused on the kernel's own stream while
+ * the kernel runs, and a plain heapc_alloc that reuses it waits for the
+ * stream; reuse_round). Those rounds and the first two set
+ * heapc_set_stream_reuse as they need.
  * Output: 'rank R: ...' lines, 't NAME VALUE' lines (alloc_stream_us,
  * alloc_hook_us: the triggering allocation of each round; kernel_ms), then
  * the parent's verdict. Exit 0 when every check passed, 1 on a failure, 2
@@ -46,6 +52,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -55,10 +62,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define X_SKIP    77
 #define MAX_RANKS 16
 #define MiB       (1024ull * 1024ull)
-#define KPAT      0xdeadbeefu
 /* The next owners' size: another size bin than B's, so that the coalesce
  * policy places them bottom-up, on B's offset once B is free. */
 #define YSIZE (512 * 1024ull)
@@ -104,312 +109,7 @@ static void say(const char *fmt, ...)
             FAIL("%s: %s: %s", #call, heapc_errname(heapc_err(c)), heapc_errstr(c));                                   \
     } while (0)
 
-/* ---- the device: a spin kernel from embedded PTX, or a host thread -------- */
-
-/* spin_write(ns, dst, words, val): one block spins on %globaltimer for ns
- * nanoseconds, then writes val into dst[0 .. words). No nvcc needed: the
- * driver compiles this text (cuModuleLoadData). */
-static const char spin_ptx[] = ".version 6.0\n"
-                               ".target sm_50\n"
-                               ".address_size 64\n"
-                               ".visible .entry spin_write(.param .u64 p_ns, .param .u64 p_dst, .param .u32 p_words,\n"
-                               "                           .param .u32 p_val)\n"
-                               "{\n"
-                               "    .reg .pred %p<3>;\n"
-                               "    .reg .b32 %r<6>;\n"
-                               "    .reg .b64 %rd<8>;\n"
-                               "    ld.param.u64 %rd1, [p_ns];\n"
-                               "    ld.param.u64 %rd2, [p_dst];\n"
-                               "    ld.param.u32 %r1, [p_words];\n"
-                               "    ld.param.u32 %r2, [p_val];\n"
-                               "    mov.u64 %rd3, %globaltimer;\n"
-                               "    add.u64 %rd4, %rd3, %rd1;\n"
-                               "WAIT:\n"
-                               "    mov.u64 %rd5, %globaltimer;\n"
-                               "    setp.lt.u64 %p1, %rd5, %rd4;\n"
-                               "    @%p1 bra WAIT;\n"
-                               "    mov.u32 %r3, %tid.x;\n"
-                               "    mov.u32 %r4, %ntid.x;\n"
-                               "LOOP:\n"
-                               "    setp.ge.u32 %p2, %r3, %r1;\n"
-                               "    @%p2 bra DONE;\n"
-                               "    mul.wide.u32 %rd6, %r3, 4;\n"
-                               "    add.u64 %rd7, %rd2, %rd6;\n"
-                               "    st.global.u32 [%rd7], %r2;\n"
-                               "    add.u32 %r3, %r3, %r4;\n"
-                               "    bra LOOP;\n"
-                               "DONE:\n"
-                               "    ret;\n"
-                               "}\n";
-
-typedef struct dev {
-    int host;
-    char err[400];
-    /* host: the "kernel" thread */
-    heapc_hstream *hs;
-    pthread_t th;
-    int th_on;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int go, done;
-    uint32_t *kdst;
-    size_t kwords;
-    uint64_t ticket;
-#if HEAPD_HAVE_CUDA_H
-    const hc_cuda *cu;
-    CUcontext ctx;
-    CUdevice device;
-    CUmodule mod;
-    CUfunction fn;
-    CUstream s, s2; /* the kernel's stream; the owners' writes */
-    CUresult (*ModuleLoadData)(CUmodule *, const void *);
-    CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
-    CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
-                             void **, void **);
-    CUresult (*StreamCreate)(CUstream *, unsigned);
-    CUresult (*StreamSynchronize)(CUstream);
-    CUresult (*StreamQuery)(CUstream);
-    CUresult (*MemsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream);
-    CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
-#endif
-} dev;
-
-static int dev_open(dev *d)
-{
-    memset(d, 0, sizeof *d);
-    d->host = o.host;
-    pthread_mutex_init(&d->mu, NULL);
-    pthread_cond_init(&d->cv, NULL);
-    if (d->host) {
-        d->hs = heapc_hstream_create();
-        if (!d->hs) {
-            snprintf(d->err, sizeof d->err, "heapc_hstream_create: out of memory");
-            return 1;
-        }
-        return 0;
-    }
-#if HEAPD_HAVE_CUDA_H
-    d->cu = hc_cuda_get(d->err, sizeof d->err);
-    if (!d->cu)
-        return X_SKIP;
-    void *lib = cd_open(d->err, sizeof d->err);
-    if (!lib)
-        return 1;
-    const cd_sym syms[] = {
-        {(void **)&d->ModuleLoadData, "cuModuleLoadData", NULL},
-        {(void **)&d->ModuleGetFunction, "cuModuleGetFunction", NULL},
-        {(void **)&d->LaunchKernel, "cuLaunchKernel", NULL},
-        {(void **)&d->StreamCreate, "cuStreamCreate", NULL},
-        {(void **)&d->StreamSynchronize, "cuStreamSynchronize", NULL},
-        {(void **)&d->StreamQuery, "cuStreamQuery", NULL},
-        {(void **)&d->MemsetD32Async, "cuMemsetD32Async", NULL},
-        {(void **)&d->MemcpyDtoH, "cuMemcpyDtoH_v2", NULL},
-    };
-    const char *missing;
-    if (cd_resolve(lib, syms, sizeof syms / sizeof syms[0], &missing)) {
-        snprintf(d->err, sizeof d->err, "libcuda.so.1 lacks %s: the driver is too old; update it", missing);
-        return 1;
-    }
-    CUresult rc = d->cu->DeviceGet(&d->device, 0);
-    if (rc == CUDA_SUCCESS)
-        rc = d->cu->DevicePrimaryCtxRetain(&d->ctx, d->device);
-    if (rc == CUDA_SUCCESS)
-        rc = d->cu->CtxSetCurrent(d->ctx);
-    if (rc != CUDA_SUCCESS) {
-        hc_cuda_fail(d->err, sizeof d->err, rc, NULL, "making GPU 0's primary context current");
-        return rc == CUDA_ERROR_NO_DEVICE ? X_SKIP : 1;
-    }
-    if ((rc = d->ModuleLoadData(&d->mod, spin_ptx)) != CUDA_SUCCESS) {
-        hc_cuda_fail(d->err, sizeof d->err, rc, NULL, "cuModuleLoadData(spin kernel PTX)");
-        return 1;
-    }
-    if ((rc = d->ModuleGetFunction(&d->fn, d->mod, "spin_write")) != CUDA_SUCCESS ||
-        (rc = d->StreamCreate(&d->s, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS ||
-        (rc = d->StreamCreate(&d->s2, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
-        hc_cuda_fail(d->err, sizeof d->err, rc, NULL, "spin kernel or streams");
-        return 1;
-    }
-    /* Warm up (module loading is lazy): a launch that neither spins nor
-     * writes, so that the timed round does not pay for the first one. */
-    unsigned long long ns = 0;
-    CUdeviceptr p0 = 0;
-    unsigned int w0 = 0, v0 = 0;
-    void *args[] = {&ns, &p0, &w0, &v0};
-    if ((rc = d->LaunchKernel(d->fn, 1, 1, 1, 256, 1, 1, 0, d->s, args, NULL)) != CUDA_SUCCESS ||
-        (rc = d->StreamSynchronize(d->s)) != CUDA_SUCCESS) {
-        hc_cuda_fail(d->err, sizeof d->err, rc, NULL, "warm-up launch of the spin kernel");
-        return 1;
-    }
-    return 0;
-#else
-    snprintf(d->err, sizeof d->err, "built without cuda.h (HEAPD_HAVE_CUDA_H unset)");
-    return X_SKIP;
-#endif
-}
-
-/* The stream heapc_free_async gets. */
-static void *dev_stream(dev *d)
-{
-#if HEAPD_HAVE_CUDA_H
-    if (!d->host)
-        return d->s;
-#endif
-    return d->hs;
-}
-
-static void *host_kernel(void *arg)
-{
-    dev *d = arg;
-    pthread_mutex_lock(&d->mu);
-    while (!d->go)
-        pthread_cond_wait(&d->cv, &d->mu);
-    pthread_mutex_unlock(&d->mu);
-    for (size_t i = 0; i < d->kwords; i++) /* writes into the freed block */
-        __atomic_store_n(&d->kdst[i], KPAT, __ATOMIC_RELAXED);
-    heapc_hstream_complete(d->hs, d->ticket);
-    pthread_mutex_lock(&d->mu);
-    d->done = 1;
-    pthread_cond_broadcast(&d->cv);
-    pthread_mutex_unlock(&d->mu);
-    return NULL;
-}
-
-/* Starts the kernel: spin, then KPAT over words of dst. */
-static int dev_kernel(dev *d, void *dst, size_t words)
-{
-    if (d->host) {
-        d->kdst = dst;
-        d->kwords = words;
-        d->go = d->done = 0;
-        d->ticket = heapc_hstream_begin(d->hs);
-        if (pthread_create(&d->th, NULL, host_kernel, d) != 0) {
-            snprintf(d->err, sizeof d->err, "pthread_create failed");
-            return -1;
-        }
-        d->th_on = 1;
-        return 0;
-    }
-#if HEAPD_HAVE_CUDA_H
-    unsigned long long ns = (unsigned long long)o.spin_ms * 1000000ull;
-    CUdeviceptr p = (CUdeviceptr)(uintptr_t)dst;
-    unsigned int w = (unsigned int)words, v = KPAT;
-    void *args[] = {&ns, &p, &w, &v};
-    CUresult rc = d->LaunchKernel(d->fn, 1, 1, 1, 256, 1, 1, 0, d->s, args, NULL);
-    if (rc != CUDA_SUCCESS) {
-        hc_cuda_fail(d->err, sizeof d->err, rc, NULL, "cuLaunchKernel(spin_write)");
-        return -1;
-    }
-#endif
-    return 0;
-}
-
-/* 1 while the kernel has not finished (no wait). */
-static int dev_kernel_running(dev *d)
-{
-    if (d->host) {
-        pthread_mutex_lock(&d->mu);
-        int r = !d->done;
-        pthread_mutex_unlock(&d->mu);
-        return r;
-    }
-#if HEAPD_HAVE_CUDA_H
-    return d->StreamQuery(d->s) == CUDA_ERROR_NOT_READY;
-#endif
-    return 0;
-}
-
-/* Lets the kernel write (host) and waits until it finished. */
-static int dev_kernel_wait(dev *d)
-{
-    if (d->host) {
-        if (!d->th_on)
-            return 0;
-        pthread_mutex_lock(&d->mu);
-        d->go = 1;
-        pthread_cond_broadcast(&d->cv);
-        while (!d->done)
-            pthread_cond_wait(&d->cv, &d->mu);
-        pthread_mutex_unlock(&d->mu);
-        pthread_join(d->th, NULL);
-        d->th_on = 0;
-        return 0;
-    }
-#if HEAPD_HAVE_CUDA_H
-    CUresult rc = d->StreamSynchronize(d->s);
-    if (rc != CUDA_SUCCESS) {
-        hc_cuda_fail(d->err, sizeof d->err, rc, NULL, "cuStreamSynchronize(kernel stream)");
-        return -1;
-    }
-#endif
-    return 0;
-}
-
-/* The old default device sync, as a hook: host, let the kernel finish and
- * wait for it; cuda, cuCtxSynchronize. */
-static int sync_hook(void *arg)
-{
-    dev *d = arg;
-    if (d->host)
-        return dev_kernel_wait(d);
-#if HEAPD_HAVE_CUDA_H
-    return d->cu->CtxSynchronize() != CUDA_SUCCESS;
-#endif
-    return 0;
-}
-
-/* Fills words of p with v (on the owners' stream, without waiting for the
- * kernel's stream), then waits for that write only. */
-static int dev_fill(dev *d, void *p, uint32_t v, size_t words)
-{
-    if (d->host) {
-        uint32_t *w = p;
-        for (size_t i = 0; i < words; i++)
-            __atomic_store_n(&w[i], v, __ATOMIC_RELAXED);
-        return 0;
-    }
-#if HEAPD_HAVE_CUDA_H
-    CUresult rc = d->MemsetD32Async((CUdeviceptr)(uintptr_t)p, v, words, d->s2);
-    if (rc == CUDA_SUCCESS)
-        rc = d->StreamSynchronize(d->s2);
-    if (rc != CUDA_SUCCESS) {
-        hc_cuda_fail(d->err, sizeof d->err, rc, NULL, "cuMemsetD32Async + sync (owner write)");
-        return -1;
-    }
-#endif
-    return 0;
-}
-
-/* Index of the first word of p that is not v, or -1; -2 on an error. */
-static long dev_check(dev *d, const void *p, uint32_t v, size_t words, uint32_t *got)
-{
-    uint32_t *buf = malloc(words * 4);
-    if (!buf)
-        return -2;
-    if (d->host) {
-        const uint32_t *w = p;
-        for (size_t i = 0; i < words; i++)
-            buf[i] = __atomic_load_n(&w[i], __ATOMIC_RELAXED);
-    }
-#if HEAPD_HAVE_CUDA_H
-    else {
-        CUresult rc = d->MemcpyDtoH(buf, (CUdeviceptr)(uintptr_t)p, words * 4);
-        if (rc != CUDA_SUCCESS) {
-            hc_cuda_fail(d->err, sizeof d->err, rc, NULL, "cuMemcpyDtoH");
-            free(buf);
-            return -2;
-        }
-    }
-#endif
-    long bad = -1;
-    for (size_t i = 0; i < words; i++)
-        if (buf[i] != v) {
-            bad = (long)i;
-            *got = buf[i];
-            break;
-        }
-    free(buf);
-    return bad;
-}
+#include "stream_dev.h"
 
 /* ---- one round ------------------------------------------------------------ */
 
@@ -442,6 +142,7 @@ static int round_main(dev *d, int hook)
     p.collect_timeout_ms = (uint32_t)o.timeout_s * 1000u;
     p.reclaim = HEAPC_RECLAIM_COLLECT; /* these rounds are about the collect; eager: eager_round */
     HC(heapc_attach(c, heap, (uint32_t)R, (uint32_t)o.ranks, &p));
+    HC(heapc_set_stream_reuse(c, 0)); /* issue 18's rule: released once the stream's work completed */
     if (hook)
         HC(heapc_set_device_sync(c, sync_hook, d));
     uint64_t b, f, l, y, z;
@@ -538,6 +239,7 @@ static int eager_round(dev *d)
     p.collect_timeout_ms = (uint32_t)o.timeout_s * 1000u;
     p.reclaim = HEAPC_RECLAIM_EAGER;
     HC(heapc_attach(c, heap, (uint32_t)R, (uint32_t)o.ranks, &p));
+    HC(heapc_set_stream_reuse(c, 0)); /* released once complete: reuse_round has the other rule */
     heapc_params got;
     HC(heapc_get_params(c, &got));
     if (got.reclaim != HEAPC_RECLAIM_EAGER)
@@ -575,17 +277,115 @@ static int eager_round(dev *d)
     return 0;
 }
 
+/* Host: completes the kernel stream's work once a caller waits for it. */
+static void *complete_when_waited(void *arg)
+{
+    dev *d = arg;
+    while (heapc_hstream_waiters(d->hs) == 0)
+        sched_yield();
+    heapc_hstream_complete(d->hs, d->ticket);
+    return NULL;
+}
+
+/* Starts stream work that holds a freed block: the kernel (cuda), or a
+ * ticket that complete_when_waited completes (host). */
+static int hold_stream(dev *d, void *dst, pthread_t *th)
+{
+    if (!d->host)
+        return dev_kernel(d, dst, 1 * MiB / 4);
+    d->ticket = heapc_hstream_begin(d->hs);
+    return pthread_create(th, NULL, complete_when_waited, d) != 0;
+}
+
+/* The reuse round's block and heap: the CUDA granularity. */
+#define RSIZE (2 * MiB)
+
+/* Issue 27, stream-ordered reuse (libheapc's default): a block freed on the
+ * kernel's stream is released at once; after a barrier (every rank's
+ * release in) the next allocation on that stream reuses it while the kernel
+ * still runs, with no wait - stream order makes it safe, and the owner's
+ * write on that stream lands after the kernel's. A plain heapc_alloc that
+ * reuses it again while new work holds it waits for that work. */
+static int reuse_round(dev *d)
+{
+    char heap[128];
+    snprintf(heap, sizeof heap, "%s-reuse", o.heap);
+    heapc *c = heapc_connect(o.sock);
+    if (!c)
+        FAIL("heapc_connect: out of memory");
+    HC(heapc_err(c));
+    heapc_set_timeout(c, o.timeout_s * 1000);
+    heapc_params p = {0};
+    p.chunk_size = p.initial_size = RSIZE; /* one block fills the heap: a reuse must be B */
+    p.min_block = 4096;
+    p.collect_timeout_ms = (uint32_t)o.timeout_s * 1000u;
+    p.reclaim = HEAPC_RECLAIM_EAGER;
+    HC(heapc_attach(c, heap, (uint32_t)R, (uint32_t)o.ranks, &p));
+    uint64_t b, y, z;
+    void *bp;
+    HC(heapc_alloc(c, RSIZE, &bp, &b));
+    if (dev_kernel(d, bp, 1 * MiB / 4))
+        FAIL("starting the kernel: %s", d->err);
+    HC(heapc_free_async(c, b, dev_stream(d)));
+    HC(heapc_collect(c)); /* a barrier: every rank's release is in */
+    HC(heapc_alloc_async(c, RSIZE, dev_stream(d), NULL, &y));
+    int running = dev_kernel_running(d);
+    heapc_counters k;
+    HC(heapc_get_counters(c, &k));
+    if (y != b)
+        FAIL("reuse round: the allocation on the kernel's stream got %" PRIu64 ", not B's %" PRIu64, y, b);
+    if (k.stream_early != 1 || k.stream_reuse_waits != 0)
+        FAIL("reuse round: stream_early %" PRIu64 ", stream_reuse_waits %" PRIu64 ", want 1 and 0", k.stream_early,
+             k.stream_reuse_waits);
+    if (d->host && (!running || k.stream_in_flight != 1))
+        FAIL("reuse round: the kernel %s, %" PRIu64 " blocks in flight; want running and 1",
+             running ? "runs" : "finished", k.stream_in_flight);
+    /* The owner's write on the kernel's stream: cuda, queued behind the
+     * running kernel (had it run first, the kernel's KPAT would be there);
+     * host, after the thread wrote. */
+    uint32_t ypat = 0x52000000u | (uint32_t)R;
+    int wrc = d->host ? dev_kernel_wait(d) || dev_fill(d, heapc_ptr(c, y), ypat, RSIZE / 4)
+                      : dev_fill_on(d, heapc_ptr(c, y), ypat, RSIZE / 4, dev_stream(d)) || dev_kernel_wait(d);
+    if (wrc)
+        FAIL("kernel, then the owner's write: %s", d->err);
+    if (check_owner(d, c, "Y", y, RSIZE, ypat))
+        return 1;
+    /* Again, now reused by heapc_alloc (no stream): it waits for the work. */
+    pthread_t th;
+    if (hold_stream(d, heapc_ptr(c, y), &th))
+        FAIL("holding the stream: %s", d->err);
+    HC(heapc_free_async(c, y, dev_stream(d)));
+    HC(heapc_collect(c));
+    HC(heapc_alloc(c, RSIZE, NULL, &z));
+    int still = dev_kernel_running(d);
+    if (d->host)
+        pthread_join(th, NULL);
+    HC(heapc_get_counters(c, &k));
+    if (z != b || k.stream_reuse_waits != 1 || (d->host ? heapc_hstream_pending(d->hs) != 0 : still))
+        FAIL("reuse round: heapc_alloc got %" PRIu64 " (B %" PRIu64 "), stream_reuse_waits %" PRIu64
+             ", the stream's work %s; want B, 1 and done",
+             z, b, k.stream_reuse_waits, (d->host ? heapc_hstream_pending(d->hs) != 0 : still) ? "pending" : "done");
+    if (!d->host && dev_kernel_wait(d))
+        FAIL("waiting for the kernel: %s", d->err);
+    say("reuse: B %" PRIu64 " reused on its stream while the kernel ran (%s), no wait; heapc_alloc waited for the "
+        "stream once",
+        b, running ? "running" : "finished");
+    HC(heapc_detach(c));
+    heapc_free_ctx(c);
+    return 0;
+}
+
 static int rank_main(void)
 {
     dev d;
-    int rc = dev_open(&d);
+    int rc = dev_open(&d, o.host, o.spin_ms);
     if (rc == X_SKIP) {
         say("skipped: no GPU (%s)", d.err);
         return X_SKIP;
     }
     if (rc)
         FAIL("device: %s", d.err);
-    if (round_main(&d, 0) || round_main(&d, 1) || eager_round(&d))
+    if (round_main(&d, 0) || round_main(&d, 1) || eager_round(&d) || reuse_round(&d))
         return 1;
     say("ok");
     return 0;

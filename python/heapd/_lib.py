@@ -103,7 +103,8 @@ class Counters(Structure):
     _fields_ = [(n, c_uint64) for n in (
         "allocs", "frees", "free_batches", "collects", "collects_needed", "chunks_mapped",
         "heap_collects", "last_reclaimed_blocks", "last_reclaimed_bytes", "queued_frees",
-        "stream_waiting", "stream_markers", "device_waits_avoided")]
+        "stream_waiting", "stream_markers", "device_waits_avoided",
+        "stream_early", "stream_in_flight", "stream_reuse_waits")]
 
 
 class RankStats(Structure):
@@ -181,6 +182,8 @@ detach = _fn("heapc_detach", c_int, H)
 alloc = _fn("heapc_alloc", c_int, H, c_size_t, POINTER(c_void_p), POINTER(c_uint64))
 free = _fn("heapc_free", c_int, H, c_uint64)
 free_async = _fn("heapc_free_async", c_int, H, c_uint64, c_void_p)
+alloc_async = _fn("heapc_alloc_async", c_int, H, c_size_t, c_void_p, POINTER(c_void_p), POINTER(c_uint64))
+set_stream_reuse = _fn("heapc_set_stream_reuse", c_int, H, c_int)
 flush = _fn("heapc_flush", c_int, H)
 set_free_batch = _fn("heapc_set_free_batch", c_int, H, c_size_t)
 collect = _fn("heapc_collect", c_int, H)
@@ -222,7 +225,7 @@ restore = _opt("heapc_restore", c_int, H)
 state = _opt("heapc_state", c_int, H)
 
 # ---- the layout check (issue 31 item 8) ----
-ABI_VERSION = 5   # client/heapc.h's HEAPC_ABI_VERSION that these structs copy
+ABI_VERSION = 6   # client/heapc.h's HEAPC_ABI_VERSION that these structs copy
 _STRUCTS = {"heapc_params": Params, "heapc_status_t": Status, "heapc_counters": Counters,
             "heapc_rank_stats": RankStats, "heapc_hist": Hist, "heapc_heap_stats": HeapStats,
             "heapc_daemon_stats": DaemonStats, "heapc_block": Block}

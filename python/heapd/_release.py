@@ -104,6 +104,17 @@ class _Release:
         L.get_params(self._c, ctypes.byref(p))
         return {1: "eager", 2: "collect"}.get(p.reclaim, "collect")
 
+    def set_stream_reuse(self, on):
+        """Issue 27 (heapc_set_stream_reuse; on unless $HEAPC_STREAM_REUSE=0):
+        on, a block freed on a stream is released to heapd at once and may be
+        reused while that stream's work still runs - by an allocation on the
+        same stream with no wait, by any other after waiting for it; off, it
+        is released only once its stream's work completed (issue 18)."""
+        c = self._cx()
+        rc = L.set_stream_reuse(c, 1 if on else 0)
+        if rc:
+            _raise(c, rc)
+
     @property
     def state(self):
         """The heap's memory as this rank knows it: "active", or "released"

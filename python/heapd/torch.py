@@ -352,7 +352,7 @@ def install_allocator():
         addr = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
         _set(shim.heapc_torch_init, ctypes.c_int, [ctypes.c_void_p] * 7)
         asym = addr(L.last_asymmetry) if L.last_asymmetry is not None else None
-        if shim.heapc_torch_init(addr(L.alloc), addr(L.free_async), addr(L.errstr), addr(L.base),
+        if shim.heapc_torch_init(addr(L.alloc_async), addr(L.free_async), addr(L.errstr), addr(L.base),
                                  addr(L.rank), addr(L.mapped), asym):
             raise RuntimeError("heapd.torch: heapc_torch_init failed")
         from torch.cuda.memory import CUDAPluggableAllocator, change_current_allocator

@@ -136,7 +136,7 @@ def _shim_refusal(h):
     shim = ctypes.CDLL(ht._shim_path())
     addr = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
     ht._set(shim.heapc_torch_init, ctypes.c_int, [ctypes.c_void_p] * 7)
-    assert shim.heapc_torch_init(addr(L.alloc), addr(L.free_async), addr(L.errstr), addr(L.base),
+    assert shim.heapc_torch_init(addr(L.alloc_async), addr(L.free_async), addr(L.errstr), addr(L.base),
                                  addr(L.rank), addr(L.mapped), addr(L.last_asymmetry)) == 0
     ht._set(shim.heapc_torch_set_current, ctypes.c_void_p, [ctypes.c_void_p])
     ht._set(shim.heapc_torch_alloc, ctypes.c_void_p, [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p])
@@ -317,6 +317,7 @@ def test_free_on_stream_waits_for_it(sock, heapname):
     hs = L.lib.heapc_hstream_create()
     assert hs
     h = heapd.Heap(heapname, 0, 1, sock)
+    h.set_stream_reuse(False)                # issue 18's rule (issue 27's: test_reclaim)
     x = h.zeros((1 << 16,), dtype=torch.uint8)
     ticket = L.lib.heapc_hstream_begin(hs)   # work on x is "in flight"
     h.free(x, stream=hs)

@@ -122,3 +122,47 @@ def test_reclaim_checked(sock, heapname):
         heapd.Heap(heapname, 0, 1, sock, reclaim="sometimes")
     with heapd.Heap(heapname, 0, 1, sock, policy="seed") as h:
         assert h.reclaim == "collect", "the seed policy reclaims at collects"
+
+
+def test_stream_reuse_waits_for_the_stream(sock, heapname):
+    """Issue 27, stream-ordered reuse (libheapc's default): a block freed on
+    a stream (a heapc_hstream here) goes to heapd at once and is reused by the
+    next allocation while the stream's work still runs; that allocation has no
+    stream (Heap.empty), so it waits until the work completed - a thread
+    completes it once it sees the wait, so nothing here waits for a time."""
+    import ctypes
+    import threading
+    from heapd import _lib as L
+    L.lib.heapc_hstream_create.restype = ctypes.c_void_p
+    L.lib.heapc_hstream_begin.restype = ctypes.c_uint64
+    L.lib.heapc_hstream_begin.argtypes = [ctypes.c_void_p]
+    L.lib.heapc_hstream_complete.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+    L.lib.heapc_hstream_waiters.restype = ctypes.c_uint64
+    L.lib.heapc_hstream_waiters.argtypes = [ctypes.c_void_p]
+    L.lib.heapc_hstream_pending.restype = ctypes.c_uint64
+    L.lib.heapc_hstream_pending.argtypes = [ctypes.c_void_p]
+    hs = L.lib.heapc_hstream_create()
+    with heapd.Heap(heapname, 0, 1, sock, chunk_size="1M", initial_size="1M") as h:
+        x = h.empty(1 << 20, dtype=torch.uint8)      # fills the heap: a reuse must be x
+        off = h.offset(x)
+        ticket = L.lib.heapc_hstream_begin(hs)     # work on x is in flight
+        h.free(x, stream=hs)
+        del x
+        st = h.stats()["client"]
+        assert st["stream_early"] == 1 and st["stream_in_flight"] == 1
+        assert st["stream_waiting"] == 0, "released at the free, not held back"
+
+        def complete():
+            _wait(lambda: L.lib.heapc_hstream_waiters(hs) > 0, "the allocation's wait")
+            L.lib.heapc_hstream_complete(hs, ticket)
+        t = threading.Thread(target=complete)
+        t.start()
+        y = h.empty(1 << 20, dtype=torch.uint8)      # reuses x: waits for hs first
+        assert L.lib.heapc_hstream_pending(hs) == 0, "the allocation returned before the stream's work completed"
+        t.join()
+        st = h.stats()
+        assert h.offset(y) == off
+        assert st["client"]["stream_reuse_waits"] == 1
+        assert st["growths"] == 0 and st["collects"] == 0
+    L.lib.heapc_hstream_destroy.argtypes = [ctypes.c_void_p]
+    L.lib.heapc_hstream_destroy(hs)
