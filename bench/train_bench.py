@@ -221,7 +221,7 @@ def run_once(a, mode, world, name, timeout):
                                              delete=False)
             errs.append(ef.name)
             p = subprocess.Popen(cmd + ["--rank", str(r)], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=ef, start_new_session=True)
+                                 stdout=subprocess.PIPE, stderr=ef)
             ef.close()
             procs.append(p)
             sel.register(p.stdout, selectors.EVENT_READ, r)
@@ -269,11 +269,8 @@ def run_once(a, mode, world, name, timeout):
         raise Fail(f"{type(e).__name__}: {e}") from None
     finally:
         for p in procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, 9)
-                except OSError:
-                    pass
+            if p.poll() is None:    # by pid: they stay in our process group, which
+                p.kill()            # scripts/gpu.sh's timeout kills as a whole
                 p.wait()
         sel.close()
         for e in errs:

@@ -367,7 +367,7 @@ EOF
         echo; echo "== train_bench (issue 27: a training loop, torch's allocator against use_heap)"
         tl=$(tmo 90); TROPT=
         [ $BE = host ] && TROPT="--host --rounds 2"
-        step train 90 env $PYENV "$PYT" bench/train_bench.py $TROPT --build "$B" \
+        step train 90 env $PYENV TMPDIR="$T" "$PYT" bench/train_bench.py $TROPT --build "$B" \
             --time-limit $((tl > 20 ? tl - 10 : tl))
         trv() { v=$(sed -n "s/^train $1 \([^ ]*\).*/\1/p" "$T/train.out" | head -1); echo "${v:-?}"; }
         for k in 1rank_torch_step_ms 1rank_heap_step_ms 1rank_step_ratio 1rank_torch_peak_mib 1rank_heap_peak_mib \
