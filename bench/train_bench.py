@@ -78,6 +78,54 @@ def _heap_state_on(heap, model, opt, torch):
                         "exp_avg_sq": heap.zeros_like(p)}
 
 
+def train(a, torch, heap, ht, out, sample):
+    """The model, its optimizer and data, the warm-up, READY / GO, the timed
+    steps; the figures into out. heap: None (torch) or the heap (host: the
+    state's tensors on it; GPU: the caller's use_heap block routes all)."""
+    dev = "cpu" if a.host else "cuda"
+
+    def sync():
+        if not a.host:
+            torch.cuda.synchronize()
+    torch.manual_seed(1234)
+    model, shape = _model(torch, a.host)
+    model = model.to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    if heap is not None and a.host:
+        _heap_state_on(heap, model, opt, torch)
+    x = torch.randn(*shape, device=dev)
+    cast = torch.autocast(device_type=dev, dtype=torch.bfloat16, enabled=not a.host)
+
+    def step():
+        with cast:
+            y = model(x)
+        loss = y.float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=not (heap is not None and a.host))
+        return loss
+    for _ in range(a.warmup):
+        step()
+        sync()
+        sample()
+    print("READY", flush=True)
+    if sys.stdin.readline().strip() != "GO":
+        raise RuntimeError("the parent did not say GO")
+    allocs0 = ht.allocator_counters()["heap_allocs"] if ht else 0
+    ts = []
+    for _ in range(a.steps):
+        t = time.perf_counter()
+        loss = step()
+        sync()
+        ts.append((time.perf_counter() - t) * 1000.0)
+        sample()
+    out["step_ms"] = statistics.median(ts)
+    out["step_ms_all"] = [round(v, 3) for v in ts]
+    out["loss"] = float(loss)
+    if ht:
+        out["heap_allocs_per_step"] = (ht.allocator_counters()["heap_allocs"] - allocs0) / a.steps
+
+
 def child(a):
     """One rank: prints READY after the warm-up, waits for GO on stdin, runs
     the timed steps, prints RESULT {json}; on an error ERROR <reason>."""
@@ -106,57 +154,14 @@ def child(a):
         if heap is not None:
             peak[0] = max(peak[0], heap.status().mapped)
 
-    def sync():
-        if not a.host:
-            torch.cuda.synchronize()
-
-    def loop():
-        torch.manual_seed(1234)
-        model, shape = _model(torch, a.host)
-        model = model.to(dev)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        if heap is not None and a.host:
-            _heap_state_on(heap, model, opt, torch)
-        x = torch.randn(*shape, device=dev)
-        cast = torch.autocast(device_type=dev, dtype=torch.bfloat16, enabled=not a.host)
-
-        def step():
-            with cast:
-                y = model(x)
-            loss = y.float().pow(2).mean()
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=not (heap is not None and a.host))
-            return loss
-        for _ in range(a.warmup):
-            step()
-            sync()
-            sample()
-        print("READY", flush=True)
-        if sys.stdin.readline().strip() != "GO":
-            raise RuntimeError("the parent did not say GO")
-        allocs0 = ht.allocator_counters()["heap_allocs"] if ht else 0
-        ts = []
-        for _ in range(a.steps):
-            t = time.perf_counter()
-            loss = step()
-            sync()
-            ts.append((time.perf_counter() - t) * 1000.0)
-            sample()
-        out["step_ms"] = statistics.median(ts)
-        out["step_ms_all"] = [round(v, 3) for v in ts]
-        out["loss"] = float(loss)
-        if ht:
-            out["heap_allocs_per_step"] = (ht.allocator_counters()["heap_allocs"] - allocs0) / a.steps
-        del model, opt, x
-
     if heap is not None and not a.host:
         with ht.use_heap(heap):             # raises when heapd refused an allocation
-            loop()
+            train(a, torch, heap, ht, out, sample)
         out["allocator"] = ht.allocator_counters()
     else:
-        loop()
-    sync()
+        train(a, torch, heap, ht, out, sample)
+    if not a.host:
+        torch.cuda.synchronize()
     if heap is not None:
         sample()
         out["peak_bytes"] = peak[0]
@@ -190,7 +195,9 @@ def child_main(a):
 # ---- the parent ---------------------------------------------------------------
 
 class Fail(Exception):
-    pass
+    def __init__(self, msg, timeout=False):
+        super().__init__(msg)
+        self.timeout = timeout
 
 
 def _tail(path, n=3):
@@ -232,7 +239,7 @@ def run_once(a, mode, world, name, timeout):
                 waiting = [r for r in range(world) if r not in res]
                 raise Fail(f"timed out after {timeout:g} s (ranks {waiting} "
                            f"{'in the timed steps' if len(ready) == world else 'before READY'}); "
-                           f"stderr: {_tail(errs[waiting[0]])}")
+                           f"stderr: {_tail(errs[waiting[0]])}", timeout=True)
             for key, _ in sel.select(min(left, 1.0)):
                 r = key.data
                 chunk = os.read(key.fileobj.fileno(), 65536)
@@ -341,6 +348,56 @@ def report(cfg, runs, fails):
     return bool(t and h and not fails)
 
 
+def run_rounds(a, cfgs, deadline):
+    """The rounds that fit before deadline: ({C: {mode: [summary per round]}},
+    {C: {mode: reason}}, rounds). A run cut by the deadline after the first
+    round ends the rounds (not a failure: the earlier rounds count)."""
+    run_tmo = a.run_timeout or (150.0 if a.host else 45.0)
+    runs = {c: {"torch": [], "heap": []} for c in cfgs}
+    fails = {c: {} for c in cfgs}
+    rounds, round_s = 0, 0.0
+    for rnd in range(a.rounds):
+        left = deadline - time.monotonic()
+        if rnd and left < round_s * 1.2:
+            emit("rounds_cut", f"{rnd} of {a.rounds} (a round took {round_s:.1f} s, {left:.1f} s left)")
+            break
+        rs, cut = time.monotonic(), False
+        for c in cfgs:
+            order = ("torch", "heap") if rnd % 2 == 0 else ("heap", "torch")
+            for mode in order:
+                if fails[c].get(mode) or cut:
+                    continue
+                left = deadline - time.monotonic()
+                if left < 5 and rnd:
+                    cut = True
+                    continue
+                if left < 5:
+                    fails[c][mode] = f"no time left in --time-limit {a.time_limit:g} s"
+                    continue
+                name = f"train-bench-{os.getpid()}-{rnd}-{c}"
+                ts = time.monotonic()
+                try:
+                    ranks = run_once(a, mode, c, name, min(run_tmo, left))
+                except Fail as e:
+                    if e.timeout and rnd and left < run_tmo:
+                        emit(f"run {c}rank {mode} round {rnd}", f"cut by --time-limit: {e}")
+                        cut = True
+                        continue
+                    fails[c][mode] = f"round {rnd}: {e}"
+                    emit(f"run {c}rank {mode} round {rnd}", f"FAIL {e}")
+                    continue
+                s = summarize(ranks)
+                runs[c][mode].append(s)
+                emit(f"run {c}rank {mode} round {rnd}",
+                     " ".join(f"{k}={fmt(v)}" for k, v in s.items()) + f" wall={time.monotonic() - ts:.1f}s")
+        if cut:
+            emit("rounds_cut", f"in round {rnd}: the time limit came")
+            break
+        rounds += 1
+        round_s = time.monotonic() - rs
+    return runs, fails, rounds
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--host", action="store_true")
@@ -384,41 +441,8 @@ def main():
     emit("model", "TransformerEncoder 2 layers d64 h4 ff128, batch 2x32, fp32, cpu" if a.host else
          "TransformerEncoder 6 layers d1024 h16 ff4096, batch 8x512, bf16 autocast, AdamW, cuda:0")
     emit("steps", f"{a.warmup} warm-up + {a.steps} timed, chunk {a.chunk}")
-    run_tmo = a.run_timeout or (150.0 if a.host else 45.0)
-    runs = {c: {"torch": [], "heap": []} for c in cfgs}
-    fails = {c: {} for c in cfgs}
-    deadline = t0 + a.time_limit
-    rounds, round_s = 0, 0.0
-    for rnd in range(a.rounds):
-        left = deadline - time.monotonic()
-        if rnd and left < round_s * 1.2:
-            emit("rounds_cut", f"{rnd} of {a.rounds} (a round took {round_s:.1f} s, {left:.1f} s left)")
-            break
-        rs = time.monotonic()
-        for c in cfgs:
-            order = ("torch", "heap") if rnd % 2 == 0 else ("heap", "torch")
-            for mode in order:
-                if fails[c].get(mode):
-                    continue
-                left = deadline - time.monotonic()
-                if left < 5:
-                    fails[c][mode] = fails[c].get(mode) or f"no time left in --time-limit {a.time_limit:.0f} s"
-                    continue
-                name = f"train-bench-{os.getpid()}-{rnd}-{c}"
-                ts = time.monotonic()
-                try:
-                    ranks = run_once(a, mode, c, name, min(run_tmo, left))
-                except Fail as e:
-                    fails[c][mode] = f"round {rnd}: {e}"
-                    emit(f"run {c}rank {mode} round {rnd}", f"FAIL {e}")
-                    continue
-                s = summarize(ranks)
-                runs[c][mode].append(s)
-                emit(f"run {c}rank {mode} round {rnd}",
-                     " ".join(f"{k}={fmt(v)}" for k, v in s.items()) + f" wall={time.monotonic() - ts:.1f}s")
-        rounds += 1
-        round_s = time.monotonic() - rs
-    # a failed mode's rounds are dropped from the pairs: keep them aligned
+    runs, fails, rounds = run_rounds(a, cfgs, t0 + a.time_limit)
+    # each list holds the first rounds of its mode: pair as many as both have
     ok = True
     emit("rounds", rounds)
     for c in cfgs:
