@@ -104,16 +104,22 @@ def train(a, torch, heap, ht, out, sample):
         opt.step()
         opt.zero_grad(set_to_none=not (heap is not None and a.host))
         return loss
+    warm_ms = 0.0
     for _ in range(a.warmup):
+        t = time.perf_counter()
         step()
         sync()
+        warm_ms = (time.perf_counter() - t) * 1000.0
         sample()
-    print("READY", flush=True)
-    if sys.stdin.readline().strip() != "GO":
-        raise RuntimeError("the parent did not say GO")
+    # the parent answers GO with the number of timed steps, the same for every rank
+    print(f"READY {warm_ms:.3f}", flush=True)
+    go = sys.stdin.readline().split()
+    if len(go) != 2 or go[0] != "GO":
+        raise RuntimeError(f"the parent said {' '.join(go)!r}, not GO <steps>")
+    steps = out["steps"] = int(go[1])
     allocs0 = ht.allocator_counters()["heap_allocs"] if ht else 0
     ts = []
-    for _ in range(a.steps):
+    for _ in range(steps):
         t = time.perf_counter()
         loss = step()
         sync()
@@ -123,7 +129,7 @@ def train(a, torch, heap, ht, out, sample):
     out["step_ms_all"] = [round(v, 3) for v in ts]
     out["loss"] = float(loss)
     if ht:
-        out["heap_allocs_per_step"] = (ht.allocator_counters()["heap_allocs"] - allocs0) / a.steps
+        out["heap_allocs_per_step"] = (ht.allocator_counters()["heap_allocs"] - allocs0) / steps
 
 
 def child(a):
@@ -209,6 +215,12 @@ def _tail(path, n=3):
     return " | ".join(lines[-n:])[-600:]
 
 
+def _timed_steps(a, warm_ms):
+    """--steps, or fewer (at least 3) when the slowest rank's last warm-up step
+    says they would take more than --timed-budget-s: the run stays in its timeout."""
+    return max(3, min(a.steps, int(a.timed_budget_s * 1000.0 / max(warm_ms, 1e-3))))
+
+
 def run_once(a, mode, world, name, timeout):
     """world rank processes of one run; their RESULT dicts, or Fail(reason)."""
     cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--world", str(world),
@@ -232,7 +244,7 @@ def run_once(a, mode, world, name, timeout):
             ef.close()
             procs.append(p)
             sel.register(p.stdout, selectors.EVENT_READ, r)
-        ready, res, buf = set(), {}, {r: b"" for r in range(world)}
+        ready, res, buf = {}, {}, {r: b"" for r in range(world)}
         while len(res) < world:
             left = end - time.monotonic()
             if left <= 0:
@@ -255,11 +267,12 @@ def run_once(a, mode, world, name, timeout):
                     line = line.decode(errors="replace").strip()
                     if line.startswith("ERROR "):
                         raise Fail(f"rank {r}: {line[6:]}")
-                    if line == "READY":
-                        ready.add(r)
+                    if line.startswith("READY "):
+                        ready[r] = float(line[6:])
                         if len(ready) == world:
+                            n = _timed_steps(a, max(ready.values()))
                             for p in procs:
-                                p.stdin.write(b"GO\n")
+                                p.stdin.write(f"GO {n}\n".encode())
                                 p.stdin.flush()
                     elif line.startswith("RESULT "):
                         res[r] = json.loads(line[7:])
@@ -289,7 +302,7 @@ def run_once(a, mode, world, name, timeout):
 
 def summarize(ranks):
     """One run: the slowest rank's median step, the largest rank's peak."""
-    s = {"step_ms": max(r["step_ms"] for r in ranks)}
+    s = {"step_ms": max(r["step_ms"] for r in ranks), "steps": min(r["steps"] for r in ranks)}
     if all(r.get("peak_bytes") is not None for r in ranks):
         s["peak_mib"] = max(r["peak_bytes"] for r in ranks) / MIB
     if all(r.get("allocated_peak_bytes") is not None for r in ranks):
@@ -411,6 +424,9 @@ def main():
     ap.add_argument("--build", default=os.environ.get("HEAPD_BUILD", "build-gpu"))
     ap.add_argument("--socket", default=os.environ.get("HEAPD_SOCKET"))
     ap.add_argument("--chunk", default=None)
+    ap.add_argument("--timed-budget-s", type=float, default=15.0,
+                    help="seconds for a run's timed steps: a slower loop (by its last warm-up step) "
+                         "times fewer of them, at least 3")
     ap.add_argument("--collect-timeout-ms", type=int, default=10000)
     ap.add_argument("--reply-timeout-ms", type=int, default=20000)
     ap.add_argument("--child", choices=("torch", "heap"), dest="mode")

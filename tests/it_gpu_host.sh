@@ -44,6 +44,17 @@ elif /usr/bin/python3 -c 'import torch, pytest' >/dev/null 2>&1 || python3 -c 'i
     done
     if grep -q "^train result ok$" "$W/out/gpu.log"; then ok "train: result ok"; else fail "train: $(grep '^train result' "$W/out/gpu.log" || echo 'no result line')"; fi
     if grep -q "^train .*FAIL" "$W/out/gpu.log"; then fail "train: a run failed: $(grep -m1 '^train .*FAIL' "$W/out/gpu.log")"; else ok "train: no run failed"; fi
+    # its failure path: a heap run that cannot attach says why in a FAIL line, the torch run still
+    # gives its figures, and the bench exits 1
+    PYT=/usr/bin/python3; $PYT -c 'import torch' 2>/dev/null || PYT=python3
+    HEAPD_SOCKET=$W/no.sock HEAPC_LIB=$B/libheapc.so PYTHONPATH=python timeout 300 $PYT bench/train_bench.py \
+        --host --build "$B" --rounds 1 --configs 1 >"$W/train_fail.log" 2>&1; rc=$?
+    if [ $rc = 1 ] && grep -q "^train 1rank_heap FAIL round 0: rank 0: HeapdConnectionError: cannot connect to heapd at $W/no.sock" "$W/train_fail.log" &&
+        grep -q "^train 1rank_torch_step_ms [0-9]" "$W/train_fail.log" && grep -q "^train result FAIL" "$W/train_fail.log"; then
+        ok "train_bench: a failed heap run prints why, exit 1"
+    else
+        fail "train_bench without heapd: exit $rc, $(grep -m1 FAIL "$W/train_fail.log" || tail -3 "$W/train_fail.log")"
+    fi
 else
     echo "skipped: torch_bench (no python3 with torch and pytest)"
 fi
