@@ -19,6 +19,8 @@
 # 2 x 16 GiB heap at the same offsets: discard <= 50 ms, host copies >= 0.80 of a pinned copy);
 # check_nccl with real NCCL; nccl_bench; torch's anchors; python/heapd with
 # torch on the GPU (tests/gpu/test_torch_gpu.py) and bench/torch_bench.py;
+# bench/train_bench.py (issue 27: a training loop, torch's caching allocator
+# against the whole loop on the heap, 1 and 2 ranks; lines "train KEY VALUE");
 # examples/train_resume.py killed and resumed on the GPU (issue 29);
 # heapd's clean stop.
 # Prints a table LAST: test | result, then the timings and the bench table.
@@ -356,6 +358,35 @@ EOF
         step tb 120 env $PYENV "$PYT" bench/torch_bench.py $BOPT --build "$B" --json "$O/torch_bench.json"
         if [ $rc = 0 ]; then result torch_bench ok "$(grep -c '^torch_bench ' "$T/tb.out") figures"; \
         else result torch_bench FAIL "$(why $rc)"; fi
+        # issue 27: a training loop (TransformerEncoder, 6 layers, d_model 1024, batch 8 x 512,
+        # bf16 autocast, AdamW) with torch's caching allocator against the whole loop on the heap
+        # (heapd.torch.use_heap, 256 MiB chunks), 1 rank and 2 ranks on the one GPU, torch and
+        # heap alternating in fresh processes, rounds while the time lasts. Targets (printed, not
+        # failed): heap mapped <= 1.15x torch's max reserved, step time <= 1.15x. Host dry run: a
+        # small model on the CPU, parameters, gradients and moments as host-backend heap tensors.
+        echo; echo "== train_bench (issue 27: a training loop, torch's allocator against use_heap)"
+        tl=$(tmo 90); TROPT=
+        [ $BE = host ] && TROPT="--host --rounds 2"
+        step train 90 env $PYENV TMPDIR="$T" "$PYT" bench/train_bench.py $TROPT --build "$B" \
+            --time-limit $((tl > 20 ? tl - 10 : tl))
+        trv() { v=$(sed -n "s/^train $1 \([^ ]*\).*/\1/p" "$T/train.out" | head -1); echo "${v:-?}"; }
+        for k in 1rank_torch_step_ms 1rank_heap_step_ms 1rank_step_ratio 1rank_torch_peak_mib 1rank_heap_peak_mib \
+                 1rank_mem_ratio 2rank_torch_step_ms 2rank_heap_step_ms 2rank_step_ratio 2rank_torch_peak_mib \
+                 2rank_heap_peak_mib 2rank_mem_ratio 1rank_collects 1rank_growths 1rank_eager_reclaims \
+                 2rank_collects 2rank_growths 2rank_eager_reclaims rounds; do
+            echo "train $k $(trv $k)" >>"$T/timings.txt"
+        done
+        trd=""
+        for c in 1rank 2rank; do
+            trd="$trd$c: step $(trv ${c}_heap_step_ms) ms on the heap, $(trv ${c}_torch_step_ms) ms torch (x$(trv ${c}_step_ratio), target <= 1.15: $(trv ${c}_target_step)); peak $(trv ${c}_heap_peak_mib) MiB mapped, $(trv ${c}_torch_peak_mib) MiB torch reserved (x$(trv ${c}_mem_ratio): $(trv ${c}_target_mem)); collects $(trv ${c}_collects), growths $(trv ${c}_growths), eager_reclaims $(trv ${c}_eager_reclaims); "
+        done
+        trd="$(trv rounds) rounds; ${trd%; }"
+        [ $BE = host ] && trd="host dry run, small CPU model (no meaningful figures): $trd"
+        if [ $rc != 0 ]; then
+            result train FAIL "$(why $rc): $(grep -m1 'FAIL' "$T/train.out" || tail -1 "$T/train.out")"
+        else
+            result train ok "$trd"
+        fi
         # issue 29: examples/train_resume.py on the GPU, killed on every rank and resumed
         # (tests/it_resume_example.sh with its own cuda heapd; make check runs it on the host).
         if [ $BE = cuda ]; then

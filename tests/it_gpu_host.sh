@@ -2,7 +2,7 @@
 # it_gpu_host.sh - the host dry run of the GPU script (scripts/gpu.sh with
 # GPU_SH_HOST=1): the same programs as on the GPU machine (prog_gpu_ranks,
 # gpu_bench, check_backend, check_nccl, nccl_bench, heapctl, reattach_bench,
-# release_bench) against a real heapd on the host backend. A change that
+# release_bench, train_bench) against a real heapd on the host backend. A change that
 # breaks the GPU tests fails here, on a CPU machine. Also: the script stays
 # within its budget when steps cannot run, and says so.
 #
@@ -33,6 +33,28 @@ if nm -D "$B/libheapc.so" 2>/dev/null | grep -q __asan_init; then
 elif /usr/bin/python3 -c 'import torch, pytest' >/dev/null 2>&1 || python3 -c 'import torch, pytest' >/dev/null 2>&1; then
     if grep -q "^torch_bench|ok|" "$R"; then ok "step torch_bench: ok"; else fail "step torch_bench: $(grep "^torch_bench|" "$R" || echo 'not run')"; fi
     if grep -q "^torch_gpu|skipped|" "$R"; then ok "step torch_gpu: skipped visibly"; else fail "step torch_gpu: $(grep "^torch_gpu|" "$R" || echo 'not run')"; fi
+    # issue 27's training loop: the small CPU model, torch against heap tensors, 1 and 2 ranks
+    if grep -q "^train|ok|host dry run" "$R"; then ok "step train: ok"; else fail "step train: $(grep "^train|" "$R" || echo 'not run')"; fi
+    if grep -q "^train mode host$" "$W/out/gpu.log"; then ok "train: host marker"; else fail "train: no 'train mode host' line in gpu.log"; fi
+    for c in 1rank 2rank; do
+        for k in torch_step_ms heap_step_ms step_ratio heap_peak_mib collects growths eager_reclaims; do
+            if grep -q "^train ${c}_$k [0-9]" "$W/out/gpu.log"; then ok "train ${c}_$k"; else fail "train ${c}_$k missing from gpu.log"; fi
+        done
+        if grep -qE "^train ${c}_target_step (met|missed) " "$W/out/gpu.log"; then ok "train ${c}_target_step"; else fail "train ${c}_target_step missing"; fi
+    done
+    if grep -q "^train result ok$" "$W/out/gpu.log"; then ok "train: result ok"; else fail "train: $(grep '^train result' "$W/out/gpu.log" || echo 'no result line')"; fi
+    if grep -q "^train .*FAIL" "$W/out/gpu.log"; then fail "train: a run failed: $(grep -m1 '^train .*FAIL' "$W/out/gpu.log")"; else ok "train: no run failed"; fi
+    # its failure path: a heap run that cannot attach says why in a FAIL line, the torch run still
+    # gives its figures, and the bench exits 1
+    PYT=/usr/bin/python3; $PYT -c 'import torch' 2>/dev/null || PYT=python3
+    HEAPD_SOCKET=$W/no.sock HEAPC_LIB=$B/libheapc.so PYTHONPATH=python timeout 300 $PYT bench/train_bench.py \
+        --host --build "$B" --rounds 1 --configs 1 >"$W/train_fail.log" 2>&1; rc=$?
+    if [ $rc = 1 ] && grep -q "^train 1rank_heap FAIL round 0: rank 0: HeapdConnectionError: cannot connect to heapd at $W/no.sock" "$W/train_fail.log" &&
+        grep -q "^train 1rank_torch_step_ms [0-9]" "$W/train_fail.log" && grep -q "^train result FAIL" "$W/train_fail.log"; then
+        ok "train_bench: a failed heap run prints why, exit 1"
+    else
+        fail "train_bench without heapd: exit $rc, $(grep -m1 FAIL "$W/train_fail.log" || tail -3 "$W/train_fail.log")"
+    fi
 else
     echo "skipped: torch_bench (no python3 with torch and pytest)"
 fi
@@ -64,6 +86,9 @@ OUT=$W/out2 GPU_SH_HOST=1 GPU_SH_BUDGET=1 sh scripts/gpu.sh "$B" >"$W/run2.log" 
 if [ $rc = 1 ]; then ok "budget spent: exit 1"; else fail "budget spent: exit $rc, want 1"; fi
 if grep -q "^gpu_ranks_2|FAIL|no time left" "$W/out2/results.txt"; then ok "budget spent: the step says 'no time left'"
 else fail "budget spent: $(grep gpu_ranks_2 "$W/out2/results.txt")"; fi
+if grep -q "^train|FAIL|no time left" "$W/out2/results.txt" || ! grep -q "^torch_bench|" "$W/out2/results.txt"; then
+    ok "budget spent: the train step says 'no time left' (or the python steps did not apply)"
+else fail "budget spent: $(grep '^train|' "$W/out2/results.txt" || echo 'train: no result')"; fi
 if grep -q "^heapd_stop|ok|" "$W/out2/results.txt"; then ok "budget spent: heapd still stopped cleanly"
 else fail "budget spent: $(grep heapd_stop "$W/out2/results.txt")"; fi
 if ls /tmp/heapd-gpu.* >/dev/null 2>&1 && [ -n "$(find /tmp -maxdepth 1 -name 'heapd-gpu.*' -newer "$W/run.log" 2>/dev/null)" ]; then
