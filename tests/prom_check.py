@@ -3,7 +3,8 @@
 python3-prometheus-client's text parser (Debian's) and checks what issue 20
 asks: conventions (units in names, _total counters, labels heap and
 owner_uid), the families (issue 30's heapd_heap_state, _resident_bytes,
-_host_copy_bytes, _releases_total, _restores_total too), the histograms (cumulative buckets ending in +Inf,
+_host_copy_bytes, _releases_total, _restores_total too; issue 27's
+_spare_bytes), the histograms (cumulative buckets ending in +Inf,
 _count equal to the +Inf bucket). Prints one line per failed check; exit 1
 if any."""
 import sys
@@ -35,7 +36,7 @@ for name, typ in [("heapd_up", "gauge"), ("heapd_uptime_seconds", "gauge"), ("he
                   ("heapd_heap_detached_seconds", "gauge"), ("heapd_heap_persist_seconds", "gauge"),
                   ("heapd_heap_state", "gauge"), ("heapd_heap_resident_bytes", "gauge"),
                   ("heapd_heap_host_copy_bytes", "gauge"), ("heapd_heap_releases", "counter"),
-                  ("heapd_heap_restores", "counter")]:
+                  ("heapd_heap_restores", "counter"), ("heapd_heap_spare_bytes", "gauge")]:
     need(name in fams and fams[name].type == typ, "family %s of type %s" % (name, typ))
 need(samples("heapd_up") and samples("heapd_up")[0].value == 1, "heapd_up 1")
 for fam in ("heapd_heap_collects", "heapd_heap_growths", "heapd_heap_allocations", "heapd_heap_releases",
