@@ -51,10 +51,13 @@ need(len(det) == 1 and det[0].value == 0, "heapd_heap_detached_seconds{heap=%r} 
 # Issue 30: an active heap (never released) has all its chunks resident.
 st = [s for s in samples("heapd_heap_state") if s.labels.get("heap") == heap]
 need(len(st) == 1 and st[0].value == 0, "heapd_heap_state{heap=%r} 0 (active)" % heap)
+# Issue 27: the quotas' chunk bytes are the resident ones and the spares.
 res = [s.value for s in samples("heapd_heap_resident_bytes") if s.labels.get("heap") == heap]
+spare = [s.value for s in samples("heapd_heap_spare_bytes") if s.labels.get("heap") == heap]
 chunk = [s.value for s in samples("heapd_heap_chunk_bytes") if s.labels.get("heap") == heap]
-need(len(res) == 1 and res == chunk and res[0] > 0,
-     "heapd_heap_resident_bytes{heap=%r} = heapd_heap_chunk_bytes > 0 (got %s, %s)" % (heap, res, chunk))
+need(len(res) == 1 and len(spare) == 1 and [res[0] + spare[0]] == chunk and res[0] > 0,
+     "heapd_heap_resident_bytes{heap=%r} + heapd_heap_spare_bytes = heapd_heap_chunk_bytes > 0 (got %s, %s, %s)"
+     % (heap, res, spare, chunk))
 for h in ("heapd_heap_collect_wait_seconds", "heapd_heap_growth_seconds"):
     b = [s for s in samples(h, "_bucket") if s.labels.get("heap") == heap]
     cnt = [s for s in samples(h, "_count") if s.labels.get("heap") == heap]
