@@ -243,6 +243,12 @@ typedef struct heapc_params {
      * for none. */
     int32_t persist_s;
     heapc_reclaim reclaim; /* issue 27: 0, heapd's default */
+    /* Issue 27: spare chunks heapd keeps for each local rank, created and
+     * exported ahead of need so that a growth only passes fds and maps them
+     * (offsets do not depend on it). 0: heapd.conf's grow_ahead; < 0: none;
+     * at most 16. heapc_get_params gives the heap's: a count, or -1 for
+     * none. */
+    int32_t grow_ahead;
 } heapc_params;
 
 /* Attaches to heap `heap` as `rank` of `world_size` and maps the heap: its own
@@ -682,6 +688,11 @@ typedef struct heapc_heap_stats {
     /* Issue 27: blocks reclaimed at their last free (params.reclaim eager),
      * with no collect. */
     uint64_t eager_reclaims;
+    /* Issue 27: the spare chunks' bytes heapd holds for the heap (every
+     * local rank's; charged to the quotas like chunks) and the spares each
+     * rank keeps (0: none). */
+    uint64_t spare_bytes;
+    uint32_t grow_ahead;
 } heapc_heap_stats;
 
 typedef struct heapc_daemon_stats {

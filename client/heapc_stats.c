@@ -176,6 +176,7 @@ static int copy_heap_stats(heapc_heap_stats *o, const Heapd__HeapStats *h)
         o->params.policy = (heapc_policy)h->params->policy;
         o->params.collect_timeout_ms = h->params->collect_timeout_ms;
         o->params.reclaim = (heapc_reclaim)h->params->reclaim;
+        o->params.grow_ahead = h->params->grow_ahead == UINT32_MAX ? -1 : (int32_t)h->params->grow_ahead;
     }
     o->params.persist_s = hci_persist_of(h->persist_s ? h->persist_s : h->params ? h->params->persist_s : 0);
     o->mapped = h->mapped;
@@ -202,6 +203,8 @@ static int copy_heap_stats(heapc_heap_stats *o, const Heapd__HeapStats *h)
     o->releases = h->releases;
     o->restores = h->restores;
     o->eager_reclaims = h->eager_reclaims;
+    o->spare_bytes = h->spare_bytes; /* issue 27 */
+    o->grow_ahead = h->grow_ahead;
     copy_hist(&o->collect_wait, h->collect_wait);
     copy_hist(&o->growth, h->growth);
     o->device_free = h->device_free;

@@ -49,7 +49,9 @@ static void usage(FILE *f)
                "                  (NO_SYNC), both as of its last collect; per heap its memory\n"
                "                  (MEMORY: active, releasing, released or restoring; see\n"
                "                  heapc_release), the chunk bytes backed by memory now\n"
-               "                  (RESIDENT), heapd's host copy (HOST_COPY), releases, restores.\n"
+               "                  (RESIDENT), heapd's host copy (HOST_COPY), releases, restores,\n"
+               "                  and the spare chunks made ahead of growth (SPARE; GROW_AHEAD:\n"
+               "                  the spares each rank keeps, 0: none).\n"
                "  collect HEAP    Force a collect on HEAP: every rank collects at the same\n"
                "                  allocation number, which heapctl prints. Ranks reach it when\n"
                "                  they next allocate.\n"
@@ -161,7 +163,7 @@ static const char *human(uint64_t v, char *buf, size_t len)
     return buf;
 }
 
-#define MAXCOL 13
+#define MAXCOL 16 /* the widest table: 15 (parameters) */
 /* Heap names are up to 255 bytes; a cell holds one whole, as UTF-8 (an
  * invalid byte becomes U+FFFD, 3 bytes): never truncated. */
 #define CELL 1024
@@ -379,6 +381,7 @@ static int stats_heap_rows(table *th, table *tp, const heapc_heap_stats *h)
     cellf(prow[11], "%" PRIu64, h->collects_skipped);
     human(h->bookkeeping_bytes, prow[12], CELL);
     cellf(prow[13], "%" PRIu64, h->eager_reclaims);
+    cellf(prow[14], "%" PRIu32, h->grow_ahead);
     return 0;
 }
 
@@ -395,6 +398,7 @@ static int stats_mem_row(table *tm, const heapc_heap_stats *h)
     human(h->host_copy_bytes, row[3], CELL);
     cellf(row[4], "%" PRIu64, h->releases);
     cellf(row[5], "%" PRIu64, h->restores);
+    human(h->spare_bytes, row[6], CELL); /* issue 27 */
     return 0;
 }
 
@@ -430,17 +434,17 @@ static int stats_tables(const heapc_daemon_stats *s)
     static const int hr[] = {0, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1};
     static const char *ph[] = {"HEAP",         "POLICY",    "RECLAIM",     "CHUNK", "INITIAL",
                                "VA",           "MIN_BLOCK", "TIMEOUT",     "EPOCH", "DEVICE_FREE",
-                               "DEVICE_TOTAL", "SKIPPED",   "BOOKKEEPING", "EAGER"};
-    static const int pr[] = {0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+                               "DEVICE_TOTAL", "SKIPPED",   "BOOKKEEPING", "EAGER", "GROW_AHEAD"};
+    static const int pr[] = {0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     static const char *rh[] = {"HEAP",     "RANK",     "ATTACHED",    "PID",    "LIVE",
                                "RELEASED", "NEXT_SEQ", "STREAM_WAIT", "NO_SYNC"};
     static const int rr[] = {0, 1, 0, 1, 1, 1, 1, 1, 1};
-    static const char *mh[] = {"HEAP", "MEMORY", "RESIDENT", "HOST_COPY", "RELEASES", "RESTORES"};
-    static const int mr[] = {0, 0, 1, 1, 1, 1};
+    static const char *mh[] = {"HEAP", "MEMORY", "RESIDENT", "HOST_COPY", "RELEASES", "RESTORES", "SPARE"};
+    static const int mr[] = {0, 0, 1, 1, 1, 1, 1};
     table th, tp, tm, tr;
     tbl_init(&th, 13, hh, hr);
-    tbl_init(&tp, 14, ph, pr);
-    tbl_init(&tm, 6, mh, mr);
+    tbl_init(&tp, 15, ph, pr);
+    tbl_init(&tm, 7, mh, mr);
     tbl_init(&tr, 9, rh, rr);
     int rc = 0;
     for (size_t i = 0; i < s->nheaps && rc == 0; i++) {

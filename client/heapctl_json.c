@@ -70,8 +70,8 @@ static void json_params(const heapc_params *p)
            ", \"min_block\": %" PRIu64 ", \"policy\": ",
            p->chunk_size, p->initial_size, p->va_size, p->min_block);
     heapctl_json_str(heapc_policy_name(p->policy));
-    printf(", \"collect_timeout_ms\": %" PRIu32 ", \"reclaim\": \"%s\"}", p->collect_timeout_ms,
-           p->reclaim == HEAPC_RECLAIM_EAGER ? "eager" : "collect");
+    printf(", \"collect_timeout_ms\": %" PRIu32 ", \"reclaim\": \"%s\", \"grow_ahead\": %" PRId32 "}",
+           p->collect_timeout_ms, p->reclaim == HEAPC_RECLAIM_EAGER ? "eager" : "collect", p->grow_ahead);
 }
 
 static void json_heap(const heapc_heap_stats *h)
@@ -93,9 +93,10 @@ static void json_heap(const heapc_heap_stats *h)
            h->owner_uid);
     /* issue 30: the heap's memory on this node */
     printf(", \"state\": \"%s\", \"resident_bytes\": %" PRIu64 ", \"host_copy_bytes\": %" PRIu64
-           ", \"releases\": %" PRIu64 ", \"restores\": %" PRIu64 ", \"eager_reclaims\": %" PRIu64 ", \"ranks\": [",
+           ", \"releases\": %" PRIu64 ", \"restores\": %" PRIu64 ", \"eager_reclaims\": %" PRIu64
+           ", \"spare_bytes\": %" PRIu64 ", \"grow_ahead\": %" PRIu32 ", \"ranks\": [",
            heapctl_state_name(h->state), h->resident_bytes, h->host_copy_bytes, h->releases, h->restores,
-           h->eager_reclaims);
+           h->eager_reclaims, h->spare_bytes, h->grow_ahead);
     for (size_t r = 0; r < h->nranks; r++) {
         const heapc_rank_stats *k = &h->ranks[r];
         printf("%s{\"rank\": %" PRIu32 ", \"attached\": %s, \"pid\": %" PRIu32 ", \"live_bytes\": %" PRIu64

@@ -106,12 +106,13 @@ static void prom_daemon(prom *m, const heapc_daemon_stats *s)
 }
 
 /* The chunk memory heapd's quotas charge a heap with: its extent on every
- * local rank, none while released (issue 30). */
+ * local rank, none while released (issue 30), and its spare chunks (issue
+ * 27). */
 static uint64_t chunk_bytes(const heapc_heap_stats *h)
 {
     if (h->state == HEAPC_STATE_RELEASED || h->state == HEAPC_STATE_RESTORING)
         return 0;
-    return h->mapped * (h->nranks ? h->nranks : 1);
+    return h->mapped * (h->nranks ? h->nranks : 1) + h->spare_bytes;
 }
 
 /* Quota use per uid: the chunk memory of its heaps on this node, their
@@ -157,7 +158,8 @@ static void prom_heaps(prom *m, const heapc_daemon_stats *s)
         {"heapd_heap_clients", "gauge", "Ranks attached to the heap on this node."},
         {"heapd_heap_mapped_bytes", "gauge", "Heap bytes mapped per rank."},
         {"heapd_heap_chunk_bytes", "gauge",
-         "Chunk memory of the heap on this node, all its ranks here (what quota_heap bounds; 0 while released)."},
+         "Chunk memory of the heap on this node, all its ranks here, its spare chunks included (what quota_heap "
+         "bounds; 0 while released)."},
         {"heapd_heap_live_bytes", "gauge", "Bytes of blocks some rank still holds."},
         {"heapd_heap_released_bytes", "gauge", "Bytes every rank released, awaiting a collect."},
         {"heapd_heap_free_bytes", "gauge", "Mapped bytes available to allocations."},
@@ -184,6 +186,9 @@ static void prom_heaps(prom *m, const heapc_daemon_stats *s)
         {"heapd_heap_restores_total", "counter", "Restores of the heap's memory."},
         {"heapd_heap_eager_reclaims_total", "counter",
          "Blocks reused with no collect: reclaimed at their last free (reclaim eager)."},
+        {"heapd_heap_spare_bytes", "gauge",
+         "Spare chunk bytes heapd made ahead of the heap's growth, all its ranks on this node (issue 27; charged to "
+         "the quotas like chunks)."},
     };
     for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
         if (!s->nheaps)
@@ -212,7 +217,8 @@ static void prom_heaps(prom *m, const heapc_daemon_stats *s)
                                 (double)h->host_copy_bytes,
                                 (double)h->releases,
                                 (double)h->restores,
-                                (double)h->eager_reclaims};
+                                (double)h->eager_reclaims,
+                                (double)h->spare_bytes};
             _Static_assert(sizeof v / sizeof v[0] == sizeof fam / sizeof fam[0], "a value per family");
             prom_heap(m, fam[k].name, h, NULL, v[k]);
         }

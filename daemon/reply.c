@@ -84,7 +84,10 @@ void hd_reply_hello(const hd_frame_sink *out, uint64_t id, const char *backend)
 
 /* ---- the heap wing's sink ------------------------------------------------ */
 
-static void fill_params(const ha_params *ap, uint32_t timeout_ms, uint32_t persist_s, Heapd__HeapParams *p)
+/* grow_ahead: the heap's spares per rank (0: none, sent as
+ * HD_GROW_AHEAD_NONE: issue 27). */
+static void fill_params(const ha_params *ap, uint32_t timeout_ms, uint32_t persist_s, uint32_t grow_ahead,
+                        Heapd__HeapParams *p)
 {
     heapd__heap_params__init(p);
     p->chunk_size = ap->chunk_size;
@@ -95,6 +98,7 @@ static void fill_params(const ha_params *ap, uint32_t timeout_ms, uint32_t persi
     p->reclaim = ap->reclaim == HA_RECLAIM_EAGER ? HEAPD__RECLAIM__RECLAIM_EAGER : HEAPD__RECLAIM__RECLAIM_COLLECT;
     p->collect_timeout_ms = timeout_ms;
     p->persist_s = persist_s;
+    p->grow_ahead = grow_ahead ? grow_ahead : HD_GROW_AHEAD_NONE;
 }
 
 /* refs + i and fds + i, where a reply without chunks may have NULL arrays
@@ -273,7 +277,7 @@ static void out_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
         return;
     }
     Heapd__HeapParams params;
-    fill_params(a->ap, a->timeout_ms, a->persist_s, &params);
+    fill_params(a->ap, a->timeout_ms, a->persist_s, a->grow_ahead, &params);
     Heapd__AttachReply ar = HEAPD__ATTACH_REPLY__INIT;
     ar.params = &params;
     ar.world_size = a->world_size;
@@ -431,7 +435,7 @@ static void heap_stats(const hd_heap_info *in, Heapd__HeapStats *s, Heapd__HeapP
         s->collect_wait = fill_hist(&hg[0], hn[0], in->collect_wait);
     if (in->growth)
         s->growth = fill_hist(&hg[1], hn[1], in->growth);
-    fill_params(in->ap, in->timeout_ms, in->persist_s, pp);
+    fill_params(in->ap, in->timeout_ms, in->persist_s, in->grow_ahead, pp);
     s->name = (char *)in->name;
     s->world_size = in->world_size;
     s->params = pp;
@@ -457,6 +461,8 @@ static void heap_stats(const hd_heap_info *in, Heapd__HeapStats *s, Heapd__HeapP
     s->releases = in->releases;
     s->restores = in->restores;
     s->eager_reclaims = in->eager_reclaims;
+    s->spare_bytes = in->spare_bytes;
+    s->grow_ahead = in->grow_ahead;
     s->collect_pending = in->collect_pending;
     s->pending_collect_seq = in->pending_collect_seq;
     s->device_free = in->device_free;

@@ -58,6 +58,8 @@ typedef struct rec {
     size_t nfds;
     uint32_t state;
     uint64_t resident, host_copy;
+    uint64_t spare, mapped; /* issue 27 (tests/check_spare.c): Stats' spare_bytes, mapped, grow_ahead */
+    uint32_t grow_ahead;
     int count; /* answers so far */
 } rec;
 
@@ -159,6 +161,9 @@ static inline void s_stats(hd_peer *p, uint64_t id, const hd_stats_out *s)
     r->state = s->heaps[0].state;
     r->resident = s->heaps[0].resident_bytes;
     r->host_copy = s->heaps[0].host_copy_bytes;
+    r->spare = s->heaps[0].spare_bytes;
+    r->mapped = s->heaps[0].mapped;
+    r->grow_ahead = s->heaps[0].grow_ahead;
 }
 
 static inline void s_release(hd_peer *p, uint64_t id, uint64_t released, uint64_t saved, uint64_t us)

@@ -3,7 +3,8 @@
 python3-prometheus-client's text parser (Debian's) and checks what issue 20
 asks: conventions (units in names, _total counters, labels heap and
 owner_uid), the families (issue 30's heapd_heap_state, _resident_bytes,
-_host_copy_bytes, _releases_total, _restores_total too), the histograms (cumulative buckets ending in +Inf,
+_host_copy_bytes, _releases_total, _restores_total too; issue 27's
+_spare_bytes), the histograms (cumulative buckets ending in +Inf,
 _count equal to the +Inf bucket). Prints one line per failed check; exit 1
 if any."""
 import sys
@@ -35,7 +36,7 @@ for name, typ in [("heapd_up", "gauge"), ("heapd_uptime_seconds", "gauge"), ("he
                   ("heapd_heap_detached_seconds", "gauge"), ("heapd_heap_persist_seconds", "gauge"),
                   ("heapd_heap_state", "gauge"), ("heapd_heap_resident_bytes", "gauge"),
                   ("heapd_heap_host_copy_bytes", "gauge"), ("heapd_heap_releases", "counter"),
-                  ("heapd_heap_restores", "counter")]:
+                  ("heapd_heap_restores", "counter"), ("heapd_heap_spare_bytes", "gauge")]:
     need(name in fams and fams[name].type == typ, "family %s of type %s" % (name, typ))
 need(samples("heapd_up") and samples("heapd_up")[0].value == 1, "heapd_up 1")
 for fam in ("heapd_heap_collects", "heapd_heap_growths", "heapd_heap_allocations", "heapd_heap_releases",
@@ -50,10 +51,13 @@ need(len(det) == 1 and det[0].value == 0, "heapd_heap_detached_seconds{heap=%r} 
 # Issue 30: an active heap (never released) has all its chunks resident.
 st = [s for s in samples("heapd_heap_state") if s.labels.get("heap") == heap]
 need(len(st) == 1 and st[0].value == 0, "heapd_heap_state{heap=%r} 0 (active)" % heap)
+# Issue 27: the quotas' chunk bytes are the resident ones and the spares.
 res = [s.value for s in samples("heapd_heap_resident_bytes") if s.labels.get("heap") == heap]
+spare = [s.value for s in samples("heapd_heap_spare_bytes") if s.labels.get("heap") == heap]
 chunk = [s.value for s in samples("heapd_heap_chunk_bytes") if s.labels.get("heap") == heap]
-need(len(res) == 1 and res == chunk and res[0] > 0,
-     "heapd_heap_resident_bytes{heap=%r} = heapd_heap_chunk_bytes > 0 (got %s, %s)" % (heap, res, chunk))
+need(len(res) == 1 and len(spare) == 1 and [res[0] + spare[0]] == chunk and res[0] > 0,
+     "heapd_heap_resident_bytes{heap=%r} + heapd_heap_spare_bytes = heapd_heap_chunk_bytes > 0 (got %s, %s, %s)"
+     % (heap, res, spare, chunk))
 for h in ("heapd_heap_collect_wait_seconds", "heapd_heap_growth_seconds"):
     b = [s for s in samples(h, "_bucket") if s.labels.get("heap") == heap]
     cnt = [s for s in samples(h, "_count") if s.labels.get("heap") == heap]

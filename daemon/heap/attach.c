@@ -75,6 +75,7 @@ static void send_attach_reply(hd_heap *h, uint32_t rank, uint64_t id)
     ar.markers = h->markers;
     ar.nmarkers = h->nmarkers;
     ar.released = hh_released(h);
+    ar.grow_ahead = h->grow_ahead;
     k->known_chunks = nch;
     k->conn->out->attach(k->conn, id, &ar);
     free(live);
@@ -127,6 +128,21 @@ static int persist_of(const hd_config *cfg, uint32_t persist_s, uint32_t *out, c
     return 0;
 }
 
+/* Issue 27: the spares per rank grow_ahead asks for (0: heapd.conf's;
+ * HD_GROW_AHEAD_NONE: none), into *out. 0, or -1 with why. */
+static int grow_ahead_of(const hd_config *cfg, uint32_t ask, uint32_t *out, char *why, size_t len)
+{
+    if (ask != HD_GROW_AHEAD_NONE && ask > HD_CONFIG_GROW_AHEAD_MAX) {
+        snprintf(why, len,
+                 "grow_ahead %u is over the limit of %u spare chunks per rank; ask for at most %u, 0 for "
+                 "heapd.conf's grow_ahead, or none",
+                 ask, HD_CONFIG_GROW_AHEAD_MAX, HD_CONFIG_GROW_AHEAD_MAX);
+        return -1;
+    }
+    *out = ask == HD_GROW_AHEAD_NONE ? 0 : ask ? ask : cfg->grow_ahead;
+    return 0;
+}
+
 /* Issue 27: the reclaim a heap of these ranks and policy gets for the
  * request's ask (RECLAIM_DEFAULT: heapd.conf's, cfg): eager only where one core
  * decides for every rank (a heap on one node) under a policy that reclaims
@@ -146,7 +162,7 @@ static ha_reclaim reclaim_of(const hd_config *cfg, int ask, uint32_t local_size,
  * seconds it persists into *persist). Returns 0, or -1 once the peer got
  * the error. */
 static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint64_t id, ha_params *out,
-                       uint32_t *persist)
+                       uint32_t *persist, uint32_t *grow_ahead)
 {
     const Heapd__HeapParams *rp = m->params;
     const hd_config *cfg = &r->cfg;
@@ -192,17 +208,21 @@ static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint6
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap \"%s\": %s", m->heap, why);
         return -1;
     }
-    if (persist_of(cfg, rp ? rp->persist_s : 0, persist, why, sizeof why)) {
+    if (persist_of(cfg, rp ? rp->persist_s : 0, persist, why, sizeof why) ||
+        grow_ahead_of(cfg, rp ? rp->grow_ahead : 0, grow_ahead, why, sizeof why)) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap \"%s\": %s", m->heap, why);
         return -1;
     }
-    if (hh_quota_check(r, m->heap, hd_peer_uid(c), 0, ap.initial_size * local_size, ha_meta_bytes(&ap, ap.initial_size),
-                       why, sizeof why)) {
+    /* Issue 27: the uid's spares yield first. */
+#define QUOTA_REFUSES(check) ((check) && (!hh_spare_yield(r, hd_peer_uid(c), NULL, 0) || (check)))
+    if (QUOTA_REFUSES(hh_quota_check(r, m->heap, hd_peer_uid(c), 0, ap.initial_size * local_size,
+                                     ha_meta_bytes(&ap, ap.initial_size), why, sizeof why))) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_QUOTA, "%s", why);
         return -1;
     }
     uint64_t first = ap.initial_size / ap.chunk_size;
-    if (hh_chunk_fds_check(r, hd_peer_uid(c), (first ? first : 1) * local_size, why, sizeof why)) {
+    if (QUOTA_REFUSES(hh_chunk_fds_check(r, hd_peer_uid(c), (first ? first : 1) * local_size, why, sizeof why))) {
+#undef QUOTA_REFUSES
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_QUOTA, "%s", why);
         return -1;
     }
@@ -247,8 +267,8 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_peer *c, 
 {
     const Heapd__HeapParams *rp = m->params;
     ha_params ap;
-    uint32_t persist;
-    if (heap_params(r, m, c, id, &ap, &persist))
+    uint32_t persist, grow_ahead;
+    if (heap_params(r, m, c, id, &ap, &persist, &grow_ahead))
         return NULL;
     hd_heap *h = hh_heap_new(r, m->heap, m->world_size, &ap);
     if (!h) {
@@ -261,6 +281,7 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_peer *c, 
     heap_fingerprint(h, &ap);
     h->timeout_ms = pick(rp ? rp->collect_timeout_ms : 0, r->cfg.collect_timeout_ms);
     h->persist_s = persist;
+    h->grow_ahead = grow_ahead;
     return h;
 }
 
@@ -308,6 +329,11 @@ static bool params_differ(const hd_heap *h, const Heapd__Attach *m, char *why, s
     uint32_t persist = p->persist_s == HD_PERSIST_NONE ? 0 : p->persist_s;
     if (p->persist_s && persist != h->persist_s) {
         snprintf(why, len, "persist_s %u differs from the heap's %u seconds", p->persist_s, h->persist_s);
+        return true;
+    }
+    uint32_t ga = p->grow_ahead == HD_GROW_AHEAD_NONE ? 0 : p->grow_ahead;
+    if (p->grow_ahead && ga != h->grow_ahead) {
+        snprintf(why, len, "grow_ahead %u differs from the heap's %u", ga, h->grow_ahead);
         return true;
     }
     if (p->reclaim != HEAPD__RECLAIM__RECLAIM_DEFAULT &&
@@ -454,6 +480,7 @@ static void attach_rendezvous(hd_heap *h, uint32_t rank, uint64_t id)
     hd_rank *k = &h->ranks[rank];
     if (h->formed) {
         send_attach_reply(h, rank, id);
+        hh_spare_kick(h); /* issue 27: a re-attach to a detached heap makes its spares again */
         return;
     }
     k->attach_wait = true;
@@ -466,6 +493,7 @@ static void attach_rendezvous(hd_heap *h, uint32_t rank, uint64_t id)
                 h->ranks[q].attach_wait = false;
                 send_attach_reply(h, q, h->ranks[q].attach_id);
             }
+        hh_spare_kick(h); /* issue 27: after the replies */
     } else if (!uv_is_active((uv_handle_t *)&h->timer)) {
         hh_arm_timer(h, true);
     }
@@ -567,6 +595,8 @@ static bool rank_leave(hd_heap *h, uint32_t rank, bool clean)
         h->commit_left(h, rank, clean);
     if (h->rel_left)
         h->rel_left(h, rank, clean);
+    if (!h->nattached)
+        hh_spare_drop(h); /* issue 27: a heap without client keeps no spares */
     return hh_heap_client_gone(h);
 }
 

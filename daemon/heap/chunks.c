@@ -1,5 +1,6 @@
 /* chunks.c - the heap wing's chunk records: a rank's chunks created and
- * trimmed (attach's first chunks, growth and its rollback), and the chunk
+ * trimmed (attach's first chunks, growth and its rollback, issue 27's spares
+ * after them: taken first, dropped), and the chunk
  * refs with dup'ed fds that attach and alloc replies carry (see heap.h).
  * Bottom floor (heap_int.h): it calls only the backend. */
 #include "heap_int.h"
@@ -20,7 +21,7 @@ int hh_chunk_fds_check(const hd_registry *r, uid_t uid, uint64_t add, char *why,
     for (const hd_heap *h = r->heaps; h; h = h->next)
         if (h->owner == uid)
             for (uint32_t q = 0; q < h->world_size; q++)
-                have += h->ranks[q].nchunks;
+                have += h->ranks[q].nchunks + h->ranks[q].nspare; /* issue 27: spares are fds too */
     if (have + add <= lim)
         return 0;
     snprintf(why, len,
@@ -31,21 +32,33 @@ int hh_chunk_fds_check(const hd_registry *r, uid_t uid, uint64_t add, char *why,
     return -1;
 }
 
+int hh_rank_reserve(hd_rank *k, uint32_t n, char *err, size_t errlen)
+{
+    if (n <= k->capchunks)
+        return 0;
+    uint32_t nc = k->capchunks ? k->capchunks : 4;
+    while (nc < n)
+        nc *= 2;
+    hb_chunk *c = realloc(k->chunks, nc * sizeof *c);
+    if (!c) {
+        snprintf(err, errlen, "out of memory for chunk records");
+        return -1;
+    }
+    k->chunks = c;
+    k->capchunks = nc;
+    return 0;
+}
+
 int hh_rank_add_chunks(hd_heap *h, hd_rank *k, uint32_t upto, char *err, size_t errlen)
 {
-    if (upto > k->capchunks) {
-        uint32_t nc = k->capchunks ? k->capchunks : 4;
-        while (nc < upto)
-            nc *= 2;
-        hb_chunk *n = realloc(k->chunks, nc * sizeof *n);
-        if (!n) {
-            snprintf(err, errlen, "out of memory for chunk records");
-            return -1;
-        }
-        k->chunks = n;
-        k->capchunks = nc;
-    }
+    if (hh_rank_reserve(k, upto + k->nspare, err, errlen))
+        return -1;
     while (k->nchunks < upto) {
+        if (k->nspare) { /* issue 27: the spare after the chunks becomes the next one */
+            k->nspare--;
+            k->nchunks++;
+            continue;
+        }
         int rc = hb_chunk_create(h->reg->be, k->device, h->ap.chunk_size, &k->chunks[k->nchunks], err, errlen);
         if (rc)
             return rc;
@@ -54,9 +67,17 @@ int hh_rank_add_chunks(hd_heap *h, hd_rank *k, uint32_t upto, char *err, size_t 
     return 0;
 }
 
-/* Drops chunks beyond `keep` (rollback of a failed growth). */
+uint32_t hh_rank_drop_spares(hd_heap *h, hd_rank *k, uint32_t keep)
+{
+    uint32_t n = 0;
+    for (; k->nspare > keep; n++)
+        hb_chunk_release(h->reg->be, &k->chunks[k->nchunks + --k->nspare]);
+    return n;
+}
+
 void hh_rank_trim_chunks(hd_heap *h, hd_rank *k, uint32_t keep)
 {
+    hh_rank_drop_spares(h, k, 0);
     while (k->nchunks > keep)
         hb_chunk_release(h->reg->be, &k->chunks[--k->nchunks]);
 }

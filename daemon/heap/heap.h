@@ -53,6 +53,9 @@ typedef struct hd_registry hd_registry;
 
 /* HeapParams.persist_s asking for no persistence (docs/protocol.md). */
 #define HD_PERSIST_NONE UINT32_C(0xFFFFFFFF)
+/* Issue 27: HeapParams.grow_ahead asking for no spares (the most a heap may
+ * ask for: config.h's HD_CONFIG_GROW_AHEAD_MAX). */
+#define HD_GROW_AHEAD_NONE UINT32_C(0xFFFFFFFF)
 typedef struct hd_heap hd_heap;
 typedef struct hd_peer hd_peer;
 
@@ -102,7 +105,8 @@ typedef struct hd_attach_out {
     size_t nlive;
     const hd_marker *markers;
     size_t nmarkers;
-    bool released; /* issue 30: the heap is released here (no chunks) */
+    bool released;       /* issue 30: the heap is released here (no chunks) */
+    uint32_t grow_ahead; /* issue 27: spares per rank (0: none) */
 } hd_attach_out;
 
 /* Issue 30: a RestoreReply; chunks[i]'s fd is fds[i]. */
@@ -176,6 +180,10 @@ typedef struct hd_heap_info {
     uint32_t state;
     uint64_t resident_bytes, host_copy_bytes, releases, restores;
     uint64_t eager_reclaims; /* issue 27: blocks reclaimed at their last release */
+    /* Issue 27: the spare chunks' bytes (every local rank's) and the spares
+     * each rank keeps (grow_ahead, 0: none). */
+    uint64_t spare_bytes;
+    uint32_t grow_ahead;
     bool collect_pending;
     uint64_t pending_collect_seq;
     uint64_t device_free, device_total;

@@ -13,6 +13,9 @@
  *           sequence.c the decision log, alloc, free, growth
  *           collect.c  local and store collects
  *           commit.c   commit markers (a collective like collect)
+ *   spares  spare.c    issue 27: growth ahead of need, each heap's spare
+ *                      chunks made off the allocation path (a uv idle
+ *                      handle), yielded to quotas, dropped at release
  *   bottom  registry.c heaps by name and their lifetime, quotas, status
  *                      pages, stats, the validator, the checks requests
  *                      share (a formed heap, an unconnected rank)
@@ -81,7 +84,11 @@ struct hh_commit;         /* commit.c's state of a heap, made at its first Commi
 /* A rank's slot in a heap.
  * Invariants: nchunks == heap->mapped / chunk_size once the rank has
  *             attached (joined); conn != NULL <=> a client is attached as
- *             this rank; known_chunks <= nchunks. */
+ *             this rank; known_chunks <= nchunks;
+ *             nchunks + nspare <= capchunks; issue 27: chunks[nchunks ..
+ *             nchunks + nspare) are the rank's spares (created, fd ready,
+ *             never sent), nspare <= heap->grow_ahead, and nspare > 0 =>
+ *             joined and the heap is not released (hh_released). */
 typedef struct hd_rank {
     bool joined;   /* attached at least once: chunks exist */
     uint32_t lidx; /* index among this node's ranks (allocator core rank) */
@@ -98,6 +105,7 @@ typedef struct hd_rank {
     uint64_t rel_id;
     hb_chunk *chunks;
     uint32_t nchunks, capchunks;
+    uint32_t nspare;       /* issue 27: spares after the chunks (spare.c) */
     uint32_t known_chunks; /* chunk indices the attached client was sent */
     bool attach_wait;      /* waiting for the heap to form */
     uint64_t attach_id;
@@ -218,6 +226,10 @@ struct hd_heap {
     uint64_t hc_size;
     bool hc_pinned, hc_full, hc_keep;
     uint64_t releases, restores;
+    /* Issue 27 (spare.c): spares each local rank keeps (0: none);
+     * spare_want: the refill may have work on this heap. */
+    uint32_t grow_ahead;
+    bool spare_want;
     struct hh_release *rel;
     void (*rel_gone)(hd_heap *h);
     void (*rel_left)(hd_heap *h, uint32_t rank, bool clean);
@@ -235,6 +247,10 @@ struct hd_registry {
     uint32_t nheaps;
     uint64_t next_epoch;
     uint64_t start_ns; /* uv_hrtime at creation: uptime in stats */
+    /* Issue 27: spare.c's refill (NULL until its first use) and its
+     * destructor, which the registry's destruction calls (set with it). */
+    uv_idle_t *spare_idle;
+    void (*spare_gone)(hd_registry *r);
 };
 
 /* Identifies a heap across an asynchronous store call (it may be destroyed
@@ -261,6 +277,15 @@ static inline bool hh_released(const hd_heap *h)
 
 /* Issue 30: of `bytes` of h's chunks, those backed by memory now. */
 static inline uint64_t hh_resident(const hd_heap *h, uint64_t bytes) { return hh_released(h) ? 0 : bytes; }
+
+/* Issue 27: the bytes of h's spare chunks (every local rank's). */
+static inline uint64_t hh_spare_bytes(const hd_heap *h)
+{
+    uint64_t n = 0;
+    for (uint32_t q = 0; q < h->world_size; q++)
+        n += h->ranks[q].nspare;
+    return n * h->ap.chunk_size;
+}
 
 /* Chunks per rank of an extent of `mapped` bytes (<= va_size). Fits in 32
  * bits: heap_limits refuses va_size / chunk_size > max_chunks <= INT32_MAX. */
@@ -324,11 +349,16 @@ static inline pid_t hd_peer_pid(const hd_peer *c) { return c->pid; }
 static inline int hd_peer_privileged(const hd_peer *c, long gid) { return c->privileged(c, gid); }
 
 /* chunks.c */
-/* Creates rank k's chunks up to index `upto` (exclusive) on its device. 0,
- * or the backend's error with err; the chunks made so far stay (the caller
- * trims them). */
+/* Room for n chunk records (chunks and spares) in k. 0, or -1 with err. */
+int hh_rank_reserve(hd_rank *k, uint32_t n, char *err, size_t errlen);
+/* Gives rank k chunks up to index `upto` (exclusive) on its device: its
+ * spares first (issue 27), then new ones. 0, or the backend's error with
+ * err; the chunks made so far stay (the caller trims them). */
 int hh_rank_add_chunks(hd_heap *h, hd_rank *k, uint32_t upto, char *err, size_t errlen);
+/* Drops chunks beyond `keep` and every spare (rollback of a failed growth). */
 void hh_rank_trim_chunks(hd_heap *h, hd_rank *k, uint32_t keep);
+/* Issue 27: releases rank k's spares beyond `keep`; returns how many. */
+uint32_t hh_rank_drop_spares(hd_heap *h, hd_rank *k, uint32_t keep);
 void hh_chunk_msg_free(chunk_msg *m, bool close_fds);
 int hh_chunk_msg_build(hd_heap *h, uint32_t from, uint32_t to, chunk_msg *m);
 
@@ -364,6 +394,25 @@ uint32_t hh_name_hash(const char *name);
  * UTF-8 without control characters (C0, DEL, C1 U+0080..U+009F). 0, or -1
  * with why. */
 int hh_text_check(const char *s, char *why, size_t len);
+
+/* ---- spares floor (issue 27): above the bottom one, below the middle ------ */
+
+/* spare.c */
+/* The refill may have work on h (after its attach, a growth, a restore):
+ * it runs from a uv idle handle, after the reply that asked for this went
+ * out, one chunk per loop turn, until every local rank of h holds
+ * grow_ahead spares or a quota, fd limit, va_size or the backend stops it. */
+void hh_spare_kick(hd_heap *h);
+/* Releases every spare of h (its release, its last client gone). */
+void hh_spare_drop(hd_heap *h);
+/* Spares yield to a quota: releases the spares of uid's heaps, keeping on
+ * heap `keep_h` (NULL: none) min(nspare, keep) per rank (the spares a
+ * growth is about to take). Returns the number released (0: retrying the
+ * quota check is useless). */
+uint32_t hh_spare_yield(hd_registry *r, uid_t uid, hd_heap *keep_h, uint32_t keep);
+/* Of a growth by `chunks` chunks per rank, the chunks (all local ranks)
+ * its spares do not serve: those it creates. */
+uint64_t hh_spare_fresh(const hd_heap *h, uint32_t chunks);
 
 /* ---- middle floor --------------------------------------------------------- */
 

@@ -172,7 +172,7 @@ static uint64_t heap_destroy(hd_heap *h, const char *why)
     uint64_t released = 0;
     for (uint32_t i = 0; i < h->world_size; i++) {
         hd_rank *k = &h->ranks[i];
-        for (uint32_t j = 0; j < k->nchunks; j++) {
+        for (uint32_t j = 0; j < k->nchunks + k->nspare; j++) { /* issue 27: the spares too */
             released += k->chunks[j].size;
             hb_chunk_release(r->be, &k->chunks[j]);
         }
@@ -345,6 +345,8 @@ void hd_registry_destroy(hd_registry *r)
         return;
     while (r->heaps)
         heap_destroy(r->heaps, r->heaps->detached_ns ? "heapd is stopping (it was detached)" : "heapd is stopping");
+    if (r->spare_gone)
+        r->spare_gone(r);
     uv_timer_stop(&r->meminfo);
     uv_close((uv_handle_t *)&r->meminfo, registry_closed);
 }
@@ -369,7 +371,7 @@ static void uid_use(const hd_registry *r, uid_t uid, uint64_t *chunks, uint64_t 
         if (h->owner == uid) {
             ha_stats st;
             ha_get_stats(h->core, &st);
-            *chunks += hh_resident(h, st.mapped * h->local_size); /* issue 30 */
+            *chunks += hh_resident(h, st.mapped * h->local_size) + hh_spare_bytes(h); /* issues 30, 27 */
             *core += ha_meta_bytes(&h->ap, st.mapped) + ha_block_bytes(h->core, 0) + hh_blocks_bytes(h);
             *log += hh_heap_log_bytes(h);
         }
@@ -487,6 +489,8 @@ static size_t heap_info(hd_heap *h, hd_heap_info *s, hd_rank_info *rs)
     s->releases = h->releases;
     s->restores = h->restores;
     s->eager_reclaims = st.eager_reclaims;
+    s->spare_bytes = hh_spare_bytes(h);
+    s->grow_ahead = h->grow_ahead;
     uint64_t fa = h->nforce ? h->force_at[0] : UINT64_MAX;
     uint64_t owed = h->collect_at < fa ? h->collect_at : fa;
     s->collect_pending = owed != UINT64_MAX;
@@ -606,6 +610,10 @@ static int rank_validate(const hd_heap *h, uint32_t q, uint64_t mapped, char *wh
         BAD("heap \"%s\" rank %u: its peer is bound elsewhere", h->name, q);
     if (k->known_chunks > k->nchunks)
         BAD("heap \"%s\" rank %u: knows %u chunks of %u", h->name, q, k->known_chunks, k->nchunks);
+    if (k->nspare > h->grow_ahead || k->nchunks + k->nspare > k->capchunks ||
+        (k->nspare && (!k->joined || hh_released(h))))
+        BAD("heap \"%s\" rank %u: %u spares (grow_ahead %u, %u of %u records, state %u)", h->name, q, k->nspare,
+            h->grow_ahead, k->nchunks + k->nspare, k->capchunks, h->mstate);
     if (k->conn && k->next_seq < h->log_base)
         BAD("heap \"%s\" rank %u: at allocation %llu, the log starts at %llu", h->name, q,
             (unsigned long long)k->next_seq, (unsigned long long)h->log_base);

@@ -218,6 +218,7 @@ static void release_done(hd_heap *h)
     } else {
         h->hc_full = false;
     }
+    hh_spare_drop(h); /* issue 27: a released heap keeps no spares */
     for (uint32_t q = 0; q < h->world_size; q++) {
         hd_rank *k = &h->ranks[q];
         for (uint32_t j = 0; k->joined && j < k->nchunks; j++) {
@@ -244,8 +245,10 @@ static int restore_chunks(hd_heap *h, uint32_t nch, uint64_t *restored, Heapd__E
 {
     uint64_t bytes = (uint64_t)h->local_size * nch * h->ap.chunk_size;
     *code = HEAPD__ERR_CODE__ERR_QUOTA;
-    if (hh_quota_check(h->reg, h->name, h->owner, 0, bytes, 0, err, len))
-        return -1;
+    if (hh_quota_check(h->reg, h->name, h->owner, 0, bytes, 0, err, len) &&
+        (!hh_spare_yield(h->reg, h->owner, NULL, 0) ||
+         hh_quota_check(h->reg, h->name, h->owner, 0, bytes, 0, err, len)))
+        return -1; /* issue 27: the uid's spares yielded first */
     *code = HEAPD__ERR_CODE__ERR_NO_MEMORY;
     char e2[400];
     for (uint32_t q = 0; q < h->world_size; q++) {
@@ -312,6 +315,7 @@ static void restore_done(hd_heap *h)
         hh_chunk_msg_free(&cm, false);
     }
     rel_end(h);
+    hh_spare_kick(h); /* issue 27: after the replies */
 }
 
 /* The request's checks against the heap's state. 0, or -1 once answered. */

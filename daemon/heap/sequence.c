@@ -27,19 +27,32 @@ static void trim_log(hd_heap *h)
     h->log_base = min;
 }
 
-/* Returns 0, -1 (backend failure) or -2 (quota), with err filled. */
+/* 0 if a growth by `chunks` per rank from `mapped` fits the quotas and the
+ * fd limit, its spares counted as held and only the chunks it creates
+ * (hh_spare_fresh) as added; else -1 with err. */
+static int grow_fits(hd_heap *h, uint64_t mapped, uint32_t chunks, char *err, size_t errlen)
+{
+    uint64_t fresh = hh_spare_fresh(h, chunks);
+    uint64_t grown = mapped + (uint64_t)chunks * h->ap.chunk_size;
+    return hh_quota_check(h->reg, h->name, h->owner, mapped * h->local_size + hh_spare_bytes(h),
+                          fresh * h->ap.chunk_size, ha_meta_bytes(&h->ap, grown) - ha_meta_bytes(&h->ap, mapped), err,
+                          errlen) ||
+                   hh_chunk_fds_check(h->reg, h->owner, fresh, err, errlen)
+               ? -1
+               : 0;
+}
+
+/* Returns 0, -1 (backend failure) or -2 (quota), with err filled. Issue 27:
+ * each rank's spares serve first (hh_rank_add_chunks), and yield to the
+ * quotas before a refusal; the refill follows (after the reply). */
 static int grow(hd_heap *h, uint32_t chunks, char *err, size_t errlen)
 {
     ha_stats st;
     ha_get_stats(h->core, &st);
     uint32_t have = hh_heap_chunks(h, st.mapped);
     uint64_t t0 = uv_hrtime();
-    uint64_t grown = st.mapped + (uint64_t)chunks * h->ap.chunk_size;
-    if (hh_quota_check(h->reg, h->name, h->owner, st.mapped * h->local_size,
-                       (uint64_t)chunks * h->ap.chunk_size * h->local_size,
-                       ha_meta_bytes(&h->ap, grown) - ha_meta_bytes(&h->ap, st.mapped), err, errlen))
-        return -2;
-    if (hh_chunk_fds_check(h->reg, h->owner, (uint64_t)chunks * h->local_size, err, errlen))
+    if (grow_fits(h, st.mapped, chunks, err, errlen) &&
+        (!hh_spare_yield(h->reg, h->owner, h, chunks) || grow_fits(h, st.mapped, chunks, err, errlen)))
         return -2;
     for (uint32_t q = 0; q < h->world_size; q++) {
         if (!h->ranks[q].joined)
@@ -62,6 +75,7 @@ static int grow(hd_heap *h, uint32_t chunks, char *err, size_t errlen)
             hh_human(st.mapped + (uint64_t)chunks * h->ap.chunk_size, b2, sizeof b2), chunks, chunks == 1 ? "" : "s",
             h->local_size);
     hd_hist_observe(&h->growth, uv_hrtime() - t0);
+    hh_spare_kick(h);
     return 0;
 }
 
@@ -104,8 +118,10 @@ static int charge_decision(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, ui
     uint64_t log_add = (uint64_t)(ncap - h->caplog) * sizeof *h->log;
     uint64_t tab_add = ha_block_bytes(h->core, 1) - ha_block_bytes(h->core, 0) + hh_blocks_add_bytes(h, name);
     char why[1024];
-    if ((!log_add && !tab_add) || !hh_quota_check(h->reg, h->name, h->owner, 0, 0, log_add + tab_add, why, sizeof why))
-        return 0;
+#define FITS() !hh_quota_check(h->reg, h->name, h->owner, 0, 0, log_add + tab_add, why, sizeof why)
+    if ((!log_add && !tab_add) || FITS() || (hh_spare_yield(h->reg, h->owner, NULL, 0) && FITS()))
+        return 0; /* issue 27: the uid's spares yield first */
+#undef FITS
     char b1[32], b2[32], logmsg[160] = "";
     if (log_add)
         snprintf(logmsg, sizeof logmsg,

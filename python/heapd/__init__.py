@@ -250,12 +250,16 @@ class Heap(_Resume, _Release):
     (a block every rank freed is reused at once, no collect) or "collect"
     (at the next collect); None: heapd.conf's (eager). A heap spanning
     nodes, or under policy "seed", is always "collect": .reclaim says.
+    grow_ahead (issue 27): spare chunks heapd keeps per rank, created ahead
+    of need so that a growth only passes and maps them (offsets do not
+    depend on it); None: heapd.conf's (1), 0: none, at most 16;
+    .grow_ahead says what the heap got.
     """
 
     def __init__(self, name, rank, world_size, socket=None, *, chunk_size=0, initial_size=0,
                  va_size=0, min_block=0, policy=None, collect_timeout_ms=0, device_uuid=None,
                  local_size=0, job=None, timeout_ms=None, device=None, persist=None,
-                 reclaim=None, _from_env=False):
+                 reclaim=None, grow_ahead=None, _from_env=False):
         self._prepare_device()
         c = L.connect(os.fsencode(socket) if socket else None)
         if not c:
@@ -276,11 +280,15 @@ class Heap(_Resume, _Release):
         if reclaim not in _RECLAIM:
             h.release()
             raise ValueError(f"heapd.Heap: reclaim {reclaim!r}: want 'eager' or 'collect'")
+        if grow_ahead is not None and not 0 <= int(grow_ahead) <= 16:
+            h.release()
+            raise ValueError(f"heapd.Heap: grow_ahead {grow_ahead!r}: want 0 (none) to 16 spare chunks")
         self._keep = (os.fsencode(device_uuid) if device_uuid else None,
                       job.encode() if job else None)
         p = L.Params(_size(chunk_size), _size(initial_size), _size(va_size), _size(min_block),
                      _POLICY[policy], int(collect_timeout_ms), self._keep[0], int(local_size),
-                     self._keep[1], self._persist_s(persist, h), _RECLAIM[reclaim])
+                     self._keep[1], self._persist_s(persist, h), _RECLAIM[reclaim],
+                     0 if grow_ahead is None else int(grow_ahead) or -1)   # heapc: 0 default, < 0 none
         if _from_env:
             rc = L.attach_env(c, name.encode() if name else None, ctypes.byref(p))
         else:

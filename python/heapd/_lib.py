@@ -74,7 +74,8 @@ class Params(Structure):
     _fields_ = [("chunk_size", c_uint64), ("initial_size", c_uint64), ("va_size", c_uint64),
                 ("min_block", c_uint64), ("policy", c_int), ("collect_timeout_ms", c_uint32),
                 ("device_uuid", c_char_p), ("local_size", c_uint32), ("job", c_char_p),
-                ("persist_s", c_int32), ("reclaim", c_int)]
+                ("persist_s", c_int32), ("reclaim", c_int),
+                ("grow_ahead", c_int32)]   # issue 27
 
 
 class Status(Structure):
@@ -142,7 +143,7 @@ class HeapStats(Structure):
                 ("state", c_uint32), ("resident_bytes", c_uint64), ("host_copy_bytes", c_uint64),
                 ("releases", c_uint64), ("restores", c_uint64),
                 # issue 27
-                ("eager_reclaims", c_uint64)]
+                ("eager_reclaims", c_uint64), ("spare_bytes", c_uint64), ("grow_ahead", c_uint32)]
 
 
 class Block(Structure):

@@ -116,6 +116,15 @@ class _Release:
             _raise(c, rc)
 
     @property
+    def grow_ahead(self):
+        """Issue 27: the spare chunks heapd keeps per rank for the heap (0:
+        none)."""
+        import ctypes
+        p = L.Params()
+        L.get_params(self._c, ctypes.byref(p))
+        return max(p.grow_ahead, 0)
+
+    @property
     def state(self):
         """The heap's memory as this rank knows it: "active", or "released"
         (after release(), or an attach to a heap released on this node,

@@ -49,7 +49,7 @@ def _stats_list(out):
         d["backend"] = out.contents.backend.decode()
         d["params"] = {f: getattr(hs.params, f) for f in
                        ("chunk_size", "initial_size", "va_size", "min_block",
-                        "collect_timeout_ms", "local_size", "persist_s")}
+                        "collect_timeout_ms", "local_size", "persist_s", "grow_ahead")}
         d["params"]["policy"] = (L.policy_name(hs.params.policy) or b"").decode()
         d["params"]["reclaim"] = "eager" if hs.params.reclaim == 1 else "collect"   # issue 27
         d["collect_pending"] = bool(hs.collect_pending)
