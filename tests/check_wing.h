@@ -30,7 +30,8 @@ typedef enum {
     R_STATS,
     R_COMMIT,
     R_RELEASE,
-    R_RESTORE
+    R_RESTORE,
+    R_TRIM
 } rec_kind;
 
 typedef struct rec {
@@ -58,6 +59,12 @@ typedef struct rec {
     size_t nfds;
     uint32_t state;
     uint64_t resident, host_copy;
+    /* Issue 30 (tests/check_trim.c): TrimReply; an alloc's chunks (count,
+     * first index); a Stats reply's mapped, trims and trimmed bytes. */
+    uint64_t trimmed, mapped, trims;
+    uint32_t trim_chunks[64];
+    size_t ntrim, alloc_nchunks;
+    uint32_t alloc_first;
     int count; /* answers so far */
 } rec;
 
@@ -133,6 +140,9 @@ static inline void s_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
     r->seq = a->seq;
     r->offset = a->offset;
     r->collect_needed = a->collect_needed;
+    r->mapped = a->mapped;
+    r->alloc_nchunks = a->nchunks;
+    r->alloc_first = a->nchunks ? a->new_chunks[0].index : 0;
     close_all(a->fds, a->nchunks);
 }
 
@@ -159,6 +169,19 @@ static inline void s_stats(hd_peer *p, uint64_t id, const hd_stats_out *s)
     r->state = s->heaps[0].state;
     r->resident = s->heaps[0].resident_bytes;
     r->host_copy = s->heaps[0].host_copy_bytes;
+    r->mapped = s->heaps[0].mapped;
+    r->trims = s->heaps[0].trims;
+    r->trimmed = s->heaps[0].trimmed_bytes;
+}
+
+static inline void s_trim(hd_peer *p, uint64_t id, const hd_trim_out *o)
+{
+    (void)id;
+    rec *r = record(p, R_TRIM);
+    r->trimmed = o->trimmed_bytes;
+    r->mapped = o->mapped;
+    r->ntrim = o->nchunks < 64 ? o->nchunks : 64;
+    memcpy(r->trim_chunks, o->chunks, r->ntrim * sizeof *o->chunks);
 }
 
 static inline void s_release(hd_peer *p, uint64_t id, uint64_t released, uint64_t saved, uint64_t us)
@@ -198,7 +221,8 @@ static const hd_reply_ops sink = {.error = s_error,
                                   .stats = s_stats,
                                   .commit = s_commit,
                                   .release = s_release,
-                                  .restore = s_restore}; /* drop: tests/check_persist.c */
+                                  .restore = s_restore,
+                                  .trim = s_trim}; /* drop: tests/check_persist.c */
 
 /* ---- fixture ------------------------------------------------------------ */
 
