@@ -49,7 +49,8 @@ static void usage(FILE *f)
                "                  (NO_SYNC), both as of its last collect; per heap its memory\n"
                "                  (MEMORY: active, releasing, released or restoring; see\n"
                "                  heapc_release), the chunk bytes backed by memory now\n"
-               "                  (RESIDENT), heapd's host copy (HOST_COPY), releases, restores.\n"
+               "                  (RESIDENT), heapd's host copy (HOST_COPY), releases, restores,\n"
+               "                  trims and the chunk bytes they gave back (TRIMMED; heapc_trim).\n"
                "  collect HEAP    Force a collect on HEAP: every rank collects at the same\n"
                "                  allocation number, which heapctl prints. Ranks reach it when\n"
                "                  they next allocate.\n"
@@ -161,7 +162,7 @@ static const char *human(uint64_t v, char *buf, size_t len)
     return buf;
 }
 
-#define MAXCOL 13
+#define MAXCOL 14 /* the parameter table's columns */
 /* Heap names are up to 255 bytes; a cell holds one whole, as UTF-8 (an
  * invalid byte becomes U+FFFD, 3 bytes): never truncated. */
 #define CELL 1024
@@ -395,6 +396,8 @@ static int stats_mem_row(table *tm, const heapc_heap_stats *h)
     human(h->host_copy_bytes, row[3], CELL);
     cellf(row[4], "%" PRIu64, h->releases);
     cellf(row[5], "%" PRIu64, h->restores);
+    cellf(row[6], "%" PRIu64, h->trims);
+    human(h->trimmed_bytes, row[7], CELL);
     return 0;
 }
 
@@ -435,12 +438,12 @@ static int stats_tables(const heapc_daemon_stats *s)
     static const char *rh[] = {"HEAP",     "RANK",     "ATTACHED",    "PID",    "LIVE",
                                "RELEASED", "NEXT_SEQ", "STREAM_WAIT", "NO_SYNC"};
     static const int rr[] = {0, 1, 0, 1, 1, 1, 1, 1, 1};
-    static const char *mh[] = {"HEAP", "MEMORY", "RESIDENT", "HOST_COPY", "RELEASES", "RESTORES"};
-    static const int mr[] = {0, 0, 1, 1, 1, 1};
+    static const char *mh[] = {"HEAP", "MEMORY", "RESIDENT", "HOST_COPY", "RELEASES", "RESTORES", "TRIMS", "TRIMMED"};
+    static const int mr[] = {0, 0, 1, 1, 1, 1, 1, 1};
     table th, tp, tm, tr;
     tbl_init(&th, 13, hh, hr);
     tbl_init(&tp, 14, ph, pr);
-    tbl_init(&tm, 6, mh, mr);
+    tbl_init(&tm, 8, mh, mr);
     tbl_init(&tr, 9, rh, rr);
     int rc = 0;
     for (size_t i = 0; i < s->nheaps && rc == 0; i++) {

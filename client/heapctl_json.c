@@ -93,9 +93,10 @@ static void json_heap(const heapc_heap_stats *h)
            h->owner_uid);
     /* issue 30: the heap's memory on this node */
     printf(", \"state\": \"%s\", \"resident_bytes\": %" PRIu64 ", \"host_copy_bytes\": %" PRIu64
-           ", \"releases\": %" PRIu64 ", \"restores\": %" PRIu64 ", \"eager_reclaims\": %" PRIu64 ", \"ranks\": [",
+           ", \"releases\": %" PRIu64 ", \"restores\": %" PRIu64 ", \"eager_reclaims\": %" PRIu64
+           ", \"trims\": %" PRIu64 ", \"trimmed_bytes\": %" PRIu64 ", \"ranks\": [",
            heapctl_state_name(h->state), h->resident_bytes, h->host_copy_bytes, h->releases, h->restores,
-           h->eager_reclaims);
+           h->eager_reclaims, h->trims, h->trimmed_bytes);
     for (size_t r = 0; r < h->nranks; r++) {
         const heapc_rank_stats *k = &h->ranks[r];
         printf("%s{\"rank\": %" PRIu32 ", \"attached\": %s, \"pid\": %" PRIu32 ", \"live_bytes\": %" PRIu64

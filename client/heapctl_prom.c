@@ -184,6 +184,9 @@ static void prom_heaps(prom *m, const heapc_daemon_stats *s)
         {"heapd_heap_restores_total", "counter", "Restores of the heap's memory."},
         {"heapd_heap_eager_reclaims_total", "counter",
          "Blocks reused with no collect: reclaimed at their last free (reclaim eager)."},
+        {"heapd_heap_trims_total", "counter", "Trims that gave chunks of the heap back (heapc_trim)."},
+        {"heapd_heap_trimmed_bytes_total", "counter",
+         "Chunk bytes trims gave back, all the heap's ranks on this node."},
     };
     for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
         if (!s->nheaps)
@@ -212,7 +215,9 @@ static void prom_heaps(prom *m, const heapc_daemon_stats *s)
                                 (double)h->host_copy_bytes,
                                 (double)h->releases,
                                 (double)h->restores,
-                                (double)h->eager_reclaims};
+                                (double)h->eager_reclaims,
+                                (double)h->trims,
+                                (double)h->trimmed_bytes};
             _Static_assert(sizeof v / sizeof v[0] == sizeof fam / sizeof fam[0], "a value per family");
             prom_heap(m, fam[k].name, h, NULL, v[k]);
         }
