@@ -364,7 +364,7 @@ static void trim_done(hd_heap *h)
     }
     uint64_t us = (uv_hrtime() - t0) / 1000;
     char b1[32], b2[32];
-    hd_info("heap \"%s\" trimmed: %u chunk%s (%s) on each of %u ranks, %s mapped per rank now, in %llu us", h->name,
+    hd_log(cut ? HD_LOG_INFO : HD_LOG_DEBUG, "heap \"%s\" trimmed: %u chunk%s (%s) on each of %u ranks, %s mapped per rank now, in %llu us", h->name,
             cut, cut == 1 ? "" : "s", hh_human(per_rank, b1, sizeof b1), h->local_size,
             hh_human((uint64_t)keep * cs, b2, sizeof b2), (unsigned long long)us);
     hh_heap_publish(h);
