@@ -61,10 +61,7 @@ static int seed_grow(ha_heap *h, uint64_t nm)
     return HA_OK;
 }
 
-static void seed_shrink(ha_heap *h, uint64_t nm)
-{
-    h->mapped = nm; /* the chunks cut lay above the bump pointer */
-}
+static void seed_shrink(ha_heap *h, uint64_t nm) { h->mapped = nm; /* the chunks cut lay above the bump pointer */ }
 
 /* Makes room in the LIFO lists for the reclaimed offsets. */
 static int seed_reserve(ha_heap *h, const uint64_t *offs, size_t n)

@@ -178,9 +178,8 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
     }
     if (h->mapped != h->p.initial_size + h->grown_bytes - h->trimmed_bytes || h->mapped < h->p.chunk_size)
         VFAIL("the extent is %llu bytes but initial %llu + grown %llu - trimmed %llu (and at least one chunk, %llu)",
-              (unsigned long long)h->mapped, (unsigned long long)h->p.initial_size,
-              (unsigned long long)h->grown_bytes, (unsigned long long)h->trimmed_bytes,
-              (unsigned long long)h->p.chunk_size);
+              (unsigned long long)h->mapped, (unsigned long long)h->p.initial_size, (unsigned long long)h->grown_bytes,
+              (unsigned long long)h->trimmed_bytes, (unsigned long long)h->p.chunk_size);
     if (at != h->mapped)
         VFAIL("blocks and free space cover %llu bytes but the extent is %llu", (unsigned long long)at,
               (unsigned long long)h->mapped);

@@ -183,7 +183,7 @@ typedef struct hd_heap_info {
      * the host copy's bytes, releases and restores. */
     uint32_t state;
     uint64_t resident_bytes, host_copy_bytes, releases, restores;
-    uint64_t eager_reclaims; /* issue 27: blocks reclaimed at their last release */
+    uint64_t eager_reclaims;       /* issue 27: blocks reclaimed at their last release */
     uint64_t trims, trimmed_bytes; /* issue 30: trims, chunk bytes they gave back (every local rank's) */
     bool collect_pending;
     uint64_t pending_collect_seq;

@@ -364,9 +364,10 @@ static void trim_done(hd_heap *h)
     }
     uint64_t us = (uv_hrtime() - t0) / 1000;
     char b1[32], b2[32];
-    hd_log(cut ? HD_LOG_INFO : HD_LOG_DEBUG, "heap \"%s\" trimmed: %u chunk%s (%s) on each of %u ranks, %s mapped per rank now, in %llu us", h->name,
-            cut, cut == 1 ? "" : "s", hh_human(per_rank, b1, sizeof b1), h->local_size,
-            hh_human((uint64_t)keep * cs, b2, sizeof b2), (unsigned long long)us);
+    hd_log(cut ? HD_LOG_INFO : HD_LOG_DEBUG,
+           "heap \"%s\" trimmed: %u chunk%s (%s) on each of %u ranks, %s mapped per rank now, in %llu us", h->name, cut,
+           cut == 1 ? "" : "s", hh_human(per_rank, b1, sizeof b1), h->local_size,
+           hh_human((uint64_t)keep * cs, b2, sizeof b2), (unsigned long long)us);
     hh_heap_publish(h);
     hd_trim_out o = {
         .trimmed_bytes = per_rank, .mapped = (uint64_t)keep * cs, .elapsed_us = us, .chunks = idx, .nchunks = cut};
@@ -385,8 +386,7 @@ static int rel_check(hd_heap *h, hd_peer *c, uint64_t id, int kind, int mode, bo
     bool restore = kind == REL_RESTORE;
     char msg[512];
     if (h->ranks[rank].in_rel)
-        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "rank %u is already waiting in a %s", rank,
-                      what(s->kind));
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "rank %u is already waiting in a %s", rank, what(s->kind));
     else if (s && s->active && s->kind != kind)
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE,
                       "heap \"%s\": a %s is in progress (rank %u began it); every rank must call the same", h->name,
@@ -404,7 +404,8 @@ static int rel_check(hd_heap *h, hd_peer *c, uint64_t id, int kind, int mode, bo
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "heap \"%s\" is already released; restore it first", h->name);
     else if (restore && h->mstate == HS_STATE_ACTIVE)
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "heap \"%s\" is not released: nothing to restore", h->name);
-    else if (kind == REL_RELEASE && mode != HEAPD__RELEASE_MODE__RELEASE_DISCARD && mode != HEAPD__RELEASE_MODE__RELEASE_HOST)
+    else if (kind == REL_RELEASE && mode != HEAPD__RELEASE_MODE__RELEASE_DISCARD &&
+             mode != HEAPD__RELEASE_MODE__RELEASE_HOST)
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "release mode %d is unknown: use discard (0) or host (1)",
                       mode);
     else if (kind == REL_RELEASE && keep && mode != HEAPD__RELEASE_MODE__RELEASE_HOST)
