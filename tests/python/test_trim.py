@@ -135,6 +135,39 @@ def test_pending_blocks_are_not_free(sock, heapname):
     assert res == [(0, 2 * MIB, MIB, 0)] * 2, res
 
 
+def _stream_held(rank, world, sock, name):
+    """A block freed on a stream whose work has not completed is still held
+    (host backend: a heapc_hstream whose item is begun, not complete): its
+    chunk stays; once the item completes, the next trim takes it. Nothing
+    waits for the stream."""
+    import ctypes
+    from heapd import _lib as L
+    create, begin, complete, destroy = (L.lib.heapc_hstream_create, L.lib.heapc_hstream_begin,
+                                        L.lib.heapc_hstream_complete, L.lib.heapc_hstream_destroy)
+    create.restype, create.argtypes = ctypes.c_void_p, []
+    begin.restype, begin.argtypes = ctypes.c_uint64, [ctypes.c_void_p]
+    complete.restype, complete.argtypes = None, [ctypes.c_void_p, ctypes.c_uint64]
+    destroy.restype, destroy.argtypes = None, [ctypes.c_void_p]
+    with heapd.Heap(name, rank, world, sock, chunk_size="1M", initial_size="1M") as h:
+        keep = h.zeros(16)
+        t = h.empty(MIB, dtype=torch.uint8)
+        h.collect()
+        s = create()
+        ticket = begin(s)                             # work on the stream still "runs"
+        h.free(t, stream=s)
+        del t
+        held = h.trim()
+        complete(s, ticket)
+        freed = h.trim()
+        destroy(s)
+        return held, freed, h.mapped, int(keep.sum())
+
+
+def test_stream_pending_free_holds_its_chunk(sock, heapname):
+    res = ok(run_ranks(_stream_held, 2, sock, heapname)[0])
+    assert res == [(0, MIB, MIB, 0)] * 2, res
+
+
 def _killed_mid(rank, world, sock, name):
     with heapd.Heap(name, rank, world, sock, chunk_size="1M", persist=30) as h:
         x = h.empty(MIB, dtype=torch.uint8)
