@@ -693,6 +693,9 @@ typedef struct heapc_heap_stats {
      * rank keeps (0: none). */
     uint64_t spare_bytes;
     uint32_t grow_ahead;
+    /* Issue 30: trims that gave chunks back on this node, and the chunk
+     * bytes they gave back (every local rank's), in all. */
+    uint64_t trims, trimmed_bytes;
 } heapc_heap_stats;
 
 typedef struct heapc_daemon_stats {
@@ -780,6 +783,25 @@ int heapc_release(heapc *c, int mode);
  * heap stays released, try again), HEAPC_EQUOTA, HEAPC_ETIMEOUT,
  * HEAPC_EPEER_GONE (the heap stays released), HEAPC_EMAP, ... */
 int heapc_restore(heapc *c);
+
+/* Trim (issue 30): collective over the heap's ranks like heapc_release. Once
+ * every local rank called, heapd gives back the whole chunks at the top of
+ * the heap's extent that hold no block, live or pending (the extent keeps at
+ * least one chunk), on every local rank: heapd releases its chunk and each
+ * process unmaps it, its own and its peers' (the memory is free once the
+ * last mapping goes). Offsets, live blocks and their content, names and the
+ * allocator's state stay; heapc_mapped() shrinks; a later allocation that
+ * needs the room grows the heap again at the same offsets. Only the top of
+ * the extent is trimmed: a free chunk below a live block stays. A block
+ * freed with heapc_free_async whose stream work has not completed is still
+ * held (not wholly free); the completed ones are sent first (heapc_flush),
+ * with no device sync. Under reclaim = collect, blocks every rank freed are
+ * pending until a collect: call heapc_collect first. *trimmed_bytes (may be
+ * NULL) gets the bytes each rank's extent shrank by (0: nothing to trim).
+ * Errors: HEAPC_ESTATE (not attached, released), HEAPC_EINVAL (a heap that
+ * spans nodes), HEAPC_ETIMEOUT (naming the ranks that never called),
+ * HEAPC_EPEER_GONE (naming the rank; nothing was trimmed), ... */
+int heapc_trim(heapc *c, uint64_t *trimmed_bytes);
 
 /* The heap's memory as this context knows it: HEAPC_STATE_ACTIVE or
  * HEAPC_STATE_RELEASED (after a heapc_release, or an attach to a released

@@ -332,12 +332,13 @@ fail:
     return rcode;
 }
 
-/* Unmaps and releases every mapped slot (the context entered). */
-static int cuda_unmap_slots_in(const hc_cuda *cu, hm_space *s)
+/* Unmaps and releases every mapped slot of [from, to) (the context
+ * entered). */
+static int cuda_unmap_slots_in(const hc_cuda *cu, hm_space *s, uint32_t from, uint32_t to)
 {
     int rcode = HM_OK;
     CUdeviceptr base = (CUdeviceptr)(uintptr_t)s->base;
-    for (uint32_t i = 0; i < s->nchunks; i++) {
+    for (uint32_t i = from; i < to; i++) {
         if (!s->mapped[i])
             continue;
         if (cu->MemUnmap(base + (CUdeviceptr)i * s->chunk_size, s->chunk_size) != CUDA_SUCCESS)
@@ -346,12 +347,12 @@ static int cuda_unmap_slots_in(const hc_cuda *cu, hm_space *s)
             rcode = HM_ESYS;
         s->mapped[i] = 0;
         s->handles[i] = 0;
+        s->nmapped--;
     }
-    s->nmapped = 0;
     return rcode;
 }
 
-static int cuda_unmap_slots(hm_space *s)
+static int cuda_unmap_slots(hm_space *s, uint32_t from, uint32_t to)
 {
     const hc_cuda *cu = hc_cuda_get(NULL, 0);
     if (!cu)
@@ -359,7 +360,7 @@ static int cuda_unmap_slots(hm_space *s)
     int entered = 0;
     if (cu_enter(cu, s, &entered, NULL, 0) != HM_OK)
         return HM_ESYS;
-    int rcode = cuda_unmap_slots_in(cu, s);
+    int rcode = cuda_unmap_slots_in(cu, s, from, to);
     cu_leave(cu, entered);
     return rcode;
 }
@@ -373,7 +374,7 @@ static int cuda_unmap_all(hm_space *s)
     if (cu_enter(cu, s, &entered, NULL, 0) != HM_OK)
         rcode = HM_ESYS;
     CUdeviceptr base = (CUdeviceptr)(uintptr_t)s->base;
-    if (cuda_unmap_slots_in(cu, s) != HM_OK)
+    if (cuda_unmap_slots_in(cu, s, 0, s->nchunks) != HM_OK)
         rcode = HM_ESYS;
     if (cu->MemAddressFree(base, s->va_size) != CUDA_SUCCESS)
         rcode = HM_ESYS;
@@ -538,9 +539,9 @@ static int cuda_unmap_all(hm_space *s)
     return HM_ESYS;
 }
 
-static int cuda_unmap_slots(hm_space *s)
+static int cuda_unmap_slots(hm_space *s, uint32_t from, uint32_t to)
 {
-    (void)s;
+    (void)s, (void)from, (void)to;
     return HM_ESYS;
 }
 
@@ -613,14 +614,18 @@ int hm_map_chunk(hm_space *s, uint32_t index, int fd, char *err, size_t errlen)
     return rc;
 }
 
-int hm_unmap_chunks(hm_space *s)
+int hm_unmap_range(hm_space *s, uint32_t from, uint32_t to)
 {
     if (!s || !s->base)
         return HM_OK;
+    if (to > s->nchunks)
+        to = s->nchunks;
+    if (from >= to)
+        return HM_OK;
     if (s->kind != HM_HOST)
-        return cuda_unmap_slots(s);
+        return cuda_unmap_slots(s, from, to);
     int rc = HM_OK;
-    for (uint32_t i = 0; i < s->nchunks; i++) {
+    for (uint32_t i = from; i < to; i++) {
         if (!s->mapped[i])
             continue;
         void *at = (char *)s->base + (uint64_t)i * s->chunk_size;
@@ -628,10 +633,12 @@ int hm_unmap_chunks(hm_space *s)
             MAP_FAILED)
             rc = HM_ESYS;
         s->mapped[i] = 0;
+        s->nmapped--;
     }
-    s->nmapped = 0;
     return rc;
 }
+
+int hm_unmap_chunks(hm_space *s) { return hm_unmap_range(s, 0, s ? s->nchunks : 0); }
 
 int hm_unmap_all(hm_space *s)
 {

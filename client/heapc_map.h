@@ -112,6 +112,10 @@ int hm_is_mapped(const hm_space *s, uint32_t index);
  * caller makes sure no device work touches the range. */
 int hm_unmap_chunks(hm_space *s);
 
+/* Issue 30 (trim): the same for slots [from, to) only (to is clipped to
+ * the range). */
+int hm_unmap_range(hm_space *s, uint32_t from, uint32_t to);
+
 /* Unmaps and releases everything (see above). Returns HM_OK, or HM_ESYS when
  * a release call failed (everything else is still released). */
 int hm_unmap_all(hm_space *s);

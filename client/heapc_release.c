@@ -1,5 +1,6 @@
-/* heapc_release.c - release and restore (issue 30; heapc.h): the rank's
- * side of heapd's collective. A release unmaps every local rank's chunks
+/* heapc_release.c - release, restore and trim (issue 30; heapc.h): the
+ * rank's side of heapd's collective. A trim unmaps the chunks heapd gave
+ * back (every local rank's), lowering `mapped` first. A release unmaps every local rank's chunks
  * once heapd answered (heapd copied and released its own references
  * first); a restore maps the chunks heapd made again at the same slots. The
  * address reservations and `mapped` stay, so pointers stay valid. */
@@ -90,6 +91,68 @@ static int restore_locked(heapc *c)
     }
     c->mstate = HEAPC_STATE_ACTIVE;
     return HEAPC_OK;
+}
+
+static int trim_locked(heapc *c, uint64_t *trimmed)
+{
+    if (!c->attached)
+        return hci_set_err(c, HEAPC_ESTATE, "heapc_trim: not attached to a heap; call heapc_attach");
+    if (c->mstate == HEAPC_STATE_RELEASED)
+        return hci_set_err(c, HEAPC_ESTATE, "heapc_trim: heap %s is released: nothing to trim; call heapc_restore",
+                           c->heap);
+    /* The frees whose stream work completed (no device sync): their blocks
+     * may be all that holds a chunk. */
+    int rc = hci_flush_all_locked(c);
+    if (rc != HEAPC_OK)
+        return rc;
+    Heapd__Trim tm = HEAPD__TRIM__INIT;
+    Heapd__Frame req = HEAPD__FRAME__INIT;
+    req.body_case = HEAPD__FRAME__BODY_TRIM;
+    req.trim = &tm;
+    Heapd__Frame *rep;
+    hw_frame raw;
+    rc = hci_rpc(c, &req, HEAPD__FRAME__BODY_TRIM_REPLY, &rep, &raw);
+    if (rc != HEAPC_OK)
+        return rc;
+    const Heapd__TrimReply *tr = rep->trim_reply;
+    uint64_t cs = c->params.chunk_size, was = atomic_load_explicit(&c->mapped, memory_order_relaxed);
+    if (tr->mapped % cs || tr->mapped > was || tr->mapped + (uint64_t)tr->n_chunks * cs != was) {
+        rc = hci_set_err(c, HEAPC_EPROTOCOL,
+                         "heapc_trim: heapd trimmed heap %s to %" PRIu64 " bytes by %zu chunks, but %" PRIu64
+                         " bytes are mapped here; report this heapd bug",
+                         c->heap, tr->mapped, tr->n_chunks, was);
+        hci_rpc_done(rep, &raw);
+        return rc;
+    }
+    /* heapd released its references: ours go now (the extent first, so
+     * that lookups no longer reach the slots). */
+    atomic_store_explicit(&c->mapped, tr->mapped, memory_order_release);
+    const view *v = atomic_load_explicit(&c->view, memory_order_acquire);
+    int bad = 0;
+    for (size_t j = 0; j < tr->n_chunks; j++)
+        for (uint32_t i = 0; i < v->nlocal; i++)
+            bad |= hm_unmap_range(&c->spaces[i], tr->chunks[j], tr->chunks[j] + 1) != HM_OK;
+    if (trimmed)
+        *trimmed = tr->trimmed_bytes;
+    hci_rpc_done(rep, &raw);
+    if (bad)
+        return hci_set_err(c, HEAPC_EMAP,
+                           "heapc_trim: heap %s is trimmed, but unmapping some of its chunks here failed (their "
+                           "memory stays until this process exits)",
+                           c->heap);
+    return HEAPC_OK;
+}
+
+int heapc_trim(heapc *c, uint64_t *trimmed_bytes)
+{
+    if (trimmed_bytes)
+        *trimmed_bytes = 0;
+    pthread_mutex_lock(&c->mu);
+    int rc = trim_locked(c, trimmed_bytes);
+    if (rc == HEAPC_OK)
+        hci_ok(c);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
 }
 
 int heapc_release(heapc *c, int mode)

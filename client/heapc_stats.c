@@ -205,6 +205,8 @@ static int copy_heap_stats(heapc_heap_stats *o, const Heapd__HeapStats *h)
     o->eager_reclaims = h->eager_reclaims;
     o->spare_bytes = h->spare_bytes; /* issue 27 */
     o->grow_ahead = h->grow_ahead;
+    o->trims = h->trims;
+    o->trimmed_bytes = h->trimmed_bytes;
     copy_hist(&o->collect_wait, h->collect_wait);
     copy_hist(&o->growth, h->growth);
     o->device_free = h->device_free;

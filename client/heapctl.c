@@ -51,7 +51,8 @@ static void usage(FILE *f)
                "                  heapc_release), the chunk bytes backed by memory now\n"
                "                  (RESIDENT), heapd's host copy (HOST_COPY), releases, restores,\n"
                "                  and the spare chunks made ahead of growth (SPARE; GROW_AHEAD:\n"
-               "                  the spares each rank keeps, 0: none).\n"
+               "                  the spares each rank keeps, 0: none), trims and the chunk bytes\n"
+               "                  they gave back (TRIMS, TRIMMED; heapc_trim).\n"
                "  collect HEAP    Force a collect on HEAP: every rank collects at the same\n"
                "                  allocation number, which heapctl prints. Ranks reach it when\n"
                "                  they next allocate.\n"
@@ -399,6 +400,8 @@ static int stats_mem_row(table *tm, const heapc_heap_stats *h)
     cellf(row[4], "%" PRIu64, h->releases);
     cellf(row[5], "%" PRIu64, h->restores);
     human(h->spare_bytes, row[6], CELL); /* issue 27 */
+    cellf(row[7], "%" PRIu64, h->trims); /* issue 30 */
+    human(h->trimmed_bytes, row[8], CELL);
     return 0;
 }
 
@@ -439,12 +442,13 @@ static int stats_tables(const heapc_daemon_stats *s)
     static const char *rh[] = {"HEAP",     "RANK",     "ATTACHED",    "PID",    "LIVE",
                                "RELEASED", "NEXT_SEQ", "STREAM_WAIT", "NO_SYNC"};
     static const int rr[] = {0, 1, 0, 1, 1, 1, 1, 1, 1};
-    static const char *mh[] = {"HEAP", "MEMORY", "RESIDENT", "HOST_COPY", "RELEASES", "RESTORES", "SPARE"};
-    static const int mr[] = {0, 0, 1, 1, 1, 1, 1};
+    static const char *mh[] = {"HEAP",     "MEMORY", "RESIDENT", "HOST_COPY", "RELEASES",
+                               "RESTORES", "SPARE",  "TRIMS",    "TRIMMED"};
+    static const int mr[] = {0, 0, 1, 1, 1, 1, 1, 1, 1};
     table th, tp, tm, tr;
     tbl_init(&th, 13, hh, hr);
     tbl_init(&tp, 15, ph, pr);
-    tbl_init(&tm, 7, mh, mr);
+    tbl_init(&tm, 9, mh, mr);
     tbl_init(&tr, 9, rh, rr);
     int rc = 0;
     for (size_t i = 0; i < s->nheaps && rc == 0; i++) {

@@ -94,9 +94,10 @@ static void json_heap(const heapc_heap_stats *h)
     /* issue 30: the heap's memory on this node */
     printf(", \"state\": \"%s\", \"resident_bytes\": %" PRIu64 ", \"host_copy_bytes\": %" PRIu64
            ", \"releases\": %" PRIu64 ", \"restores\": %" PRIu64 ", \"eager_reclaims\": %" PRIu64
-           ", \"spare_bytes\": %" PRIu64 ", \"grow_ahead\": %" PRIu32 ", \"ranks\": [",
+           ", \"spare_bytes\": %" PRIu64 ", \"grow_ahead\": %" PRIu32 ", \"trims\": %" PRIu64
+           ", \"trimmed_bytes\": %" PRIu64 ", \"ranks\": [",
            heapctl_state_name(h->state), h->resident_bytes, h->host_copy_bytes, h->releases, h->restores,
-           h->eager_reclaims, h->spare_bytes, h->grow_ahead);
+           h->eager_reclaims, h->spare_bytes, h->grow_ahead, h->trims, h->trimmed_bytes);
     for (size_t r = 0; r < h->nranks; r++) {
         const heapc_rank_stats *k = &h->ranks[r];
         printf("%s{\"rank\": %" PRIu32 ", \"attached\": %s, \"pid\": %" PRIu32 ", \"live_bytes\": %" PRIu64

@@ -189,6 +189,9 @@ static void prom_heaps(prom *m, const heapc_daemon_stats *s)
         {"heapd_heap_spare_bytes", "gauge",
          "Spare chunk bytes heapd made ahead of the heap's growth, all its ranks on this node (issue 27; charged to "
          "the quotas like chunks)."},
+        {"heapd_heap_trims_total", "counter", "Trims that gave chunks of the heap back (heapc_trim)."},
+        {"heapd_heap_trimmed_bytes_total", "counter",
+         "Chunk bytes trims gave back, all the heap's ranks on this node."},
     };
     for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
         if (!s->nheaps)
@@ -218,7 +221,9 @@ static void prom_heaps(prom *m, const heapc_daemon_stats *s)
                                 (double)h->releases,
                                 (double)h->restores,
                                 (double)h->eager_reclaims,
-                                (double)h->spare_bytes};
+                                (double)h->spare_bytes,
+                                (double)h->trims,
+                                (double)h->trimmed_bytes};
             _Static_assert(sizeof v / sizeof v[0] == sizeof fam / sizeof fam[0], "a value per family");
             prom_heap(m, fam[k].name, h, NULL, v[k]);
         }

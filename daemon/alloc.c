@@ -220,6 +220,7 @@ int ha_grow(ha_heap *h, uint32_t chunks)
     if (h->ops->grow(h, h->mapped + add))
         return HA_ENOMEM;
     h->free_bytes += add;
+    h->grown_bytes += add;
     h->growths++;
     if (h->skip_pending) {
         h->collects_skipped++;
@@ -227,6 +228,29 @@ int ha_grow(ha_heap *h, uint32_t chunks)
         h->skip_pending = false;
     }
     HA_DEBUG_CHECK(h, "ha_grow");
+    return HA_OK;
+}
+
+int ha_trim(ha_heap *h, uint32_t *chunks)
+{
+    if (chunks)
+        *chunks = 0;
+    if (!h)
+        return HA_EINVAL;
+    /* Every block, live or pending, lies below the policy's top. */
+    uint64_t nm = align_up(h->ops->top(h), h->p.chunk_size);
+    if (nm < h->p.chunk_size)
+        nm = h->p.chunk_size;
+    if (nm >= h->mapped)
+        return HA_OK;
+    uint64_t cut = h->mapped - nm;
+    h->ops->shrink(h, nm);
+    h->free_bytes -= cut;
+    h->trims++;
+    h->trimmed_bytes += cut;
+    if (chunks)
+        *chunks = (uint32_t)(cut / h->p.chunk_size);
+    HA_DEBUG_CHECK(h, "ha_trim");
     return HA_OK;
 }
 
@@ -481,6 +505,8 @@ void ha_get_stats(const ha_heap *h, ha_stats *s)
     s->handed_since_collect = h->handed_since_collect;
     s->collects_skipped = h->collects_skipped;
     s->eager_reclaims = h->eager_reclaims;
+    s->trims = h->trims;
+    s->trimmed_bytes = h->trimmed_bytes;
     s->top = h->ops->top(h);
 }
 

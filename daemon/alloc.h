@@ -173,6 +173,8 @@ typedef struct ha_stats {
                                     * because one had just run (explicit or forced
                                     * ones included) or no block existed; 0 (seed) */
     uint64_t eager_reclaims;       /* reclaim = eager: blocks reclaimed at their last release */
+    uint64_t trims;                /* ha_trim calls that took chunks off (issue 30) */
+    uint64_t trimmed_bytes;        /* bytes they took off the extent, in all */
 } ha_stats;
 
 typedef struct ha_heap ha_heap;
@@ -213,6 +215,16 @@ int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res);
  * most that many chunks... or more: the caller may grow further); HA_EVA if
  * the extent would exceed va_size. */
 int ha_grow(ha_heap *h, uint32_t chunks);
+
+/* Issue 30 (trim): the whole chunks at the top of the extent that hold no
+ * block, live or pending (the free run that ends at the extent), leave it;
+ * the extent keeps at least one chunk. *chunks (may be NULL) gets how many
+ * left (0: none could). Offsets stay: a later HA_NEED_GROW adds chunks at
+ * the top again, at the same offsets. The extent shrinks, so the decisions
+ * that read it (the policies' thresholds of mapped / 8, / 16...) change:
+ * every node of a heap must trim at the same allocation number (heapd
+ * trims single-node heaps only). Pure: a function of the state alone. */
+int ha_trim(ha_heap *h, uint32_t *chunks);
 
 /* Rank `rank` releases the block that starts at `offset`: deferred (under
  * reclaim = eager the release that completes a block reclaims it). Returns

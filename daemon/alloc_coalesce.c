@@ -446,6 +446,20 @@ static int co_grow(ha_heap *h, uint64_t nm)
     return HA_OK;
 }
 
+/* The free extent at the top, [t, mapped) with t <= nm (ha_trim's top),
+ * ends at nm now (or goes, when t == nm). The bitmaps keep their size:
+ * a growth reuses them. */
+static void co_shrink(ha_heap *h, uint64_t nm)
+{
+    uint64_t t = hac_top_free_run(h);
+    hac_fx f = {t, h->mapped - t};
+    if (t == nm)
+        hac_del(h, f);
+    else
+        hac_move(h, f, (hac_fx){t, nm - t});
+    h->mapped = nm;
+}
+
 /* The record's home slot and the free bitmaps' words around the block. */
 static inline void co_prefetch_block(const ha_heap *h, uint64_t off)
 {
@@ -597,6 +611,7 @@ const ha_policy_ops ha_coalesce_ops = {
     .destroy = co_destroy,
     .alloc = co_alloc,
     .grow = co_grow,
+    .shrink = co_shrink,
     .reclaim = co_reclaim,
     .top = co_top,
     .validate = co_validate,

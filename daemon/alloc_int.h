@@ -335,6 +335,8 @@ typedef struct hac_fx {
  *               makes one indirect call, ha_alloc's.
  *   grow        the extent becomes nm bytes (sets h->mapped; [old, nm) free);
  *               HA_ENOMEM leaves the heap unchanged
+ *   shrink      the extent becomes nm bytes, nm >= top (sets h->mapped;
+ *               [nm, old) was free and is no longer); cannot fail
  *   reserve     room for reclaiming offs[0..n) (pending records) so that
  *               reclaim cannot fail (NULL: none needed)
  *   reclaim     returns the blocks of offs[0..n) (sorted ascending, pending
@@ -353,6 +355,7 @@ typedef struct ha_policy_ops {
     void (*destroy)(ha_heap *h);
     int (*alloc)(ha_heap *h, uint64_t size, ha_alloc_result *res);
     int (*grow)(ha_heap *h, uint64_t nm);
+    void (*shrink)(ha_heap *h, uint64_t nm);
     int (*reserve)(ha_heap *h, const uint64_t *offs, size_t n);
     uint64_t (*reclaim)(ha_heap *h, const uint64_t *offs, size_t n);
     uint64_t (*top)(const ha_heap *h);
@@ -386,6 +389,10 @@ const ha_policy_ops *ha_policy_ops_of(ha_policy p);
  *   live_bytes    = sum of size(b) for b in B with b.nrel < R
  *   pending_bytes = sum of size(b) for b in B with b.nrel == R
  *   free_bytes    = sum of sizes in F  (= E - live_bytes - pending_bytes)
+ *   E             = p.initial_size + grown_bytes - trimmed_bytes
+ *                   (grown_bytes: what ha_grow added, trimmed_bytes: what
+ *                   ha_trim took off the top, issue 30; both multiples of
+ *                   chunk_size); E >= chunk_size
  *   held bytes of rank r (sum of size(b) for b in B that r holds)
  *                 = live_bytes + pending_bytes - rel_bytes[r]
  *                   (not stored: an allocation touches no per-rank counter)
@@ -459,6 +466,9 @@ struct ha_heap {
     bool skip_pending;         /* the last HA_NEED_GROW skipped a collect the seed's rule asks for */
     uint64_t collects_skipped; /* coalesce: collects the seed's rule would have asked for */
     uint64_t eager_reclaims;   /* reclaim = eager: blocks reclaimed at their last release */
+    uint64_t grown_bytes;      /* issue 30: what ha_grow added to the extent, in all */
+    uint64_t trims;            /* ha_trim calls that took chunks off */
+    uint64_t trimmed_bytes;    /* what they took off the top of the extent, in all */
     uint64_t *rel_bytes;       /* per rank */
     const ha_policy_ops *ops;  /* == ha_policy_ops_of(p.policy) */
     void *priv;                /* a policy's own state beyond the fields above

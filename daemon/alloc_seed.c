@@ -61,6 +61,8 @@ static int seed_grow(ha_heap *h, uint64_t nm)
     return HA_OK;
 }
 
+static void seed_shrink(ha_heap *h, uint64_t nm) { h->mapped = nm; /* the chunks cut lay above the bump pointer */ }
+
 /* Makes room in the LIFO lists for the reclaimed offsets. */
 static int seed_reserve(ha_heap *h, const uint64_t *offs, size_t n)
 {
@@ -156,6 +158,7 @@ const ha_policy_ops ha_seed_ops = {
     .destroy = seed_destroy,
     .alloc = seed_alloc,
     .grow = seed_grow,
+    .shrink = seed_shrink,
     .reserve = seed_reserve,
     .reclaim = seed_reclaim,
     .top = seed_top,

@@ -176,6 +176,10 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
                   v[i].off < at ? "overlaps" : "leaves a gap after", (unsigned long long)at);
         at += v[i].size;
     }
+    if (h->mapped != h->p.initial_size + h->grown_bytes - h->trimmed_bytes || h->mapped < h->p.chunk_size)
+        VFAIL("the extent is %llu bytes but initial %llu + grown %llu - trimmed %llu (and at least one chunk, %llu)",
+              (unsigned long long)h->mapped, (unsigned long long)h->p.initial_size, (unsigned long long)h->grown_bytes,
+              (unsigned long long)h->trimmed_bytes, (unsigned long long)h->p.chunk_size);
     if (at != h->mapped)
         VFAIL("blocks and free space cover %llu bytes but the extent is %llu", (unsigned long long)at,
               (unsigned long long)h->mapped);

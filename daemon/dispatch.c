@@ -307,6 +307,9 @@ static void handle_request(hd_dispatch *d, hd_session *s, const Heapd__Frame *f)
     case HEAPD__FRAME__BODY_RESTORE:
         hd_heap_restore(d->reg, p, id, f->restore);
         break;
+    case HEAPD__FRAME__BODY_TRIM:
+        hd_heap_trim(d->reg, p, id, f->trim);
+        break;
     case HEAPD__FRAME__BODY_RING_SETUP:
         ring_setup(d, s, id);
         break;

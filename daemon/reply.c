@@ -390,6 +390,17 @@ static void out_restore(hd_peer *p, uint64_t id, const hd_restore_out *o)
     free(store);
 }
 
+static void out_trim(hd_peer *p, uint64_t id, const hd_trim_out *o)
+{
+    Heapd__TrimReply tr = HEAPD__TRIM_REPLY__INIT;
+    tr.trimmed_bytes = o->trimmed_bytes;
+    tr.mapped = o->mapped;
+    tr.elapsed_us = o->elapsed_us;
+    tr.n_chunks = o->nchunks;
+    tr.chunks = (uint32_t *)o->chunks;
+    send_body(sink_of(p), id, HEAPD__FRAME__BODY_TRIM_REPLY, &tr, NULL, 0);
+}
+
 static void out_commit(hd_peer *p, uint64_t id, uint64_t value, uint64_t generation)
 {
     Heapd__CommitReply cr = HEAPD__COMMIT_REPLY__INIT;
@@ -463,6 +474,8 @@ static void heap_stats(const hd_heap_info *in, Heapd__HeapStats *s, Heapd__HeapP
     s->eager_reclaims = in->eager_reclaims;
     s->spare_bytes = in->spare_bytes;
     s->grow_ahead = in->grow_ahead;
+    s->trims = in->trims;
+    s->trimmed_bytes = in->trimmed_bytes;
     s->collect_pending = in->collect_pending;
     s->pending_collect_seq = in->pending_collect_seq;
     s->device_free = in->device_free;
@@ -651,6 +664,7 @@ const hd_reply_ops hd_reply_frame_ops = {
     .commit = out_commit,
     .release = out_release,
     .restore = out_restore,
+    .trim = out_trim,
 };
 
 /* Issue 16: the RingSetupReply; su's two fds go with it. */

@@ -139,7 +139,8 @@ static const hd_reply_ops sink = {s_error,
                                   NULL /* drop: tests/check_persist.c */,
                                   NULL /* commit */,
                                   NULL /* release: tests/check_release.c */,
-                                  NULL};
+                                  NULL,
+                                  NULL /* trim: tests/check_trim.c */};
 
 /* ---- fixture ------------------------------------------------------------ */
 

@@ -30,7 +30,8 @@ typedef enum {
     R_STATS,
     R_COMMIT,
     R_RELEASE,
-    R_RESTORE
+    R_RESTORE,
+    R_TRIM
 } rec_kind;
 
 typedef struct rec {
@@ -60,6 +61,12 @@ typedef struct rec {
     uint64_t resident, host_copy;
     uint64_t spare, mapped; /* issue 27 (tests/check_spare.c): Stats' spare_bytes, mapped, grow_ahead */
     uint32_t grow_ahead;
+    /* Issue 30 (tests/check_trim.c): TrimReply; an alloc's chunks (count,
+     * first index); a Stats reply's trims and trimmed bytes. */
+    uint64_t trimmed, trims;
+    uint32_t trim_chunks[64];
+    size_t ntrim, alloc_nchunks;
+    uint32_t alloc_first;
     int count; /* answers so far */
 } rec;
 
@@ -135,6 +142,9 @@ static inline void s_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
     r->seq = a->seq;
     r->offset = a->offset;
     r->collect_needed = a->collect_needed;
+    r->mapped = a->mapped;
+    r->alloc_nchunks = a->nchunks;
+    r->alloc_first = a->nchunks ? a->new_chunks[0].index : 0;
     close_all(a->fds, a->nchunks);
 }
 
@@ -164,6 +174,18 @@ static inline void s_stats(hd_peer *p, uint64_t id, const hd_stats_out *s)
     r->spare = s->heaps[0].spare_bytes;
     r->mapped = s->heaps[0].mapped;
     r->grow_ahead = s->heaps[0].grow_ahead;
+    r->trims = s->heaps[0].trims;
+    r->trimmed = s->heaps[0].trimmed_bytes;
+}
+
+static inline void s_trim(hd_peer *p, uint64_t id, const hd_trim_out *o)
+{
+    (void)id;
+    rec *r = record(p, R_TRIM);
+    r->trimmed = o->trimmed_bytes;
+    r->mapped = o->mapped;
+    r->ntrim = o->nchunks < 64 ? o->nchunks : 64;
+    memcpy(r->trim_chunks, o->chunks, r->ntrim * sizeof *o->chunks);
 }
 
 static inline void s_release(hd_peer *p, uint64_t id, uint64_t released, uint64_t saved, uint64_t us)
@@ -203,7 +225,8 @@ static const hd_reply_ops sink = {.error = s_error,
                                   .stats = s_stats,
                                   .commit = s_commit,
                                   .release = s_release,
-                                  .restore = s_restore}; /* drop: tests/check_persist.c */
+                                  .restore = s_restore,
+                                  .trim = s_trim}; /* drop: tests/check_persist.c */
 
 /* ---- fixture ------------------------------------------------------------ */
 

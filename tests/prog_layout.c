@@ -152,6 +152,8 @@ static void stats(void)
     F(heapc_heap_stats, releases);
     F(heapc_heap_stats, restores);
     F(heapc_heap_stats, eager_reclaims);
+    F(heapc_heap_stats, trims);
+    F(heapc_heap_stats, trimmed_bytes);
     end();
     BEGIN(heapc_daemon_stats);
     F(heapc_daemon_stats, version);

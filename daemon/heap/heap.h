@@ -117,6 +117,14 @@ typedef struct hd_restore_out {
     uint64_t mapped, restored_bytes, elapsed_us;
 } hd_restore_out;
 
+/* Issue 30: a TrimReply: trimmed_bytes per rank, the chunk indices given
+ * back on every local rank. */
+typedef struct hd_trim_out {
+    uint64_t trimmed_bytes, mapped, elapsed_us;
+    const uint32_t *chunks;
+    size_t nchunks;
+} hd_trim_out;
+
 /* An AllocReply: a decision, or collect_needed; new_chunks[i]'s fd is fds[i]. */
 typedef struct hd_alloc_out {
     uint64_t seq, offset, block_size, mapped;
@@ -184,6 +192,7 @@ typedef struct hd_heap_info {
      * each rank keeps (grow_ahead, 0: none). */
     uint64_t spare_bytes;
     uint32_t grow_ahead;
+    uint64_t trims, trimmed_bytes; /* issue 30: trims, chunk bytes they gave back (every local rank's) */
     bool collect_pending;
     uint64_t pending_collect_seq;
     uint64_t device_free, device_total;
@@ -233,6 +242,7 @@ typedef struct hd_reply_ops {
     void (*commit)(hd_peer *p, uint64_t id, uint64_t value, uint64_t generation);                     /* issue 29 */
     void (*release)(hd_peer *p, uint64_t id, uint64_t released, uint64_t saved, uint64_t elapsed_us); /* issue 30 */
     void (*restore)(hd_peer *p, uint64_t id, const hd_restore_out *o);
+    void (*trim)(hd_peer *p, uint64_t id, const hd_trim_out *o);
 } hd_reply_ops;
 
 /* What the heap wing keeps per client. */
@@ -281,6 +291,9 @@ void hd_heap_commit(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Commit
  * (release.c; docs/protocol.md). */
 void hd_heap_release(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Release *m);
 void hd_heap_restore(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Restore *m);
+/* Issue 30: trim, collective like release (release.c): the wholly free
+ * chunks at the top of the extent are given back on every local rank. */
+void hd_heap_trim(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Trim *m);
 void hd_heap_force_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__ForceCollect *m);
 /* Issue 29: releases detached heap m->heap now (its owner, root and
  * admin_group may): DropReply with the chunk bytes released, or

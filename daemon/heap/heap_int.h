@@ -8,8 +8,8 @@
  *   top     force.c    forced collects; subscribes itself to the store
  *           timeout.c  the attach and collect timeouts
  *   middle  attach.c   attach rendezvous, detach, disconnect
- *           release.c  release and restore (issue 30), a collective like
- *                      commit, with the heap's host copy
+ *           release.c  release, restore and trim (issue 30), a collective
+ *                      like commit, with the heap's host copy
  *           sequence.c the decision log, alloc, free, growth
  *           collect.c  local and store collects
  *           commit.c   commit markers (a collective like collect)
@@ -230,6 +230,10 @@ struct hd_heap {
      * spare_want: the refill may have work on this heap. */
     uint32_t grow_ahead;
     bool spare_want;
+    /* Issue 30 (trim): trims that gave chunks back, and the chunk bytes
+     * they gave back, every local rank's: trimmed_bytes == local_size *
+     * the core's ha_stats.trimmed_bytes. */
+    uint64_t trims, trimmed_bytes;
     struct hh_release *rel;
     void (*rel_gone)(hd_heap *h);
     void (*rel_left)(hd_heap *h, uint32_t rank, bool clean);

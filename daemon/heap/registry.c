@@ -491,6 +491,8 @@ static size_t heap_info(hd_heap *h, hd_heap_info *s, hd_rank_info *rs)
     s->eager_reclaims = st.eager_reclaims;
     s->spare_bytes = hh_spare_bytes(h);
     s->grow_ahead = h->grow_ahead;
+    s->trims = h->trims;
+    s->trimmed_bytes = h->trimmed_bytes;
     uint64_t fa = h->nforce ? h->force_at[0] : UINT64_MAX;
     uint64_t owed = h->collect_at < fa ? h->collect_at : fa;
     s->collect_pending = owed != UINT64_MAX;
@@ -666,6 +668,10 @@ static int heap_validate(const hd_heap *h, char *why, size_t len)
     if (h->blocks.n > h->blocks.cap / 2 || h->nmarkers > HD_MARKERS_MAX || (h->commit && !h->commit_gone))
         BAD("heap \"%s\": block table %zu of %zu slots, %u markers, commit state without its destructor", h->name,
             h->blocks.n, h->blocks.cap, h->nmarkers);
+    if (h->trims != st.trims || h->trimmed_bytes != st.trimmed_bytes * h->local_size)
+        BAD("heap \"%s\": %llu trims of %llu bytes, the allocator's %llu of %llu bytes a rank", h->name,
+            (unsigned long long)h->trims, (unsigned long long)h->trimmed_bytes, (unsigned long long)st.trims,
+            (unsigned long long)st.trimmed_bytes);
     return 0;
 }
 #undef BAD

@@ -1,10 +1,12 @@
-/* release.c - the heap wing's release and restore (issue 30): collective
- * over the heap's local ranks like Commit, with its own state and timer (the
- * heap's collect timeout). When every local rank asked, Release copies the
- * chunks into the heap's host copy (mode host), releases every local rank's
- * chunks and answers each rank; Restore creates them again (the same count
- * and size), refills them from the host copy and sends them to each rank.
- * A rank gone or a timeout fails it on every rank with nothing changed.
+/* release.c - the heap wing's release, restore and trim (issue 30):
+ * collective over the heap's local ranks like Commit, with its own state and
+ * timer (the heap's collect timeout). When every local rank asked, Release
+ * copies the chunks into the heap's host copy (mode host), releases every
+ * local rank's chunks and answers each rank; Restore creates them again (the
+ * same count and size), refills them from the host copy and sends them to
+ * each rank; Trim gives back the whole chunks at the top of the extent that
+ * hold no block (ha_trim), on every local rank. A rank gone or a timeout
+ * fails it on every rank with nothing changed.
  * Middle floor (heap_int.h). */
 #include "heap_int.h"
 
@@ -16,12 +18,25 @@
 
 #include "log.h"
 
+/* The collectives: their names for messages, past participles, and the
+ * heap's state a failure leaves. */
+enum { REL_RELEASE, REL_RESTORE, REL_TRIM };
+static const struct {
+    const char *name, *done, *after_fail;
+} rel_kinds[] = {
+    [REL_RELEASE] = {"release", "released", "still active"},
+    [REL_RESTORE] = {"restore", "restored", "still released"},
+    [REL_TRIM] = {"trim", "trimmed", "unchanged"},
+};
+
 /* The collective in progress. Invariant: active <=> waiting > 0 <=> the
- * heap's rel_left is set; waiting == number of ranks with in_rel. */
+ * heap's rel_left is set; waiting == number of ranks with in_rel; kind is
+ * REL_*; kind == REL_TRIM => the heap's mstate is ACTIVE. */
 struct hh_release {
     uv_timer_t timer; /* first: the close callback frees the struct */
     hd_heap *h;
-    bool active, restore;
+    bool active;
+    int kind;
     int mode;
     bool keep;
     uint32_t first, waiting;
@@ -62,7 +77,7 @@ static void rel_gone(hd_heap *h)
     uv_close((uv_handle_t *)&s->timer, rel_closed);
 }
 
-static const char *what(bool restore) { return restore ? "restore" : "release"; }
+static const char *what(int kind) { return rel_kinds[kind].name; }
 
 /* The next rank (from *q on) waiting in the collective, taken out of it
  * (in_rel cleared); NULL when none is left. */
@@ -83,7 +98,7 @@ static bool in_rel(const hd_rank *k) { return k->in_rel; }
 static void rel_fail(hd_heap *h, Heapd__ErrCode code, const char *msg)
 {
     struct hh_release *s = h->rel;
-    h->mstate = s->restore ? HS_STATE_RELEASED : HS_STATE_ACTIVE;
+    h->mstate = s->kind == REL_RESTORE ? HS_STATE_RELEASED : HS_STATE_ACTIVE;
     hh_heap_publish(h); /* the page is current before any rank hears back */
     uint32_t q = 0;
     for (hd_rank *k; (k = take_waiting(h, &q));)
@@ -98,8 +113,8 @@ static void rel_rank_left(hd_heap *h, uint32_t rank, bool clean)
     snprintf(msg, sizeof msg,
              "%s of heap \"%s\" failed: rank %u (pid %ld) %s while the others waited; nothing was %s (the heap "
              "is %s)",
-             what(h->rel->restore), h->name, rank, (long)h->ranks[rank].pid, clean ? "detached" : "disconnected",
-             h->rel->restore ? "restored" : "released", h->rel->restore ? "still released" : "still active");
+             what(h->rel->kind), h->name, rank, (long)h->ranks[rank].pid, clean ? "detached" : "disconnected",
+             rel_kinds[h->rel->kind].done, rel_kinds[h->rel->kind].after_fail);
     rel_fail(h, HEAPD__ERR_CODE__ERR_PEER_GONE, msg);
 }
 
@@ -114,7 +129,7 @@ static void rel_timeout(uv_timer_t *t)
     snprintf(msg, sizeof msg,
              "%s of heap \"%s\" timed out after %u ms: rank(s) %s never called it; every local rank must call "
              "it (nothing changed)",
-             what(s->restore), h->name, h->timeout_ms, missing);
+             what(s->kind), h->name, h->timeout_ms, missing);
     hd_warn("%s", msg);
     rel_fail(h, HEAPD__ERR_CODE__ERR_TIMEOUT, msg);
 }
@@ -318,29 +333,88 @@ static void restore_done(hd_heap *h)
     hh_spare_kick(h); /* issue 27: after the replies */
 }
 
+/* Every local rank asked for the trim: the allocator gives up the wholly
+ * free chunks at the top of the extent (ha_trim: no live or pending block
+ * there, and none can be decided meanwhile: this runs within one request),
+ * every local rank's chunk records there are released, and each rank is
+ * told which indices to unmap. */
+static void trim_done(hd_heap *h)
+{
+    uint64_t t0 = uv_hrtime(), cs = h->ap.chunk_size;
+    ha_stats st;
+    ha_get_stats(h->core, &st);
+    uint32_t have = hh_heap_chunks(h, st.mapped), cut = 0;
+    uint32_t *idx = malloc(have * sizeof *idx);
+    if (!idx) {
+        rel_fail(h, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory (nothing was trimmed)");
+        return;
+    }
+    ha_trim(h->core, &cut);
+    uint32_t keep = have - cut;
+    for (uint32_t j = 0; j < cut; j++)
+        idx[j] = keep + j;
+    for (uint32_t q = 0; q < h->world_size; q++) {
+        hd_rank *k = &h->ranks[q];
+        if (!k->joined)
+            continue;
+        hh_rank_trim_chunks(h, k, keep);
+        if (k->known_chunks > keep)
+            k->known_chunks = keep; /* a growth sends these indices again */
+    }
+    uint64_t per_rank = (uint64_t)cut * cs;
+    if (cut) {
+        h->trims++;
+        h->trimmed_bytes += per_rank * h->local_size;
+    }
+    uint64_t us = (uv_hrtime() - t0) / 1000;
+    char b1[32], b2[32];
+    hd_log(cut ? HD_LOG_INFO : HD_LOG_DEBUG,
+           "heap \"%s\" trimmed: %u chunk%s (%s) on each of %u ranks, %s mapped per rank now, in %llu us", h->name, cut,
+           cut == 1 ? "" : "s", hh_human(per_rank, b1, sizeof b1), h->local_size,
+           hh_human((uint64_t)keep * cs, b2, sizeof b2), (unsigned long long)us);
+    hh_heap_publish(h);
+    hd_trim_out o = {
+        .trimmed_bytes = per_rank, .mapped = (uint64_t)keep * cs, .elapsed_us = us, .chunks = idx, .nchunks = cut};
+    uint32_t q = 0;
+    for (hd_rank *k; (k = take_waiting(h, &q));)
+        k->conn->out->trim(k->conn, k->rel_id, &o);
+    free(idx);
+    rel_end(h);
+}
+
 /* The request's checks against the heap's state. 0, or -1 once answered. */
-static int rel_check(hd_heap *h, hd_peer *c, uint64_t id, bool restore, int mode, bool keep)
+static int rel_check(hd_heap *h, hd_peer *c, uint64_t id, int kind, int mode, bool keep)
 {
     const struct hh_release *s = h->rel;
     uint32_t rank = hd_peer_binding(c)->rank;
+    bool restore = kind == REL_RESTORE;
     char msg[512];
     if (h->ranks[rank].in_rel)
-        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "rank %u is already waiting in a %s", rank,
-                      what(s->restore));
-    else if (s && s->active && s->restore != restore)
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "rank %u is already waiting in a %s", rank, what(s->kind));
+    else if (s && s->active && s->kind != kind)
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE,
                       "heap \"%s\": a %s is in progress (rank %u began it); every rank must call the same", h->name,
-                      what(s->restore), s->first);
-    else if (!restore && hh_released(h))
+                      what(s->kind), s->first);
+    else if (kind == REL_TRIM && h->local_size < h->world_size)
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID,
+                      "heap \"%s\" spans nodes: trim is not built across nodes (each node's allocator must shrink "
+                      "at the same allocation number); release and restore work",
+                      h->name);
+    else if (kind == REL_TRIM && hh_released(h))
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE,
+                      "heap \"%s\" is released: none of its chunks is backed, nothing to trim; restore it first",
+                      h->name);
+    else if (kind == REL_RELEASE && hh_released(h))
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "heap \"%s\" is already released; restore it first", h->name);
     else if (restore && h->mstate == HS_STATE_ACTIVE)
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STATE, "heap \"%s\" is not released: nothing to restore", h->name);
-    else if (!restore && mode != HEAPD__RELEASE_MODE__RELEASE_DISCARD && mode != HEAPD__RELEASE_MODE__RELEASE_HOST)
+    else if (kind == REL_RELEASE && mode != HEAPD__RELEASE_MODE__RELEASE_DISCARD &&
+             mode != HEAPD__RELEASE_MODE__RELEASE_HOST)
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "release mode %d is unknown: use discard (0) or host (1)",
                       mode);
-    else if (!restore && keep && mode != HEAPD__RELEASE_MODE__RELEASE_HOST)
+    else if (kind == REL_RELEASE && keep && mode != HEAPD__RELEASE_MODE__RELEASE_HOST)
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "keep goes with release mode host only");
-    else if (hh_unconnected_rank(h, what(restore), "it must re-attach first", msg, sizeof msg)) {
+    else if (hh_unconnected_rank(h, what(kind), "it must re-attach first", msg, sizeof msg)) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PEER_GONE, "%s", msg);
         if (s && s->active)
             rel_fail(h, HEAPD__ERR_CODE__ERR_PEER_GONE, msg);
@@ -349,10 +423,10 @@ static int rel_check(hd_heap *h, hd_peer *c, uint64_t id, bool restore, int mode
     return -1;
 }
 
-static void rel_join(hd_peer *c, uint64_t id, bool restore, int mode, bool keep)
+static void rel_join(hd_peer *c, uint64_t id, int kind, int mode, bool keep)
 {
-    hd_heap *h = hh_formed_heap(c, id, restore ? "restore" : "release");
-    if (!h || hh_poison_check(h, c, id) || rel_check(h, c, id, restore, mode, keep))
+    hd_heap *h = hh_formed_heap(c, id, what(kind));
+    if (!h || hh_poison_check(h, c, id) || rel_check(h, c, id, kind, mode, keep))
         return;
     struct hh_release *s = rel_state(h);
     if (!s) {
@@ -360,7 +434,7 @@ static void rel_join(hd_peer *c, uint64_t id, bool restore, int mode, bool keep)
         return;
     }
     uint32_t rank = hd_peer_binding(c)->rank;
-    if (s->active && !restore && (s->mode != mode || s->keep != keep)) {
+    if (s->active && kind == REL_RELEASE && (s->mode != mode || s->keep != keep)) {
         char msg[600];
         snprintf(msg, sizeof msg,
                  "asymmetric release of heap \"%s\": rank %u asked for mode %s%s, rank %u for mode %s%s; every rank "
@@ -373,12 +447,13 @@ static void rel_join(hd_peer *c, uint64_t id, bool restore, int mode, bool keep)
     }
     if (!s->active) {
         s->active = true;
-        s->restore = restore;
+        s->kind = kind;
         s->mode = mode;
         s->keep = keep;
         s->first = rank;
         h->rel_left = rel_rank_left;
-        h->mstate = restore ? HS_STATE_RESTORING : HS_STATE_RELEASING;
+        if (kind != REL_TRIM)
+            h->mstate = kind == REL_RESTORE ? HS_STATE_RESTORING : HS_STATE_RELEASING;
         uv_update_time(h->reg->loop);
         uv_timer_start(&s->timer, rel_timeout, h->timeout_ms, 0);
         hh_heap_publish(h);
@@ -387,17 +462,23 @@ static void rel_join(hd_peer *c, uint64_t id, bool restore, int mode, bool keep)
     k->in_rel = true;
     k->rel_id = id;
     if (++s->waiting == h->local_size)
-        (restore ? restore_done : release_done)(h);
+        (kind == REL_RESTORE ? restore_done : kind == REL_TRIM ? trim_done : release_done)(h);
 }
 
 void hd_heap_release(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Release *m)
 {
     (void)r;
-    rel_join(c, id, false, (int)m->mode, m->keep);
+    rel_join(c, id, REL_RELEASE, (int)m->mode, m->keep);
 }
 
 void hd_heap_restore(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Restore *m)
 {
     (void)r, (void)m;
-    rel_join(c, id, true, 0, false);
+    rel_join(c, id, REL_RESTORE, 0, false);
+}
+
+void hd_heap_trim(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Trim *m)
+{
+    (void)r, (void)m;
+    rel_join(c, id, REL_TRIM, 0, false);
 }

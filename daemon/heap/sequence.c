@@ -231,7 +231,12 @@ static const hd_decision *decide(hd_heap *h, hd_peer *c, uint64_t id, uint64_t s
  * not seen. */
 static void send_alloc(hd_heap *h, hd_rank *k, hd_peer *c, uint64_t id, uint64_t seq, const hd_decision *d)
 {
+    /* Issue 30: a decision made before a trim may name a larger extent
+     * than the chunks there are now; its block lies below (a trim takes
+     * only chunks without a block), the chunks above come with a growth. */
     uint32_t upto = hh_heap_chunks(h, d->mapped);
+    if (upto > k->nchunks)
+        upto = k->nchunks;
     chunk_msg cm = {0};
     if (upto > k->known_chunks && hh_chunk_msg_build(h, k->known_chunks, upto, &cm)) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY,
@@ -242,7 +247,7 @@ static void send_alloc(hd_heap *h, hd_rank *k, hd_peer *c, uint64_t id, uint64_t
     ar.seq = seq;
     ar.offset = d->offset;
     ar.block_size = d->block_size;
-    ar.mapped = d->mapped;
+    ar.mapped = (uint64_t)upto * h->ap.chunk_size < d->mapped ? (uint64_t)upto * h->ap.chunk_size : d->mapped;
     ar.nchunks = cm.n;
     ar.new_chunks = cm.refs;
     ar.fds = cm.fds;

@@ -143,7 +143,9 @@ class HeapStats(Structure):
                 ("state", c_uint32), ("resident_bytes", c_uint64), ("host_copy_bytes", c_uint64),
                 ("releases", c_uint64), ("restores", c_uint64),
                 # issue 27
-                ("eager_reclaims", c_uint64), ("spare_bytes", c_uint64), ("grow_ahead", c_uint32)]
+                ("eager_reclaims", c_uint64), ("spare_bytes", c_uint64), ("grow_ahead", c_uint32),
+                # issue 30: trim
+                ("trims", c_uint64), ("trimmed_bytes", c_uint64)]
 
 
 class Block(Structure):
@@ -224,6 +226,7 @@ def _opt(name, res, *args):
 release = _opt("heapc_release", c_int, H, c_int)
 restore = _opt("heapc_restore", c_int, H)
 state = _opt("heapc_state", c_int, H)
+trim = _opt("heapc_trim", c_int, H, POINTER(c_uint64))
 
 # ---- the layout check (issue 31 item 8) ----
 ABI_VERSION = 6   # client/heapc.h's HEAPC_ABI_VERSION that these structs copy

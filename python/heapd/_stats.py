@@ -1,7 +1,8 @@
 """heapd's statistics as dicts (heapc_stats), shaped and named as heapctl
 --json's. Issue 30: "state" ("active", "releasing", "released",
 "restoring"), "resident_bytes", "host_copy_bytes", "releases", "restores".
-Issue 27: "eager_reclaims", and params["reclaim"] ("eager" or "collect")."""
+Issue 27: "eager_reclaims", and params["reclaim"] ("eager" or "collect").
+Issue 30 (trim): "trims", "trimmed_bytes" (every local rank's chunk bytes)."""
 import ctypes
 import os
 

@@ -1,0 +1,336 @@
+/*
+ * check_trim.c - unit tests for trim (issue 30): the allocator core's
+ * ha_trim (both policies: only whole chunks above every live or pending
+ * block leave, the extent keeps one chunk, a growth comes back at the same
+ * offsets, the invariants after each step) and the heap wing's collective
+ * (daemon/heap/release.c): the chunks given back on every rank, a live block
+ * holding its chunk, the growth that sends the chunk indices again, Stats,
+ * a rank gone or late, the refusals. The fixture is tests/check_wing.h's.
+ */
+#include "check_wing.h"
+
+#include "alloc.h"
+#include "status.h"
+
+#define MIB (UINT64_C(1) << 20)
+
+static void core_ok(ha_heap *h)
+{
+    char err[300];
+    ck_assert_msg(ha_validate(h, err, sizeof err) == HA_OK, "%s", err);
+}
+
+/* One allocation through the alloc protocol (collect, grow, then place). */
+static uint64_t core_alloc(ha_heap *h, uint64_t size, uint32_t *grown)
+{
+    ha_alloc_result r;
+    for (;;) {
+        int rc = ha_alloc(h, size, &r);
+        if (rc == HA_NEED_COLLECT) {
+            ck_assert_int_eq(ha_collect(h, NULL, NULL), HA_OK);
+        } else if (rc == HA_NEED_GROW) {
+            ck_assert_int_eq(ha_grow(h, r.grow_chunks), HA_OK);
+            if (grown)
+                *grown += r.grow_chunks;
+        } else {
+            ck_assert_int_eq(rc, HA_OK);
+            core_ok(h);
+            return r.offset;
+        }
+    }
+}
+
+static ha_heap *core_new(ha_policy pol, ha_reclaim rcl, uint32_t ranks)
+{
+    ha_params p = {.ranks = ranks,
+                   .chunk_size = MIB,
+                   .initial_size = 4 * MIB,
+                   .va_size = 64 * MIB,
+                   .min_block = 4096,
+                   .policy = pol,
+                   .reclaim = rcl,
+                   .one_decider = rcl == HA_RECLAIM_EAGER};
+    ha_heap *h = NULL;
+    char err[200];
+    ck_assert_msg(ha_create(&p, &h, err, sizeof err) == HA_OK, "%s", err);
+    return h;
+}
+
+static uint64_t mapped_of(const ha_heap *h)
+{
+    ha_stats st;
+    ha_get_stats(h, &st);
+    return st.mapped;
+}
+
+static void free_all(ha_heap *h, uint32_t ranks, uint64_t off)
+{
+    for (uint32_t r = 0; r < ranks; r++)
+        ck_assert_int_eq(ha_free(h, r, off), HA_OK);
+    core_ok(h);
+}
+
+/* Both policies: a fresh heap keeps one chunk; a block at the top holds
+ * its chunks (and those below); once it goes they leave; growth comes back
+ * at the offsets trimmed; the counters add up. */
+static void core_top(ha_policy pol)
+{
+    ha_heap *h = core_new(pol, HA_RECLAIM_COLLECT, 2);
+    uint32_t cut = 99;
+    ck_assert_int_eq(ha_trim(h, &cut), HA_OK);
+    ck_assert_uint_eq(cut, 3);
+    ck_assert_uint_eq(mapped_of(h), MIB);
+    core_ok(h);
+    ck_assert_int_eq(ha_trim(h, &cut), HA_OK); /* nothing more: one chunk stays */
+    ck_assert_uint_eq(cut, 0);
+    /* Fill 3 chunks with 1 MiB blocks (the seed's bump, coalesce's fit). */
+    uint64_t off[3];
+    uint32_t grown = 0;
+    for (int i = 0; i < 3; i++)
+        off[i] = core_alloc(h, MIB, &grown);
+    ck_assert_uint_eq(mapped_of(h), 3 * MIB);
+    uint64_t top = off[0] > off[1] ? (off[0] > off[2] ? 0 : 2) : (off[1] > off[2] ? 1 : 2);
+    ck_assert_uint_eq(off[top], 2 * MIB);
+    /* Pending (every rank freed, no collect yet) is not free. */
+    free_all(h, 2, off[top]);
+    ck_assert_int_eq(ha_trim(h, &cut), HA_OK);
+    ck_assert_uint_eq(cut, 0);
+    ck_assert_int_eq(ha_collect(h, NULL, NULL), HA_OK);
+    /* Live below the top: only the top chunk leaves. */
+    ck_assert_int_eq(ha_trim(h, &cut), HA_OK);
+    ck_assert_uint_eq(cut, 1);
+    ck_assert_uint_eq(mapped_of(h), 2 * MIB);
+    core_ok(h);
+    /* A growth comes back at the offset trimmed. */
+    grown = 0;
+    ck_assert_uint_eq(core_alloc(h, MIB, &grown), 2 * MIB);
+    ck_assert_uint_eq(grown, 1);
+    ha_stats st;
+    ha_get_stats(h, &st);
+    ck_assert_uint_eq(st.trims, 2);
+    ck_assert_uint_eq(st.trimmed_bytes, 4 * MIB);
+    ck_assert_uint_eq(st.mapped, 3 * MIB);
+    ha_destroy(h);
+}
+
+START_TEST(core_trim_top_coalesce) { core_top(HA_POLICY_COALESCE); }
+END_TEST
+
+START_TEST(core_trim_top_seed) { core_top(HA_POLICY_SEED); }
+END_TEST
+
+/* Coalesce: a small live block near the top of a chunk holds it; a free
+ * chunk below a live one stays (only the top is trimmed); eager reclaim
+ * frees at the last release. Two heaps fed the same calls, trims
+ * included, decide alike (determinism). */
+START_TEST(core_trim_partial_and_deterministic)
+{
+    ha_heap *a = core_new(HA_POLICY_COALESCE, HA_RECLAIM_EAGER, 3);
+    ha_heap *b = core_new(HA_POLICY_COALESCE, HA_RECLAIM_EAGER, 3);
+    ha_heap *hs[2] = {a, b};
+    uint64_t offs[2][8];
+    for (int x = 0; x < 2; x++) {
+        ha_heap *h = hs[x];
+        uint32_t cut;
+        ck_assert_int_eq(ha_trim(h, &cut), HA_OK);
+        for (int i = 0; i < 6; i++)
+            offs[x][i] = core_alloc(h, (uint64_t)(i + 1) * 300 * 1024, NULL);
+        uint64_t m = mapped_of(h);
+        /* Free every block but the lowest: the top chunks empty out. */
+        uint64_t lowest = offs[x][0];
+        for (int i = 1; i < 6; i++)
+            if (offs[x][i] < lowest)
+                lowest = offs[x][i];
+        for (int i = 0; i < 6; i++)
+            if (offs[x][i] != lowest)
+                free_all(h, 3, offs[x][i]);
+        ck_assert_int_eq(ha_trim(h, &cut), HA_OK);
+        uint64_t keep = (lowest + ha_block_size(h, lowest) + MIB - 1) / MIB * MIB;
+        ck_assert_uint_eq(mapped_of(h), keep);
+        ck_assert_uint_eq(cut, (m - keep) / MIB);
+        core_ok(h);
+        offs[x][6] = core_alloc(h, 3 * MIB, NULL);
+        offs[x][7] = core_alloc(h, 4096, NULL);
+    }
+    for (int i = 0; i < 8; i++)
+        ck_assert_uint_eq(offs[0][i], offs[1][i]);
+    ha_stats sa, sb;
+    ha_get_stats(a, &sa);
+    ha_get_stats(b, &sb);
+    ck_assert_mem_eq(&sa, &sb, sizeof sa);
+    ha_destroy(a);
+    ha_destroy(b);
+}
+END_TEST
+
+/* ---- the heap wing --------------------------------------------------------- */
+
+static void trim(int peer)
+{
+    Heapd__Trim m = HEAPD__TRIM__INIT;
+    hd_heap_trim(reg, &peers[peer], 13, &m);
+    validate();
+}
+
+static void both_trim(void)
+{
+    trim(0);
+    trim(1);
+    ck_assert_msg(last(0)->kind == R_TRIM, "%s", last(0)->msg);
+    ck_assert_msg(last(1)->kind == R_TRIM, "%s", last(1)->msg);
+}
+
+static void release(int peer)
+{
+    Heapd__Release m = HEAPD__RELEASE__INIT;
+    hd_heap_release(reg, &peers[peer], 11, &m);
+    validate();
+}
+
+static void restore(int peer)
+{
+    Heapd__Restore m = HEAPD__RESTORE__INIT;
+    hd_heap_restore(reg, &peers[peer], 12, &m);
+    validate();
+}
+
+/* Four 1 MiB blocks (seq 0..3) on both ranks: 4 chunks. off[i] the offsets. */
+static void four(uint64_t *off)
+{
+    formed();
+    for (uint64_t i = 0; i < 4; i++)
+        off[i] = alloc2(i, MIB, NULL);
+    stats(2);
+    ck_assert_uint_eq(last(2)->mapped, 4 * MIB);
+}
+
+static int at(const uint64_t *off, uint64_t where)
+{
+    for (int i = 0; i < 4; i++)
+        if (off[i] == where)
+            return i;
+    ck_abort_msg("no block at %llu", (unsigned long long)where);
+    return -1;
+}
+
+START_TEST(wing_trim_gives_back_top_chunks)
+{
+    uint64_t off[4];
+    four(off);
+    /* A free chunk below a live one stays (chunk 2 free, chunk 3 live). */
+    int b2 = at(off, 2 * MIB), b3 = at(off, 3 * MIB);
+    free1(0, off[b2]);
+    free1(1, off[b2]);
+    trim(0);
+    ck_assert_int_eq(last(0)->kind, R_FREE); /* waits for rank 1 */
+    trim(1);
+    ck_assert_msg(last(0)->kind == R_TRIM, "%s", last(0)->msg);
+    ck_assert_int_eq(last(1)->kind, R_TRIM);
+    ck_assert_uint_eq(last(1)->trimmed, 0);
+    ck_assert_uint_eq(last(1)->ntrim, 0);
+    stats(2);
+    ck_assert_uint_eq(last(2)->mapped, 4 * MIB);
+    ck_assert_uint_eq(last(2)->trims, 0);
+    /* A block only one rank freed is live: it holds chunk 3. */
+    free1(0, off[b3]);
+    both_trim();
+    ck_assert_uint_eq(last(0)->trimmed, 0);
+    free1(1, off[b3]);
+    both_trim();
+    ck_assert_uint_eq(last(0)->trimmed, 2 * MIB);
+    ck_assert_uint_eq(last(1)->mapped, 2 * MIB);
+    ck_assert_uint_eq(last(1)->ntrim, 2);
+    ck_assert_uint_eq(last(1)->trim_chunks[0], 2);
+    ck_assert_uint_eq(last(1)->trim_chunks[1], 3);
+    stats(2);
+    ck_assert_uint_eq(last(2)->mapped, 2 * MIB);
+    ck_assert_uint_eq(last(2)->resident, 4 * MIB); /* 2 chunks on each of 2 ranks */
+    ck_assert_uint_eq(last(2)->trims, 1);
+    ck_assert_uint_eq(last(2)->trimmed, 4 * MIB);
+    /* The growth comes back at the offsets trimmed, and sends chunk 2 of
+     * both ranks again to each. */
+    alloc_n(0, 4, MIB, NULL);
+    ck_assert_msg(last(0)->kind == R_ALLOC, "%s", last(0)->msg);
+    ck_assert_uint_eq(last(0)->offset, 2 * MIB);
+    ck_assert_uint_eq(last(0)->alloc_nchunks, 2);
+    ck_assert_uint_eq(last(0)->alloc_first, 2);
+    alloc_n(1, 4, MIB, NULL);
+    ck_assert_uint_eq(last(1)->offset, 2 * MIB);
+    ck_assert_uint_eq(last(1)->alloc_nchunks, 2);
+    ck_assert_uint_eq(last(1)->alloc_first, 2);
+    stats(2);
+    ck_assert_uint_eq(last(2)->mapped, 3 * MIB);
+}
+END_TEST
+
+START_TEST(wing_trim_peer_gone_and_timeout)
+{
+    persist_s = 60;
+    uint64_t off[4];
+    four(off);
+    free1(0, off[at(off, 3 * MIB)]);
+    free1(1, off[at(off, 3 * MIB)]);
+    trim(0);
+    crash1();
+    is_error(0, HEAPD__ERR_CODE__ERR_PEER_GONE, "trim of heap \"h\" failed: rank 1 (pid 2001) disconnected");
+    is_error(0, HEAPD__ERR_CODE__ERR_PEER_GONE, "nothing was trimmed");
+    stats(2);
+    ck_assert_uint_eq(last(2)->mapped, 4 * MIB);
+    trim(0);
+    is_error(0, HEAPD__ERR_CODE__ERR_PEER_GONE, "rank 1 is not connected");
+    attach(3, 1);
+    ck_assert_int_eq(last(3)->kind, R_ATTACH);
+    stats(0); /* peer 0's latest answer is no error */
+    trim(0);
+    ck_assert_int_eq(last(0)->kind, R_STATS);
+    uint64_t end = uv_now(&loop) + 5000;
+    while (last(0)->kind != R_ERROR && uv_now(&loop) < end)
+        uv_run(&loop, UV_RUN_ONCE);
+    is_error(0, HEAPD__ERR_CODE__ERR_TIMEOUT, "rank(s) 1 never called it");
+    trim(0);
+    trim(3);
+    ck_assert_msg(last(3)->kind == R_TRIM, "%s", last(3)->msg);
+    ck_assert_uint_eq(last(3)->trimmed, MIB);
+}
+END_TEST
+
+START_TEST(wing_trim_refusals)
+{
+    formed();
+    trim(0);
+    release(1);
+    is_error(1, HEAPD__ERR_CODE__ERR_STATE, "a trim is in progress (rank 0 began it)");
+    trim(0);
+    is_error(0, HEAPD__ERR_CODE__ERR_PROTOCOL, "rank 0 is already waiting in a trim");
+    trim(1);
+    ck_assert_int_eq(last(1)->kind, R_TRIM);
+    release(0);
+    release(1);
+    ck_assert_int_eq(last(1)->kind, R_RELEASE);
+    trim(0);
+    is_error(0, HEAPD__ERR_CODE__ERR_STATE, "nothing to trim; restore it first");
+    restore(0);
+    restore(1);
+    ck_assert_int_eq(last(1)->kind, R_RESTORE);
+}
+END_TEST
+
+static Suite *trim_suite(void)
+{
+    Suite *s = suite_create("trim");
+    TCase *core = tcase_create("core");
+    tcase_add_test(core, core_trim_top_coalesce);
+    tcase_add_test(core, core_trim_top_seed);
+    tcase_add_test(core, core_trim_partial_and_deterministic);
+    suite_add_tcase(s, core);
+    TCase *tc = tcase_create("wing");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, wing_trim_gives_back_top_chunks);
+    tcase_add_test(tc, wing_trim_peer_gone_and_timeout);
+    tcase_add_test(tc, wing_trim_refusals);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return ckw_main(trim_suite()); }
