@@ -235,6 +235,17 @@ static int fence_reap(heapc *c, int close, int poll)
     return frc == HF_OK ? HEAPC_OK : fence_fail(c, frc, "checking freed blocks' streams", merr);
 }
 
+/* Trim and release: blocks released early (stream-ordered reuse) whose
+ * stream work may still run are waited for first. */
+int hci_fence_wait_early(heapc *c)
+{
+    if (!c->fence_on || c->fence.waiting == c->fence.held)
+        return HEAPC_OK;
+    char merr[320] = "";
+    int frc = hf_queue_wait_early(&c->fence, merr, sizeof merr);
+    return frc == HF_OK ? HEAPC_OK : fence_fail(c, frc, "waiting for freed blocks' streams", merr);
+}
+
 /* Detach: the caller promised no device work still touches the heap, so
  * every waiting block goes to the free queue without a query. */
 int hci_fence_drain_all(heapc *c)

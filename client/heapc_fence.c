@@ -356,6 +356,19 @@ static int order_after(hf_queue *q, hf_group *g, void *stream, int known, char *
     return HF_OK;
 }
 
+int hf_queue_wait_early(hf_queue *q, char *err, size_t errlen)
+{
+    if (q->open.n && q->open.early) {
+        int rc = hf_queue_close(q, err, errlen);
+        if (rc != HF_OK)
+            return rc;
+    }
+    for (size_t i = 0; i < q->nclosed; i++)
+        if (q->closed[i].early && q->src.ops->wait(q->src.impl, q->closed[i].marker, err, errlen) != 0)
+            return HF_EDEVICE;
+    return HF_OK;
+}
+
 int hf_queue_order(hf_queue *q, uint64_t off, uint64_t size, void *stream, int known, char *err, size_t errlen)
 {
     hf_group *o = &q->open;

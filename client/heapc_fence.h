@@ -109,6 +109,10 @@ int hf_queue_add(hf_queue *q, void *stream, uint64_t offset, uint64_t size, int 
  * source without stream_wait). Same stream: nothing, stream order suffices.
  * Counts each wait in q->orders. */
 int hf_queue_order(hf_queue *q, uint64_t off, uint64_t size, void *stream, int known, char *err, size_t errlen);
+/* Waits until the work of every early group's stream completed (trim and
+ * release take the memory away, so nothing freed early may still be in
+ * use). */
+int hf_queue_wait_early(hf_queue *q, char *err, size_t errlen);
 /* Records the open group's marker (nothing when there is no open group). */
 int hf_queue_close(hf_queue *q, char *err, size_t errlen);
 /* Queries the closed groups; for each completed one calls emit(data,

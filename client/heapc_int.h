@@ -210,6 +210,7 @@ void hci_ls_clear(liveset *s);
 int hci_ls_insert(liveset *s, uint64_t k, uint64_t size); /* 1 inserted, 0 there, -1 out of memory */
 int hci_flush_locked(heapc *c);
 int hci_flush_all_locked(heapc *c); /* heapc_flush: completed streams' frees too */
+int hci_fence_wait_early(heapc *c); /* trim, release: early frees' stream work done */
 int hci_fence_drain_all(heapc *c);
 
 /* heapc_names.c (issue 29) */

@@ -25,7 +25,9 @@ static int release_locked(heapc *c, int mode)
     if (c->mstate == HEAPC_STATE_RELEASED)
         return hci_set_err(c, HEAPC_ESTATE, "heapc_release: heap %s is already released; call heapc_restore first",
                            c->heap);
-    int rc = hci_flush_all_locked(c);
+    int rc = hci_fence_wait_early(c); /* the memory goes: nothing freed early may be in use */
+    if (rc == HEAPC_OK)
+        rc = hci_flush_all_locked(c);
     if (rc != HEAPC_OK)
         return rc;
     Heapd__Release rm = HEAPD__RELEASE__INIT;
@@ -102,7 +104,9 @@ static int trim_locked(heapc *c, uint64_t *trimmed)
                            c->heap);
     /* The frees whose stream work completed (no device sync): their blocks
      * may be all that holds a chunk. */
-    int rc = hci_flush_all_locked(c);
+    int rc = hci_fence_wait_early(c); /* a block released early may still be in use */
+    if (rc == HEAPC_OK)
+        rc = hci_flush_all_locked(c);
     if (rc != HEAPC_OK)
         return rc;
     Heapd__Trim tm = HEAPD__TRIM__INIT;

@@ -47,6 +47,7 @@ static void params(void)
     F(heapc_params, job);
     F(heapc_params, persist_s);
     F(heapc_params, reclaim);
+    F(heapc_params, grow_ahead);
     end();
 }
 
@@ -152,6 +153,8 @@ static void stats(void)
     F(heapc_heap_stats, releases);
     F(heapc_heap_stats, restores);
     F(heapc_heap_stats, eager_reclaims);
+    F(heapc_heap_stats, spare_bytes);
+    F(heapc_heap_stats, grow_ahead);
     F(heapc_heap_stats, trims);
     F(heapc_heap_stats, trimmed_bytes);
     end();

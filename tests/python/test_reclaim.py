@@ -166,3 +166,38 @@ def test_stream_reuse_waits_for_the_stream(sock, heapname):
         assert st["growths"] == 0 and st["collects"] == 0
     L.lib.heapc_hstream_destroy.argtypes = [ctypes.c_void_p]
     L.lib.heapc_hstream_destroy(hs)
+
+
+def test_trim_waits_for_early_released_blocks(sock, heapname):
+    """With stream-ordered reuse a block freed on a stream is heapd's at
+    once, so trim (which unmaps free chunks) first waits for that stream's
+    work: a thread completes it once it sees the wait."""
+    import ctypes
+    import threading
+    from heapd import _lib as L
+    for f, res, args in (("heapc_hstream_create", ctypes.c_void_p, []),
+                         ("heapc_hstream_begin", ctypes.c_uint64, [ctypes.c_void_p]),
+                         ("heapc_hstream_complete", None, [ctypes.c_void_p, ctypes.c_uint64]),
+                         ("heapc_hstream_waiters", ctypes.c_uint64, [ctypes.c_void_p]),
+                         ("heapc_hstream_pending", ctypes.c_uint64, [ctypes.c_void_p]),
+                         ("heapc_hstream_destroy", None, [ctypes.c_void_p])):
+        getattr(L.lib, f).restype, getattr(L.lib, f).argtypes = res, args
+    hs = L.lib.heapc_hstream_create()
+    with heapd.Heap(heapname, 0, 1, sock, chunk_size="1M", initial_size="1M") as h:
+        keep = h.zeros(16)
+        t = h.empty(1 << 20, dtype=torch.uint8)       # grows into a second chunk
+        ticket = L.lib.heapc_hstream_begin(hs)
+        h.free(t, stream=hs)
+        del t
+
+        def complete():
+            _wait(lambda: L.lib.heapc_hstream_waiters(hs) > 0, "trim's wait")
+            L.lib.heapc_hstream_complete(hs, ticket)
+        th = threading.Thread(target=complete)
+        th.start()
+        trimmed = h.trim()
+        assert L.lib.heapc_hstream_pending(hs) == 0, "trim returned before the stream's work completed"
+        th.join()
+        assert trimmed == 1 << 20 and h.mapped == 1 << 20
+        assert float(keep.sum()) == 0.0
+    L.lib.heapc_hstream_destroy(hs)

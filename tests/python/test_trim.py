@@ -149,6 +149,7 @@ def _stream_held(rank, world, sock, name):
     complete.restype, complete.argtypes = None, [ctypes.c_void_p, ctypes.c_uint64]
     destroy.restype, destroy.argtypes = None, [ctypes.c_void_p]
     with heapd.Heap(name, rank, world, sock, chunk_size="1M", initial_size="1M") as h:
+        h.set_stream_reuse(False)   # issue 18's rule (with reuse on, trim waits: test_reclaim)
         keep = h.zeros(16)
         t = h.empty(MIB, dtype=torch.uint8)
         h.collect()
