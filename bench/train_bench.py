@@ -19,7 +19,11 @@ time is the median). Two ways to run it:
          eager_reclaims.
 Configurations: 1rank (one process) and 2rank (two processes on cuda:0 at once,
 each running the loop; the heap has world 2; torch's anchor is two torch
-processes at once). Every run is a fresh process (a pluggable allocator can
+processes at once). With 2 ranks every step ends with a barrier of the ranks
+(a one-element gloo all_reduce on the CPU, where DDP would all-reduce the
+gradients; NCCL cannot run two ranks on one GPU): a symmetric heap reuses a
+block once every rank freed it, so ranks that drift apart without ever
+meeting make it grow, where real jobs meet at every collective. Every run is a fresh process (a pluggable allocator can
 only be set before the first CUDA allocation); the ranks of a run start their
 timed steps together (READY / GO over their pipes). A round runs every
 configuration with torch and heap alternating, the order flipping each round
@@ -87,6 +91,8 @@ def train(a, torch, heap, ht, out, sample):
     def sync():
         if not a.host:
             torch.cuda.synchronize()
+        if a.world > 1:                     # the step's barrier (DDP: the gradients' all-reduce)
+            torch.distributed.all_reduce(torch.zeros(1))
     torch.manual_seed(1234)
     model, shape = _model(torch, a.host)
     model = model.to(dev)
@@ -146,6 +152,10 @@ def child(a):
             ht.install_allocator()          # before anything touches torch's CUDA state
     if not a.host:
         torch.cuda.set_device(0)
+    if a.world > 1:
+        import torch.distributed
+        torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.dist_port}",
+                                             rank=a.rank, world_size=a.world)
     if a.mode == "heap":
         heap = heapd.Heap(a.heap, a.rank, a.world, a.socket, chunk_size=a.chunk,
                           collect_timeout_ms=a.collect_timeout_ms, timeout_ms=a.reply_timeout_ms,
@@ -221,12 +231,19 @@ def _timed_steps(a, warm_ms):
     return max(3, min(a.steps, int(a.timed_budget_s * 1000.0 / max(warm_ms, 1e-3))))
 
 
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def run_once(a, mode, world, name, timeout):
     """world rank processes of one run; their RESULT dicts, or Fail(reason)."""
     cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--world", str(world),
            "--heap", name, "--steps", str(a.steps), "--warmup", str(a.warmup),
            "--chunk", a.chunk, "--collect-timeout-ms", str(a.collect_timeout_ms),
-           "--reply-timeout-ms", str(a.reply_timeout_ms)]
+           "--reply-timeout-ms", str(a.reply_timeout_ms), "--dist-port", str(_free_port())]
     if a.host:
         cmd.append("--host")
     if a.socket:
@@ -433,6 +450,7 @@ def main():
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--world", type=int, default=1)
     ap.add_argument("--heap", default="")
+    ap.add_argument("--dist-port", type=int, default=0)
     a = ap.parse_args()
     a.steps = a.steps or (5 if a.host else 20)
     a.warmup = a.warmup or (2 if a.host else 5)

@@ -12,11 +12,17 @@ void hab_free(hab_bits *b)
     memset(b, 0, sizeof *b);
 }
 
-/* Resizes to nbits (only grows), keeping level 0, rebuilding the rest. */
+/* Resizes to at least nbits (only grows, at least doubling), keeping level
+ * 0, rebuilding the rest. */
 int hab_resize(hab_bits *b, uint64_t nbits)
 {
     if (nbits <= b->nbits && b->nlevels)
         return 0;
+    /* Growths come one chunk at a time: at least double, so that a run of
+     * them costs O(final size) in copies, not O(size) each (the positions
+     * beyond the caller's are never set). */
+    if (b->nlevels && nbits < 2 * b->nbits)
+        nbits = 2 * b->nbits;
     size_t nw[HAB_MAXLV] = {0};
     uint32_t nl = 0;
     size_t n = (size_t)((nbits + 63) / 64);

@@ -61,7 +61,8 @@ typedef struct hab_bits {
 } hab_bits;
 
 void hab_free(hab_bits *b);
-/* Resizes to nbits (only grows), keeping level 0, rebuilding the rest. */
+/* Resizes to at least nbits (only grows, at least doubling), keeping level
+ * 0, rebuilding the rest. */
 int hab_resize(hab_bits *b, uint64_t nbits);
 
 static inline bool hab_test(const hab_bits *b, uint64_t i) { return i < b->nbits && (b->w[0][i / 64] >> (i % 64)) & 1; }

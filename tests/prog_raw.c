@@ -834,10 +834,10 @@ static int case_unknown_type(void)
     if (open_hello(&c))
         return -1;
     int rc = -1;
-    /* id 7 and field 99 (a body heapd does not know), field 40 as a
+    /* id 7 and field 99 (a body heapd does not know), field 60 as a
      * submessage, and a huge field number. */
     static const unsigned char m1[] = {0x08, 0x07, 0x9a, 0x06, 0x02, 0x08, 0x01};
-    static const unsigned char m2[] = {0x08, 0x07, 0xc2, 0x02, 0x00};
+    static const unsigned char m2[] = {0x08, 0x07, 0xe2, 0x03, 0x00};
     static const unsigned char m3[] = {0x08, 0x07, 0xf8, 0xff, 0xff, 0xff, 0x0f, 0x01};
     const unsigned char *m[] = {m1, m2, m3};
     size_t ml[] = {sizeof m1, sizeof m2, sizeof m3};
