@@ -376,11 +376,22 @@ static void co_destroy(ha_heap *h)
 }
 
 /* May a collect reclaim anything? reclaim collect: some block exists (the
- * same on every node); eager: some block is pending (only when a reclaim
- * could not make room: nothing else ever waits). */
+ * same on every node); eager: some block is pending, or some rank released
+ * a block another rank still holds (rel_bytes[r] > pending_bytes). The
+ * latter is a rank that runs ahead of another: rather than grow by what
+ * the other has not freed yet, the heap asks for a collect, a barrier at
+ * this allocation that brings the other rank's releases in (issue 27: ranks
+ * that drift apart within a step otherwise map a step's memory more). */
 static inline bool co_reclaimable(const ha_heap *h)
 {
-    return h->p.reclaim == HA_RECLAIM_EAGER ? h->pending.n > 0 : h->tab.count > 0;
+    if (h->p.reclaim != HA_RECLAIM_EAGER)
+        return h->tab.count > 0;
+    if (h->pending.n > 0)
+        return true;
+    for (uint32_t r = 0; r < h->p.ranks; r++)
+        if (h->rel_bytes[r] > h->pending_bytes)
+            return true;
+    return false;
 }
 
 /* The answer when nothing fits: a collect, a growth or HA_EVA. */
