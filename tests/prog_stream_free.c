@@ -125,24 +125,43 @@ static int check_owner(dev *d, heapc *c, const char *what, uint64_t off, uint64_
     return 0;
 }
 
-static int round_main(dev *d, int hook)
+/* This rank's context on a fresh heap PREFIX-suffix: chunk-sized chunks (and
+ * initial extent, 0: heapd's), min_block 4 KiB, the coalesce policy, the
+ * reclaim asked for, stream-ordered reuse on or off. NULL after a FAIL line. */
+static heapc *round_attach(const char *suffix, uint64_t chunk, uint64_t initial, heapc_reclaim reclaim, int reuse)
 {
-    const char *name = hook ? "hook" : "stream";
     char heap[128];
-    snprintf(heap, sizeof heap, "%s-%s", o.heap, name);
+    snprintf(heap, sizeof heap, "%s-%s", o.heap, suffix);
     heapc *c = heapc_connect(o.sock);
-    if (!c)
-        FAIL("heapc_connect: out of memory");
-    HC(heapc_err(c));
-    heapc_set_timeout(c, o.timeout_s * 1000);
+    if (!c) {
+        say("FAIL: heapc_connect: out of memory");
+        return NULL;
+    }
     heapc_params p = {0};
-    p.chunk_size = 64 * MiB;
+    p.chunk_size = chunk;
+    p.initial_size = initial;
     p.min_block = 4096;
     p.policy = HEAPC_POLICY_COALESCE;
     p.collect_timeout_ms = (uint32_t)o.timeout_s * 1000u;
-    p.reclaim = HEAPC_RECLAIM_COLLECT; /* these rounds are about the collect; eager: eager_round */
-    HC(heapc_attach(c, heap, (uint32_t)R, (uint32_t)o.ranks, &p));
-    HC(heapc_set_stream_reuse(c, 0)); /* issue 18's rule: released once the stream's work completed */
+    p.reclaim = reclaim;
+    heapc_set_timeout(c, o.timeout_s * 1000);
+    if (heapc_err(c) != HEAPC_OK || heapc_attach(c, heap, (uint32_t)R, (uint32_t)o.ranks, &p) != HEAPC_OK ||
+        heapc_set_stream_reuse(c, reuse) != HEAPC_OK) {
+        say("FAIL: attaching to heap %s: %s: %s", heap, heapc_errname(heapc_err(c)), heapc_errstr(c));
+        heapc_free_ctx(c);
+        return NULL;
+    }
+    return c;
+}
+
+static int round_main(dev *d, int hook)
+{
+    const char *name = hook ? "hook" : "stream";
+    /* these rounds are about the collect (eager: eager_round), with issue
+     * 18's rule: released once the stream's work completed */
+    heapc *c = round_attach(name, 64 * MiB, 0, HEAPC_RECLAIM_COLLECT, 0);
+    if (!c)
+        return 1;
     if (hook)
         HC(heapc_set_device_sync(c, sync_hook, d));
     uint64_t b, f, l, y, z;
@@ -226,20 +245,10 @@ static int round_main(dev *d, int hook)
  * reused (after a barrier, so that every rank's release is in). */
 static int eager_round(dev *d)
 {
-    char heap[128];
-    snprintf(heap, sizeof heap, "%s-eager", o.heap);
-    heapc *c = heapc_connect(o.sock);
+    /* released once complete: reuse_round has the other rule */
+    heapc *c = round_attach("eager", 64 * MiB, 0, HEAPC_RECLAIM_EAGER, 0);
     if (!c)
-        FAIL("heapc_connect: out of memory");
-    HC(heapc_err(c));
-    heapc_set_timeout(c, o.timeout_s * 1000);
-    heapc_params p = {0};
-    p.chunk_size = 64 * MiB;
-    p.min_block = 4096;
-    p.collect_timeout_ms = (uint32_t)o.timeout_s * 1000u;
-    p.reclaim = HEAPC_RECLAIM_EAGER;
-    HC(heapc_attach(c, heap, (uint32_t)R, (uint32_t)o.ranks, &p));
-    HC(heapc_set_stream_reuse(c, 0)); /* released once complete: reuse_round has the other rule */
+        return 1;
     heapc_params got;
     HC(heapc_get_params(c, &got));
     if (got.reclaim != HEAPC_RECLAIM_EAGER)
@@ -308,19 +317,9 @@ static int hold_stream(dev *d, void *dst, pthread_t *th)
  * reuses it again while new work holds it waits for that work. */
 static int reuse_round(dev *d)
 {
-    char heap[128];
-    snprintf(heap, sizeof heap, "%s-reuse", o.heap);
-    heapc *c = heapc_connect(o.sock);
+    heapc *c = round_attach("reuse", RSIZE, RSIZE, HEAPC_RECLAIM_EAGER, 1); /* one block fills it: a reuse is B */
     if (!c)
-        FAIL("heapc_connect: out of memory");
-    HC(heapc_err(c));
-    heapc_set_timeout(c, o.timeout_s * 1000);
-    heapc_params p = {0};
-    p.chunk_size = p.initial_size = RSIZE; /* one block fills the heap: a reuse must be B */
-    p.min_block = 4096;
-    p.collect_timeout_ms = (uint32_t)o.timeout_s * 1000u;
-    p.reclaim = HEAPC_RECLAIM_EAGER;
-    HC(heapc_attach(c, heap, (uint32_t)R, (uint32_t)o.ranks, &p));
+        return 1;
     uint64_t b, y, z;
     void *bp;
     HC(heapc_alloc(c, RSIZE, &bp, &b));

@@ -65,6 +65,17 @@ def run_ranks(fn, world, *args, env=None, expect_dead=()):
     return [res.get(r) for r in range(world)], [p.exitcode for p in procs]
 
 
+def wait_for(cond, what, limit=60, nap=0.001):
+    """Polls cond() until it holds: tests wait for a state; limit (seconds)
+    is only a hang guard, and its expiry fails the test naming `what`."""
+    import time
+    deadline = time.monotonic() + limit
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(nap)
+
+
 def ok(results):
     """The values of ranks that returned; fails the test if one raised."""
     out = []

@@ -2,23 +2,17 @@
 every rank freed is reused with no collect and no barrier - against a real
 heapd (host backend) and real rank processes; and "collect" when asked."""
 import random
-import time
 
 import pytest
 import torch
 
 import heapd
-from conftest import ok, run_ranks
+from conftest import ok, run_ranks, wait_for
 
 SIZES = [4 << 10, 64 << 10, 8 << 10, 256 << 10, 1 << 10, 16 << 10] * 6
 
 
-def _wait(cond, what, limit=60):
-    deadline = time.monotonic() + limit        # a hang guard: we wait for a state
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.001)
+_wait = wait_for
 
 
 def _rounds(rank, world, sock, name):

@@ -2,24 +2,18 @@
 rank, made after the attach and after each growth; a growth takes them. A
 real heapd (host backend, tests/it_python.sh's heapd.conf: the default
 grow_ahead 1) and real rank processes."""
-import time
 
 import pytest
 import torch
 
 import heapd
-from conftest import ok, run_ranks
+from conftest import ok, run_ranks, wait_for
 from test_release import _ctl
 
 MIB = 1 << 20
 
 
-def _wait(cond, what, limit=60):
-    deadline = time.monotonic() + limit        # a hang guard: we wait for a state
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.002)
+_wait = wait_for
 
 
 def _grow(rank, world, sock, name):
