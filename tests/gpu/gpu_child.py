@@ -132,5 +132,39 @@ def nccl():
     dist.destroy_process_group()
 
 
-{"tensors": tensors, "peer": peer, "alloc_route": alloc_route, "nccl": nccl}[case]()
+def trim():
+    """Issue 30 on the GPU: a 256 MiB tensor at the top of the heap, freed
+    on its stream (released at once: stream-ordered reuse) while a kernel
+    still writes it; trim waits for that work, unmaps its chunks on every
+    rank, the device's free memory grows by them, the small tensor below
+    keeps its content, and a new 256 MiB tensor grows the heap back at the
+    same offset."""
+    torch.cuda.set_device(0)
+    with heapd.Heap(name, rank, world, sock, chunk_size="64M", initial_size="64M") as h:
+        keep = h.full((1024,), float(rank + 1))
+        big = h.empty(256 << 20, dtype=torch.uint8)
+        off = h.offset(big)
+        big.fill_(5)                                  # queued on the current stream
+        h.free(big)                                   # on that stream: the fill may still run
+        del big
+        h.collect()                                   # a barrier: both ranks' releases are in
+        mapped0 = h.mapped
+        torch.cuda.synchronize()
+        free0 = torch.cuda.mem_get_info()[0]
+        h.collect()                                   # both measured before either trims
+        out["trimmed"] = h.trim()
+        h.collect()                                   # both ranks unmapped
+        out["free_growth"] = torch.cuda.mem_get_info()[0] - free0
+        out["mapped"] = (mapped0, h.mapped)
+        out["keep_ok"] = float(keep.sum()) == 1024.0 * (rank + 1)
+        x = h.empty(256 << 20, dtype=torch.uint8)     # grows back
+        x.fill_(9)
+        torch.cuda.synchronize()
+        out["regrow_same_offset"] = h.offset(x) == off
+        out["regrow_ok"] = int(x[-1]) == 9 and int(x[0]) == 9
+        out["trims"] = h.stats()["trims"]
+        del x, keep
+
+
+{"tensors": tensors, "peer": peer, "alloc_route": alloc_route, "nccl": nccl, "trim": trim}[case]()
 print("RESULT " + json.dumps(out), flush=True)

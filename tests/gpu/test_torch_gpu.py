@@ -91,6 +91,20 @@ def test_allocator_route_symmetric_whatever_the_free_order():
     assert a["poisoned"] == b["poisoned"] == asym[0], (a["poisoned"], b["poisoned"], asym)
 
 
+def test_trim_gives_the_device_memory_back():
+    _need_gpu()
+    a, b = ranks("trim", 2)
+    for r in (a, b):
+        assert r["trimmed"] > 0 and r["trimmed"] % (64 << 20) == 0, r
+        assert r["mapped"][1] == r["mapped"][0] - r["trimmed"], r
+        assert r["keep_ok"] and r["regrow_same_offset"] and r["regrow_ok"], r
+        assert r["trims"] == 1, r
+    assert a["trimmed"] == b["trimmed"]
+    # both ranks' chunks of the same GPU went back to the driver (rank 0
+    # measured after both unmapped)
+    assert a["free_growth"] >= 0.98 * 2 * a["trimmed"], (a["free_growth"], a["trimmed"])
+
+
 def test_nccl_world1_under_preload():
     _need_gpu()
     pre = os.path.join(BUILD, "libheapc_nccl_preload.so")
