@@ -195,3 +195,39 @@ def test_trim_waits_for_early_released_blocks(sock, heapname):
         assert trimmed == 1 << 20 and h.mapped == 1 << 20
         assert float(keep.sum()) == 0.0
     L.lib.heapc_hstream_destroy(hs)
+
+
+def _killed_with_releases(rank, world, sock, name):
+    """Rank 1 frees x and is killed before its release leaves the queue
+    (nothing flushed it); rank 0 frees x too. x stays rank 1's, so eager
+    reclaim never hands it out: the next allocations go beside it, and
+    heapd's figures say rank 1 still holds it."""
+    import os
+    import signal
+    with heapd.Heap(name, rank, world, sock, chunk_size="1M", initial_size="4M", persist=30) as h:
+        x = h.empty(64 << 10, dtype=torch.uint8)
+        off = h.offset(x)
+        h.collect()                                   # both hold x
+        h.free(x)
+        del x
+        if rank == 1:
+            os.kill(os.getpid(), signal.SIGKILL)      # its release dies in its queue
+        h.flush()
+        _wait(lambda: not heapd.stats(name, sock)["ranks"][1]["attached"], "rank 1 gone")
+        y = h.empty(64 << 10, dtype=torch.uint8)      # allocation 1: decided by rank 0 alone
+        st = heapd.stats(name, sock)
+        return off, h.offset(y), st["ranks"][1]["live_bytes"], st["eager_reclaims"]
+
+
+def test_rank_killed_with_releases_in_flight(sock, heapname):
+    from test_resume import _drop
+    try:
+        res = run_ranks(_killed_with_releases, 2, sock, heapname, expect_dead=(1,))[0]
+        kind, val = res[0]
+        assert kind == "ok", val
+        off, y, held1, eager = val
+        assert y != off, "a block the killed rank never released was handed out"
+        assert held1 >= 64 << 10, "heapd lost track of what rank 1 holds"
+        assert eager == 0
+    finally:
+        _drop(heapname, sock)
