@@ -1,6 +1,7 @@
 /* heapc.c - libheapc, the heapd client library. See heapc.h (the public API)
  * and docs/protocol.md (the contract with heapd). */
 #include "heapc_int.h"
+#include "env.h"
 #include "policy.h"
 
 int hci_set_err(heapc *c, int code, const char *fmt, ...)
@@ -519,7 +520,7 @@ heapc *heapc_connect_timeout(const char *socket_path, int timeout_ms)
     c->status_fd = -1;
     c->timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
     c->fq_batch = FREE_BATCH_DEFAULT;
-    const char *sr = getenv("HEAPC_STREAM_REUSE"); /* issue 27: default on */
+    const char *sr = henv_get("STREAM_REUSE"); /* issue 27: default on */
     c->stream_reuse = !(sr && strcmp(sr, "0") == 0);
     hcs_init(&c->sock);
     atomic_init(&c->view, NULL);
