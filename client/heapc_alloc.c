@@ -228,6 +228,16 @@ static int fence_reap(heapc *c, int close, int poll)
 {
     if (!c->fence_on || c->fence.waiting == 0)
         return HEAPC_OK;
+    /* Issue 27: groups released early were sent already; their markers only
+     * serve hf_queue_order, which records one when it needs it. So no
+     * marker per allocation for them, and their completed markers are
+     * collected in batches (HF_EARLY_REAP closed groups), not queried at
+     * every call. */
+    hf_queue *q = &c->fence;
+    if (q->held == 0 && q->nclosed < HF_EARLY_REAP && !poll)
+        return HEAPC_OK;
+    if (q->open.early)
+        close = 0;
     char merr[320] = "";
     int frc = close ? hf_queue_close(&c->fence, merr, sizeof merr) : HF_OK;
     if (frc == HF_OK)

@@ -372,6 +372,7 @@ int hf_queue_wait_early(hf_queue *q, char *err, size_t errlen)
 int hf_queue_order(hf_queue *q, uint64_t off, uint64_t size, void *stream, int known, char *err, size_t errlen)
 {
     hf_group *o = &q->open;
+    size_t n = q->nclosed; /* the groups closed before: the open one is ordered here */
     if (o->n && o->early && !(known && o->stream == stream) && overlaps(o, off, size)) {
         int rc = hf_queue_close(q, err, errlen); /* its marker covers its work so far */
         if (rc != HF_OK)
@@ -379,7 +380,7 @@ int hf_queue_order(hf_queue *q, uint64_t off, uint64_t size, void *stream, int k
         if ((rc = order_after(q, &q->closed[q->nclosed - 1], stream, known, err, errlen)) != HF_OK)
             return rc;
     }
-    for (size_t i = 0; i < q->nclosed; i++) {
+    for (size_t i = 0; i < n; i++) {
         hf_group *g = &q->closed[i];
         if (!g->early || (known && g->stream == stream) || !overlaps(g, off, size))
             continue;

@@ -124,6 +124,9 @@ int hf_queue_close(hf_queue *q, char *err, size_t errlen);
  * this collect, not the next); every other marker is queried once. Returns
  * HF_OK or an error. */
 #define HF_FRESH_POLL_NS 50000u
+/* libheapc reaps the closed groups released early (stream-ordered reuse)
+ * once there are this many: their markers only free their events. */
+#define HF_EARLY_REAP 16u
 typedef int (*hf_emit_fn)(void *data, const uint64_t *offs, size_t n);
 int hf_queue_reap(hf_queue *q, int poll_fresh, hf_emit_fn emit, void *data, char *err, size_t errlen);
 
