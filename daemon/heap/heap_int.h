@@ -282,6 +282,10 @@ static inline bool hh_released(const hd_heap *h)
 /* Issue 30: of `bytes` of h's chunks, those backed by memory now. */
 static inline uint64_t hh_resident(const hd_heap *h, uint64_t bytes) { return hh_released(h) ? 0 : bytes; }
 
+/* Issue 30: the bytes of chunks each rank holds for an extent: the
+ * extent less its holes. */
+static inline uint64_t hh_backed(const ha_stats *st) { return st->mapped - st->hole_bytes; }
+
 /* Issue 27: the bytes of h's spare chunks (every local rank's). */
 static inline uint64_t hh_spare_bytes(const hd_heap *h)
 {
