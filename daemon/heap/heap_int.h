@@ -88,7 +88,9 @@ struct hh_commit;         /* commit.c's state of a heap, made at its first Commi
  *             nchunks + nspare <= capchunks; issue 27: chunks[nchunks ..
  *             nchunks + nspare) are the rank's spares (created, fd ready,
  *             never sent), nspare <= heap->grow_ahead, and nspare > 0 =>
- *             joined and the heap is not released (hh_released). */
+ *             joined and the heap is not released (hh_released);
+ *             issue 30: joined and not released => for j < nchunks,
+ *             chunks[j].fd < 0 <=> chunk j is a hole (ha_chunk_hole). */
 typedef struct hd_rank {
     bool joined;   /* attached at least once: chunks exist */
     uint32_t lidx; /* index among this node's ranks (allocator core rank) */

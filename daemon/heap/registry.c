@@ -612,6 +612,10 @@ static int rank_validate(const hd_heap *h, uint32_t q, uint64_t mapped, char *wh
         BAD("heap \"%s\" rank %u: its peer is bound elsewhere", h->name, q);
     if (k->known_chunks > k->nchunks)
         BAD("heap \"%s\" rank %u: knows %u chunks of %u", h->name, q, k->known_chunks, k->nchunks);
+    for (uint32_t j = 0; k->joined && !hh_released(h) && j < k->nchunks; j++)
+        if ((k->chunks[j].fd < 0) != (ha_chunk_hole(h->core, j) != 0))
+            BAD("heap \"%s\" rank %u: chunk %u is %s but the allocator has it %s", h->name, q, j,
+                k->chunks[j].fd < 0 ? "absent" : "present", ha_chunk_hole(h->core, j) ? "a hole" : "in use");
     if (k->nspare > h->grow_ahead || k->nchunks + k->nspare > k->capchunks ||
         (k->nspare && (!k->joined || hh_released(h))))
         BAD("heap \"%s\" rank %u: %u spares (grow_ahead %u, %u of %u records, state %u)", h->name, q, k->nspare,

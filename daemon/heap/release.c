@@ -214,6 +214,8 @@ static void release_done(hd_heap *h)
         for (uint32_t q = 0; q < h->world_size; q++) {
             hd_rank *k = &h->ranks[q];
             for (uint32_t j = 0; k->joined && j < nch; j++) {
+                if (ha_chunk_hole(h->core, j))
+                    continue; /* issue 30: a hole has nothing to copy */
                 if (hb_chunk_save(h->reg->be, &k->chunks[j], copy_at(h, k, j, nch), err, sizeof err)) {
                     char msg[800];
                     snprintf(msg, sizeof msg,
@@ -258,7 +260,9 @@ static void release_done(hd_heap *h)
  * copy. 0, or -1 with the error (every chunk made is released again). */
 static int restore_chunks(hd_heap *h, uint32_t nch, uint64_t *restored, Heapd__ErrCode *code, char *err, size_t len)
 {
-    uint64_t bytes = (uint64_t)h->local_size * nch * h->ap.chunk_size;
+    ha_stats st;
+    ha_get_stats(h->core, &st);
+    uint64_t bytes = (uint64_t)h->local_size * ((uint64_t)nch * h->ap.chunk_size - st.hole_bytes); /* issue 30 */
     *code = HEAPD__ERR_CODE__ERR_QUOTA;
     if (hh_quota_check(h->reg, h->name, h->owner, 0, bytes, 0, err, len) &&
         (!hh_spare_yield(h->reg, h->owner, NULL, 0) ||
