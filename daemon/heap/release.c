@@ -4,8 +4,8 @@
  * copies the chunks into the heap's host copy (mode host), releases every
  * local rank's chunks and answers each rank; Restore creates them again (the
  * same count and size), refills them from the host copy and sends them to
- * each rank; Trim gives back the whole chunks at the top of the extent that
- * hold no block (ha_trim), on every local rank. A rank gone or a timeout
+ * each rank; Trim gives back the whole chunks that hold no block (ha_trim:
+ * the top's and holes below a live block), on every local rank. A rank gone or a timeout
  * fails it on every rank with nothing changed.
  * Middle floor (heap_int.h). */
 #include "heap_int.h"
