@@ -85,7 +85,7 @@ int hci_map_chunks(heapc *c, const view *v, Heapd__ChunkRef **refs, size_t n, co
 /* Publishes the extent every local rank has mapped without a hole, up to
  * `mapped` (what heapd reports). strict: every chunk below `mapped` must be
  * there (attach, whose reply carries every chunk), but for issue 30's
- * holes: a chunk below the last that no local rank has. */
+ * holes: a chunk no local rank has. */
 int hci_publish_extent(heapc *c, const view *v, uint64_t mapped, int strict)
 {
     uint64_t cs = c->params.chunk_size;
@@ -106,8 +106,8 @@ int hci_publish_extent(heapc *c, const view *v, uint64_t mapped, int strict)
             ;
         for (uint32_t j = 0; j < v->nlocal; j++)
             none += !hm_is_mapped(&c->spaces[j], (uint32_t)n);
-        if (i < v->nlocal && strict && none == v->nlocal && n + 1 < want) {
-            n++; /* issue 30: a hole, absent on every local rank (never the last chunk) */
+        if (i < v->nlocal && strict && none == v->nlocal) {
+            n++; /* issue 30: a hole, absent on every local rank */
             continue;
         }
         if (i < v->nlocal) {

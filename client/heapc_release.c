@@ -88,7 +88,7 @@ static int restore_locked(heapc *c)
     uint64_t cs = c->params.chunk_size, want = atomic_load_explicit(&c->mapped, memory_order_relaxed) / cs;
     for (uint32_t i = 0; rc == HEAPC_OK && i < v->nlocal; i++)
         for (uint64_t j = 0; j < want; j++)
-            if (!hm_is_mapped(&c->spaces[i], (uint32_t)j) && (j + 1 == want || !hole_everywhere(c, v, j))) {
+            if (!hm_is_mapped(&c->spaces[i], (uint32_t)j) && !hole_everywhere(c, v, j)) {
                 rc = hci_set_err(c, HEAPC_EPROTOCOL,
                                  "heapc_restore: heapd restored heap %s without chunk %" PRIu64 " of rank %" PRIu32
                                  "; report this heapd bug",

@@ -329,6 +329,42 @@ START_TEST(core_trim_hole_at_top)
 }
 END_TEST
 
+/* The extent keeps one chunk, which may be a hole: everything trimmed,
+ * the next allocation refills it (chunk 0, at its offsets). */
+START_TEST(core_trim_one_chunk_hole)
+{
+    ha_heap *h = core_new(HA_POLICY_COALESCE, HA_RECLAIM_COLLECT, 1);
+    const uint64_t b = 128 * 1024;
+    for (uint64_t i = 0; i < 16; i++)
+        ck_assert_uint_eq(core_alloc(h, b, NULL), i * b);
+    for (uint64_t i = 0; i < 8; i++)
+        free_all(h, 1, i * b);
+    ck_assert_int_eq(ha_collect(h, NULL, NULL), HA_OK);
+    idx_list l;
+    ck_assert_uint_eq(trim_list(h, &l), 3); /* hole 0, top chunks 2 and 3 */
+    ck_assert_uint_eq(l.v[0], 0);
+    ck_assert_uint_eq(l.v[1], 2);
+    ck_assert_uint_eq(l.v[2], 3);
+    ck_assert_uint_eq(mapped_of(h), 2 * MIB);
+    for (uint64_t i = 8; i < 16; i++)
+        free_all(h, 1, i * b);
+    ck_assert_int_eq(ha_collect(h, NULL, NULL), HA_OK);
+    ck_assert_uint_eq(trim_list(h, &l), 1);
+    ck_assert_uint_eq(l.v[0], 1);
+    ck_assert_uint_eq(mapped_of(h), MIB);
+    ck_assert_uint_eq(holes_of(h), MIB);
+    ck_assert_uint_eq(trim_list(h, &l), 0);
+    l.n = 0;
+    /* in chunk 0 (top down: every block of its size bin died) */
+    ck_assert_uint_eq(alloc_plan(h, b, &l), MIB - b);
+    ck_assert_uint_eq(l.n, 1);
+    ck_assert_uint_eq(l.v[0], 0);
+    ck_assert_uint_eq(holes_of(h), 0);
+    ck_assert_uint_eq(mapped_of(h), MIB);
+    ha_destroy(h);
+}
+END_TEST
+
 /* The seed policy trims only the top: a free chunk below a live block
  * stays. */
 START_TEST(core_trim_seed_top_only)
@@ -546,6 +582,7 @@ static Suite *trim_suite(void)
     tcase_add_test(core, core_trim_partial_and_deterministic);
     tcase_add_test(core, core_trim_holes);
     tcase_add_test(core, core_trim_hole_at_top);
+    tcase_add_test(core, core_trim_one_chunk_hole);
     tcase_add_test(core, core_trim_seed_top_only);
     suite_add_tcase(s, core);
     TCase *tc = tcase_create("wing");
