@@ -365,6 +365,56 @@ START_TEST(core_trim_one_chunk_hole)
 }
 END_TEST
 
+/* Twin heaps fed the same random allocations, frees (every rank), collects
+ * and trims decide alike, report the same chunk indices, and stay valid
+ * (blocks, free space and holes tile the extent: no block in a hole). */
+START_TEST(core_trim_random_twins)
+{
+    ha_heap *t[2] = {core_new(HA_POLICY_COALESCE, HA_RECLAIM_COLLECT, 2),
+                     core_new(HA_POLICY_COALESCE, HA_RECLAIM_COLLECT, 2)};
+    uint64_t live[256];
+    unsigned n = 0, holes_seen = 0, refills = 0;
+    uint32_t x = 42;
+    for (int step = 0; step < 3000; step++) {
+        x = x * 1103515245u + 12345u;
+        unsigned op = (x >> 16) % 16;
+        if (op < 8 && n < 40) {
+            uint64_t size = 4096 + (uint64_t)((x >> 4) % (3 * MIB / 2));
+            uint64_t had = holes_of(t[0]);
+            uint64_t o0 = core_alloc(t[0], size, NULL), o1 = core_alloc(t[1], size, NULL);
+            ck_assert_uint_eq(o0, o1);
+            refills += holes_of(t[0]) < had;
+            live[n++] = o0;
+        } else if (op < 13 && n) {
+            unsigned i = (x >> 8) % n;
+            free_all(t[0], 2, live[i]);
+            free_all(t[1], 2, live[i]);
+            live[i] = live[--n];
+        } else if (op < 14) {
+            ck_assert_int_eq(ha_collect(t[0], NULL, NULL), HA_OK);
+            ck_assert_int_eq(ha_collect(t[1], NULL, NULL), HA_OK);
+        } else {
+            idx_list a, b;
+            trim_list(t[0], &a);
+            trim_list(t[1], &b);
+            ck_assert_uint_eq(a.n, b.n);
+            ck_assert_mem_eq(a.v, b.v, a.n * sizeof a.v[0]);
+            for (uint32_t j = 0; j + 1 < a.n; j++)
+                ck_assert_uint_lt(a.v[j], a.v[j + 1]);
+            holes_seen += holes_of(t[0]) > 0;
+        }
+    }
+    ck_assert_uint_gt(holes_seen, 0); /* the sequence made holes */
+    ck_assert_uint_gt(refills, 0);    /* and growths refilled some */
+    ha_stats sa, sb;
+    ha_get_stats(t[0], &sa);
+    ha_get_stats(t[1], &sb);
+    ck_assert_mem_eq(&sa, &sb, sizeof sa);
+    ha_destroy(t[0]);
+    ha_destroy(t[1]);
+}
+END_TEST
+
 /* The seed policy trims only the top: a free chunk below a live block
  * stays. */
 START_TEST(core_trim_seed_top_only)
@@ -583,6 +633,7 @@ static Suite *trim_suite(void)
     tcase_add_test(core, core_trim_holes);
     tcase_add_test(core, core_trim_hole_at_top);
     tcase_add_test(core, core_trim_one_chunk_hole);
+    tcase_add_test(core, core_trim_random_twins);
     tcase_add_test(core, core_trim_seed_top_only);
     suite_add_tcase(s, core);
     TCase *tc = tcase_create("wing");
