@@ -785,19 +785,21 @@ int heapc_release(heapc *c, int mode);
 int heapc_restore(heapc *c);
 
 /* Trim (issue 30): collective over the heap's ranks like heapc_release. Once
- * every local rank called, heapd gives back the whole chunks at the top of
- * the heap's extent that hold no block, live or pending (the extent keeps at
- * least one chunk), on every local rank: heapd releases its chunk and each
+ * every local rank called, heapd gives back every whole chunk of the heap
+ * that no block, live or pending, touches: those at the top of the extent
+ * leave it (the extent keeps at least one chunk), one below a live block
+ * becomes a hole inside it (policy seed: only the top), on every local
+ * rank: heapd releases its chunk and each
  * process unmaps it, its own and its peers' (the memory is free once the
  * last mapping goes). Offsets, live blocks and their content, names and the
- * allocator's state stay; heapc_mapped() shrinks; a later allocation that
- * needs the room grows the heap again at the same offsets. Only the top of
- * the extent is trimmed: a free chunk below a live block stays. A block
+ * allocator's state stay; heapc_mapped() shrinks by the top's chunks; a
+ * later allocation that needs the room grows the heap again at the same
+ * offsets, holes first (mapped again at their addresses). A block
  * freed with heapc_free_async whose stream work has not completed is still
  * held (not wholly free); the completed ones are sent first (heapc_flush),
  * with no device sync. Under reclaim = collect, blocks every rank freed are
  * pending until a collect: call heapc_collect first. *trimmed_bytes (may be
- * NULL) gets the bytes each rank's extent shrank by (0: nothing to trim).
+ * NULL) gets the bytes each rank gave back (0: nothing to trim).
  * Errors: HEAPC_ESTATE (not attached, released), HEAPC_EINVAL (a heap that
  * spans nodes), HEAPC_ETIMEOUT (naming the ranks that never called),
  * HEAPC_EPEER_GONE (naming the rank; nothing was trimmed), ... */

@@ -84,7 +84,8 @@ int hci_map_chunks(heapc *c, const view *v, Heapd__ChunkRef **refs, size_t n, co
 
 /* Publishes the extent every local rank has mapped without a hole, up to
  * `mapped` (what heapd reports). strict: every chunk below `mapped` must be
- * there (attach, whose reply carries every chunk). */
+ * there (attach, whose reply carries every chunk), but for issue 30's
+ * holes: a chunk no local rank has. */
 int hci_publish_extent(heapc *c, const view *v, uint64_t mapped, int strict)
 {
     uint64_t cs = c->params.chunk_size;
@@ -100,9 +101,15 @@ int hci_publish_extent(heapc *c, const view *v, uint64_t mapped, int strict)
     }
     uint64_t n = have;
     while (n < want) {
-        uint32_t i;
+        uint32_t i, none = 0;
         for (i = 0; i < v->nlocal && hm_is_mapped(&c->spaces[i], (uint32_t)n); i++)
             ;
+        for (uint32_t j = 0; j < v->nlocal; j++)
+            none += !hm_is_mapped(&c->spaces[j], (uint32_t)n);
+        if (i < v->nlocal && strict && none == v->nlocal) {
+            n++; /* issue 30: a hole, absent on every local rank */
+            continue;
+        }
         if (i < v->nlocal) {
             if (strict)
                 return hci_set_err(c, HEAPC_EPROTOCOL,

@@ -1,6 +1,7 @@
 /* heapc_release.c - release, restore and trim (issue 30; heapc.h): the
  * rank's side of heapd's collective. A trim unmaps the chunks heapd gave
- * back (every local rank's), lowering `mapped` first. A release unmaps every local rank's chunks
+ * back (every local rank's: the top's, lowering `mapped` first, and the
+ * holes below it, which a later growth maps again at their addresses). A release unmaps every local rank's chunks
  * once heapd answered (heapd copied and released its own references
  * first); a restore maps the chunks heapd made again at the same slots. The
  * address reservations and `mapped` stay, so pointers stay valid. */
@@ -57,6 +58,15 @@ static int release_locked(heapc *c, int mode)
     return HEAPC_OK;
 }
 
+/* Issue 30: chunk j is a hole (trimmed below the top): no local rank has it. */
+static int hole_everywhere(heapc *c, const view *v, uint64_t j)
+{
+    for (uint32_t i = 0; i < v->nlocal; i++)
+        if (hm_is_mapped(&c->spaces[i], (uint32_t)j))
+            return 0;
+    return 1;
+}
+
 static int restore_locked(heapc *c)
 {
     if (!c->attached)
@@ -78,7 +88,7 @@ static int restore_locked(heapc *c)
     uint64_t cs = c->params.chunk_size, want = atomic_load_explicit(&c->mapped, memory_order_relaxed) / cs;
     for (uint32_t i = 0; rc == HEAPC_OK && i < v->nlocal; i++)
         for (uint64_t j = 0; j < want; j++)
-            if (!hm_is_mapped(&c->spaces[i], (uint32_t)j)) {
+            if (!hm_is_mapped(&c->spaces[i], (uint32_t)j) && !hole_everywhere(c, v, j)) {
                 rc = hci_set_err(c, HEAPC_EPROTOCOL,
                                  "heapc_restore: heapd restored heap %s without chunk %" PRIu64 " of rank %" PRIu32
                                  "; report this heapd bug",
@@ -120,7 +130,12 @@ static int trim_locked(heapc *c, uint64_t *trimmed)
         return rc;
     const Heapd__TrimReply *tr = rep->trim_reply;
     uint64_t cs = c->params.chunk_size, was = atomic_load_explicit(&c->mapped, memory_order_relaxed);
-    if (tr->mapped % cs || tr->mapped > was || tr->mapped + (uint64_t)tr->n_chunks * cs != was) {
+    /* Issue 30: the chunks trimmed are the top's, [mapped, was) (those not
+     * listed were holes, unmapped already), and holes below mapped. */
+    int odd = tr->mapped % cs || tr->mapped > was || tr->n_chunks * cs > was;
+    for (size_t j = 0; !odd && j < tr->n_chunks; j++)
+        odd = (uint64_t)tr->chunks[j] >= was / cs;
+    if (odd) {
         rc = hci_set_err(c, HEAPC_EPROTOCOL,
                          "heapc_trim: heapd trimmed heap %s to %" PRIu64 " bytes by %zu chunks, but %" PRIu64
                          " bytes are mapped here; report this heapd bug",
@@ -136,6 +151,8 @@ static int trim_locked(heapc *c, uint64_t *trimmed)
     for (size_t j = 0; j < tr->n_chunks; j++)
         for (uint32_t i = 0; i < v->nlocal; i++)
             bad |= hm_unmap_range(&c->spaces[i], tr->chunks[j], tr->chunks[j] + 1) != HM_OK;
+    for (uint32_t i = 0; i < v->nlocal; i++) /* the top: what is left there (nothing: holes) */
+        bad |= hm_unmap_range(&c->spaces[i], (uint32_t)(tr->mapped / cs), (uint32_t)(was / cs)) != HM_OK;
     if (trimmed)
         *trimmed = tr->trimmed_bytes;
     hci_rpc_done(rep, &raw);

@@ -192,6 +192,7 @@ void ha_destroy(ha_heap *h)
     if (!h)
         return;
     hat_free(&h->tab);
+    hab_free(&h->holes);
     free(h->pending.v);
     if (h->ops && h->ops->destroy)
         h->ops->destroy(h);
@@ -210,17 +211,41 @@ int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res)
     return h->ops->alloc(h, size, res);
 }
 
+int ha_grow_plan(const ha_heap *h, uint32_t chunks, ha_chunk_fn fn, void *data)
+{
+    if (!h || chunks == 0 || !fn)
+        return HA_EINVAL;
+    uint64_t refill = h->nholes < chunks ? h->nholes : chunks;
+    uint64_t add = (chunks - refill) * h->p.chunk_size;
+    if (add > h->p.va_size - h->mapped)
+        return HA_EVA;
+    uint64_t i = 0;
+    for (uint64_t n = 0; n < refill; n++, i++)
+        fn(data, (uint32_t)(i = hab_next(&h->holes, i)));
+    for (uint64_t j = h->mapped / h->p.chunk_size; j < (h->mapped + add) / h->p.chunk_size; j++)
+        fn(data, (uint32_t)j);
+    return HA_OK;
+}
+
 int ha_grow(ha_heap *h, uint32_t chunks)
 {
     if (!h || chunks == 0)
         return HA_EINVAL;
-    uint64_t add = (uint64_t)chunks * h->p.chunk_size;
+    uint64_t cs = h->p.chunk_size;
+    uint64_t refill = h->nholes < chunks ? h->nholes : chunks;
+    uint64_t add = (chunks - refill) * cs;
     if (add > h->p.va_size - h->mapped)
         return HA_EVA;
-    if (h->ops->grow(h, h->mapped + add))
+    if (add && h->ops->grow(h, h->mapped + add))
         return HA_ENOMEM;
-    h->free_bytes += add;
-    h->grown_bytes += add;
+    for (uint64_t n = 0; n < refill; n++) { /* issue 30: holes first, lowest first */
+        uint64_t i = hab_first(&h->holes);
+        hab_clear(&h->holes, i);
+        h->nholes--;
+        h->ops->fill(h, i * cs);
+    }
+    h->free_bytes += add + refill * cs;
+    h->grown_bytes += add + refill * cs;
     h->growths++;
     if (h->skip_pending) {
         h->collects_skipped++;
@@ -231,21 +256,53 @@ int ha_grow(ha_heap *h, uint32_t chunks)
     return HA_OK;
 }
 
-int ha_trim(ha_heap *h, uint32_t *chunks)
+int ha_chunk_hole(const ha_heap *h, uint32_t index) { return h && hab_test(&h->holes, index); }
+
+/* ha_trim's top: the wholly free chunks that end the extent leave it, then
+ * the holes that end it then, and so on; the extent keeps a chunk. The
+ * chunks that leave it and were no holes are reported (ascending). */
+static uint64_t trim_top(ha_heap *h, ha_chunk_fn fn, void *data)
+{
+    uint64_t cs = h->p.chunk_size, cut = 0;
+    for (;;) {
+        uint64_t nm = align_up(h->ops->top(h), cs); /* every block lies below the top */
+        if (nm < cs)
+            nm = cs;
+        if (nm < h->mapped) {
+            uint64_t old = h->mapped;
+            h->ops->shrink(h, nm);
+            h->free_bytes -= old - nm;
+            cut += old - nm;
+            for (uint64_t j = nm / cs; fn && j < old / cs; j++)
+                fn(data, (uint32_t)j);
+        }
+        uint64_t last = h->mapped / cs - 1;
+        if (h->mapped == cs || !hab_test(&h->holes, last))
+            return cut;
+        while (h->mapped > cs && hab_test(&h->holes, last)) { /* trimmed before: not reported */
+            hab_clear(&h->holes, last--);
+            h->nholes--;
+            h->mapped -= cs;
+        }
+    }
+}
+
+int ha_trim(ha_heap *h, uint32_t *chunks, ha_chunk_fn fn, void *data)
 {
     if (chunks)
         *chunks = 0;
     if (!h)
         return HA_EINVAL;
-    /* Every block, live or pending, lies below the policy's top. */
-    uint64_t nm = align_up(h->ops->top(h), h->p.chunk_size);
-    if (nm < h->p.chunk_size)
-        nm = h->p.chunk_size;
-    if (nm >= h->mapped)
+    uint64_t punched = 0;
+    if (h->ops->punch) {
+        if (hab_resize(&h->holes, h->mapped / h->p.chunk_size))
+            return HA_ENOMEM;
+        punched = h->ops->punch(h, fn, data);
+        h->free_bytes -= punched;
+    }
+    uint64_t cut = punched + trim_top(h, fn, data);
+    if (!cut)
         return HA_OK;
-    uint64_t cut = h->mapped - nm;
-    h->ops->shrink(h, nm);
-    h->free_bytes -= cut;
     h->trims++;
     h->trimmed_bytes += cut;
     if (chunks)
@@ -507,6 +564,7 @@ void ha_get_stats(const ha_heap *h, ha_stats *s)
     s->eager_reclaims = h->eager_reclaims;
     s->trims = h->trims;
     s->trimmed_bytes = h->trimmed_bytes;
+    s->hole_bytes = h->nholes * h->p.chunk_size;
     s->top = h->ops->top(h);
 }
 

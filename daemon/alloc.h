@@ -33,7 +33,8 @@
  *     for (;;) {
  *         rc = ha_alloc(h, size, &res);
  *         if (rc == HA_NEED_COLLECT) { every rank collects; ha_collect(h); continue; }
- *         if (rc == HA_NEED_GROW)    { create res.grow_chunks chunks; ha_grow(h, res.grow_chunks); continue; }
+ *         if (rc == HA_NEED_GROW)    { create res.grow_chunks chunks (ha_grow_plan's indices);
+ *                                      ha_grow(h, res.grow_chunks); continue; }
  *         break;   // HA_OK: res.offset, res.block_size; or an error
  *     }
  *
@@ -174,7 +175,8 @@ typedef struct ha_stats {
                                     * ones included) or no block existed; 0 (seed) */
     uint64_t eager_reclaims;       /* reclaim = eager: blocks reclaimed at their last release */
     uint64_t trims;                /* ha_trim calls that took chunks off (issue 30) */
-    uint64_t trimmed_bytes;        /* bytes they took off the extent, in all */
+    uint64_t trimmed_bytes;        /* bytes they took off (the top and holes), in all */
+    uint64_t hole_bytes;           /* chunks trimmed below the top, not refilled yet */
 } ha_stats;
 
 typedef struct ha_heap ha_heap;
@@ -211,20 +213,48 @@ uint64_t ha_class_size(const ha_heap *h, uint64_t size);
  * the block can never fit in va_size. */
 int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res);
 
-/* Adds `chunks` chunks to the extent. Valid after HA_NEED_GROW (with at
- * most that many chunks... or more: the caller may grow further); HA_EVA if
- * the extent would exceed va_size. */
+/* Adds `chunks` chunks of memory. Issue 30's holes first: the lowest
+ * min(chunks, holes) holes (chunk indices, ascending) become free again,
+ * merged with their free neighbours; the rest, chunks - that many, extend
+ * the extent at its top (indices mapped / chunk_size, ...). ha_grow_plan
+ * names those indices in that order. Valid after HA_NEED_GROW (with at
+ * most that many chunks... or more: the caller may grow further; a growth
+ * that refilled holes may leave the allocation still without room: it
+ * answers HA_NEED_GROW again, for the chunks its top still needs); HA_EVA
+ * if the extent would exceed va_size, HA_ENOMEM (nothing changes). */
 int ha_grow(ha_heap *h, uint32_t chunks);
 
-/* Issue 30 (trim): the whole chunks at the top of the extent that hold no
- * block, live or pending (the free run that ends at the extent), leave it;
- * the extent keeps at least one chunk. *chunks (may be NULL) gets how many
- * left (0: none could). Offsets stay: a later HA_NEED_GROW adds chunks at
- * the top again, at the same offsets. The extent shrinks, so the decisions
- * that read it (the policies' thresholds of mapped / 8, / 16...) change:
- * every node of a heap must trim at the same allocation number (heapd
- * trims single-node heaps only). Pure: a function of the state alone. */
-int ha_trim(ha_heap *h, uint32_t *chunks);
+/* A chunk index (chunk i spans [i * chunk_size, (i + 1) * chunk_size)). */
+typedef void (*ha_chunk_fn)(void *data, uint32_t index);
+
+/* Calls fn(data, i) for each chunk index i that ha_grow(h, chunks) would
+ * back, in ha_grow's order (holes lowest first, then the top). Changes
+ * nothing; HA_EVA as ha_grow (then fn is not called). */
+int ha_grow_plan(const ha_heap *h, uint32_t chunks, ha_chunk_fn fn, void *data);
+
+/* Issue 30 (trim): every wholly free chunk (a chunk-aligned chunk_size
+ * range inside one free region: no live or pending block touches it)
+ * leaves the memory the heap holds, and fn(data, i) (fn may be NULL) is
+ * called once for each such chunk index i, ascending (the holes below the
+ * top, then the chunks the extent lost). *chunks (may be NULL) gets how
+ * many (0: none).
+ *   - The top: the wholly free chunks that end the extent leave it
+ *     (mapped shrinks, and so do holes that then end it, then the wholly
+ *     free chunks below them...); the extent keeps at least one chunk
+ *     (which may be a hole). A later growth adds chunks at the same
+ *     offsets.
+ *   - Below the top (coalesce policy only; the seed policy trims only the
+ *     top): each such chunk becomes a hole, inside the extent but in no
+ *     free region, never handed out while a hole; ha_grow refills holes
+ *     first, lowest index first, so offsets stay where they were.
+ * The decisions that read the extent (mapped / 8, / 16...) read `mapped`,
+ * holes included. Every node of a heap must trim at the same allocation
+ * number (heapd trims single-node heaps only). Pure: a function of the
+ * state alone. HA_ENOMEM (nothing changes): no room for the hole bitmap. */
+int ha_trim(ha_heap *h, uint32_t *chunks, ha_chunk_fn fn, void *data);
+
+/* 1 if chunk index i is a hole (ha_trim), 0 otherwise. */
+int ha_chunk_hole(const ha_heap *h, uint32_t index);
 
 /* Rank `rank` releases the block that starts at `offset`: deferred (under
  * reclaim = eager the release that completes a block reclaims it). Returns

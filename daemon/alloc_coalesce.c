@@ -471,6 +471,32 @@ static void co_shrink(ha_heap *h, uint64_t nm)
     h->mapped = nm;
 }
 
+/* Issue 30's holes: each free extent that does not end the extent gives
+ * up its whole chunks (what stays of it, before and after them, stays
+ * free: a hole between keeps them apart, so each is still maximal). */
+static uint64_t co_punch(ha_heap *h, ha_chunk_fn fn, void *data)
+{
+    uint64_t cs = h->p.chunk_size, bytes = 0;
+    for (uint64_t u = hab_first(&h->fstart); u != HA_EMPTY; u = hab_next(&h->fstart, u + 1)) {
+        hac_fx f = fx_from(h, u);
+        uint64_t end = f.off + f.size, a = align_up(f.off, cs), b = end / cs * cs;
+        if (end == h->mapped || a >= b)
+            continue;
+        hac_del(h, f);
+        if (a > f.off)
+            hac_add(h, f.off, a - f.off);
+        if (end > b)
+            hac_add(h, b, end - b);
+        for (uint64_t i = a / cs; i < b / cs; i++)
+            ha_hole(h, i, fn, data);
+        bytes += b - a;
+        u = (end - 1) >> h->kmin; /* on from the extent's end */
+    }
+    return bytes;
+}
+
+static void co_fill(ha_heap *h, uint64_t off) { hac_insert_merge(h, off, h->p.chunk_size); }
+
 /* The record's home slot and the free bitmaps' words around the block. */
 static inline void co_prefetch_block(const ha_heap *h, uint64_t off)
 {
@@ -623,6 +649,8 @@ const ha_policy_ops ha_coalesce_ops = {
     .alloc = co_alloc,
     .grow = co_grow,
     .shrink = co_shrink,
+    .punch = co_punch,
+    .fill = co_fill,
     .reclaim = co_reclaim,
     .top = co_top,
     .validate = co_validate,

@@ -338,6 +338,13 @@ typedef struct hac_fx {
  *               HA_ENOMEM leaves the heap unchanged
  *   shrink      the extent becomes nm bytes, nm >= top (sets h->mapped;
  *               [nm, old) was free and is no longer); cannot fail
+ *   punch       issue 30's holes (NULL: the policy trims only the top):
+ *               every free region that does not end the extent gives up
+ *               the chunks wholly inside it (they leave the free space, and
+ *               punch calls ha_hole(h, i, fn, data) for each chunk index i,
+ *               ascending); the bytes; cannot fail (ha_trim sized h->holes)
+ *   fill        chunk [off, off + chunk_size), a hole, becomes free (merged
+ *               with its free neighbours); cannot fail
  *   reserve     room for reclaiming offs[0..n) (pending records) so that
  *               reclaim cannot fail (NULL: none needed)
  *   reclaim     returns the blocks of offs[0..n) (sorted ascending, pending
@@ -357,6 +364,8 @@ typedef struct ha_policy_ops {
     int (*alloc)(ha_heap *h, uint64_t size, ha_alloc_result *res);
     int (*grow)(ha_heap *h, uint64_t nm);
     void (*shrink)(ha_heap *h, uint64_t nm);
+    uint64_t (*punch)(ha_heap *h, ha_chunk_fn fn, void *data);
+    void (*fill)(ha_heap *h, uint64_t off);
     int (*reserve)(ha_heap *h, const uint64_t *offs, size_t n);
     uint64_t (*reclaim)(ha_heap *h, const uint64_t *offs, size_t n);
     uint64_t (*top)(const ha_heap *h);
@@ -386,13 +395,21 @@ const ha_policy_ops *ha_policy_ops_of(ha_policy p);
 /* ---- the heap -----------------------------------------------------------
  *
  * Invariants (checked by ha_validate):
- *   B and F tile [0, E) exactly: disjoint, and their sizes sum to E.
+ *   H        = the holes (issue 30): chunk indices i with bit i of h->holes
+ *              set; nholes = |H|
+ *   B, F and the holes' chunks tile [0, E) exactly: disjoint, and their
+ *   sizes sum to E (a hole is in no block and no free region).
+ *   every i in H: (i + 1) * chunk_size <= E, and i + 1 < E / chunk_size
+ *   unless E == chunk_size (a hole never ends the extent: ha_trim drops
+ *   it); no bit of h->holes at or beyond E / chunk_size is set; seed: H
+ *   is empty.
  *   live_bytes    = sum of size(b) for b in B with b.nrel < R
  *   pending_bytes = sum of size(b) for b in B with b.nrel == R
  *   free_bytes    = sum of sizes in F  (= E - live_bytes - pending_bytes)
- *   E             = p.initial_size + grown_bytes - trimmed_bytes
- *                   (grown_bytes: what ha_grow added, trimmed_bytes: what
- *                   ha_trim took off the top, issue 30; both multiples of
+ *   E - nholes * chunk_size = p.initial_size + grown_bytes - trimmed_bytes
+ *                   (grown_bytes: what ha_grow backed, holes refilled and
+ *                   extent added; trimmed_bytes: what ha_trim took off,
+ *                   the top and holes, issue 30; both multiples of
  *                   chunk_size); E >= chunk_size
  *   held bytes of rank r (sum of size(b) for b in B that r holds)
  *                 = live_bytes + pending_bytes - rel_bytes[r]
@@ -469,12 +486,24 @@ struct ha_heap {
     uint64_t eager_reclaims;   /* reclaim = eager: blocks reclaimed at their last release */
     uint64_t grown_bytes;      /* issue 30: what ha_grow added to the extent, in all */
     uint64_t trims;            /* ha_trim calls that took chunks off */
-    uint64_t trimmed_bytes;    /* what they took off the top of the extent, in all */
-    uint64_t *rel_bytes;       /* per rank */
-    const ha_policy_ops *ops;  /* == ha_policy_ops_of(p.policy) */
-    void *priv;                /* a policy's own state beyond the fields above
-                                * (its create allocates it, its destroy frees it) */
+    uint64_t trimmed_bytes;    /* what they took off (the top and holes), in all */
+    hab_bits holes;            /* issue 30: bit i <=> chunk i is a hole */
+    uint64_t nholes;
+    uint64_t *rel_bytes;      /* per rank */
+    const ha_policy_ops *ops; /* == ha_policy_ops_of(p.policy) */
+    void *priv;               /* a policy's own state beyond the fields above
+                               * (its create allocates it, its destroy frees it) */
 };
+
+/* Chunk i becomes a hole (a policy's punch: out of the free space already):
+ * its bit, the count, and fn(data, i) if fn. */
+static inline void ha_hole(ha_heap *h, uint64_t i, ha_chunk_fn fn, void *data)
+{
+    hab_set(&h->holes, i);
+    h->nholes++;
+    if (fn)
+        fn(data, (uint32_t)i);
+}
 
 /* Debug builds (HEAPD_DEBUG): aborts, naming where, if ha_validate fails. */
 #ifdef HEAPD_DEBUG

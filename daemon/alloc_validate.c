@@ -11,7 +11,7 @@
 
 typedef struct iv {
     uint64_t off, size;
-    int kind; /* 0 block, 1 free */
+    int kind; /* 0 block, 1 free, 2 hole (issue 30) */
 } iv;
 
 typedef struct iv_vec {
@@ -102,6 +102,27 @@ static int check_block(const ha_heap *h, const ha_blk *b, uint64_t *held, uint64
     return HA_OK;
 }
 
+/* Issue 30's holes: their count, each inside the extent and not its last
+ * chunk (unless the extent is one chunk), none under the seed policy; each
+ * hole's chunk joins the tiling (kind 2). */
+static int check_holes(const ha_heap *h, iv_vec *a, char *err, size_t errlen)
+{
+    uint64_t cs = h->p.chunk_size, n = 0, nch = h->mapped / cs;
+    for (uint64_t i = hab_first(&h->holes); i != HA_EMPTY; i = hab_next(&h->holes, i + 1)) {
+        if (i >= nch || (i + 1 == nch && nch > 1))
+            BFAIL("hole at chunk %llu: the extent has %llu chunks (a hole lies inside it, never at its end)",
+                  (unsigned long long)i, (unsigned long long)nch);
+        if (iv_push(a, i * cs, cs, 2))
+            BFAIL("out of memory while validating");
+        n++;
+    }
+    if (n != h->nholes)
+        BFAIL("%llu holes but the count says %llu", (unsigned long long)n, (unsigned long long)h->nholes);
+    if (n && !h->ops->punch)
+        BFAIL("%llu holes under policy %s, which makes none", (unsigned long long)n, ha_policy_name(h->p.policy));
+    return HA_OK;
+}
+
 int ha_validate(const ha_heap *h, char *err, size_t errlen)
 {
     int rc = HA_OK;
@@ -164,6 +185,9 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
             VFAIL("rank %u: counters held=%llu released=%llu, counted %llu %llu", r,
                   (unsigned long long)(h->live_bytes + h->pending_bytes - h->rel_bytes[r]),
                   (unsigned long long)h->rel_bytes[r], (unsigned long long)held[r], (unsigned long long)rel[r]);
+    rc = check_holes(h, &a, err, errlen);
+    if (rc)
+        goto out;
     iv *v = a.v;
     size_t n = a.n;
     if (n)
@@ -171,15 +195,21 @@ int ha_validate(const ha_heap *h, char *err, size_t errlen)
     uint64_t at = 0;
     for (size_t i = 0; i < n; i++) {
         if (v[i].off != at)
-            VFAIL("%s at %llu (+%llu) %s the previous region, which ends at %llu", v[i].kind ? "free block" : "block",
+            VFAIL("%s at %llu (+%llu) %s the previous region, which ends at %llu",
+                  v[i].kind == 2 ? "hole"
+                  : v[i].kind    ? "free block"
+                                 : "block",
                   (unsigned long long)v[i].off, (unsigned long long)v[i].size,
                   v[i].off < at ? "overlaps" : "leaves a gap after", (unsigned long long)at);
         at += v[i].size;
     }
-    if (h->mapped != h->p.initial_size + h->grown_bytes - h->trimmed_bytes || h->mapped < h->p.chunk_size)
-        VFAIL("the extent is %llu bytes but initial %llu + grown %llu - trimmed %llu (and at least one chunk, %llu)",
-              (unsigned long long)h->mapped, (unsigned long long)h->p.initial_size, (unsigned long long)h->grown_bytes,
-              (unsigned long long)h->trimmed_bytes, (unsigned long long)h->p.chunk_size);
+    uint64_t hb = h->nholes * h->p.chunk_size;
+    if (h->mapped - hb != h->p.initial_size + h->grown_bytes - h->trimmed_bytes || h->mapped < h->p.chunk_size)
+        VFAIL("the extent is %llu bytes with %llu in holes but initial %llu + grown %llu - trimmed %llu (and at least "
+              "one chunk, %llu)",
+              (unsigned long long)h->mapped, (unsigned long long)hb, (unsigned long long)h->p.initial_size,
+              (unsigned long long)h->grown_bytes, (unsigned long long)h->trimmed_bytes,
+              (unsigned long long)h->p.chunk_size);
     if (at != h->mapped)
         VFAIL("blocks and free space cover %llu bytes but the extent is %llu", (unsigned long long)at,
               (unsigned long long)h->mapped);

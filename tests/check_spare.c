@@ -94,6 +94,48 @@ START_TEST(spare_made_taken_refilled)
 }
 END_TEST
 
+/* Issue 30: a hole (a wholly free chunk trimmed below a live one) is
+ * refilled by a growth from the rank's spare, at its index: no fd opened,
+ * the block at the hole's offset, the spares refilled after. */
+START_TEST(spare_fills_a_hole)
+{
+    att(0, "h", 0, 2, 0, 0);
+    att(1, "h", 1, 2, 0, 0);
+    settle();
+    uint64_t o[3];
+    for (uint64_t seq = 0; seq < 3; seq++) {
+        o[seq] = alloc_on(0, seq, MIB);
+        ck_assert_uint_eq(alloc_on(1, seq, MIB), o[seq]);
+    }
+    uint64_t mid = o[0] == MIB ? o[0] : o[1] == MIB ? o[1] : o[2];
+    ck_assert_uint_eq(mid, MIB);
+    free1(0, mid);
+    free1(1, mid);
+    Heapd__Trim m = HEAPD__TRIM__INIT;
+    hd_heap_trim(reg, &peers[0], 13, &m);
+    hd_heap_trim(reg, &peers[1], 13, &m);
+    validate();
+    ck_assert_msg(last(1)->kind == R_TRIM, "%s", last(1)->msg);
+    ck_assert_uint_eq(last(1)->ntrim, 1);
+    ck_assert_uint_eq(last(1)->trim_chunks[0], 1);
+    settle(); /* the trim dropped the spares: the loop makes them again */
+    const rec *s = stats_of(0, "h");
+    ck_assert_uint_eq(s->spare, 2 * MIB);
+    ck_assert_uint_eq(s->mapped, 3 * MIB);
+    stats_of(1, "h");
+    int fds = cku_count_fds();
+    ck_assert_uint_eq(alloc_on(0, 3, MIB), MIB);
+    ck_assert_uint_eq(alloc_on(1, 3, MIB), MIB);
+    s = stats_of(0, "h");
+    ck_assert_uint_eq(s->mapped, 3 * MIB);
+    ck_assert_uint_eq(s->spare, 0);
+    stats_of(1, "h");
+    ck_assert_int_eq(cku_count_fds(), fds); /* the spares filled the hole */
+    settle();
+    ck_assert_uint_eq(stats_of(0, "h")->spare, 2 * MIB);
+}
+END_TEST
+
 /* The same sequence of sizes and frees on a heap with 3 spares per rank
  * and on one with none gives the same offsets (the allocator never sees a
  * spare); the first holds 3 per rank after each refill, the second none. */
@@ -243,6 +285,7 @@ static Suite *suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, spare_made_taken_refilled);
+    tcase_add_test(tc, spare_fills_a_hole);
     tcase_add_test(tc, offsets_as_without_spares);
     tcase_add_test(tc, grow_ahead_off_and_checked);
     tcase_add_test(tc, quota_spares_yield);

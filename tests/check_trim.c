@@ -77,11 +77,11 @@ static void core_top(ha_policy pol)
 {
     ha_heap *h = core_new(pol, HA_RECLAIM_COLLECT, 2);
     uint32_t cut = 99;
-    ck_assert_int_eq(ha_trim(h, &cut), HA_OK);
+    ck_assert_int_eq(ha_trim(h, &cut, NULL, NULL), HA_OK);
     ck_assert_uint_eq(cut, 3);
     ck_assert_uint_eq(mapped_of(h), MIB);
     core_ok(h);
-    ck_assert_int_eq(ha_trim(h, &cut), HA_OK); /* nothing more: one chunk stays */
+    ck_assert_int_eq(ha_trim(h, &cut, NULL, NULL), HA_OK); /* nothing more: one chunk stays */
     ck_assert_uint_eq(cut, 0);
     /* Fill 3 chunks with 1 MiB blocks (the seed's bump, coalesce's fit). */
     uint64_t off[3];
@@ -93,11 +93,11 @@ static void core_top(ha_policy pol)
     ck_assert_uint_eq(off[top], 2 * MIB);
     /* Pending (every rank freed, no collect yet) is not free. */
     free_all(h, 2, off[top]);
-    ck_assert_int_eq(ha_trim(h, &cut), HA_OK);
+    ck_assert_int_eq(ha_trim(h, &cut, NULL, NULL), HA_OK);
     ck_assert_uint_eq(cut, 0);
     ck_assert_int_eq(ha_collect(h, NULL, NULL), HA_OK);
     /* Live below the top: only the top chunk leaves. */
-    ck_assert_int_eq(ha_trim(h, &cut), HA_OK);
+    ck_assert_int_eq(ha_trim(h, &cut, NULL, NULL), HA_OK);
     ck_assert_uint_eq(cut, 1);
     ck_assert_uint_eq(mapped_of(h), 2 * MIB);
     core_ok(h);
@@ -132,7 +132,7 @@ START_TEST(core_trim_partial_and_deterministic)
     for (int x = 0; x < 2; x++) {
         ha_heap *h = hs[x];
         uint32_t cut;
-        ck_assert_int_eq(ha_trim(h, &cut), HA_OK);
+        ck_assert_int_eq(ha_trim(h, &cut, NULL, NULL), HA_OK);
         for (int i = 0; i < 6; i++)
             offs[x][i] = core_alloc(h, (uint64_t)(i + 1) * 300 * 1024, NULL);
         uint64_t m = mapped_of(h);
@@ -144,7 +144,7 @@ START_TEST(core_trim_partial_and_deterministic)
         for (int i = 0; i < 6; i++)
             if (offs[x][i] != lowest)
                 free_all(h, 3, offs[x][i]);
-        ck_assert_int_eq(ha_trim(h, &cut), HA_OK);
+        ck_assert_int_eq(ha_trim(h, &cut, NULL, NULL), HA_OK);
         uint64_t keep = (lowest + ha_block_size(h, lowest) + MIB - 1) / MIB * MIB;
         ck_assert_uint_eq(mapped_of(h), keep);
         ck_assert_uint_eq(cut, (m - keep) / MIB);
@@ -160,6 +160,275 @@ START_TEST(core_trim_partial_and_deterministic)
     ck_assert_mem_eq(&sa, &sb, sizeof sa);
     ha_destroy(a);
     ha_destroy(b);
+}
+END_TEST
+
+/* ha_trim's and ha_grow_plan's chunk indices, in order. */
+typedef struct idx_list {
+    uint32_t v[64];
+    uint32_t n;
+} idx_list;
+
+static void note_idx(void *data, uint32_t i)
+{
+    idx_list *l = data;
+    ck_assert_uint_lt(l->n, 64);
+    l->v[l->n++] = i;
+}
+
+static uint32_t trim_list(ha_heap *h, idx_list *l)
+{
+    uint32_t cut = 99;
+    l->n = 0;
+    ck_assert_int_eq(ha_trim(h, &cut, note_idx, l), HA_OK);
+    ck_assert_uint_eq(cut, l->n);
+    core_ok(h);
+    return cut;
+}
+
+static uint64_t holes_of(const ha_heap *h)
+{
+    ha_stats st;
+    ha_get_stats(h, &st);
+    return st.hole_bytes;
+}
+
+/* One allocation that grows: the chunks the growth backs (ha_grow_plan)
+ * appended to l. */
+static uint64_t alloc_plan(ha_heap *h, uint64_t size, idx_list *l)
+{
+    ha_alloc_result r;
+    for (;;) {
+        int rc = ha_alloc(h, size, &r);
+        if (rc == HA_NEED_COLLECT) {
+            ck_assert_int_eq(ha_collect(h, NULL, NULL), HA_OK);
+        } else if (rc == HA_NEED_GROW) {
+            ck_assert_int_eq(ha_grow_plan(h, r.grow_chunks, note_idx, l), HA_OK);
+            ck_assert_int_eq(ha_grow(h, r.grow_chunks), HA_OK);
+            core_ok(h);
+        } else {
+            ck_assert_int_eq(rc, HA_OK);
+            core_ok(h);
+            return r.offset;
+        }
+    }
+}
+
+/* Coalesce, issue 30's holes: 32 blocks of 128 KiB fill 4 chunks bottom
+ * up. A chunk whose blocks all went (and were collected) becomes a hole
+ * below live chunks; one a live block touches, or whose blocks are only
+ * pending, stays. Allocations never land in a hole; the growth they need
+ * refills the lowest hole first, at its offsets. Returns the offsets of
+ * the allocations after the trims in out[0..5). */
+static void core_holes_run(ha_heap *h, uint64_t *out)
+{
+    const uint64_t b = 128 * 1024;
+    for (uint64_t i = 0; i < 32; i++)
+        ck_assert_uint_eq(core_alloc(h, b, NULL), i * b);
+    for (uint64_t i = 8; i < 16; i++) /* chunk 1, wholly */
+        free_all(h, 2, i * b);
+    free_all(h, 2, 20 * b); /* part of chunk 2 */
+    for (uint64_t i = 27; i < 32; i++)
+        free_all(h, 2, i * b); /* part of chunk 3, the top */
+    ck_assert_int_eq(ha_collect(h, NULL, NULL), HA_OK);
+    for (uint64_t i = 0; i < 8; i++) /* chunk 0: pending, not free yet */
+        free_all(h, 2, i * b);
+    idx_list l;
+    ck_assert_uint_eq(trim_list(h, &l), 1);
+    ck_assert_uint_eq(l.v[0], 1);
+    ck_assert_uint_eq(mapped_of(h), 4 * MIB);
+    ck_assert_uint_eq(holes_of(h), MIB);
+    ck_assert(ha_chunk_hole(h, 1) && !ha_chunk_hole(h, 0) && !ha_chunk_hole(h, 2));
+    ck_assert_uint_eq(trim_list(h, &l), 0); /* nothing more */
+    ck_assert_int_eq(ha_collect(h, NULL, NULL), HA_OK);
+    ck_assert_uint_eq(trim_list(h, &l), 1); /* chunk 0, collected now */
+    ck_assert_uint_eq(l.v[0], 0);
+    ck_assert_uint_eq(holes_of(h), 2 * MIB);
+    /* What is free outside the holes is taken first. */
+    out[0] = core_alloc(h, b, NULL);
+    ck_assert_uint_eq(out[0], 20 * b);
+    out[1] = core_alloc(h, 5 * b, NULL);
+    ck_assert_uint_eq(out[1], 27 * b);
+    /* No room: the growth refills hole 0 (the lowest), at its offset. */
+    l.n = 0;
+    out[2] = alloc_plan(h, b, &l);
+    ck_assert_uint_eq(l.n, 1);
+    ck_assert_uint_eq(l.v[0], 0);
+    ck_assert_uint_eq(out[2], 0);
+    ck_assert_uint_eq(holes_of(h), MIB);
+    ck_assert_uint_eq(mapped_of(h), 4 * MIB);
+    /* 1 MiB does not fit in chunk 0's rest: hole 1 comes back, merged
+     * with it ([b, 2 MiB) free); a block of mapped / 16 or more goes top
+     * down: hole 1's offsets. */
+    l.n = 0;
+    out[3] = alloc_plan(h, MIB, &l);
+    ck_assert_uint_eq(l.n, 1);
+    ck_assert_uint_eq(l.v[0], 1);
+    ck_assert_uint_eq(out[3], MIB);
+    ck_assert_uint_eq(holes_of(h), 0);
+    /* No hole left: a growth extends the top again. */
+    l.n = 0;
+    out[4] = alloc_plan(h, MIB, &l);
+    ck_assert_uint_eq(l.n, 1);
+    ck_assert_uint_eq(l.v[0], 4);
+    ck_assert_uint_eq(out[4], 4 * MIB);
+    ha_stats st;
+    ha_get_stats(h, &st);
+    ck_assert_uint_eq(st.trims, 2);
+    ck_assert_uint_eq(st.trimmed_bytes, 2 * MIB);
+    ck_assert_uint_eq(st.mapped, 5 * MIB);
+}
+
+START_TEST(core_trim_holes)
+{
+    ha_heap *a = core_new(HA_POLICY_COALESCE, HA_RECLAIM_COLLECT, 2);
+    ha_heap *b = core_new(HA_POLICY_COALESCE, HA_RECLAIM_COLLECT, 2);
+    uint64_t oa[5], ob[5];
+    core_holes_run(a, oa);
+    core_holes_run(b, ob);
+    ck_assert_mem_eq(oa, ob, sizeof oa);
+    ha_stats sa, sb;
+    ha_get_stats(a, &sa);
+    ha_get_stats(b, &sb);
+    ck_assert_mem_eq(&sa, &sb, sizeof sa);
+    ha_destroy(a);
+    ha_destroy(b);
+}
+END_TEST
+
+/* A hole that comes to end the extent leaves it (with the wholly free
+ * chunks then below it); ha_grow_plan names holes before the top. */
+START_TEST(core_trim_hole_at_top)
+{
+    ha_heap *h = core_new(HA_POLICY_COALESCE, HA_RECLAIM_COLLECT, 1);
+    const uint64_t b = 128 * 1024;
+    for (uint64_t i = 0; i < 32; i++)
+        ck_assert_uint_eq(core_alloc(h, b, NULL), i * b);
+    for (uint64_t i = 8; i < 24; i++) /* chunks 1 and 2 */
+        free_all(h, 1, i * b);
+    ck_assert_int_eq(ha_collect(h, NULL, NULL), HA_OK);
+    idx_list l;
+    ck_assert_uint_eq(trim_list(h, &l), 2);
+    ck_assert_uint_eq(l.v[0], 1);
+    ck_assert_uint_eq(l.v[1], 2);
+    l.n = 0;
+    ck_assert_int_eq(ha_grow_plan(h, 3, note_idx, &l), HA_OK);
+    ck_assert_uint_eq(l.n, 3);
+    ck_assert_uint_eq(l.v[0], 1);
+    ck_assert_uint_eq(l.v[1], 2);
+    ck_assert_uint_eq(l.v[2], 4);
+    for (uint64_t i = 24; i < 32; i++) /* chunk 3 */
+        free_all(h, 1, i * b);
+    ck_assert_int_eq(ha_collect(h, NULL, NULL), HA_OK);
+    ck_assert_uint_eq(trim_list(h, &l), 1);
+    ck_assert_uint_eq(l.v[0], 3);
+    ck_assert_uint_eq(mapped_of(h), MIB);
+    ck_assert_uint_eq(holes_of(h), 0);
+    ck_assert_uint_eq(core_alloc(h, MIB, NULL), MIB);
+    ha_destroy(h);
+}
+END_TEST
+
+/* The extent keeps one chunk, which may be a hole: everything trimmed,
+ * the next allocation refills it (chunk 0, at its offsets). */
+START_TEST(core_trim_one_chunk_hole)
+{
+    ha_heap *h = core_new(HA_POLICY_COALESCE, HA_RECLAIM_COLLECT, 1);
+    const uint64_t b = 128 * 1024;
+    for (uint64_t i = 0; i < 16; i++)
+        ck_assert_uint_eq(core_alloc(h, b, NULL), i * b);
+    for (uint64_t i = 0; i < 8; i++)
+        free_all(h, 1, i * b);
+    ck_assert_int_eq(ha_collect(h, NULL, NULL), HA_OK);
+    idx_list l;
+    ck_assert_uint_eq(trim_list(h, &l), 3); /* hole 0, top chunks 2 and 3 */
+    ck_assert_uint_eq(l.v[0], 0);
+    ck_assert_uint_eq(l.v[1], 2);
+    ck_assert_uint_eq(l.v[2], 3);
+    ck_assert_uint_eq(mapped_of(h), 2 * MIB);
+    for (uint64_t i = 8; i < 16; i++)
+        free_all(h, 1, i * b);
+    ck_assert_int_eq(ha_collect(h, NULL, NULL), HA_OK);
+    ck_assert_uint_eq(trim_list(h, &l), 1);
+    ck_assert_uint_eq(l.v[0], 1);
+    ck_assert_uint_eq(mapped_of(h), MIB);
+    ck_assert_uint_eq(holes_of(h), MIB);
+    ck_assert_uint_eq(trim_list(h, &l), 0);
+    l.n = 0;
+    /* in chunk 0 (top down: every block of its size bin died) */
+    ck_assert_uint_eq(alloc_plan(h, b, &l), MIB - b);
+    ck_assert_uint_eq(l.n, 1);
+    ck_assert_uint_eq(l.v[0], 0);
+    ck_assert_uint_eq(holes_of(h), 0);
+    ck_assert_uint_eq(mapped_of(h), MIB);
+    ha_destroy(h);
+}
+END_TEST
+
+/* Twin heaps fed the same random allocations, frees (every rank), collects
+ * and trims decide alike, report the same chunk indices, and stay valid
+ * (blocks, free space and holes tile the extent: no block in a hole). */
+START_TEST(core_trim_random_twins)
+{
+    ha_heap *t[2] = {core_new(HA_POLICY_COALESCE, HA_RECLAIM_COLLECT, 2),
+                     core_new(HA_POLICY_COALESCE, HA_RECLAIM_COLLECT, 2)};
+    uint64_t live[256];
+    unsigned n = 0, holes_seen = 0, refills = 0;
+    uint32_t x = 42;
+    for (int step = 0; step < 3000; step++) {
+        x = x * 1103515245u + 12345u;
+        unsigned op = (x >> 16) % 16;
+        if (op < 8 && n < 40) {
+            uint64_t size = 4096 + (uint64_t)((x >> 4) % (3 * MIB / 2));
+            uint64_t had = holes_of(t[0]);
+            uint64_t o0 = core_alloc(t[0], size, NULL), o1 = core_alloc(t[1], size, NULL);
+            ck_assert_uint_eq(o0, o1);
+            refills += holes_of(t[0]) < had;
+            live[n++] = o0;
+        } else if (op < 13 && n) {
+            unsigned i = (x >> 8) % n;
+            free_all(t[0], 2, live[i]);
+            free_all(t[1], 2, live[i]);
+            live[i] = live[--n];
+        } else if (op < 14) {
+            ck_assert_int_eq(ha_collect(t[0], NULL, NULL), HA_OK);
+            ck_assert_int_eq(ha_collect(t[1], NULL, NULL), HA_OK);
+        } else {
+            idx_list a, b;
+            trim_list(t[0], &a);
+            trim_list(t[1], &b);
+            ck_assert_uint_eq(a.n, b.n);
+            ck_assert_mem_eq(a.v, b.v, a.n * sizeof a.v[0]);
+            for (uint32_t j = 0; j + 1 < a.n; j++)
+                ck_assert_uint_lt(a.v[j], a.v[j + 1]);
+            holes_seen += holes_of(t[0]) > 0;
+        }
+    }
+    ck_assert_uint_gt(holes_seen, 0); /* the sequence made holes */
+    ck_assert_uint_gt(refills, 0);    /* and growths refilled some */
+    ha_stats sa, sb;
+    ha_get_stats(t[0], &sa);
+    ha_get_stats(t[1], &sb);
+    ck_assert_mem_eq(&sa, &sb, sizeof sa);
+    ha_destroy(t[0]);
+    ha_destroy(t[1]);
+}
+END_TEST
+
+/* The seed policy trims only the top: a free chunk below a live block
+ * stays. */
+START_TEST(core_trim_seed_top_only)
+{
+    ha_heap *h = core_new(HA_POLICY_SEED, HA_RECLAIM_COLLECT, 1);
+    uint64_t o[4];
+    for (int i = 0; i < 4; i++)
+        o[i] = core_alloc(h, MIB, NULL);
+    free_all(h, 1, o[0] == 0 ? o[0] : o[1] == 0 ? o[1] : o[2] == 0 ? o[2] : o[3]);
+    ck_assert_int_eq(ha_collect(h, NULL, NULL), HA_OK);
+    idx_list l;
+    ck_assert_uint_eq(trim_list(h, &l), 0);
+    ck_assert_uint_eq(holes_of(h), 0);
+    ha_destroy(h);
 }
 END_TEST
 
@@ -217,7 +486,8 @@ START_TEST(wing_trim_gives_back_top_chunks)
 {
     uint64_t off[4];
     four(off);
-    /* A free chunk below a live one stays (chunk 2 free, chunk 3 live). */
+    /* A free chunk below a live one becomes a hole (chunk 2 free, chunk 3
+     * live): released on both ranks, the extent stays. */
     int b2 = at(off, 2 * MIB), b3 = at(off, 3 * MIB);
     free1(0, off[b2]);
     free1(1, off[b2]);
@@ -226,26 +496,29 @@ START_TEST(wing_trim_gives_back_top_chunks)
     trim(1);
     ck_assert_msg(last(0)->kind == R_TRIM, "%s", last(0)->msg);
     ck_assert_int_eq(last(1)->kind, R_TRIM);
-    ck_assert_uint_eq(last(1)->trimmed, 0);
-    ck_assert_uint_eq(last(1)->ntrim, 0);
+    ck_assert_uint_eq(last(1)->trimmed, MIB);
+    ck_assert_uint_eq(last(1)->mapped, 4 * MIB);
+    ck_assert_uint_eq(last(1)->ntrim, 1);
+    ck_assert_uint_eq(last(1)->trim_chunks[0], 2);
     stats(2);
     ck_assert_uint_eq(last(2)->mapped, 4 * MIB);
-    ck_assert_uint_eq(last(2)->trims, 0);
+    ck_assert_uint_eq(last(2)->resident, 6 * MIB); /* 3 chunks on each of 2 ranks */
+    ck_assert_uint_eq(last(2)->trims, 1);
     /* A block only one rank freed is live: it holds chunk 3. */
     free1(0, off[b3]);
     both_trim();
     ck_assert_uint_eq(last(0)->trimmed, 0);
     free1(1, off[b3]);
     both_trim();
-    ck_assert_uint_eq(last(0)->trimmed, 2 * MIB);
+    /* chunk 3 leaves, then the hole at 2 that ends the extent then */
+    ck_assert_uint_eq(last(0)->trimmed, MIB);
     ck_assert_uint_eq(last(1)->mapped, 2 * MIB);
-    ck_assert_uint_eq(last(1)->ntrim, 2);
-    ck_assert_uint_eq(last(1)->trim_chunks[0], 2);
-    ck_assert_uint_eq(last(1)->trim_chunks[1], 3);
+    ck_assert_uint_eq(last(1)->ntrim, 1);
+    ck_assert_uint_eq(last(1)->trim_chunks[0], 3);
     stats(2);
     ck_assert_uint_eq(last(2)->mapped, 2 * MIB);
     ck_assert_uint_eq(last(2)->resident, 4 * MIB); /* 2 chunks on each of 2 ranks */
-    ck_assert_uint_eq(last(2)->trims, 1);
+    ck_assert_uint_eq(last(2)->trims, 2);
     ck_assert_uint_eq(last(2)->trimmed, 4 * MIB);
     /* The growth comes back at the offsets trimmed, and sends chunk 2 of
      * both ranks again to each. */
@@ -260,6 +533,41 @@ START_TEST(wing_trim_gives_back_top_chunks)
     ck_assert_uint_eq(last(1)->alloc_first, 2);
     stats(2);
     ck_assert_uint_eq(last(2)->mapped, 3 * MIB);
+}
+END_TEST
+
+/* Issue 30's holes in the wing: chunk 1 free between live chunks 0 and 2
+ * is released on both ranks; a growth refills it at index 1 on both and
+ * sends it again (with the chunks above it, which the client skips as
+ * mapped). */
+START_TEST(wing_trim_hole_refilled)
+{
+    uint64_t off[4];
+    four(off);
+    int b1 = at(off, MIB), b3 = at(off, 3 * MIB);
+    free1(0, off[b1]);
+    free1(1, off[b1]);
+    free1(0, off[b3]);
+    free1(1, off[b3]);
+    both_trim();
+    ck_assert_uint_eq(last(1)->mapped, 3 * MIB);
+    ck_assert_uint_eq(last(1)->ntrim, 2);
+    ck_assert_uint_eq(last(1)->trim_chunks[0], 1);
+    ck_assert_uint_eq(last(1)->trim_chunks[1], 3);
+    stats(2);
+    ck_assert_uint_eq(last(2)->resident, 4 * MIB);
+    /* 1 MiB needs room: the hole is refilled first, at its offset. */
+    alloc_n(0, 4, MIB, NULL);
+    ck_assert_msg(last(0)->kind == R_ALLOC, "%s", last(0)->msg);
+    ck_assert_uint_eq(last(0)->offset, MIB);
+    ck_assert_uint_eq(last(0)->alloc_first, 1);
+    ck_assert_uint_eq(last(0)->alloc_nchunks, 4); /* chunks 1, 2 of both ranks */
+    alloc_n(1, 4, MIB, NULL);
+    ck_assert_uint_eq(last(1)->offset, MIB);
+    ck_assert_uint_eq(last(1)->alloc_first, 1);
+    stats(2);
+    ck_assert_uint_eq(last(2)->mapped, 3 * MIB);
+    ck_assert_uint_eq(last(2)->resident, 6 * MIB);
 }
 END_TEST
 
@@ -322,11 +630,17 @@ static Suite *trim_suite(void)
     tcase_add_test(core, core_trim_top_coalesce);
     tcase_add_test(core, core_trim_top_seed);
     tcase_add_test(core, core_trim_partial_and_deterministic);
+    tcase_add_test(core, core_trim_holes);
+    tcase_add_test(core, core_trim_hole_at_top);
+    tcase_add_test(core, core_trim_one_chunk_hole);
+    tcase_add_test(core, core_trim_random_twins);
+    tcase_add_test(core, core_trim_seed_top_only);
     suite_add_tcase(s, core);
     TCase *tc = tcase_create("wing");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, wing_trim_gives_back_top_chunks);
+    tcase_add_test(tc, wing_trim_hole_refilled);
     tcase_add_test(tc, wing_trim_peer_gone_and_timeout);
     tcase_add_test(tc, wing_trim_refusals);
     suite_add_tcase(s, tc);

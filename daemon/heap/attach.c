@@ -454,6 +454,9 @@ static int rank_join(hd_heap *h, hd_rank *k, hd_peer *c, uint64_t id, const Heap
             hh_heap_client_gone(h);
         return -1;
     }
+    for (uint32_t j = 0; j < k->nchunks; j++) /* issue 30: holes stay absent */
+        if (ha_chunk_hole(h->core, j))
+            hb_chunk_release(r->be, &k->chunks[j]);
     if (hd_status_create(&k->status, m->rank, err, sizeof err)) {
         hh_rank_trim_chunks(h, k, 0);
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "could not create the status page of rank %u: %s", m->rank,

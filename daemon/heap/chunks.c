@@ -93,8 +93,8 @@ void hh_chunk_msg_free(chunk_msg *m, bool close_fds)
     memset(m, 0, sizeof *m);
 }
 
-/* Fills m with chunk_msg (heap_int.h) for [from, to). Returns 0, or -1 if
- * out of memory / fds. */
+/* Fills m with chunk_msg (heap_int.h) for [from, to), holes (absent
+ * chunks, fd -1) left out. Returns 0, or -1 if out of memory / fds. */
 int hh_chunk_msg_build(hd_heap *h, uint32_t from, uint32_t to, chunk_msg *m)
 {
     memset(m, 0, sizeof *m);
@@ -112,6 +112,8 @@ int hh_chunk_msg_build(hd_heap *h, uint32_t from, uint32_t to, chunk_msg *m)
         if (!k->joined)
             continue;
         for (uint32_t j = from; j < to && j < k->nchunks; j++) {
+            if (k->chunks[j].fd < 0)
+                continue; /* issue 30: a hole (trimmed, not refilled yet) */
             int fd = dup(k->chunks[j].fd);
             if (fd < 0) {
                 hh_chunk_msg_free(m, true);

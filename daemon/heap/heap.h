@@ -117,8 +117,9 @@ typedef struct hd_restore_out {
     uint64_t mapped, restored_bytes, elapsed_us;
 } hd_restore_out;
 
-/* Issue 30: a TrimReply: trimmed_bytes per rank, the chunk indices given
- * back on every local rank. */
+/* Issue 30: a TrimReply: trimmed_bytes per rank, the extent after it
+ * (mapped), the chunk indices given back on every local rank (holes and the
+ * top's). */
 typedef struct hd_trim_out {
     uint64_t trimmed_bytes, mapped, elapsed_us;
     const uint32_t *chunks;
@@ -292,7 +293,8 @@ void hd_heap_commit(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Commit
 void hd_heap_release(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Release *m);
 void hd_heap_restore(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Restore *m);
 /* Issue 30: trim, collective like release (release.c): the wholly free
- * chunks at the top of the extent are given back on every local rank. */
+ * chunks (the top's and holes below a live block) are given back on every
+ * local rank. */
 void hd_heap_trim(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Trim *m);
 void hd_heap_force_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__ForceCollect *m);
 /* Issue 29: releases detached heap m->heap now (its owner, root and

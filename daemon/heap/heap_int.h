@@ -88,7 +88,9 @@ struct hh_commit;         /* commit.c's state of a heap, made at its first Commi
  *             nchunks + nspare <= capchunks; issue 27: chunks[nchunks ..
  *             nchunks + nspare) are the rank's spares (created, fd ready,
  *             never sent), nspare <= heap->grow_ahead, and nspare > 0 =>
- *             joined and the heap is not released (hh_released). */
+ *             joined and the heap is not released (hh_released);
+ *             issue 30: joined and not released => for j < nchunks,
+ *             chunks[j].fd < 0 <=> chunk j is a hole (ha_chunk_hole). */
 typedef struct hd_rank {
     bool joined;   /* attached at least once: chunks exist */
     uint32_t lidx; /* index among this node's ranks (allocator core rank) */
@@ -281,6 +283,10 @@ static inline bool hh_released(const hd_heap *h)
 
 /* Issue 30: of `bytes` of h's chunks, those backed by memory now. */
 static inline uint64_t hh_resident(const hd_heap *h, uint64_t bytes) { return hh_released(h) ? 0 : bytes; }
+
+/* Issue 30: the bytes of chunks each rank holds for an extent: the
+ * extent less its holes. */
+static inline uint64_t hh_backed(const ha_stats *st) { return st->mapped - st->hole_bytes; }
 
 /* Issue 27: the bytes of h's spare chunks (every local rank's). */
 static inline uint64_t hh_spare_bytes(const hd_heap *h)

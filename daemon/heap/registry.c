@@ -40,7 +40,7 @@ void hh_heap_publish(hd_heap *h)
     v.epoch = h->epoch;
     v.collects_skipped = st.collects_skipped;
     v.state = h->mstate;
-    v.resident = hh_resident(h, st.mapped);
+    v.resident = hh_resident(h, hh_backed(&st));
     v.releases = h->releases;
     v.restores = h->restores;
     for (uint32_t q = 0; q < h->world_size; q++) {
@@ -209,7 +209,7 @@ static uint64_t heap_chunk_bytes(const hd_heap *h)
 {
     ha_stats st;
     ha_get_stats(h->core, &st);
-    return st.mapped * h->njoined;
+    return hh_backed(&st) * h->njoined;
 }
 
 /* The timer of a detached heap (timer.data): its persist ran out. */
@@ -371,7 +371,7 @@ static void uid_use(const hd_registry *r, uid_t uid, uint64_t *chunks, uint64_t 
         if (h->owner == uid) {
             ha_stats st;
             ha_get_stats(h->core, &st);
-            *chunks += hh_resident(h, st.mapped * h->local_size) + hh_spare_bytes(h); /* issues 30, 27 */
+            *chunks += hh_resident(h, hh_backed(&st) * h->local_size) + hh_spare_bytes(h); /* issues 30, 27 */
             *core += ha_meta_bytes(&h->ap, st.mapped) + ha_block_bytes(h->core, 0) + hh_blocks_bytes(h);
             *log += hh_heap_log_bytes(h);
         }
@@ -484,7 +484,7 @@ static size_t heap_info(hd_heap *h, hd_heap_info *s, hd_rank_info *rs)
     s->generation = h->generation;
     s->markers = h->nmarkers;
     s->state = h->mstate;
-    s->resident_bytes = hh_resident(h, st.mapped * h->local_size);
+    s->resident_bytes = hh_resident(h, hh_backed(&st) * h->local_size);
     s->host_copy_bytes = h->hc_ptr ? h->hc_size : 0;
     s->releases = h->releases;
     s->restores = h->restores;
@@ -612,6 +612,10 @@ static int rank_validate(const hd_heap *h, uint32_t q, uint64_t mapped, char *wh
         BAD("heap \"%s\" rank %u: its peer is bound elsewhere", h->name, q);
     if (k->known_chunks > k->nchunks)
         BAD("heap \"%s\" rank %u: knows %u chunks of %u", h->name, q, k->known_chunks, k->nchunks);
+    for (uint32_t j = 0; k->joined && !hh_released(h) && j < k->nchunks; j++)
+        if ((k->chunks[j].fd < 0) != (ha_chunk_hole(h->core, j) != 0))
+            BAD("heap \"%s\" rank %u: chunk %u is %s but the allocator has it %s", h->name, q, j,
+                k->chunks[j].fd < 0 ? "absent" : "present", ha_chunk_hole(h->core, j) ? "a hole" : "in use");
     if (k->nspare > h->grow_ahead || k->nchunks + k->nspare > k->capchunks ||
         (k->nspare && (!k->joined || hh_released(h))))
         BAD("heap \"%s\" rank %u: %u spares (grow_ahead %u, %u of %u records, state %u)", h->name, q, k->nspare,

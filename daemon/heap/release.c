@@ -4,8 +4,8 @@
  * copies the chunks into the heap's host copy (mode host), releases every
  * local rank's chunks and answers each rank; Restore creates them again (the
  * same count and size), refills them from the host copy and sends them to
- * each rank; Trim gives back the whole chunks at the top of the extent that
- * hold no block (ha_trim), on every local rank. A rank gone or a timeout
+ * each rank; Trim gives back the whole chunks that hold no block (ha_trim:
+ * the top's and holes below a live block), on every local rank. A rank gone or a timeout
  * fails it on every rank with nothing changed.
  * Middle floor (heap_int.h). */
 #include "heap_int.h"
@@ -214,6 +214,8 @@ static void release_done(hd_heap *h)
         for (uint32_t q = 0; q < h->world_size; q++) {
             hd_rank *k = &h->ranks[q];
             for (uint32_t j = 0; k->joined && j < nch; j++) {
+                if (ha_chunk_hole(h->core, j))
+                    continue; /* issue 30: a hole has nothing to copy */
                 if (hb_chunk_save(h->reg->be, &k->chunks[j], copy_at(h, k, j, nch), err, sizeof err)) {
                     char msg[800];
                     snprintf(msg, sizeof msg,
@@ -258,7 +260,9 @@ static void release_done(hd_heap *h)
  * copy. 0, or -1 with the error (every chunk made is released again). */
 static int restore_chunks(hd_heap *h, uint32_t nch, uint64_t *restored, Heapd__ErrCode *code, char *err, size_t len)
 {
-    uint64_t bytes = (uint64_t)h->local_size * nch * h->ap.chunk_size;
+    ha_stats st;
+    ha_get_stats(h->core, &st);
+    uint64_t bytes = (uint64_t)h->local_size * ((uint64_t)nch * h->ap.chunk_size - st.hole_bytes); /* issue 30 */
     *code = HEAPD__ERR_CODE__ERR_QUOTA;
     if (hh_quota_check(h->reg, h->name, h->owner, 0, bytes, 0, err, len) &&
         (!hh_spare_yield(h->reg, h->owner, NULL, 0) ||
@@ -269,6 +273,8 @@ static int restore_chunks(hd_heap *h, uint32_t nch, uint64_t *restored, Heapd__E
     for (uint32_t q = 0; q < h->world_size; q++) {
         hd_rank *k = &h->ranks[q];
         for (uint32_t j = 0; k->joined && j < nch; j++) {
+            if (ha_chunk_hole(h->core, j))
+                continue; /* issue 30: a hole stays absent */
             int rc = hb_chunk_create(h->reg->be, k->device, h->ap.chunk_size, &k->chunks[j], e2, sizeof e2);
             if (!rc && h->hc_full) {
                 rc = hb_chunk_load(h->reg->be, &k->chunks[j], copy_at(h, k, j, nch), e2, sizeof e2);
@@ -333,52 +339,66 @@ static void restore_done(hd_heap *h)
     hh_spare_kick(h); /* issue 27: after the replies */
 }
 
+/* ha_trim's chunk indices, in idx (room for every chunk). */
+struct trim_idx {
+    uint32_t *idx;
+    uint32_t n;
+};
+
+static void trim_note(void *data, uint32_t i)
+{
+    struct trim_idx *t = data;
+    t->idx[t->n++] = i;
+}
+
 /* Every local rank asked for the trim: the allocator gives up the wholly
- * free chunks at the top of the extent (ha_trim: no live or pending block
- * there, and none can be decided meanwhile: this runs within one request),
- * every local rank's chunk records there are released, and each rank is
- * told which indices to unmap. */
+ * free chunks (ha_trim: no live or pending block there, and none can be
+ * decided meanwhile: this runs within one request), the holes below the
+ * top and the top's, every local rank's chunk records there are released
+ * (a hole's record stays, absent: fd -1), and each rank is told which
+ * indices to unmap. */
 static void trim_done(hd_heap *h)
 {
     uint64_t t0 = uv_hrtime(), cs = h->ap.chunk_size;
     ha_stats st;
     ha_get_stats(h->core, &st);
     uint32_t have = hh_heap_chunks(h, st.mapped), cut = 0;
-    uint32_t *idx = malloc(have * sizeof *idx);
-    if (!idx) {
+    struct trim_idx ti = {malloc(have * sizeof *ti.idx), 0};
+    if (!ti.idx || ha_trim(h->core, &cut, trim_note, &ti)) {
+        free(ti.idx);
         rel_fail(h, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory (nothing was trimmed)");
         return;
     }
-    ha_trim(h->core, &cut);
-    uint32_t keep = have - cut;
-    for (uint32_t j = 0; j < cut; j++)
-        idx[j] = keep + j;
+    ha_get_stats(h->core, &st);
+    uint32_t keep = hh_heap_chunks(h, st.mapped);
     for (uint32_t q = 0; q < h->world_size; q++) {
         hd_rank *k = &h->ranks[q];
         if (!k->joined)
             continue;
+        for (uint32_t j = 0; j < ti.n && ti.idx[j] < keep; j++)
+            hb_chunk_release(h->reg->be, &k->chunks[ti.idx[j]]); /* a hole: absent until a growth */
         hh_rank_trim_chunks(h, k, keep);
         if (k->known_chunks > keep)
             k->known_chunks = keep; /* a growth sends these indices again */
     }
-    uint64_t per_rank = (uint64_t)cut * cs;
+    uint64_t per_rank = (uint64_t)cut * cs, backed = hh_backed(&st);
     if (cut) {
         h->trims++;
         h->trimmed_bytes += per_rank * h->local_size;
     }
     uint64_t us = (uv_hrtime() - t0) / 1000;
-    char b1[32], b2[32];
+    char b1[32], b2[32], b3[32];
     hd_log(cut ? HD_LOG_INFO : HD_LOG_DEBUG,
-           "heap \"%s\" trimmed: %u chunk%s (%s) on each of %u ranks, %s mapped per rank now, in %llu us", h->name, cut,
-           cut == 1 ? "" : "s", hh_human(per_rank, b1, sizeof b1), h->local_size,
-           hh_human((uint64_t)keep * cs, b2, sizeof b2), (unsigned long long)us);
+           "heap \"%s\" trimmed: %u chunk%s (%s) on each of %u ranks, %s mapped per rank now (%s in holes), in %llu us",
+           h->name, cut, cut == 1 ? "" : "s", hh_human(per_rank, b1, sizeof b1), h->local_size,
+           hh_human(backed, b2, sizeof b2), hh_human(st.hole_bytes, b3, sizeof b3), (unsigned long long)us);
     hh_heap_publish(h);
     hd_trim_out o = {
-        .trimmed_bytes = per_rank, .mapped = (uint64_t)keep * cs, .elapsed_us = us, .chunks = idx, .nchunks = cut};
+        .trimmed_bytes = per_rank, .mapped = st.mapped, .elapsed_us = us, .chunks = ti.idx, .nchunks = cut};
     uint32_t q = 0;
     for (hd_rank *k; (k = take_waiting(h, &q));)
         k->conn->out->trim(k->conn, k->rel_id, &o);
-    free(idx);
+    free(ti.idx);
     rel_end(h);
 }
 

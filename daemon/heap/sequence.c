@@ -27,53 +27,113 @@ static void trim_log(hd_heap *h)
     h->log_base = min;
 }
 
-/* 0 if a growth by `chunks` per rank from `mapped` fits the quotas and the
- * fd limit, its spares counted as held and only the chunks it creates
- * (hh_spare_fresh) as added; else -1 with err. */
-static int grow_fits(hd_heap *h, uint64_t mapped, uint32_t chunks, char *err, size_t errlen)
+/* 0 if a growth by `chunks` per rank (`top` of them extending the extent,
+ * the others refilling holes) fits the quotas and the fd limit, its spares
+ * counted as held and only the chunks it creates (hh_spare_fresh) as
+ * added; else -1 with err. */
+static int grow_fits(hd_heap *h, const ha_stats *st, uint32_t chunks, uint32_t top, char *err, size_t errlen)
 {
     uint64_t fresh = hh_spare_fresh(h, chunks);
-    uint64_t grown = mapped + (uint64_t)chunks * h->ap.chunk_size;
-    return hh_quota_check(h->reg, h->name, h->owner, mapped * h->local_size + hh_spare_bytes(h),
-                          fresh * h->ap.chunk_size, ha_meta_bytes(&h->ap, grown) - ha_meta_bytes(&h->ap, mapped), err,
-                          errlen) ||
+    uint64_t grown = st->mapped + (uint64_t)top * h->ap.chunk_size;
+    return hh_quota_check(h->reg, h->name, h->owner, hh_backed(st) * h->local_size + hh_spare_bytes(h),
+                          fresh * h->ap.chunk_size, ha_meta_bytes(&h->ap, grown) - ha_meta_bytes(&h->ap, st->mapped),
+                          err, errlen) ||
                    hh_chunk_fds_check(h->reg, h->owner, fresh, err, errlen)
                ? -1
                : 0;
 }
 
+/* ha_grow_plan's indices. */
+struct grow_plan {
+    uint32_t *idx;
+    uint32_t n;
+};
+
+static void plan_note(void *data, uint32_t i)
+{
+    struct grow_plan *g = data;
+    g->idx[g->n++] = i;
+}
+
+/* Issue 30: rank k's holes idx[0..n) get chunks again (its spares first).
+ * 0, or -1 with err (the chunks made stay: the caller releases them). */
+static int refill_holes(hd_heap *h, hd_rank *k, const uint32_t *idx, uint32_t n, char *err, size_t errlen)
+{
+    for (uint32_t j = 0; j < n; j++) {
+        hb_chunk *c = &k->chunks[idx[j]];
+        if (k->nspare) { /* issue 27: a spare after the chunks fills it */
+            hb_chunk *s = &k->chunks[k->nchunks + --k->nspare];
+            *c = *s;
+            *s = (hb_chunk){.fd = -1, .device = -1};
+            continue;
+        }
+        int rc = hb_chunk_create(h->reg->be, k->device, h->ap.chunk_size, c, err, errlen);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* A failed growth: every rank's chunks as they were (holes absent again,
+ * the top's chunks and the spares dropped). */
+static void grow_undo(hd_heap *h, uint32_t have, const uint32_t *idx, uint32_t nholes)
+{
+    for (uint32_t p = 0; p < h->world_size; p++) {
+        if (!h->ranks[p].joined)
+            continue;
+        for (uint32_t j = 0; j < nholes; j++)
+            hb_chunk_release(h->reg->be, &h->ranks[p].chunks[idx[j]]);
+        hh_rank_trim_chunks(h, &h->ranks[p], have);
+    }
+}
+
 /* Returns 0, -1 (backend failure) or -2 (quota), with err filled. Issue 27:
  * each rank's spares serve first (hh_rank_add_chunks), and yield to the
- * quotas before a refusal; the refill follows (after the reply). */
+ * quotas before a refusal; the refill follows (after the reply). Issue 30:
+ * the core's holes come first (ha_grow_plan), at their indices; each
+ * client is sent the chunks again from the lowest one on. */
 static int grow(hd_heap *h, uint32_t chunks, char *err, size_t errlen)
 {
     ha_stats st;
     ha_get_stats(h->core, &st);
     uint32_t have = hh_heap_chunks(h, st.mapped);
     uint64_t t0 = uv_hrtime();
-    if (grow_fits(h, st.mapped, chunks, err, errlen) &&
-        (!hh_spare_yield(h->reg, h->owner, h, chunks) || grow_fits(h, st.mapped, chunks, err, errlen)))
-        return -2;
-    for (uint32_t q = 0; q < h->world_size; q++) {
-        if (!h->ranks[q].joined)
-            continue;
-        if (hh_rank_add_chunks(h, &h->ranks[q], have + chunks, err, errlen)) {
-            for (uint32_t p = 0; p <= q; p++)
-                hh_rank_trim_chunks(h, &h->ranks[p], have);
-            return -1;
-        }
-    }
-    if (ha_grow(h->core, chunks)) {
-        for (uint32_t p = 0; p < h->world_size; p++)
-            hh_rank_trim_chunks(h, &h->ranks[p], have);
-        snprintf(err, errlen, "the allocator refused to grow by %u chunks", chunks);
+    struct grow_plan g = {malloc(chunks * sizeof *g.idx), 0};
+    if (!g.idx || ha_grow_plan(h->core, chunks, plan_note, &g)) {
+        free(g.idx);
+        snprintf(err, errlen, "the allocator refused to grow by %u chunks (out of memory or va_size)", chunks);
         return -1;
     }
+    uint32_t nholes = 0;
+    while (nholes < g.n && g.idx[nholes] < have)
+        nholes++;
+    int rc = 0;
+    if (grow_fits(h, &st, chunks, chunks - nholes, err, errlen) &&
+        (!hh_spare_yield(h->reg, h->owner, h, chunks) || grow_fits(h, &st, chunks, chunks - nholes, err, errlen)))
+        rc = -2;
+    for (uint32_t q = 0; !rc && q < h->world_size; q++) {
+        hd_rank *k = &h->ranks[q];
+        if (k->joined && (refill_holes(h, k, g.idx, nholes, err, errlen) ||
+                          hh_rank_add_chunks(h, k, have + chunks - nholes, err, errlen)))
+            rc = -1;
+    }
+    if (!rc && ha_grow(h->core, chunks)) {
+        snprintf(err, errlen, "the allocator refused to grow by %u chunks", chunks);
+        rc = -1;
+    }
+    if (rc == -1)
+        grow_undo(h, have, g.idx, nholes);
+    for (uint32_t q = 0; !rc && nholes && q < h->world_size; q++)
+        if (h->ranks[q].known_chunks > g.idx[0])
+            h->ranks[q].known_chunks = g.idx[0]; /* the refilled holes go out again */
+    free(g.idx);
+    if (rc)
+        return rc;
     char b1[32], b2[32];
-    hd_info("heap \"%s\" grew from %s to %s per rank (%u chunk%s on each of %u ranks)", h->name,
-            hh_human(st.mapped, b1, sizeof b1),
-            hh_human(st.mapped + (uint64_t)chunks * h->ap.chunk_size, b2, sizeof b2), chunks, chunks == 1 ? "" : "s",
-            h->local_size);
+    hd_info("heap \"%s\" grew from %s to %s per rank (%u chunk%s on each of %u ranks, %u of them into holes)", h->name,
+            hh_human(hh_backed(&st), b1, sizeof b1),
+            hh_human(hh_backed(&st) + (uint64_t)chunks * h->ap.chunk_size, b2, sizeof b2), chunks,
+            chunks == 1 ? "" : "s", h->local_size, nholes);
     hd_hist_observe(&h->growth, uv_hrtime() - t0);
     hh_spare_kick(h);
     return 0;

@@ -59,8 +59,8 @@ static bool fill_one(hd_heap *h)
     ha_stats st;
     ha_get_stats(h->core, &st);
     char err[1024];
-    if (hh_quota_check(h->reg, h->name, h->owner, st.mapped * h->local_size + hh_spare_bytes(h), h->ap.chunk_size, 0,
-                       err, sizeof err) ||
+    if (hh_quota_check(h->reg, h->name, h->owner, hh_backed(&st) * h->local_size + hh_spare_bytes(h), h->ap.chunk_size,
+                       0, err, sizeof err) ||
         hh_chunk_fds_check(h->reg, h->owner, 1, err, sizeof err) ||
         hh_rank_reserve(k, k->nchunks + k->nspare + 1, err, sizeof err)) {
         hd_debug("heap \"%s\": no spare chunk now: %s", h->name, err);

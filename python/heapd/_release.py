@@ -1,7 +1,7 @@
 """Issue 30 on heapd.Heap: release a heap's memory and restore it at the same
 offsets. release(mode, keep), restore(), released(mode, keep) (the `with`
-form), state, and trim() (give back the wholly free chunks at the top of the
-heap). A mixin of heapd.Heap (libheapc's heapc_release, heapc_restore,
+form), state, and trim() (give back the heap's wholly free chunks: at the
+top and below a live block). A mixin of heapd.Heap (libheapc's heapc_release, heapc_restore,
 heapc_state, heapc_trim).
 
 Between release and restore the heap's chunks are unmapped in this process
@@ -84,16 +84,17 @@ class _Release:
             _raise(c, rc)
 
     def trim(self):
-        """Collective (every rank of the heap calls it): the whole chunks at
-        the top of the heap that hold no block - none live, none freed whose
-        stream work is still pending - are given back on every local rank
-        (unmapped here and in every peer, their memory freed). Returns the
-        bytes each rank's extent shrank by (0: nothing to trim). Offsets,
-        live tensors and their content stay; a later allocation that needs
-        the room grows the heap again at the same offsets. No device sync:
-        a tensor freed on a stream whose work has not completed still holds
-        its chunk. Only the top is trimmed (a free chunk below a live block
-        stays). Under reclaim "collect", collect() first. StateError while
+        """Collective (every rank of the heap calls it): every whole chunk
+        that holds no block - none live, none freed whose stream work is
+        still pending - is given back on every local rank (unmapped here and
+        in every peer, their memory freed): those at the top leave the
+        extent, one below a live block becomes a hole. Returns the bytes
+        each rank gave back (0: nothing to trim). Offsets, live tensors and
+        their content stay; a later allocation that needs the room grows
+        the heap again at the same offsets, holes first. No device sync: a
+        tensor freed on a stream whose work has not completed still holds
+        its chunk. Policy "seed" trims only the top. Under reclaim
+        "collect", collect() first. StateError while
         released; PeerGoneError / CollectiveTimeoutError naming the rank
         (nothing trimmed); HeapdError (ERR_INVALID) on a heap that spans
         nodes."""

@@ -1,11 +1,12 @@
-"""Issue 30, trim: heap.trim() gives back the wholly free chunks at the top of a
-heap on every rank, from Python, against a real heapd (host backend) with real
-rank processes: exactly those chunks (not one with a live block, not one with
-a block every rank freed but not yet collected, not a free chunk below a live
-one), the same bytes on every rank; offsets unchanged, live content intact
-(its own and a peer's copy), an allocation after the trim symmetric and at the
-offsets trimmed; heapd's figures (stats, heapctl --json, the table, metrics:
-chunk bytes follow); a rank killed while the other waits in the trim."""
+"""Issue 30, trim: heap.trim() gives back the wholly free chunks of a heap on
+every rank, from Python, against a real heapd (host backend) with real rank
+processes: exactly those chunks (not one with a live block, not one with a
+block every rank freed but not yet collected), the top's and the holes below
+a live block, the same bytes on every rank; offsets unchanged, live content
+intact (its own and a peer's copy), an allocation after the trim symmetric and
+at the offsets trimmed (a hole mapped again at its address); heapd's figures
+(stats, heapctl --json, the table, metrics: chunk bytes follow); a rank killed
+while the other waits in the trim."""
 import os
 import signal
 import subprocess
@@ -53,7 +54,8 @@ def _trim(rank, world, sock, name):
         offs = sorted(h.offset(t) for t in big)
         assert offs == [MIB, 2 * MIB, 3 * MIB], offs
         top = max(big, key=h.offset)
-        # Every chunk but the top one free: the top's live block holds them all.
+        # Every chunk but the first and the top one free: the two between
+        # become holes; the extent stays.
         for t in [t for t in big if t is not top]:
             h.free(t)
         big = [top]
@@ -69,7 +71,7 @@ def _trim(rank, world, sock, name):
         big = []
         del top
         maps = _chunk_maps()
-        got.append(h.trim())                          # the three top chunks go
+        got.append(h.trim())                          # the top chunk goes, the holes below with it
         got.append((maps, _chunk_maps()))
         st = h.stats()
         got.append((h.mapped, h.status().mapped, st["mapped"], st["trims"], st["trimmed_bytes"],
@@ -97,19 +99,80 @@ def _trim(rank, world, sock, name):
 def test_trim_gives_back_the_wholly_free_top_chunks(sock, heapname):
     res = ok(run_ranks(_trim, 2, sock, heapname)[0])
     for r, got in enumerate(res):
-        assert got[0] == 0, f"rank {r}: a live block at the top must hold every chunk below"
+        assert got[0] == 2 * MIB, f"rank {r}: the 2 free chunks below the live top are holes: {got[0]}"
         assert got[1] == 0, f"rank {r}: a block one rank still holds is live"
-        assert got[2] == 3 * MIB, f"rank {r}: trimmed {got[2]}, want the 3 top chunks"
-        assert got[3] == (8, 2), f"rank {r}: chunk mappings before and after: {got[3]}"
-        assert got[4] == (MIB, MIB, MIB, 1, 3 * MIB * 2, MIB * 2), got[4]
+        assert got[2] == MIB, f"rank {r}: trimmed {got[2]}, want the top chunk"
+        assert got[3] == (4, 2), f"rank {r}: chunk mappings before and after: {got[3]}"
+        assert got[4] == (MIB, MIB, MIB, 2, 3 * MIB * 2, MIB * 2), got[4]
         off, mapped, peer_last = got[-1]
         assert off in (MIB, 2 * MIB) and mapped == 3 * MIB, got[-1]
         assert peer_last == 9 + (r + 1) % 2
     assert res[0][-1][0] == res[1][-1][0], "asymmetric allocation after the trim"
     (js, prom, table) = res[0][5]
-    assert js == (1, 6 * MIB, MIB)
-    assert prom == ("1", str(6 * MIB), str(2 * MIB), str(MIB)), prom
+    assert js == (2, 6 * MIB, MIB)
+    assert prom == ("2", str(6 * MIB), str(2 * MIB), str(MIB)), prom
     assert table
+
+
+def _mapping_at(addr):
+    """The path of this process's mapping that holds addr ('' if anonymous)."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split()
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if lo <= addr < hi:
+                return parts[5] if len(parts) > 5 else ""
+    return None
+
+
+def _hole(rank, world, sock, name):
+    """A wholly free chunk between two live blocks: trimmed on every rank
+    (unmapped here, own and peer's), the blocks around it intact; an
+    allocation that needs room maps it again at its address."""
+    with heapd.Heap(name, rank, world, sock, chunk_size="1M", initial_size="1M") as h:
+        big = [h.empty(MIB, dtype=torch.uint8) for _ in range(3)]
+        big.sort(key=h.offset)
+        assert [h.offset(t) for t in big] == [0, MIB, 2 * MIB]
+        for i, t in enumerate(big):
+            t.fill_(10 * rank + i)
+        h.collect()
+        nxt = (rank + 1) % world
+        bases = [big[0].data_ptr(), h.peer(big[0], nxt).data_ptr()]
+        h.free(big[1])
+        del big[1], t
+        maps = _chunk_maps()
+        got = [h.trim(), h.mapped, (maps, _chunk_maps()),
+               ["heapd-chunk" in (_mapping_at(b + MIB) or "") for b in bases],
+               ["heapd-chunk" in (_mapping_at(b + 2 * MIB) or "") for b in bases]]
+        st = h.stats()
+        got.append((st["mapped"], st["resident_bytes"], st["trims"]))
+        assert all(int(t.min()) == int(t.max()) == 10 * rank + 2 * i for i, t in enumerate(big)), \
+            "live content changed by the trim"
+        assert int(h.peer(big[1], nxt)[0]) == 10 * nxt + 2, "a peer's copy changed"
+        h.release(mode="host")                        # a hole stays one through release and restore
+        h.restore()
+        got.append((_chunk_maps(), int(big[0][-1]), int(h.peer(big[1], nxt)[-1])))
+        again = h.empty(MIB, dtype=torch.uint8)       # no room: the hole comes back
+        again.fill_(7 + rank)
+        h.collect()
+        got.append((h.offset(again), h.mapped, _chunk_maps(),
+                    ["heapd-chunk" in (_mapping_at(b + MIB) or "") for b in bases],
+                    int(h.peer(again, nxt)[-1]), int(big[1][0])))
+        return got
+
+
+def test_trim_hole_between_live_blocks(sock, heapname):
+    res = ok(run_ranks(_hole, 2, sock, heapname)[0])
+    for r, got in enumerate(res):
+        assert got[0] == MIB, f"rank {r}: trimmed {got[0]}, want the chunk between the live blocks"
+        assert got[1] == 3 * MIB, f"rank {r}: the extent stays: {got[1]}"
+        assert got[2] == (6, 4), f"rank {r}: chunk mappings before and after: {got[2]}"
+        assert got[3] == [False, False], f"rank {r}: the hole is still mapped (own, peer's)"
+        assert got[4] == [True, True], f"rank {r}: a live chunk got unmapped"
+        assert got[5] == (3 * MIB, 2 * 2 * MIB, 1), got[5]
+        assert got[6] == (4, 10 * r, 10 * ((r + 1) % 2) + 2), f"rank {r}: after release and restore: {got[6]}"
+        assert got[7] == (MIB, 3 * MIB, 6, [True, True], 7 + (r + 1) % 2, 10 * r + 2), got[7]
+    assert res[0][7][0] == res[1][7][0], "asymmetric allocation after the trim"
 
 
 def _pending(rank, world, sock, name):
