@@ -365,9 +365,10 @@ EOF
         # failed): heap mapped <= 1.15x torch's max reserved, step time <= 1.15x. Host dry run: a
         # small model on the CPU, parameters, gradients and moments as host-backend heap tensors.
         echo; echo "== train_bench (issue 27: a training loop, torch's allocator against use_heap)"
-        tl=$(tmo 90); TROPT=
+        # The steps after it (the resume example, heapd's stop) keep 75 s of the budget.
+        tl=$(tmo 165); tl=$((tl > 75 + 30 ? tl - 75 : 30)); tl=$((tl > 90 ? 90 : tl)); TROPT=
         [ $BE = host ] && TROPT="--host --rounds 2"
-        step train 90 env $PYENV TMPDIR="$T" "$PYT" bench/train_bench.py $TROPT --build "$B" \
+        step train $tl env $PYENV TMPDIR="$T" "$PYT" bench/train_bench.py $TROPT --build "$B" \
             --time-limit $((tl > 20 ? tl - 10 : tl))
         trv() { v=$(sed -n "s/^train $1 \([^ ]*\).*/\1/p" "$T/train.out" | head -1); echo "${v:-?}"; }
         for k in 1rank_torch_step_ms 1rank_heap_step_ms 1rank_step_ratio 1rank_torch_peak_mib 1rank_heap_peak_mib \

@@ -23,6 +23,7 @@ def _grow(rank, world, sock, name):
         _wait(lambda: h.stats()["spare_bytes"] == 2 * world * MIB, "the spares after the attach")
         st = h.stats()
         before = (h.grow_ahead, st["grow_ahead"], st["params"]["grow_ahead"], st["mapped"])
+        h.collect()                          # a barrier: both ranks read before either grows
         ts = [h.empty(768 << 10, dtype=torch.uint8) for _ in range(3)]   # 3 x 768 KiB: 3 MiB mapped
         for t in ts:
             t.fill_(rank + 1)
