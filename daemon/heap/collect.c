@@ -69,22 +69,31 @@ void hh_collect_fail(hd_heap *h, Heapd__ErrCode code, const char *msg)
         hd_store_collect_abort_code(h->reg->store, h->name, h->inc, h->cnum, store_code_of(code), msg);
     /* If the abort loses the race with completion in the store, every other
      * node applies the result: this one must too (store_collect_cb). */
-    if (h->store_wait)
+    if (h->store_wait) {
         h->store_abandoned = true;
+        h->abandoned_seq = h->coll_seq;
+    }
     h->store_wait = false;
     collect_fail_waiting(h, code, msg);
 }
 
-static void collect_reply_all(hd_heap *h, uint64_t blocks, uint64_t bytes)
+/* The collect at allocation seq is done (here, or on the other nodes with
+ * its result applied here): what was owed there is paid. */
+static void collect_owed_done(hd_heap *h, uint64_t seq)
 {
-    if (h->nforce && h->force_at[0] == h->coll_seq) {
+    if (h->nforce && h->force_at[0] == seq) {
         memmove(h->force_at, h->force_at + 1, (h->nforce - 1) * sizeof h->force_at[0]);
         h->nforce--;
     }
-    if (h->collect_at == h->coll_seq) {
+    if (h->collect_at == seq) {
         h->collect_at = UINT64_MAX;
         h->forced = false;
     }
+}
+
+static void collect_reply_all(hd_heap *h, uint64_t blocks, uint64_t bytes)
+{
+    collect_owed_done(h, h->coll_seq);
     hd_hist_observe(&h->coll_wait, uv_hrtime() - h->coll_start_ns);
     ha_stats st;
     ha_get_stats(h->core, &st);
@@ -123,6 +132,10 @@ static void store_collect_cb(void *arg, int status, const char *errmsg, const ui
             hd_warn("heap \"%s\": the collect failed here but completed on the other nodes; its result was "
                     "applied so that offsets stay symmetric",
                     h->name);
+            /* and it owes no collect there any more: the other nodes' ranks
+             * went on, so a rank here (resumed, issue 29) must not be sent to
+             * collect at that allocation again */
+            collect_owed_done(h, h->abandoned_seq);
             hh_heap_publish(h);
         }
         h->store_abandoned = false;

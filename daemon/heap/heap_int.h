@@ -177,6 +177,7 @@ struct hd_heap {
     uint64_t cnum_seq, cnum_sub; /* collects started at allocation cnum_seq so far */
     bool store_wait;             /* every local rank arrived; waiting for the store */
     bool store_abandoned;        /* failed here while the store still decides it */
+    uint64_t abandoned_seq;      /* that collect's allocation number */
     /* Cross-node forced collect: agreement on the allocation number. */
     bool frozen; /* no new decisions until the agreement returns */
     bool force_busy;
