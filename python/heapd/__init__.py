@@ -430,8 +430,13 @@ class Heap(_Resume, _Release):
         Heap is used from several threads."""
         c = self._cx()
         ptr, off = ctypes.c_void_p(), ctypes.c_uint64()
-        rc = L.alloc_named(c, max(int(nbytes), 1), self._name_arg(name), ctypes.byref(ptr),
-                           ctypes.byref(off))
+        if name is None and self.device.type == "cuda":  # issue 27: on torch's current stream, so a
+            import torch                                  # block freed there is reused with no wait
+            s = torch.cuda.current_stream(self.device).cuda_stream
+            rc = L.alloc_async(c, max(int(nbytes), 1), s or None, ctypes.byref(ptr), ctypes.byref(off))
+        else:
+            rc = L.alloc_named(c, max(int(nbytes), 1), self._name_arg(name), ctypes.byref(ptr),
+                               ctypes.byref(off))
         if rc:
             self._alloc_failed(c, rc)
         return ptr.value, off.value
