@@ -249,7 +249,7 @@ static int fence_reap(heapc *c, int close, int poll)
  * stream work may still run are waited for first. */
 int hci_fence_wait_early(heapc *c)
 {
-    if (!c->fence_on || c->fence.waiting == c->fence.held)
+    if (!c->fence_on || !hf_queue_early(&c->fence))
         return HEAPC_OK;
     char merr[320] = "";
     int frc = hf_queue_wait_early(&c->fence, merr, sizeof merr);
@@ -521,7 +521,7 @@ typedef struct alloc_use {
  * work is that rank's own fence (and the caller's free rule: docs). */
 static int alloc_order(heapc *c, uint64_t off, uint64_t size, const alloc_use *use)
 {
-    if (!c->fence_on || c->fence.waiting == c->fence.held)
+    if (!c->fence_on || !hf_queue_early(&c->fence))
         return HEAPC_OK; /* nothing freed early is in flight */
     char merr[320] = "";
     int frc = hf_queue_order(&c->fence, off, size, use->stream, use->known, merr, sizeof merr);
@@ -536,10 +536,10 @@ static int alloc_order(heapc *c, uint64_t off, uint64_t size, const alloc_use *u
 static int alloc_made(heapc *c, view *v, const Heapd__AllocReply *ar, const hw_frame *raw, size_t size,
                       const char *name, const alloc_use *use, void **ptr, uint64_t *offset)
 {
-    uint64_t off = ar->offset;
+    uint64_t off = ar->offset, bsize = ar->block_size ? ar->block_size : size;
     c->next_seq++;
     c->ctr.allocs++;
-    int ins = ls_insert(&c->live, off, ar->block_size ? ar->block_size : size);
+    int ins = ls_insert(&c->live, off, bsize);
     if (offset)
         *offset = off;
     if (ptr)
@@ -566,7 +566,7 @@ static int alloc_made(heapc *c, view *v, const Heapd__AllocReply *ar, const hw_f
     rc = alloc_name(c, name, size, ar);
     if (rc != HEAPC_OK)
         return rc;
-    if ((rc = alloc_order(c, off, ar->block_size ? ar->block_size : size, use)) != HEAPC_OK)
+    if ((rc = alloc_order(c, off, bsize, use)) != HEAPC_OK)
         return rc;
     if (ins == 0)
         return hci_set_err(c, HEAPC_EPROTOCOL,
@@ -583,7 +583,8 @@ static int alloc_made(heapc *c, view *v, const Heapd__AllocReply *ar, const hw_f
 
 /* Issue 27: before each allocation, the stream-ordered frees whose work
  * completed join the free queue (an event query per closed group, no
- * wait; the open group closes here, so that it gets its marker now), and
+ * wait; an open group held back until its work completes closes here, so
+ * that it gets its marker now; fence_reap: groups released early), and
  * the queue goes with the Alloc (Alloc.frees), or first in Free batches
  * when it is longer than one Alloc carries. So a release reaches heapd at
  * the next call after its stream work completed, with no message of its

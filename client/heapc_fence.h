@@ -91,6 +91,10 @@ typedef struct hf_queue {
     uint64_t markers; /* markers recorded so far */
 } hf_queue;
 
+/* Blocks released early (sent at their free) whose groups the queue still
+ * keeps: their stream work is not known complete. */
+static inline uint64_t hf_queue_early(const hf_queue *q) { return q->waiting - q->held; }
+
 /* Error codes (codes cross modules; err holds the sentence). */
 enum { HF_OK = 0, HF_ENOMEM = -1, HF_EDEVICE = -2 };
 

@@ -122,7 +122,7 @@ int heapc_get_counters(heapc *c, heapc_counters *out)
     out->queued_frees = c->fq_n;
     out->stream_waiting = c->fence_on ? c->fence.held : 0;
     out->stream_markers = c->ctr.stream_markers + (c->fence_on ? c->fence.markers : 0);
-    out->stream_in_flight = c->fence_on ? c->fence.waiting - c->fence.held : 0;
+    out->stream_in_flight = c->fence_on ? hf_queue_early(&c->fence) : 0;
     out->stream_reuse_waits = c->ctr.stream_reuse_waits + (c->fence_on ? c->fence.orders : 0);
     int rc = hci_ok(c);
     pthread_mutex_unlock(&c->mu);

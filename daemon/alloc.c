@@ -211,13 +211,21 @@ int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res)
     return h->ops->alloc(h, size, res);
 }
 
+/* A growth by `chunks`: the holes it refills (lowest first) and the bytes
+ * it adds at the top. HA_OK, or HA_EVA when those would pass va_size. */
+static int grow_split(const ha_heap *h, uint32_t chunks, uint64_t *refill, uint64_t *add)
+{
+    *refill = h->nholes < chunks ? h->nholes : chunks;
+    *add = (chunks - *refill) * h->p.chunk_size;
+    return *add > h->p.va_size - h->mapped ? HA_EVA : HA_OK;
+}
+
 int ha_grow_plan(const ha_heap *h, uint32_t chunks, ha_chunk_fn fn, void *data)
 {
     if (!h || chunks == 0 || !fn)
         return HA_EINVAL;
-    uint64_t refill = h->nholes < chunks ? h->nholes : chunks;
-    uint64_t add = (chunks - refill) * h->p.chunk_size;
-    if (add > h->p.va_size - h->mapped)
+    uint64_t refill, add;
+    if (grow_split(h, chunks, &refill, &add))
         return HA_EVA;
     uint64_t i = 0;
     for (uint64_t n = 0; n < refill; n++, i++)
@@ -231,10 +239,8 @@ int ha_grow(ha_heap *h, uint32_t chunks)
 {
     if (!h || chunks == 0)
         return HA_EINVAL;
-    uint64_t cs = h->p.chunk_size;
-    uint64_t refill = h->nholes < chunks ? h->nholes : chunks;
-    uint64_t add = (chunks - refill) * cs;
-    if (add > h->p.va_size - h->mapped)
+    uint64_t cs = h->p.chunk_size, refill, add;
+    if (grow_split(h, chunks, &refill, &add))
         return HA_EVA;
     if (add && h->ops->grow(h, h->mapped + add))
         return HA_ENOMEM;
@@ -336,6 +342,16 @@ static void eager_reclaim(ha_heap *h)
     h->pending.n = 0;
 }
 
+/* After releases that left blocks pending (ha_free, ha_free_batch): one
+ * decider's coalesce policy may collect again (a collect now reclaims
+ * more), and reclaim = eager reclaims them at once. */
+static void after_release(ha_heap *h)
+{
+    if (h->pending.n && h->p.one_decider && h->ops->every_collect_answers)
+        h->collect_answered = false;
+    eager_reclaim(h);
+}
+
 int ha_free(ha_heap *h, uint32_t rank, uint64_t offset)
 {
     if (!h || rank >= h->p.ranks)
@@ -359,9 +375,7 @@ int ha_free(ha_heap *h, uint32_t rank, uint64_t offset)
         h->pending.v[h->pending.n++] = offset;
         h->live_bytes -= sz;
         h->pending_bytes += sz;
-        if (h->p.one_decider && h->ops->every_collect_answers)
-            h->collect_answered = false; /* coalesce: a collect now reclaims more */
-        eager_reclaim(h);
+        after_release(h);
     }
     HA_DEBUG_CHECK(h, "ha_free");
     return HA_OK;
@@ -425,9 +439,7 @@ int ha_free_batch(ha_heap *h, uint32_t rank, const uint64_t *offsets, size_t n, 
         }
     }
     h->frees += n;
-    if (h->p.one_decider && h->ops->every_collect_answers && h->pending.n)
-        h->collect_answered = false; /* coalesce: a collect now reclaims more */
-    eager_reclaim(h);
+    after_release(h);
     HA_DEBUG_CHECK(h, "ha_free_batch");
     return HA_OK;
 }

@@ -401,9 +401,9 @@ static int co_nofit(ha_heap *h, uint64_t c, ha_alloc_result *res)
      * since the last allocation (whoever started it), none when no
      * block exists (a fresh heap; tab.count is the same on every
      * node: blocks appear at allocations and go at collects); eager:
-     * none while no block is pending. (One decider: a release after a
-     * collect clears collect_answered, so the next growth collects
-     * first: issue 27.) */
+     * none unless a block is pending or released by some rank only
+     * (co_reclaimable). (One decider: a release after a collect clears
+     * collect_answered, so the next growth collects first: issue 27.) */
     if (!h->collect_answered && co_reclaimable(h))
         return ha_ask_collect(h, res, HA_COLLECT_FULL);
     uint64_t need = hac_top_free_run(h) + c;
