@@ -484,8 +484,14 @@ static int mode_fds_drip(void)
         ssize_t n = send_fds(fd, hdr + i, 1, fds, 253);
         for (int k = 0; k < 253; k++)
             close(fds[k]);
-        if (n < 0)
+        if (n < 0) {
+            /* heapd closed it after reading the earlier bytes: its close may
+             * come after the probe's answer (the socket is closed on a later
+             * turn of its loop), so a refused byte is a close too. */
+            if (errno == EPIPE || errno == ECONNRESET)
+                closed_at = i;
             break;
+        }
         sent += 253;
         /* heapd has read this byte once it answers the probe below or
          * closes: a Hello on another connection is a barrier of the loop. */
