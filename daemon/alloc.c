@@ -526,7 +526,10 @@ int ha_collect_candidates(const ha_heap *h, uint64_t **offsets, size_t *n)
     return HA_OK;
 }
 
-int ha_collect_apply(ha_heap *h, const uint64_t *offsets, size_t n, uint64_t *reclaimed_bytes)
+/* Marks offsets[0..n) (sorted ascending, each a pending record), makes
+ * room for them and takes them out of the pending vector: 0, or HA_EINVAL /
+ * HA_ENOMEM with nothing changed. */
+static int take_pending(ha_heap *h, const uint64_t *offsets, size_t n)
 {
     if (!h || (n && !offsets))
         return HA_EINVAL;
@@ -551,8 +554,35 @@ int ha_collect_apply(ha_heap *h, const uint64_t *offsets, size_t n, uint64_t *re
             h->pending.v[w++] = h->pending.v[i];
     }
     h->pending.n = w;
+    return HA_OK;
+}
+
+int ha_collect_apply(ha_heap *h, const uint64_t *offsets, size_t n, uint64_t *reclaimed_bytes)
+{
+    int rc = take_pending(h, offsets, n);
+    if (rc)
+        return rc;
     reclaim_sorted(h, offsets, n, reclaimed_bytes);
     HA_DEBUG_CHECK(h, "ha_collect_apply");
+    return HA_OK;
+}
+
+int ha_reclaim_apply(ha_heap *h, const uint64_t *offsets, size_t n, uint64_t *reclaimed_bytes)
+{
+    if (h && h->p.policy == HA_POLICY_SEED)
+        return HA_EINVAL; /* the seed's algorithm reclaims at collects only */
+    int rc = take_pending(h, offsets, n);
+    if (rc)
+        return rc;
+    uint64_t total = n ? h->ops->reclaim(h, offsets, n) : 0;
+    for (uint32_t r = 0; r < h->p.ranks; r++)
+        h->rel_bytes[r] -= total;
+    h->pending_bytes -= total;
+    h->free_bytes += total;
+    h->eager_reclaims += n;
+    if (reclaimed_bytes)
+        *reclaimed_bytes = total;
+    HA_DEBUG_CHECK(h, "ha_reclaim_apply");
     return HA_OK;
 }
 

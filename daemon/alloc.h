@@ -288,6 +288,16 @@ int ha_collect_candidates(const ha_heap *h, uint64_t **offsets, size_t *n);
  * pending. Counts as one collect. */
 int ha_collect_apply(ha_heap *h, const uint64_t *offsets, size_t n, uint64_t *reclaimed_bytes);
 
+/* Issue 27, cross-node eager reclaim: reclaims exactly `offsets` (sorted
+ * ascending, each a current candidate: HA_EINVAL otherwise, and nothing
+ * changes) as ha_collect_apply does, but not as a collect: they count as
+ * eager reclaims, and the collect flags, handed_since_collect and the
+ * collect count stay. Every node of a heap calls it with the same offsets
+ * at the same allocation number (the horizon the nodes agreed through the
+ * store), so their decisions stay identical. Coalesce policy only (seed:
+ * HA_EINVAL). */
+int ha_reclaim_apply(ha_heap *h, const uint64_t *offsets, size_t n, uint64_t *reclaimed_bytes);
+
 /* Introspection ---------------------------------------------------------- */
 
 void ha_get_stats(const ha_heap *h, ha_stats *out);

@@ -451,7 +451,9 @@ const ha_policy_ops *ha_policy_ops_of(ha_policy p);
  *   under one_decider, where one core decides for every rank.)
  *   reclaim = eager: pending is empty after every call (unless the policy
  *   could not make room: HA_ENOMEM at a reclaim), and eager_reclaims counts
- *   the blocks reclaimed at their last release.
+ *   the blocks reclaimed at their last release; under reclaim = collect it
+ *   counts those ha_reclaim_apply reclaimed (a heap across nodes: issue 27's
+ *   agreed horizons).
  */
 struct ha_heap {
     ha_params p;
@@ -483,7 +485,7 @@ struct ha_heap {
     bool collect_asked, collect_answered, asked_answered;
     bool skip_pending;         /* the last HA_NEED_GROW skipped a collect the seed's rule asks for */
     uint64_t collects_skipped; /* coalesce: collects the seed's rule would have asked for */
-    uint64_t eager_reclaims;   /* reclaim = eager: blocks reclaimed at their last release */
+    uint64_t eager_reclaims;   /* blocks reclaimed at their last release, or by ha_reclaim_apply */
     uint64_t grown_bytes;      /* issue 30: what ha_grow added to the extent, in all */
     uint64_t trims;            /* ha_trim calls that took chunks off */
     uint64_t trimmed_bytes;    /* what they took off (the top and holes), in all */

@@ -34,6 +34,7 @@ void hd_config_defaults(hd_config *c)
     c->reclaim = HA_RECLAIM_EAGER;
     c->collect_timeout_ms = 30000;
     c->grow_ahead = 1;
+    c->reclaim_lookahead = 64;
     c->persist = 0;
     c->max_persist = 86400;
     c->max_clients = 1024;
@@ -404,6 +405,8 @@ static const key_desc keys[] = {
     {"va_size", parse_size_key, OFF(va_size), 4096, 0, NULL, L_VA},
     {"min_block", parse_size_key, OFF(min_block), 1, 0, NULL, L_MIN_BLOCK},
     {"collect_timeout_ms", parse_u32_key, OFF(collect_timeout_ms), 1, 86400000, "a number of milliseconds", -1},
+    {"reclaim_lookahead", parse_u32_key, OFF(reclaim_lookahead), 0, HD_CONFIG_LOOKAHEAD_MAX, "a number of allocations",
+     -1},
     {"grow_ahead", parse_u32_key, OFF(grow_ahead), 0, HD_CONFIG_GROW_AHEAD_MAX, "a number of chunks", -1},
     /* Issue 29: 0xFFFFFFFF is the wire's "none" (HeapParams.persist_s). */
     {"persist", parse_u32_key, OFF(persist), 0, UINT32_MAX - 1, "a number of seconds", -1},

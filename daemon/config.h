@@ -18,6 +18,8 @@
 #define HD_DEFAULT_SOCKET "/run/heapd/heapd.sock"
 /* Issue 27: the most spare chunks per rank a heap keeps (grow_ahead). */
 #define HD_CONFIG_GROW_AHEAD_MAX 16u
+/* Issue 27: the longest lookahead of cross-node eager reclaim. */
+#define HD_CONFIG_LOOKAHEAD_MAX 65536u
 
 typedef struct hd_config {
     char socket_path[108];
@@ -34,6 +36,10 @@ typedef struct hd_config {
     ha_reclaim reclaim; /* issue 27: eager (a heap on one node; seed and multi-node heaps: collect) */
     uint32_t collect_timeout_ms;
     uint32_t grow_ahead; /* issue 27: spare chunks per rank (0: none), <= HD_CONFIG_GROW_AHEAD_MAX */
+    /* Issue 27: a heap across nodes under eager reclaim agrees its reclaims
+     * through the store every reclaim_lookahead allocations, each taking
+     * effect that many allocations later (0: such heaps use collect). */
+    uint32_t reclaim_lookahead;
     /* Issue 29: seconds a formed heap with no client stays (detached) when
      * its Attach leaves persist_s at 0 (0: released with its last client),
      * and the most an Attach may ask for. Invariant: persist <= max_persist. */

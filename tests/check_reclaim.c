@@ -258,6 +258,58 @@ static void run_workload(ha_heap *h, uint64_t seed, uint64_t *out, unsigned *col
     ck_assert_msg(ha_validate(h, err, sizeof err) == HA_OK, "%s", err);
 }
 
+/* Issue 27 across nodes: two nodes' cores (one rank each, reclaim collect,
+ * no one decider) whose ranks release at different times reclaim the agreed
+ * offsets with ha_reclaim_apply at the same allocation number: their
+ * decisions stay identical, nothing counts as a collect, an offset that is
+ * not pending on a node is refused with nothing changed, and the seed
+ * policy refuses it. */
+START_TEST(agreed_reclaim_keeps_nodes_alike)
+{
+    ha_heap *n0 = mk(1, HA_RECLAIM_COLLECT, false, HA_POLICY_COALESCE);
+    ha_heap *n1 = mk(1, HA_RECLAIM_COLLECT, false, HA_POLICY_COALESCE);
+    unsigned collects = 0;
+    uint64_t o[6];
+    for (int i = 0; i < 6; i++) {
+        o[i] = alloc_loop(n0, (uint64_t)(i + 1) * 16384, &collects);
+        ck_assert_uint_eq(alloc_loop(n1, (uint64_t)(i + 1) * 16384, &collects), o[i]);
+    }
+    /* node 0's rank released 0, 2, 4; node 1's rank 2, 3, 4: the store's
+     * intersection is {2, 4} */
+    uint64_t r0[3] = {o[0], o[2], o[4]}, r1[3] = {o[2], o[3], o[4]};
+    ck_assert_int_eq(ha_free_batch(n0, 0, r0, 3, NULL), HA_OK);
+    ck_assert_int_eq(ha_free_batch(n1, 0, r1, 3, NULL), HA_OK);
+    uint64_t bad[2] = {o[3], o[4]}; /* o[3] is not pending on node 0 */
+    ck_assert_int_eq(ha_reclaim_apply(n0, bad, 2, NULL), HA_EINVAL);
+    ck_assert_uint_eq(st(n0).pending_blocks, 3);
+    uint64_t agreed[2] = {o[2], o[4]}, b0 = 0, b1 = 0;
+    ck_assert_int_eq(ha_reclaim_apply(n0, agreed, 2, &b0), HA_OK);
+    ck_assert_int_eq(ha_reclaim_apply(n1, agreed, 2, &b1), HA_OK);
+    ck_assert_uint_eq(b0, 3 * 16384 + 5 * 16384);
+    ck_assert_uint_eq(b0, b1);
+    ck_assert_uint_eq(st(n0).collects, 0);
+    ck_assert_uint_eq(st(n0).eager_reclaims, 2);
+    ck_assert_uint_eq(st(n0).pending_blocks, 1); /* o[0] waits for node 1 */
+    /* the freed room is reused alike on both nodes, before any growth */
+    for (int i = 0; i < 4; i++) {
+        uint64_t a = alloc_loop(n0, 16384, &collects);
+        ck_assert_uint_eq(alloc_loop(n1, 16384, &collects), a);
+    }
+    ck_assert_uint_eq(st(n0).growths, st(n1).growths);
+    ck_assert_uint_eq(st(n0).mapped, st(n1).mapped);
+    char err[256];
+    ck_assert_msg(ha_validate(n0, err, sizeof err) == HA_OK, "%s", err);
+    ck_assert_msg(ha_validate(n1, err, sizeof err) == HA_OK, "%s", err);
+    ha_destroy(n0);
+    ha_destroy(n1);
+    ha_heap *sd = mk(1, HA_RECLAIM_COLLECT, false, HA_POLICY_SEED);
+    uint64_t so = alloc_loop(sd, 4096, &collects);
+    ck_assert_int_eq(ha_free(sd, 0, so), HA_OK);
+    ck_assert_int_eq(ha_reclaim_apply(sd, &so, 1, NULL), HA_EINVAL);
+    ha_destroy(sd);
+}
+END_TEST
+
 START_TEST(differential)
 {
     uint64_t mapped_eager = 0, mapped_collect = 0;
@@ -298,6 +350,7 @@ static Suite *reclaim_suite(void)
     tcase_add_test(tc, steady_loop_no_growth);
     tcase_add_test(tc, release_after_collect_collects);
     tcase_add_test(tc, lagging_rank_collects_instead_of_growing);
+    tcase_add_test(tc, agreed_reclaim_keeps_nodes_alike);
     tcase_add_test(tc, differential);
     suite_add_tcase(s, tc);
     return s;

@@ -53,7 +53,7 @@ static void send_attach_reply(hd_heap *h, uint32_t rank, uint64_t id)
         if (h->ranks[q].joined)
             local[nlocal++] = q;
     hd_attach_out ar = {0};
-    ar.ap = &h->ap;
+    ar.ap = &h->ap_shown;
     ar.timeout_ms = h->timeout_ms;
     ar.world_size = h->world_size;
     ar.nlocal = nlocal;
@@ -158,6 +158,16 @@ static ha_reclaim reclaim_of(const hd_config *cfg, int ask, uint32_t local_size,
     return want;
 }
 
+/* Issue 27: the lookahead of a heap's cross-node eager reclaim (horizon.c):
+ * heapd.conf's reclaim_lookahead for a heap across nodes under coalesce that
+ * asks for eager (or leaves it to heapd.conf's eager), else 0 (collect). */
+static uint32_t lookahead_of(const hd_config *cfg, int ask, uint32_t local_size, uint32_t world_size, ha_policy pol)
+{
+    bool eager = ask == HEAPD__RECLAIM__RECLAIM_EAGER ||
+                 (ask != HEAPD__RECLAIM__RECLAIM_COLLECT && cfg->reclaim == HA_RECLAIM_EAGER);
+    return local_size < world_size && pol == HA_POLICY_COALESCE && eager ? cfg->reclaim_lookahead : 0;
+}
+
 /* The new heap's parameters: the request's, else heapd.conf's (the
  * seconds it persists into *persist). Returns 0, or -1 once the peer got
  * the error. */
@@ -248,12 +258,14 @@ static void secret_hash(const ProtobufCBinaryData *s, char out[17])
  * other's ranks instead of diverging silently). */
 static void heap_fingerprint(hd_heap *h, const ha_params *pa)
 {
+    /* Issue 27: and the lookahead: nodes that would reclaim at different
+     * points never meet either (0, a single node's, changes nothing). */
     /* Ownership too (issue 15): another uid, or the same uid with another
      * job secret, lands in other keys, so it can neither complete nor
      * force the collects of a heap it does not own on another node. */
     ha_params ap = *pa;
     uint64_t fp = UINT64_C(1469598103934665603);
-    uint64_t v[7] = {ap.chunk_size, ap.initial_size, ap.va_size, ap.min_block, (uint64_t)ap.policy, 0, 0};
+    uint64_t v[7] = {ap.chunk_size, ap.initial_size, ap.va_size, ap.min_block, (uint64_t)ap.policy, h->hz_every, 0};
     for (int i = 0; i < 6; i++)
         for (int b = 0; b < 8; b++)
             fp = (fp ^ ((v[i] >> (8 * b)) & 0xff)) * UINT64_C(1099511628211);
@@ -278,6 +290,10 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_peer *c, 
     snprintf(h->job, sizeof h->job, "%s", m->job && m->job[0] ? m->job : "0");
     h->owner = hd_peer_uid(c);
     secret_hash(&m->job_secret, h->secret);
+    h->hz_every = lookahead_of(&r->cfg, rp ? (int)rp->reclaim : 0, ap.ranks, m->world_size, ap.policy);
+    h->ap_shown = h->ap;
+    if (h->hz_every) /* its core reclaims what the nodes agree on, eagerly */
+        h->ap_shown.reclaim = HA_RECLAIM_EAGER;
     heap_fingerprint(h, &ap);
     h->timeout_ms = pick(rp ? rp->collect_timeout_ms : 0, r->cfg.collect_timeout_ms);
     h->persist_s = persist;
@@ -336,11 +352,13 @@ static bool params_differ(const hd_heap *h, const Heapd__Attach *m, char *why, s
         snprintf(why, len, "grow_ahead %u differs from the heap's %u", ga, h->grow_ahead);
         return true;
     }
+    /* Eager as the heap gets it: on one node, or across nodes in rounds. */
+    bool eager = h->ap.reclaim == HA_RECLAIM_EAGER || h->hz_every;
     if (p->reclaim != HEAPD__RECLAIM__RECLAIM_DEFAULT &&
-        reclaim_of(NULL, (int)p->reclaim, h->local_size, h->world_size, h->ap.policy) != h->ap.reclaim) {
+        (reclaim_of(NULL, (int)p->reclaim, h->local_size, h->world_size, h->ap.policy) == HA_RECLAIM_EAGER ||
+         lookahead_of(&h->reg->cfg, (int)p->reclaim, h->local_size, h->world_size, h->ap.policy)) != eager) {
         snprintf(why, len, "reclaim %s differs from the heap's %s",
-                 p->reclaim == HEAPD__RECLAIM__RECLAIM_EAGER ? "eager" : "collect",
-                 h->ap.reclaim == HA_RECLAIM_EAGER ? "eager" : "collect");
+                 p->reclaim == HEAPD__RECLAIM__RECLAIM_EAGER ? "eager" : "collect", eager ? "eager" : "collect");
         return true;
     }
     if (p->policy != HEAPD__POLICY__POLICY_DEFAULT) {

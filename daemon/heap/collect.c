@@ -114,12 +114,6 @@ static void collect_reply_all(hd_heap *h, uint64_t blocks, uint64_t bytes)
     uv_timer_stop(&h->timer);
 }
 
-uint32_t hh_store_ttl_s(const hd_heap *h)
-{
-    uint32_t t = h->timeout_ms / 100; /* 10x the timeout */
-    return t < 60 ? 60 : t;
-}
-
 static void store_collect_cb(void *arg, int status, const char *errmsg, const uint64_t *offsets, size_t n)
 {
     heap_ref *x = arg;
@@ -129,6 +123,7 @@ static void store_collect_cb(void *arg, int status, const char *errmsg, const ui
         return;
     if (!h->store_wait) {
         if (h->store_abandoned && status == 0 && ha_collect_apply(h->core, offsets, n, NULL) == HA_OK) {
+            hh_horizon_collected(h, offsets, n);
             hd_warn("heap \"%s\": the collect failed here but completed on the other nodes; its result was "
                     "applied so that offsets stay symmetric",
                     h->name);
@@ -157,6 +152,7 @@ static void store_collect_cb(void *arg, int status, const char *errmsg, const ui
                         "(different heap parameters or allocation sequences?); restart the job");
         return;
     }
+    hh_horizon_collected(h, offsets, n);
     collect_reply_all(h, n, bytes);
 }
 

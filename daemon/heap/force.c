@@ -32,17 +32,8 @@ static void force_thaw(hd_heap *h)
 {
     h->frozen = false;
     h->force_busy = false;
-    size_t n = h->nheld;
-    struct held_alloc *held = h->held;
-    h->held = NULL;
-    h->nheld = h->capheld = 0;
     heap_ref *x = hh_heap_ref_new(h);
-    for (size_t i = 0; i < n; i++) {
-        if (x && !hh_heap_ref_get(x))
-            break; /* the heap went away while replaying */
-        hh_heap_alloc_seq(h, held[i].conn, held[i].id, held[i].seq, held[i].size, held[i].name);
-    }
-    free(held);
+    hh_heap_replay_held(h);
     if (x && hh_heap_ref_get(x) && h->force_queued) {
         h->force_queued--;
         force_start(h);

@@ -240,6 +240,28 @@ struct hd_heap {
     struct hh_release *rel;
     void (*rel_gone)(hd_heap *h);
     void (*rel_left)(hd_heap *h, uint32_t rank, bool clean);
+    /* Issue 27 (horizon.c): eager reclaim across nodes. hz_every: the
+     * lookahead L (heapd.conf reclaim_lookahead; 0: off, the heap reclaims
+     * at collects). Round m >= 1 is posted when allocation m * L is decided
+     * and its answer reclaimed before (m + 1) * L is, on every node.
+     * Invariants: hz_every == 0 => !hz_busy && !hz_done;
+     * hz_at % hz_every == 0 (the last horizon passed; 0: none);
+     * hz_busy => round hz_at / hz_every waits in the store and !hz_done;
+     * hz_done => its answer is hz_set[0..hz_nset), ascending;
+     * hz_ngone > 0 => hz_busy || hz_done (what collects reclaimed since
+     * that round was posted); hz_err[0] != 0 => nothing is decided at or
+     * past the next horizon. hz_replay (set by sequence.c): replays the
+     * allocations held at a horizon (h->held). */
+    uint32_t hz_every;
+    ha_params ap_shown; /* ap as Attach and Stats show it: reclaim eager when hz_every */
+    uint64_t hz_at;
+    bool hz_busy, hz_done;
+    uint64_t *hz_set, *hz_gone;
+    size_t hz_nset, hz_ngone, hz_capgone;
+    uint64_t hz_rounds, hz_waits; /* rounds reclaimed; allocations held at a horizon */
+    uint64_t hz_wait_at;          /* the horizon last waited at (logged once) */
+    char hz_err[700];
+    void (*hz_replay)(hd_heap *h);
     hd_heap *next;
 };
 
@@ -288,6 +310,13 @@ static inline uint64_t hh_resident(const hd_heap *h, uint64_t bytes) { return hh
 /* Issue 30: the bytes of chunks each rank holds for an extent: the
  * extent less its holes. */
 static inline uint64_t hh_backed(const ha_stats *st) { return st->mapped - st->hole_bytes; }
+
+/* Lifetime of a store call's keys: 10x the heap's timeout, at least 60 s. */
+static inline uint32_t hh_store_ttl_s(const hd_heap *h)
+{
+    uint32_t t = h->timeout_ms / 100;
+    return t < 60 ? 60 : t;
+}
 
 /* Issue 27: the bytes of h's spare chunks (every local rank's). */
 static inline uint64_t hh_spare_bytes(const hd_heap *h)
@@ -425,6 +454,17 @@ uint32_t hh_spare_yield(hd_registry *r, uid_t uid, hd_heap *keep_h, uint32_t kee
  * its spares do not serve: those it creates. */
 uint64_t hh_spare_fresh(const hd_heap *h, uint32_t chunks);
 
+/* horizon.c (issue 27: eager reclaim across nodes; see the file) */
+/* Before allocation seq (h->decided) is decided: 0 go on; 1 hold it (the
+ * store has not answered the round to reclaim here yet: the heap's
+ * hz_replay replays it once it has); -1 no decision (err says why). At a
+ * horizon (a multiple of hz_every) it reclaims the agreed blocks and posts
+ * the next round, once per horizon. */
+int hh_horizon_gate(hd_heap *h, uint64_t seq, char *err, size_t errlen);
+/* A collect reclaimed offsets[0..n) (a cross-node one: the same on every
+ * node): the round in hand must not reclaim them again. */
+void hh_horizon_collected(hd_heap *h, const uint64_t *offsets, size_t n);
+
 /* ---- middle floor --------------------------------------------------------- */
 
 /* attach.c */
@@ -437,11 +477,14 @@ void hh_attach_timed_out(hd_heap *h, const char *msg);
 /* collect.c */
 bool hh_multi(const hd_heap *h);
 void hh_collect_fail(hd_heap *h, Heapd__ErrCode code, const char *msg);
-uint32_t hh_store_ttl_s(const hd_heap *h);
 
 /* sequence.c */
 /* name: NULL or "": none. */
 void hh_heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size, const char *name);
+/* The allocations held (a forced collect's agreement, issue 27's horizon)
+ * are asked again, in the order they came; those that still cannot be
+ * decided are held again. */
+void hh_heap_replay_held(hd_heap *h);
 
 /* ---- top floor: force.c, timeout.c (nothing shared; heap.h's API) ---------- */
 

@@ -139,6 +139,7 @@ hd_heap *hh_heap_new(hd_registry *r, const char *name, uint32_t world_size, cons
     h->world_size = world_size;
     h->local_size = ap->ranks;
     h->ap = *ap;
+    h->ap_shown = *ap;
     h->epoch = r->next_epoch++;
     h->collect_at = UINT64_MAX;
     uv_timer_init(r->loop, &h->timer);
@@ -184,6 +185,8 @@ static uint64_t heap_destroy(hd_heap *h, const char *why)
     free(h->ranks);
     free(h->log);
     free(h->held);
+    free(h->hz_set);
+    free(h->hz_gone);
     free(h->memo.full);
     free(h->memo.bare);
     if (h->commit_gone)
@@ -462,7 +465,7 @@ static size_t heap_info(hd_heap *h, hd_heap_info *s, hd_rank_info *rs)
     memset(s, 0, sizeof *s);
     s->name = h->name;
     s->world_size = h->world_size;
-    s->ap = &h->ap;
+    s->ap = &h->ap_shown;
     s->timeout_ms = h->timeout_ms;
     s->persist_s = h->persist_s;
     /* detached_ms > 0 says detached (0: it has clients), from its first ms. */

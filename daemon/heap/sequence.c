@@ -358,6 +358,22 @@ static bool name_differs(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, cons
     return true;
 }
 
+void hh_heap_replay_held(hd_heap *h)
+{
+    size_t n = h->nheld;
+    struct held_alloc *held = h->held;
+    h->held = NULL;
+    h->nheld = h->capheld = 0;
+    heap_ref *x = hh_heap_ref_new(h);
+    for (size_t i = 0; i < n; i++) {
+        if (x && !hh_heap_ref_get(x))
+            break; /* the heap went away while replaying */
+        hh_heap_alloc_seq(h, held[i].conn, held[i].id, held[i].seq, held[i].size, held[i].name);
+    }
+    free(held);
+    free(x);
+}
+
 /* Allocation `seq` of `size` bytes, named `name` (NULL or "": none), by the
  * peer's rank (an Alloc, or one held during a forced collect's agreement). */
 void hh_heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size, const char *name)
@@ -402,6 +418,17 @@ void hh_heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64
             /* A cross-node forced collect is agreeing on its allocation
              * number: decide nothing new until it has. */
             hold_alloc(h, c, id, seq, size, name);
+            return;
+        }
+        char err[800];
+        int g = hh_horizon_gate(h, seq, err, sizeof err);
+        if (g) { /* issue 27: the nodes' reclaim at this horizon */
+            if (g > 0) {
+                h->hz_replay = hh_heap_replay_held;
+                hold_alloc(h, c, id, seq, size, name);
+            } else {
+                hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_STORE, "%s", err);
+            }
             return;
         }
         d = decide(h, c, id, seq, size, b->rank, name);
