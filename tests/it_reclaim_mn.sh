@@ -77,10 +77,14 @@ same() { # same HEAP PREFIX: the lines starting with PREFIX are identical on eve
 stat_of() { sed -n "s/^s heap .* $2=\\([0-9]*\\).*/\\1/p" "$T/$1.0.out" | tail -1; }
 
 # ---- 1. the same workload under eager and collect ------------------------------------
+rcli() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"; }
+evalsha() { rcli INFO commandstats | sed -n 's/^cmdstat_evals\{0,1\}ha\{0,1\}:calls=\([0-9]*\).*/\1/p' | awk '{s += $1} END {print s + 0}'; }
 for rec in eager collect; do
     h=rnd$rec
+    e0=$(evalsha); t0=$(now_ms)
     for r in $ALL; do rank $h $r --reclaim $rec --seed 11 --initial 256K --va 64M -- random 1500 stats; done
     waitall $h
+    eval "ms_$rec=\$((\$(now_ms) - t0)) cmds_$rec=\$((\$(evalsha) - e0))"
     check "random workload, reclaim $rec, 3 nodes x 2 ranks: every rank exits 0 (content checked at every free)" \
         test $allok = 1
     n=$(grep -c '^a ' "$T/$h.0.out")
@@ -92,8 +96,9 @@ for rec in eager collect; do
     eval "eager_$rec=\$(stat_of $h eager) collects_$rec=\$(stat_of $h collects) mapped_$rec=\$(stat_of $h mapped)"
     eval "shown_$rec=\$(sed -n 's/^s heap .* reclaim=\\([a-z]*\\).*/\\1/p' $T/$h.0.out | tail -1)"
 done
-echo "figures: eager: $eager_eager blocks reclaimed in rounds, $collects_eager collects, mapped $mapped_eager;" \
-    "collect: $collects_collect collects, mapped $mapped_collect"
+echo "figures: eager: $eager_eager blocks reclaimed in rounds, $collects_eager collects, mapped $mapped_eager," \
+    "$cmds_eager EVAL(SHA) calls, $ms_eager ms; collect: $collects_collect collects, mapped $mapped_collect," \
+    "$cmds_collect EVAL(SHA) calls, $ms_collect ms (1500 allocations, lookahead $L, 3 nodes)"
 check "eager across nodes: the heap says reclaim=eager ($shown_eager) and reclaimed $eager_eager blocks in rounds" \
     test "$shown_eager" = eager -a "${eager_eager:-0}" -gt 0
 check "collect across nodes: reclaim=collect ($shown_collect), no block reclaimed outside collects ($eager_collect)" \
