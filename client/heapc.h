@@ -204,10 +204,11 @@ typedef enum heapc_policy {
 const char *heapc_policy_name(heapc_policy p);
 
 /* Issue 27: when a block every rank freed becomes reusable. EAGER: at the
- * free that completes it (no collect, no barrier; a heap on one node under
- * the coalesce policy); COLLECT: at the next collect. A heap that spans
- * nodes, or uses the seed policy, is always COLLECT (heapc_get_params says
- * which the heap got). */
+ * free that completes it (no collect, no barrier; coalesce policy), on a
+ * heap across nodes at an allocation number the nodes agree on through the
+ * store (heapd.conf reclaim_lookahead; 0 there makes such heaps COLLECT);
+ * COLLECT: at the next collect. A heap that uses the seed policy is always
+ * COLLECT (heapc_get_params says which the heap got). */
 typedef enum heapc_reclaim {
     HEAPC_RECLAIM_DEFAULT = 0, /* heapd.conf's reclaim (eager) */
     HEAPC_RECLAIM_EAGER = 1,
