@@ -249,6 +249,13 @@ typedef struct heapc_params {
      * at most 16. heapc_get_params gives the heap's: a count, or -1 for
      * none. */
     int32_t grow_ahead;
+    /* Issue 30, automatic trim (a heap on one node): when the bytes of
+     * wholly free chunks (what heapc_trim would give back) reach this many
+     * at an allocation, that allocation runs the collective trim first, on
+     * every rank (heapd decides it once for the allocation number). 0:
+     * heapd.conf's trim_threshold (default off); < 0: none. heapc_get_params
+     * gives the heap's: bytes, or -1 for none. */
+    int64_t trim_threshold;
 } heapc_params;
 
 /* Attaches to heap `heap` as `rank` of `world_size` and maps the heap: its own
@@ -736,7 +743,7 @@ int heapc_drop(heapc *c, const char *heap, uint64_t *released_bytes);
  * changes (a field added, moved or retyped). A binding that copies the
  * structs (ctypes) compares it, and heapc_sizeof of each, with its own at
  * load time and refuses a libheapc it does not match. */
-#define HEAPC_ABI_VERSION 6u
+#define HEAPC_ABI_VERSION 7u
 uint32_t heapc_abi_version(void);
 
 /* sizeof the public struct named `type` ("heapc_params", "heapc_status_t",

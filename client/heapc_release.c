@@ -105,7 +105,7 @@ static int restore_locked(heapc *c)
     return HEAPC_OK;
 }
 
-static int trim_locked(heapc *c, uint64_t *trimmed)
+int hci_trim_locked(heapc *c, uint64_t *trimmed)
 {
     if (!c->attached)
         return hci_set_err(c, HEAPC_ESTATE, "heapc_trim: not attached to a heap; call heapc_attach");
@@ -169,7 +169,7 @@ int heapc_trim(heapc *c, uint64_t *trimmed_bytes)
     if (trimmed_bytes)
         *trimmed_bytes = 0;
     pthread_mutex_lock(&c->mu);
-    int rc = trim_locked(c, trimmed_bytes);
+    int rc = hci_trim_locked(c, trimmed_bytes);
     if (rc == HEAPC_OK)
         hci_ok(c);
     pthread_mutex_unlock(&c->mu);

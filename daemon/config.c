@@ -405,6 +405,7 @@ static const key_desc keys[] = {
     {"min_block", parse_size_key, OFF(min_block), 1, 0, NULL, L_MIN_BLOCK},
     {"collect_timeout_ms", parse_u32_key, OFF(collect_timeout_ms), 1, 86400000, "a number of milliseconds", -1},
     {"grow_ahead", parse_u32_key, OFF(grow_ahead), 0, HD_CONFIG_GROW_AHEAD_MAX, "a number of chunks", -1},
+    {"trim_threshold", parse_size_key, OFF(trim_threshold), 0, 0, NULL, -1}, /* issue 30; 0: off */
     /* Issue 29: 0xFFFFFFFF is the wire's "none" (HeapParams.persist_s). */
     {"persist", parse_u32_key, OFF(persist), 0, UINT32_MAX - 1, "a number of seconds", -1},
     {"max_persist", parse_u32_key, OFF(max_persist), 0, UINT32_MAX - 1, "a number of seconds", -1},

@@ -34,6 +34,9 @@ typedef struct hd_config {
     ha_reclaim reclaim; /* issue 27: eager (a heap on one node; seed and multi-node heaps: collect) */
     uint32_t collect_timeout_ms;
     uint32_t grow_ahead; /* issue 27: spare chunks per rank (0: none), <= HD_CONFIG_GROW_AHEAD_MAX */
+    /* Issue 30: the automatic trim's threshold for heaps on one node whose
+     * Attach leaves trim_threshold at 0 (bytes; 0: off). */
+    uint64_t trim_threshold;
     /* Issue 29: seconds a formed heap with no client stays (detached) when
      * its Attach leaves persist_s at 0 (0: released with its last client),
      * and the most an Attach may ask for. Invariant: persist <= max_persist. */

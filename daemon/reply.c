@@ -99,6 +99,7 @@ static void fill_params(const ha_params *ap, uint32_t timeout_ms, uint32_t persi
     p->collect_timeout_ms = timeout_ms;
     p->persist_s = persist_s;
     p->grow_ahead = grow_ahead ? grow_ahead : HD_GROW_AHEAD_NONE;
+    p->trim_threshold = ap->trim_threshold ? ap->trim_threshold : HD_TRIM_NONE; /* issue 30 */
 }
 
 /* refs + i and fds + i, where a reply without chunks may have NULL arrays
@@ -324,6 +325,7 @@ static void out_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
     Heapd__AllocReply ar = HEAPD__ALLOC_REPLY__INIT;
     ar.seq = a->seq;
     ar.collect_needed = a->collect_needed;
+    ar.trim_needed = a->trim_needed;
     ar.offset = a->offset;
     ar.block_size = a->block_size;
     ar.mapped = a->mapped;

@@ -56,6 +56,8 @@ typedef struct hd_registry hd_registry;
 /* Issue 27: HeapParams.grow_ahead asking for no spares (the most a heap may
  * ask for: config.h's HD_CONFIG_GROW_AHEAD_MAX). */
 #define HD_GROW_AHEAD_NONE UINT32_C(0xFFFFFFFF)
+/* Issue 30: HeapParams.trim_threshold asking for no automatic trim. */
+#define HD_TRIM_NONE UINT64_C(0xFFFFFFFFFFFFFFFF)
 typedef struct hd_heap hd_heap;
 typedef struct hd_peer hd_peer;
 
@@ -126,10 +128,11 @@ typedef struct hd_trim_out {
     size_t nchunks;
 } hd_trim_out;
 
-/* An AllocReply: a decision, or collect_needed; new_chunks[i]'s fd is fds[i]. */
+/* An AllocReply: a decision, or collect_needed or trim_needed (issue 30);
+ * new_chunks[i]'s fd is fds[i]. */
 typedef struct hd_alloc_out {
     uint64_t seq, offset, block_size, mapped;
-    bool collect_needed;
+    bool collect_needed, trim_needed;
     const hd_chunk_ref *new_chunks;
     int *fds;
     size_t nchunks;

@@ -122,7 +122,8 @@ typedef struct hd_rank {
  *   log holds decisions log_base .. decided-1;
  *   log_base <= min(next_seq of attached ranks) (trimmed lazily);
  *   collect_at == UINT64_MAX or collect_at == decided (a collect is owed
- *   before allocation number `decided`);
+ *   before allocation number `decided`); likewise trim_at (issue 30: a
+ *   trim, the core's HA_NEED_TRIM; release.c's trim clears it);
  *   coll_active => coll_waiting == number of ranks with in_collect;
  *   poison.nranks == 0 (healthy) or HD_ASYM_RANKS with
  *   poison.sizes[0] != poison.sizes[1] (poisoned: set once, never cleared;
@@ -151,7 +152,7 @@ struct hd_heap {
     hd_decision *log;
     size_t nlog, caplog;
     uint64_t log_base, decided;
-    uint64_t collect_at;
+    uint64_t collect_at, trim_at;
     bool forced; /* collect_at was set by an operator */
     /* Cross-node forced collects owed before these allocation numbers
      * (agreed by every node), ascending; force_at[0] is the next one. */

@@ -140,7 +140,7 @@ hd_heap *hh_heap_new(hd_registry *r, const char *name, uint32_t world_size, cons
     h->local_size = ap->ranks;
     h->ap = *ap;
     h->epoch = r->next_epoch++;
-    h->collect_at = UINT64_MAX;
+    h->collect_at = h->trim_at = UINT64_MAX;
     uv_timer_init(r->loop, &h->timer);
     h->timer.data = h;
     h->next = r->heaps;
@@ -643,9 +643,10 @@ static int heap_validate(const hd_heap *h, char *why, size_t len)
             BAD("heap \"%s\": decision %llu does not fit its mapped size", h->name,
                 (unsigned long long)(h->decided - 1));
     }
-    if (h->collect_at != UINT64_MAX && h->collect_at != h->decided)
-        BAD("heap \"%s\": collect owed at %llu, %llu decided", h->name, (unsigned long long)h->collect_at,
-            (unsigned long long)h->decided);
+    if ((h->collect_at != UINT64_MAX && h->collect_at != h->decided) ||
+        (h->trim_at != UINT64_MAX && h->trim_at != h->decided))
+        BAD("heap \"%s\": collect owed at %llu, trim at %llu (issue 30), %llu decided", h->name,
+            (unsigned long long)h->collect_at, (unsigned long long)h->trim_at, (unsigned long long)h->decided);
     uint32_t joined = 0, attached = 0, waiting = 0;
     for (uint32_t q = 0; q < h->world_size; q++) {
         if (rank_validate(h, q, st.mapped, why, len))

@@ -381,6 +381,7 @@ static void trim_done(hd_heap *h)
         if (k->known_chunks > keep)
             k->known_chunks = keep; /* a growth sends these indices again */
     }
+    h->trim_at = UINT64_MAX; /* an automatic trim owed (issue 30) is done */
     uint64_t per_rank = (uint64_t)cut * cs, backed = hh_backed(&st);
     if (cut) {
         h->trims++;

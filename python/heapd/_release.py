@@ -149,6 +149,16 @@ class _Release:
         return max(p.grow_ahead, 0)
 
     @property
+    def trim_threshold(self):
+        """Issue 30: the automatic trim's threshold of the heap in bytes (0:
+        none): an allocation that finds this many bytes of wholly free
+        chunks trims first, on every rank."""
+        import ctypes
+        p = L.Params()
+        L.get_params(self._c, ctypes.byref(p))
+        return max(p.trim_threshold, 0)
+
+    @property
     def state(self):
         """The heap's memory as this rank knows it: "active", or "released"
         (after release(), or an attach to a heap released on this node,
