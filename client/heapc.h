@@ -809,7 +809,10 @@ int heapc_restore(heapc *c);
  * NULL) gets the bytes each rank gave back (0: nothing to trim).
  * Errors: HEAPC_ESTATE (not attached, released), HEAPC_EINVAL (a heap that
  * spans nodes), HEAPC_ETIMEOUT (naming the ranks that never called),
- * HEAPC_EPEER_GONE (naming the rank; nothing was trimmed), ... */
+ * HEAPC_EPEER_GONE (naming the rank; nothing was trimmed), ...
+ * With heapc_params.trim_threshold, heapc_alloc* runs this trim by itself
+ * at the allocation heapd names (every rank at the same one), returning its
+ * errors with nothing allocated. */
 int heapc_trim(heapc *c, uint64_t *trimmed_bytes);
 
 /* The heap's memory as this context knows it: HEAPC_STATE_ACTIVE or
