@@ -783,6 +783,16 @@ int heapc_parse_size(const char *s, uint64_t *out);
 #define HEAPC_RELEASE_HOST    1
 #define HEAPC_RELEASE_KEEP    0x100
 int heapc_release(heapc *c, int mode);
+/* heapc_release of only the chunks that lie wholly inside the live blocks
+ * named names[0..nnames) (heapc_alloc_named; the same names, in the same
+ * order, on every rank): on every local rank those chunks are unmapped and
+ * given back (saved in host mode), the heap's other chunks stay mapped and
+ * usable; part of a named block that shares a chunk with another block
+ * stays. The heap is released all the same (alloc fails with HEAPC_ESTATE
+ * until heapc_restore, which brings those chunks back at their addresses).
+ * NULL or nnames 0: heapc_release. HEAPC_ENOTFOUND (nothing released) when
+ * no live block has one of the names; HEAPC_EINVAL for an empty name. */
+int heapc_release_named(heapc *c, int mode, const char *const *names, size_t nnames);
 
 /* Collective like heapc_release: the chunks are created again, refilled from
  * the host copy (host mode) and mapped at the addresses they had. Errors:

@@ -358,12 +358,15 @@ static void out_detach(hd_peer *p, uint64_t id)
     send_body(sink_of(p), id, HEAPD__FRAME__BODY_DETACH_REPLY, &dr, NULL, 0);
 }
 
-static void out_release(hd_peer *p, uint64_t id, uint64_t released, uint64_t saved, uint64_t elapsed_us)
+static void out_release(hd_peer *p, uint64_t id, const hd_release_out *o)
 {
     Heapd__ReleaseReply rr = HEAPD__RELEASE_REPLY__INIT;
-    rr.released_bytes = released;
-    rr.saved_bytes = saved;
-    rr.elapsed_us = elapsed_us;
+    rr.released_bytes = o->released;
+    rr.saved_bytes = o->saved;
+    rr.elapsed_us = o->elapsed_us;
+    rr.some = o->some;
+    rr.n_chunks = o->nchunks;
+    rr.chunks = (uint32_t *)o->chunks;
     send_body(sink_of(p), id, HEAPD__FRAME__BODY_RELEASE_REPLY, &rr, NULL, 0);
 }
 

@@ -42,7 +42,7 @@ typedef struct rec {
     char names[HD_ASYM_RANKS][300]; /* asym.names[i] copied ("": NULL) */
     bool named[HD_ASYM_RANKS];
     uint64_t seq, offset, next_seq, generation, value;
-    bool resumed, collect_needed, trim_needed;
+    bool resumed, collect_needed, trim_needed, rel_some;
     hd_live_block *live; /* names copied into live_names */
     char (*live_names)[256];
     size_t nlive;
@@ -189,12 +189,15 @@ static inline void s_trim(hd_peer *p, uint64_t id, const hd_trim_out *o)
     memcpy(r->trim_chunks, o->chunks, r->ntrim * sizeof *o->chunks);
 }
 
-static inline void s_release(hd_peer *p, uint64_t id, uint64_t released, uint64_t saved, uint64_t us)
+static inline void s_release(hd_peer *p, uint64_t id, const hd_release_out *o)
 {
-    (void)id, (void)us;
+    (void)id;
     rec *r = record(p, R_RELEASE);
-    r->released = released;
-    r->saved = saved;
+    r->released = o->released;
+    r->saved = o->saved;
+    r->rel_some = o->some;
+    r->ntrim = o->nchunks < 64 ? o->nchunks : 64; /* issue 30: the named blocks' chunks */
+    memcpy(r->trim_chunks, o->chunks, r->ntrim * sizeof *o->chunks);
 }
 
 static inline void s_restore(hd_peer *p, uint64_t id, const hd_restore_out *o)

@@ -111,6 +111,16 @@ typedef struct hd_attach_out {
     uint32_t grow_ahead; /* issue 27: spares per rank (0: none) */
 } hd_attach_out;
 
+/* Issue 30: a ReleaseReply: the bytes released (every local rank's), of
+ * them those copied into host memory; some: only chunks[0..nchunks) (a
+ * release of named blocks), else every chunk. */
+typedef struct hd_release_out {
+    uint64_t released, saved, elapsed_us;
+    bool some;
+    const uint32_t *chunks;
+    size_t nchunks;
+} hd_release_out;
+
 /* Issue 30: a RestoreReply; chunks[i]'s fd is fds[i]. */
 typedef struct hd_restore_out {
     const hd_chunk_ref *chunks;
@@ -243,8 +253,8 @@ typedef struct hd_reply_ops {
     void (*force)(hd_peer *p, uint64_t id, uint64_t at_seq);
     void (*stats)(hd_peer *p, uint64_t id, const hd_stats_out *s);
     void (*drop)(hd_peer *p, uint64_t id, uint64_t released_bytes);
-    void (*commit)(hd_peer *p, uint64_t id, uint64_t value, uint64_t generation);                     /* issue 29 */
-    void (*release)(hd_peer *p, uint64_t id, uint64_t released, uint64_t saved, uint64_t elapsed_us); /* issue 30 */
+    void (*commit)(hd_peer *p, uint64_t id, uint64_t value, uint64_t generation); /* issue 29 */
+    void (*release)(hd_peer *p, uint64_t id, const hd_release_out *o);            /* issue 30 */
     void (*restore)(hd_peer *p, uint64_t id, const hd_restore_out *o);
     void (*trim)(hd_peer *p, uint64_t id, const hd_trim_out *o);
 } hd_reply_ops;

@@ -371,7 +371,7 @@ static void uid_use(const hd_registry *r, uid_t uid, uint64_t *chunks, uint64_t 
         if (h->owner == uid) {
             ha_stats st;
             ha_get_stats(h->core, &st);
-            *chunks += hh_resident(h, hh_backed(&st) * h->local_size) + hh_spare_bytes(h); /* issues 30, 27 */
+            *chunks += hh_resident(h, hh_backed(&st)) * h->local_size + hh_spare_bytes(h); /* issues 30, 27 */
             *core += ha_meta_bytes(&h->ap, st.mapped) + ha_block_bytes(h->core, 0) + hh_blocks_bytes(h);
             *log += hh_heap_log_bytes(h);
         }
@@ -484,7 +484,7 @@ static size_t heap_info(hd_heap *h, hd_heap_info *s, hd_rank_info *rs)
     s->generation = h->generation;
     s->markers = h->nmarkers;
     s->state = h->mstate;
-    s->resident_bytes = hh_resident(h, hh_backed(&st) * h->local_size);
+    s->resident_bytes = hh_resident(h, hh_backed(&st)) * h->local_size;
     s->host_copy_bytes = h->hc_ptr ? h->hc_size : 0;
     s->releases = h->releases;
     s->restores = h->restores;

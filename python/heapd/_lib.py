@@ -225,6 +225,7 @@ def _opt(name, res, *args):
 
 # Issue 30: release and restore a heap's memory at the same offsets.
 release = _opt("heapc_release", c_int, H, c_int)
+release_named = _opt("heapc_release_named", c_int, H, c_int, POINTER(c_char_p), c_size_t)
 restore = _opt("heapc_restore", c_int, H)
 state = _opt("heapc_state", c_int, H)
 trim = _opt("heapc_trim", c_int, H, POINTER(c_uint64))
