@@ -35,6 +35,7 @@ def _named(rank, world, sock, name):
     with heapd.Heap(name, rank, world, sock, chunk_size="1M", initial_size="1M") as h:
         w = h.empty(1000, dtype=torch.int64, name="weights")      # chunk 0
         w.copy_(torch.arange(1000) * (rank + 3))
+        mine = h.zeros(16)                                         # chunk 0 too; no peer reads it
         kv = h.empty(2 * MIB, dtype=torch.uint8, name="kv")        # chunks 1 and 2, wholly
         kv.fill_(rank + 7)
         h.collect()
@@ -47,8 +48,8 @@ def _named(rank, world, sock, name):
         # The rest of the heap works while released: its own copy and the peer's.
         assert torch.equal(w, torch.arange(1000) * (rank + 3)), "a kept tensor changed"
         assert torch.equal(h.peer(w, nxt), torch.arange(1000) * (nxt + 3)), "a kept peer copy changed"
-        w.add_(1)
-        w.sub_(1)
+        mine.fill_(rank + 1)                                       # and takes writes
+        assert int(mine.sum()) == 16 * (rank + 1)
         h.restore()
         got.append((h.state, _chunk_maps(), int(kv.min()), int(kv.max()), int(h.peer(kv, nxt)[-1]),
                     h.stats()["resident_bytes"]))
