@@ -6,7 +6,8 @@
  * allocation: a growth is not given back), ha_trimmable is what ha_trim
  * gives back; and the heap wing (daemon/heap/sequence.c, release.c): every
  * rank's allocation n answers trim_needed, the trim clears it, Stats counts
- * it, the threshold is the heap's (a mismatch refused, none across nodes).
+ * it, the threshold is the heap's (a mismatch refused, heapd.conf's by
+ * default, none across nodes: refused there).
  * The wing's fixture is tests/check_wing.h's.
  */
 #include "check_wing.h"
@@ -271,6 +272,45 @@ START_TEST(wing_autotrim_mismatch)
 }
 END_TEST
 
+/* heapd.conf's trim_threshold is the default of a heap on one node (its
+ * attach leaves it at 0); a heap that spans nodes takes none, and asking
+ * for one there is refused. (A store that never connects: the attach forms
+ * over the local rank.) */
+START_TEST(wing_autotrim_config_and_multinode)
+{
+    hd_config cfg;
+    hd_config_defaults(&cfg);
+    cfg.trim_threshold = 2 * MIB;
+    hd_registry_set_config(reg, &cfg);
+    four_freed();
+    alloc_n(0, 4, 4096, NULL);
+    ck_assert_msg(last(0)->kind == R_ALLOC && last(0)->trim_needed, "%s", last(0)->msg);
+    char err[256];
+    hd_store *st = NULL;
+    ck_assert_msg(hd_store_open(&loop, "redis://127.0.0.1:1", "n0", &st, err, sizeof err) == 0, "%s", err);
+    hd_registry_set_store(reg, st);
+    Heapd__HeapParams p = HEAPD__HEAP_PARAMS__INIT;
+    p.chunk_size = 1 << 20;
+    p.va_size = 64 << 20;
+    p.min_block = 4096;
+    p.trim_threshold = 2 * MIB;
+    Heapd__Attach m = HEAPD__ATTACH__INIT;
+    m.heap = (char *)"multi";
+    m.world_size = 2;
+    m.local_size = 1;
+    m.params = &p;
+    hd_heap_attach(reg, &peers[2], 1, &m);
+    is_error(2, HEAPD__ERR_CODE__ERR_INVALID, "a heap that spans nodes cannot trim");
+    p.trim_threshold = 0; /* heapd.conf's 2 MiB does not apply across nodes */
+    hd_heap_attach(reg, &peers[2], 1, &m);
+    ck_assert_msg(last(2)->kind == R_ATTACH, "%s", last(2)->msg);
+    hd_heap_conn_closed(reg, &peers[2]);
+    hd_registry_set_store(reg, NULL);
+    hd_store_close(st);
+    uv_run(&loop, UV_RUN_NOWAIT);
+}
+END_TEST
+
 static Suite *autotrim_suite(void)
 {
     Suite *s = suite_create("autotrim");
@@ -286,6 +326,7 @@ static Suite *autotrim_suite(void)
     tcase_add_test(tc, wing_autotrim_every_rank);
     tcase_add_test(tc, wing_autotrim_off);
     tcase_add_test(tc, wing_autotrim_mismatch);
+    tcase_add_test(tc, wing_autotrim_config_and_multinode);
     suite_add_tcase(s, tc);
     return s;
 }
