@@ -117,7 +117,8 @@ class _Release:
         "collect", collect() first. StateError while
         released; PeerGoneError / CollectiveTimeoutError naming the rank
         (nothing trimmed); HeapdError (ERR_INVALID) on a heap that spans
-        nodes."""
+        nodes. With trim_threshold (Heap(trim_threshold=)) an allocation
+        runs this trim by itself once that many bytes would go."""
         import ctypes
         c = self._cx()
         out = ctypes.c_uint64(0)
