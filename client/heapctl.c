@@ -452,7 +452,7 @@ static int stats_tables(const heapc_daemon_stats *s)
     static const int mr[] = {0, 0, 1, 1, 1, 1, 1, 1, 1};
     table th, tp, tm, tr;
     tbl_init(&th, 13, hh, hr);
-    tbl_init(&tp, 15, ph, pr);
+    tbl_init(&tp, 16, ph, pr);
     tbl_init(&tm, 9, mh, mr);
     tbl_init(&tr, 9, rh, rr);
     int rc = 0;

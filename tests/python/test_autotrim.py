@@ -50,7 +50,11 @@ def _auto(rank, world, sock, name, threshold):
                                capture_output=True, text=True, timeout=60)
             assert p.returncode == 0, p.stdout + p.stderr
             js = json.loads(p.stdout)["heaps"][0]
-            got.append((js["trims"], js["params"]["trim_threshold"]))
+            t = subprocess.run([os.path.join(BUILD, "heapctl"), "--socket", sock, "stats", name],
+                               capture_output=True, text=True, timeout=60).stdout
+            head, row = t.split("\n\n")[2].splitlines()[:2]      # the parameter table: the last column
+            got.append((js["trims"], js["params"]["trim_threshold"],
+                        head.rstrip().endswith("TRIM_THRESHOLD") and row.rstrip().rsplit("  ", 1)[-1].strip()))
         h.collect()                                   # rank 0 looked before anything grows
         again = h.empty(MIB, dtype=torch.uint8)       # grows back at the offsets trimmed, no trim
         again.fill_(5 + rank)
@@ -71,7 +75,7 @@ def test_threshold_trims_without_a_call(sock, heapname):
         assert (mapped_again, trims_again) == (2 * MIB, 1), got[-1]
         assert off_again == MIB and peer_last == 5 + (r + 1) % 2, got[-1]
     assert res[0][5][-1] == res[1][5][-1], "asymmetric allocation at the automatic trim"
-    assert res[0][6] == (1, 2 * MIB), res[0][6]
+    assert res[0][6] == (1, 2 * MIB, "2 MiB"), res[0][6]
 
 
 def test_threshold_zero_trims_nothing(sock, heapname):
@@ -81,7 +85,7 @@ def test_threshold_zero_trims_nothing(sock, heapname):
         mapped, maps, trims, trimmed = got[5][:4]
         assert (mapped, maps, trims, trimmed) == (4 * MIB, 8, 0, 0), f"rank {r}: trimmed by itself: {got[5]}"
         assert got[-1][2] == 0, got[-1]
-    assert res[0][6] == (0, -1), res[0][6]
+    assert res[0][6] == (0, -1, "-"), res[0][6]
 
 
 def test_threshold_checked(sock, heapname):
