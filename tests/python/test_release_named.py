@@ -5,11 +5,14 @@ heapd (host backend) with real rank processes: those chunks unmapped here
 writable while released, heapd's resident bytes down by them only; restore()
 brings the named blocks' content back at the same addresses; a name no live
 block has is refused on every rank with nothing released."""
+import os
+import subprocess
+
 import pytest
 import torch
 
 import heapd
-from conftest import ok, run_ranks
+from conftest import BUILD, ok, run_ranks
 
 MIB = 1 << 20
 
@@ -31,6 +34,14 @@ def _chunk_at(addr):
     return False
 
 
+def _metrics(sock, name):
+    p = subprocess.run([os.path.join(BUILD, "heapctl"), "--socket", sock, "metrics"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lab = '{heap="%s"' % name
+    return {l.split(lab)[0]: l.rsplit(" ", 1)[1] for l in p.stdout.splitlines() if lab in l}
+
+
 def _named(rank, world, sock, name):
     with heapd.Heap(name, rank, world, sock, chunk_size="1M", initial_size="1M") as h:
         w = h.empty(1000, dtype=torch.int64, name="weights")      # chunk 0
@@ -44,7 +55,9 @@ def _named(rank, world, sock, name):
         got = [h.offset(kv), _chunk_maps()]
         h.release(mode="host", names=["kv"])
         st = h.stats()
-        got.append((h.state, _chunk_maps(), [_chunk_at(a) for a in addrs], st["resident_bytes"]))
+        prom = _metrics(sock, name)
+        got.append((h.state, _chunk_maps(), [_chunk_at(a) for a in addrs], st["resident_bytes"],
+                    prom["heapd_heap_chunk_bytes"], prom["heapd_heap_resident_bytes"]))
         # The rest of the heap works while released: its own copy and the peer's.
         assert torch.equal(w, torch.arange(1000) * (rank + 3)), "a kept tensor changed"
         assert torch.equal(h.peer(w, nxt), torch.arange(1000) * (nxt + 3)), "a kept peer copy changed"
@@ -67,7 +80,8 @@ def test_release_named_blocks_only(sock, heapname):
     res = ok(run_ranks(_named, 2, sock, heapname)[0])
     for r, got in enumerate(res):
         assert got[0] == MIB and got[1] == 6, f"rank {r}: layout {got[:2]}"
-        state, maps, at, resident = got[2]
+        state, maps, at, resident, prom_chunk, prom_resident = got[2]
+        assert (prom_chunk, prom_resident) == (str(2 * MIB), str(2 * MIB)), got[2]
         assert state == "released", got[2]
         assert maps == 2, f"rank {r}: the named block's chunks still mapped (own, peer's): {maps}"
         assert at == [False, False, True], f"rank {r}: kv, peer's kv, weights mapped: {at}"
