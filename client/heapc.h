@@ -250,6 +250,13 @@ typedef struct heapc_params {
      * at most 16. heapc_get_params gives the heap's: a count, or -1 for
      * none. */
     int32_t grow_ahead;
+    /* Issue 30, automatic trim (a heap on one node): when the bytes of
+     * wholly free chunks (what heapc_trim would give back) reach this many
+     * at an allocation, that allocation runs the collective trim first, on
+     * every rank (heapd decides it once for the allocation number). 0:
+     * heapd.conf's trim_threshold (default off); < 0: none. heapc_get_params
+     * gives the heap's: bytes, or -1 for none. */
+    int64_t trim_threshold;
 } heapc_params;
 
 /* Attaches to heap `heap` as `rank` of `world_size` and maps the heap: its own
@@ -737,7 +744,7 @@ int heapc_drop(heapc *c, const char *heap, uint64_t *released_bytes);
  * changes (a field added, moved or retyped). A binding that copies the
  * structs (ctypes) compares it, and heapc_sizeof of each, with its own at
  * load time and refuses a libheapc it does not match. */
-#define HEAPC_ABI_VERSION 6u
+#define HEAPC_ABI_VERSION 7u
 uint32_t heapc_abi_version(void);
 
 /* sizeof the public struct named `type` ("heapc_params", "heapc_status_t",
@@ -777,6 +784,16 @@ int heapc_parse_size(const char *s, uint64_t *out);
 #define HEAPC_RELEASE_HOST    1
 #define HEAPC_RELEASE_KEEP    0x100
 int heapc_release(heapc *c, int mode);
+/* heapc_release of only the chunks that lie wholly inside the live blocks
+ * named names[0..nnames) (heapc_alloc_named; the same names, in the same
+ * order, on every rank): on every local rank those chunks are unmapped and
+ * given back (saved in host mode), the heap's other chunks stay mapped and
+ * usable; part of a named block that shares a chunk with another block
+ * stays. The heap is released all the same (alloc fails with HEAPC_ESTATE
+ * until heapc_restore, which brings those chunks back at their addresses).
+ * NULL or nnames 0: heapc_release. HEAPC_ENOTFOUND (nothing released) when
+ * no live block has one of the names; HEAPC_EINVAL for an empty name. */
+int heapc_release_named(heapc *c, int mode, const char *const *names, size_t nnames);
 
 /* Collective like heapc_release: the chunks are created again, refilled from
  * the host copy (host mode) and mapped at the addresses they had. Errors:
@@ -803,7 +820,10 @@ int heapc_restore(heapc *c);
  * NULL) gets the bytes each rank gave back (0: nothing to trim).
  * Errors: HEAPC_ESTATE (not attached, released), HEAPC_EINVAL (a heap that
  * spans nodes), HEAPC_ETIMEOUT (naming the ranks that never called),
- * HEAPC_EPEER_GONE (naming the rank; nothing was trimmed), ... */
+ * HEAPC_EPEER_GONE (naming the rank; nothing was trimmed), ...
+ * With heapc_params.trim_threshold, heapc_alloc* runs this trim by itself
+ * at the allocation heapd names (every rank at the same one), returning its
+ * errors with nothing allocated. */
 int heapc_trim(heapc *c, uint64_t *trimmed_bytes);
 
 /* The heap's memory as this context knows it: HEAPC_STATE_ACTIVE or

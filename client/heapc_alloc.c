@@ -641,12 +641,12 @@ static int alloc_locked(heapc *c, size_t size, const char *name, const alloc_use
             hci_rpc_done(rep, &raw);
             return hci_set_err(c, HEAPC_EPROTOCOL, "heapd sent an empty AllocReply");
         }
-        if (ar->collect_needed) {
+        if (ar->collect_needed || ar->trim_needed) { /* issue 30: trim_threshold reached */
+            int trim = ar->trim_needed && !ar->collect_needed;
             hci_rpc_done(rep, &raw);
-            rc = collect_locked(c);
-            if (rc != HEAPC_OK)
+            if ((rc = trim ? hci_trim_locked(c, NULL) : collect_locked(c)) != HEAPC_OK)
                 return rc;
-            c->ctr.collects_needed++;
+            c->ctr.collects_needed += !trim;
             continue;
         }
         rc = alloc_made(c, v, ar, &raw, size, name, use, ptr, offset);

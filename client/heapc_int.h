@@ -210,6 +210,11 @@ void hci_ls_clear(liveset *s);
 int hci_ls_insert(liveset *s, uint64_t k, uint64_t size); /* 1 inserted, 0 there, -1 out of memory */
 int hci_flush_locked(heapc *c);
 int hci_flush_all_locked(heapc *c); /* heapc_flush: completed streams' frees too */
+/* Issue 30: heapc_trim's body (c->mu held); also an allocation's
+ * trim_needed. *trimmed (may be NULL) gets the bytes per rank. */
+int hci_trim_locked(heapc *c, uint64_t *trimmed);
+/* Issue 30: HeapParams.trim_threshold in a reply as heapc_params' (-1: none). */
+static inline int64_t hci_trim_threshold_of(uint64_t t) { return t == 0 || t > (uint64_t)INT64_MAX ? -1 : (int64_t)t; }
 int hci_fence_wait_early(heapc *c); /* trim, release: early frees' stream work done */
 int hci_fence_drain_all(heapc *c);
 

@@ -11,7 +11,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int release_locked(heapc *c, int mode)
+/* heapd released the chunks rr lists (some), or every chunk: ours go now,
+ * every local rank's (the memory goes with the last reference). 0, or 1 if
+ * some unmapping failed. */
+static int release_unmap(heapc *c, const Heapd__ReleaseReply *rr)
+{
+    const view *v = atomic_load_explicit(&c->view, memory_order_acquire);
+    int bad = 0;
+    for (uint32_t i = 0; i < v->nlocal; i++) {
+        if (!rr->some) {
+            bad |= hm_unmap_chunks(&c->spaces[i]) != HM_OK;
+            continue;
+        }
+        for (size_t j = 0; j < rr->n_chunks; j++)
+            bad |= hm_unmap_range(&c->spaces[i], rr->chunks[j], rr->chunks[j] + 1) != HM_OK;
+    }
+    return bad;
+}
+
+static int release_locked(heapc *c, int mode, const char *const *names, size_t nnames)
 {
     if (!c->attached)
         return hci_set_err(c, HEAPC_ESTATE, "heapc_release: not attached to a heap; call heapc_attach");
@@ -23,6 +41,11 @@ static int release_locked(heapc *c, int mode)
                            mode);
     if ((mode & HEAPC_RELEASE_KEEP) && base != HEAPC_RELEASE_HOST)
         return hci_set_err(c, HEAPC_EINVAL, "heapc_release: HEAPC_RELEASE_KEEP goes with HEAPC_RELEASE_HOST only");
+    for (size_t i = 0; i < nnames; i++)
+        if (!names[i] || !names[i][0])
+            return hci_set_err(c, HEAPC_EINVAL,
+                               "heapc_release_named: name %zu is %s; give the names the blocks were allocated with", i,
+                               names[i] ? "empty" : "NULL");
     if (c->mstate == HEAPC_STATE_RELEASED)
         return hci_set_err(c, HEAPC_ESTATE, "heapc_release: heap %s is already released; call heapc_restore first",
                            c->heap);
@@ -34,6 +57,8 @@ static int release_locked(heapc *c, int mode)
     Heapd__Release rm = HEAPD__RELEASE__INIT;
     rm.mode = base == HEAPC_RELEASE_HOST ? HEAPD__RELEASE_MODE__RELEASE_HOST : HEAPD__RELEASE_MODE__RELEASE_DISCARD;
     rm.keep = (mode & HEAPC_RELEASE_KEEP) != 0;
+    rm.n_names = nnames;
+    rm.names = (char **)names;
     Heapd__Frame req = HEAPD__FRAME__INIT;
     req.body_case = HEAPD__FRAME__BODY_RELEASE;
     req.release = &rm;
@@ -42,13 +67,8 @@ static int release_locked(heapc *c, int mode)
     rc = hci_rpc(c, &req, HEAPD__FRAME__BODY_RELEASE_REPLY, &rep, &raw);
     if (rc != HEAPC_OK)
         return rc;
+    int bad = release_unmap(c, rep->release_reply);
     hci_rpc_done(rep, &raw);
-    /* heapd released its references: ours go now, and with the last the
-     * memory. */
-    const view *v = atomic_load_explicit(&c->view, memory_order_acquire);
-    int bad = 0;
-    for (uint32_t i = 0; i < v->nlocal; i++)
-        bad |= hm_unmap_chunks(&c->spaces[i]) != HM_OK;
     c->mstate = HEAPC_STATE_RELEASED;
     if (bad)
         return hci_set_err(c, HEAPC_EMAP,
@@ -105,7 +125,7 @@ static int restore_locked(heapc *c)
     return HEAPC_OK;
 }
 
-static int trim_locked(heapc *c, uint64_t *trimmed)
+int hci_trim_locked(heapc *c, uint64_t *trimmed)
 {
     if (!c->attached)
         return hci_set_err(c, HEAPC_ESTATE, "heapc_trim: not attached to a heap; call heapc_attach");
@@ -169,7 +189,7 @@ int heapc_trim(heapc *c, uint64_t *trimmed_bytes)
     if (trimmed_bytes)
         *trimmed_bytes = 0;
     pthread_mutex_lock(&c->mu);
-    int rc = trim_locked(c, trimmed_bytes);
+    int rc = hci_trim_locked(c, trimmed_bytes);
     if (rc == HEAPC_OK)
         hci_ok(c);
     pthread_mutex_unlock(&c->mu);
@@ -179,7 +199,19 @@ int heapc_trim(heapc *c, uint64_t *trimmed_bytes)
 int heapc_release(heapc *c, int mode)
 {
     pthread_mutex_lock(&c->mu);
-    int rc = release_locked(c, mode);
+    int rc = release_locked(c, mode, NULL, 0);
+    if (rc == HEAPC_OK)
+        hci_ok(c);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int heapc_release_named(heapc *c, int mode, const char *const *names, size_t nnames)
+{
+    if (!names || !nnames)
+        return heapc_release(c, mode);
+    pthread_mutex_lock(&c->mu);
+    int rc = release_locked(c, mode, names, nnames);
     if (rc == HEAPC_OK)
         hci_ok(c);
     pthread_mutex_unlock(&c->mu);

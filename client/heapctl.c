@@ -52,7 +52,8 @@ static void usage(FILE *f)
                "                  (RESIDENT), heapd's host copy (HOST_COPY), releases, restores,\n"
                "                  and the spare chunks made ahead of growth (SPARE; GROW_AHEAD:\n"
                "                  the spares each rank keeps, 0: none), trims and the chunk bytes\n"
-               "                  they gave back (TRIMS, TRIMMED; heapc_trim).\n"
+               "                  they gave back (TRIMS, TRIMMED; heapc_trim, automatic ones\n"
+               "                  included; TRIM_THRESHOLD: the automatic trim's, -: none).\n"
                "  collect HEAP    Force a collect on HEAP: every rank collects at the same\n"
                "                  allocation number, which heapctl prints. Ranks reach it when\n"
                "                  they next allocate.\n"
@@ -164,7 +165,7 @@ static const char *human(uint64_t v, char *buf, size_t len)
     return buf;
 }
 
-#define MAXCOL 16 /* the widest table: 15 (parameters) */
+#define MAXCOL 16 /* the widest table: 16 (parameters) */
 /* Heap names are up to 255 bytes; a cell holds one whole, as UTF-8 (an
  * invalid byte becomes U+FFFD, 3 bytes): never truncated. */
 #define CELL 1024
@@ -383,6 +384,10 @@ static int stats_heap_rows(table *th, table *tp, const heapc_heap_stats *h)
     human(h->bookkeeping_bytes, prow[12], CELL);
     cellf(prow[13], "%" PRIu64, h->eager_reclaims);
     cellf(prow[14], "%" PRIu32, h->grow_ahead);
+    if (h->params.trim_threshold > 0) /* issue 30 */
+        human((uint64_t)h->params.trim_threshold, prow[15], CELL);
+    else
+        cellf(prow[15], "-");
     return 0;
 }
 
@@ -435,10 +440,10 @@ static int stats_tables(const heapc_daemon_stats *s)
     static const char *hh[] = {"HEAP",     "WORLD", "CLIENTS",  "OWNER",   "STATE",  "MAPPED",    "LIVE",
                                "RELEASED", "FREE",  "COLLECTS", "GROWTHS", "ALLOCS", "COLLECT_AT"};
     static const int hr[] = {0, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1};
-    static const char *ph[] = {"HEAP",         "POLICY",    "RECLAIM",     "CHUNK", "INITIAL",
-                               "VA",           "MIN_BLOCK", "TIMEOUT",     "EPOCH", "DEVICE_FREE",
-                               "DEVICE_TOTAL", "SKIPPED",   "BOOKKEEPING", "EAGER", "GROW_AHEAD"};
-    static const int pr[] = {0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    static const char *ph[] = {"HEAP",        "POLICY",  "RECLAIM",    "CHUNK",         "INITIAL",      "VA",
+                               "MIN_BLOCK",   "TIMEOUT", "EPOCH",      "DEVICE_FREE",   "DEVICE_TOTAL", "SKIPPED",
+                               "BOOKKEEPING", "EAGER",   "GROW_AHEAD", "TRIM_THRESHOLD"};
+    static const int pr[] = {0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     static const char *rh[] = {"HEAP",     "RANK",     "ATTACHED",    "PID",    "LIVE",
                                "RELEASED", "NEXT_SEQ", "STREAM_WAIT", "NO_SYNC"};
     static const int rr[] = {0, 1, 0, 1, 1, 1, 1, 1, 1};
@@ -447,7 +452,7 @@ static int stats_tables(const heapc_daemon_stats *s)
     static const int mr[] = {0, 0, 1, 1, 1, 1, 1, 1, 1};
     table th, tp, tm, tr;
     tbl_init(&th, 13, hh, hr);
-    tbl_init(&tp, 15, ph, pr);
+    tbl_init(&tp, 16, ph, pr);
     tbl_init(&tm, 9, mh, mr);
     tbl_init(&tr, 9, rh, rr);
     int rc = 0;

@@ -106,12 +106,12 @@ static void prom_daemon(prom *m, const heapc_daemon_stats *s)
 }
 
 /* The chunk memory heapd's quotas charge a heap with: its extent on every
- * local rank, none while released (issue 30), and its spare chunks (issue
- * 27). */
+ * local rank, while released only what a release of named blocks kept
+ * (resident_bytes; issue 30), and its spare chunks (issue 27). */
 static uint64_t chunk_bytes(const heapc_heap_stats *h)
 {
     if (h->state == HEAPC_STATE_RELEASED || h->state == HEAPC_STATE_RESTORING)
-        return 0;
+        return h->resident_bytes;
     return h->mapped * (h->nranks ? h->nranks : 1) + h->spare_bytes;
 }
 
@@ -159,7 +159,7 @@ static void prom_heaps(prom *m, const heapc_daemon_stats *s)
         {"heapd_heap_mapped_bytes", "gauge", "Heap bytes mapped per rank."},
         {"heapd_heap_chunk_bytes", "gauge",
          "Chunk memory of the heap on this node, all its ranks here, its spare chunks included (what quota_heap "
-         "bounds; 0 while released)."},
+         "bounds; while released, only the chunks a release of named blocks kept)."},
         {"heapd_heap_live_bytes", "gauge", "Bytes of blocks some rank still holds."},
         {"heapd_heap_released_bytes", "gauge", "Bytes every rank released, awaiting a collect."},
         {"heapd_heap_free_bytes", "gauge", "Mapped bytes available to allocations."},
@@ -179,7 +179,8 @@ static void prom_heaps(prom *m, const heapc_daemon_stats *s)
         {"heapd_heap_state", "gauge",
          "The heap's memory on this node: 0 active, 1 releasing, 2 released, 3 restoring (heapc_release)."},
         {"heapd_heap_resident_bytes", "gauge",
-         "Chunk bytes of the heap backed by memory now, all its ranks on this node (0 while released)."},
+         "Chunk bytes of the heap backed by memory now, all its ranks on this node (while released, only the "
+         "chunks a release of named blocks kept)."},
         {"heapd_heap_host_copy_bytes", "gauge",
          "Host memory heapd holds with the heap's content (released in host mode, or kept after restore)."},
         {"heapd_heap_releases_total", "counter", "Releases of the heap's memory."},

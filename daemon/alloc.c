@@ -208,7 +208,16 @@ int ha_alloc(ha_heap *h, uint64_t size, ha_alloc_result *res)
 {
     if (!h || !res)
         return HA_EINVAL;
-    return h->ops->alloc(h, size, res);
+    uint64_t t = h->p.trim_threshold;
+    if (t && !h->alloc_open && h->free_bytes >= t && ha_trimmable(h, t) >= t) {
+        memset(res, 0, sizeof *res);
+        h->alloc_open = true; /* issue 30: trim first, then this allocation */
+        h->trims_asked++;
+        return HA_NEED_TRIM;
+    }
+    int rc = h->ops->alloc(h, size, res);
+    h->alloc_open = rc > HA_OK; /* HA_NEED_*: the allocation goes on */
+    return rc;
 }
 
 /* A growth by `chunks`: the holes it refills (lowest first) and the bytes
@@ -291,6 +300,17 @@ static uint64_t trim_top(ha_heap *h, ha_chunk_fn fn, void *data)
             h->mapped -= cs;
         }
     }
+}
+
+uint64_t ha_trimmable(const ha_heap *h, uint64_t enough)
+{
+    if (!h)
+        return 0;
+    uint64_t cs = h->p.chunk_size, nm = align_up(h->ops->top(h), cs);
+    uint64_t top = h->mapped > nm && h->mapped > cs ? h->mapped - (nm < cs ? cs : nm) : 0;
+    if (top >= enough || !h->ops->punchable)
+        return top;
+    return top + h->ops->punchable(h, enough - top);
 }
 
 int ha_trim(ha_heap *h, uint32_t *chunks, ha_chunk_fn fn, void *data)
@@ -605,6 +625,7 @@ void ha_get_stats(const ha_heap *h, ha_stats *s)
     s->collects_skipped = h->collects_skipped;
     s->eager_reclaims = h->eager_reclaims;
     s->trims = h->trims;
+    s->trims_asked = h->trims_asked;
     s->trimmed_bytes = h->trimmed_bytes;
     s->hole_bytes = h->nholes * h->p.chunk_size;
     s->top = h->ops->top(h);

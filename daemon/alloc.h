@@ -114,6 +114,10 @@ typedef struct ha_params {
      * collect is not useless). false (several nodes): the rules above,
      * identical on every node. */
     bool one_decider;
+    /* Issue 30, automatic trim: 0 (off), or the bytes of wholly free chunks
+     * (what ha_trim would give back: ha_trimmable) at which an allocation's
+     * first step answers HA_NEED_TRIM instead. */
+    uint64_t trim_threshold;
 } ha_params;
 
 /* Return codes. >= 0: the call did what it says (or asks for a step);
@@ -125,6 +129,7 @@ typedef struct ha_params {
     X(OK, 0, NONE, "success")                                                                                          \
     X(NEED_COLLECT, 1, NONE, "a collect is needed before this allocation")                                             \
     X(NEED_GROW, 2, NONE, "the heap must grow before this allocation")                                                 \
+    X(NEED_TRIM, 3, NONE, "a trim is needed before this allocation")                                                   \
     X(EINVAL, -1, INVALID, "invalid argument")                                                                         \
     X(ENOMEM, -2, NO_MEMORY, "out of memory for allocator bookkeeping")                                                \
     X(EVA, -3, VA_EXHAUSTED, "the allocation does not fit in the heap's va_size")                                      \
@@ -133,6 +138,10 @@ typedef struct ha_params {
 
 /* HA_NEED_COLLECT: nothing allocated: collect, then call again.
  * HA_NEED_GROW: nothing allocated: grow by res.grow_chunks, call again.
+ * HA_NEED_TRIM (issue 30, trim_threshold != 0): nothing allocated: trim
+ * (ha_trim), then call again; asked only at an allocation's first step,
+ * when ha_trimmable >= trim_threshold (a function of the state alone, so
+ * twin cores ask at the same allocation number).
  * HA_EINVAL: bad parameter or argument. HA_ENOMEM: bookkeeping memory could
  * not be allocated. HA_EVA: the allocation does not fit even at va_size.
  * HA_ENOTHELD: free of an offset the rank does not hold. HA_ESTATE: call not
@@ -175,6 +184,7 @@ typedef struct ha_stats {
                                     * ones included) or no block existed; 0 (seed) */
     uint64_t eager_reclaims;       /* reclaim = eager: blocks reclaimed at their last release */
     uint64_t trims;                /* ha_trim calls that took chunks off (issue 30) */
+    uint64_t trims_asked;          /* HA_NEED_TRIM answers (trim_threshold) */
     uint64_t trimmed_bytes;        /* bytes they took off (the top and holes), in all */
     uint64_t hole_bytes;           /* chunks trimmed below the top, not refilled yet */
 } ha_stats;
@@ -252,6 +262,11 @@ int ha_grow_plan(const ha_heap *h, uint32_t chunks, ha_chunk_fn fn, void *data);
  * number (heapd trims single-node heaps only). Pure: a function of the
  * state alone. HA_ENOMEM (nothing changes): no room for the hole bitmap. */
 int ha_trim(ha_heap *h, uint32_t *chunks, ha_chunk_fn fn, void *data);
+
+/* Issue 30: the bytes ha_trim would give back now (the top's and, under
+ * coalesce, the holes'), counted at least up to `enough` (it may stop
+ * there: UINT64_MAX counts all). Changes nothing. */
+uint64_t ha_trimmable(const ha_heap *h, uint64_t enough);
 
 /* 1 if chunk index i is a hole (ha_trim), 0 otherwise. */
 int ha_chunk_hole(const ha_heap *h, uint32_t index);

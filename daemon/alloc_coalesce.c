@@ -495,6 +495,27 @@ static uint64_t co_punch(ha_heap *h, ha_chunk_fn fn, void *data)
     return bytes;
 }
 
+/* Issue 30's automatic trim: the bytes co_punch would take, counted up to
+ * `enough` at least (it stops there). Only the size bins of at least a
+ * chunk can hold a whole chunk: O(their extents), none when no extent is
+ * that long. */
+static uint64_t co_punchable(const ha_heap *h, uint64_t enough)
+{
+    uint64_t cs = h->p.chunk_size, bytes = 0;
+    for (uint32_t k = log2u(cs); k < 64 && bytes < enough; k++) {
+        if (!(h->binmask >> k & 1))
+            continue;
+        for (uint64_t i = hab_first(&h->freebits[k]); i != HA_EMPTY && bytes < enough;
+             i = hab_next(&h->freebits[k], i + 1)) {
+            hac_fx f = fx_at(h, k, i);
+            uint64_t end = f.off + f.size, a = align_up(f.off, cs), b = end / cs * cs;
+            if (end != h->mapped && a < b)
+                bytes += b - a;
+        }
+    }
+    return bytes;
+}
+
 static void co_fill(ha_heap *h, uint64_t off) { hac_insert_merge(h, off, h->p.chunk_size); }
 
 /* The record's home slot and the free bitmaps' words around the block. */
@@ -650,6 +671,7 @@ const ha_policy_ops ha_coalesce_ops = {
     .grow = co_grow,
     .shrink = co_shrink,
     .punch = co_punch,
+    .punchable = co_punchable,
     .fill = co_fill,
     .reclaim = co_reclaim,
     .top = co_top,

@@ -343,6 +343,9 @@ typedef struct hac_fx {
  *               the chunks wholly inside it (they leave the free space, and
  *               punch calls ha_hole(h, i, fn, data) for each chunk index i,
  *               ascending); the bytes; cannot fail (ha_trim sized h->holes)
+ *   punchable   the bytes punch would take now, counted at least up to
+ *               `enough` (it may stop there); changes nothing (NULL with
+ *               punch)
  *   fill        chunk [off, off + chunk_size), a hole, becomes free (merged
  *               with its free neighbours); cannot fail
  *   reserve     room for reclaiming offs[0..n) (pending records) so that
@@ -365,6 +368,7 @@ typedef struct ha_policy_ops {
     int (*grow)(ha_heap *h, uint64_t nm);
     void (*shrink)(ha_heap *h, uint64_t nm);
     uint64_t (*punch)(ha_heap *h, ha_chunk_fn fn, void *data);
+    uint64_t (*punchable)(const ha_heap *h, uint64_t enough);
     void (*fill)(ha_heap *h, uint64_t off);
     int (*reserve)(ha_heap *h, const uint64_t *offs, size_t n);
     uint64_t (*reclaim)(ha_heap *h, const uint64_t *offs, size_t n);
@@ -488,9 +492,14 @@ struct ha_heap {
     uint64_t eager_reclaims;   /* blocks reclaimed at their last release, or by ha_reclaim_apply */
     uint64_t grown_bytes;      /* issue 30: what ha_grow added to the extent, in all */
     uint64_t trims;            /* ha_trim calls that took chunks off */
+    uint64_t trims_asked;      /* HA_NEED_TRIM answers (trim_threshold) */
     uint64_t trimmed_bytes;    /* what they took off (the top and holes), in all */
     hab_bits holes;            /* issue 30: bit i <=> chunk i is a hole */
     uint64_t nholes;
+    /* Issue 30's automatic trim: an allocation is under way (the last
+     * ha_alloc answered HA_NEED_*): its later steps never ask for a trim,
+     * which would give back what a growth just added for it. */
+    bool alloc_open;
     uint64_t *rel_bytes;      /* per rank */
     const ha_policy_ops *ops; /* == ha_policy_ops_of(p.policy) */
     void *priv;               /* a policy's own state beyond the fields above

@@ -408,6 +408,7 @@ static const key_desc keys[] = {
     {"reclaim_lookahead", parse_u32_key, OFF(reclaim_lookahead), 0, HD_CONFIG_LOOKAHEAD_MAX, "a number of allocations",
      -1},
     {"grow_ahead", parse_u32_key, OFF(grow_ahead), 0, HD_CONFIG_GROW_AHEAD_MAX, "a number of chunks", -1},
+    {"trim_threshold", parse_size_key, OFF(trim_threshold), 0, 0, NULL, -1}, /* issue 30; 0: off */
     /* Issue 29: 0xFFFFFFFF is the wire's "none" (HeapParams.persist_s). */
     {"persist", parse_u32_key, OFF(persist), 0, UINT32_MAX - 1, "a number of seconds", -1},
     {"max_persist", parse_u32_key, OFF(max_persist), 0, UINT32_MAX - 1, "a number of seconds", -1},

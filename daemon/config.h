@@ -40,6 +40,9 @@ typedef struct hd_config {
      * through the store every reclaim_lookahead allocations, each taking
      * effect that many allocations later (0: such heaps use collect). */
     uint32_t reclaim_lookahead;
+    /* Issue 30: the automatic trim's threshold for heaps on one node whose
+     * Attach leaves trim_threshold at 0 (bytes; 0: off). */
+    uint64_t trim_threshold;
     /* Issue 29: seconds a formed heap with no client stays (detached) when
      * its Attach leaves persist_s at 0 (0: released with its last client),
      * and the most an Attach may ask for. Invariant: persist <= max_persist. */

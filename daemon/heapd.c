@@ -194,6 +194,7 @@ static void print_config(const char *path, const hd_config *c)
            (unsigned long long)c->min_block, ha_policy_name(c->policy));
     printf("reclaim = %s\n", c->reclaim == HA_RECLAIM_EAGER ? "eager" : "collect");
     printf("grow_ahead = %u\nreclaim_lookahead = %u\n", (unsigned)c->grow_ahead, (unsigned)c->reclaim_lookahead);
+    printf("trim_threshold = %llu\n", (unsigned long long)c->trim_threshold);
     printf("collect_timeout_ms = %u\nmax_clients = %u\nmeminfo_interval_ms = %u\n", c->collect_timeout_ms,
            c->max_clients, c->meminfo_interval_ms);
     printf("persist = %u\nmax_persist = %u\n", c->persist, c->max_persist);

@@ -293,6 +293,8 @@ static int do_alloc(sim *s, char **tok, int n)
                 return rc;
             continue;
         }
+        if (rc == HA_NEED_TRIM && (rc = ha_trim(s->heap, NULL, NULL, NULL)) == HA_OK)
+            continue; /* issue 30: trim_threshold (none in traces yet) */
         if (rc == HA_NEED_GROW) {
             int g = ha_grow(s->heap, res.grow_chunks);
             if (g < 0) {

@@ -99,6 +99,7 @@ static void fill_params(const ha_params *ap, uint32_t timeout_ms, uint32_t persi
     p->collect_timeout_ms = timeout_ms;
     p->persist_s = persist_s;
     p->grow_ahead = grow_ahead ? grow_ahead : HD_GROW_AHEAD_NONE;
+    p->trim_threshold = ap->trim_threshold ? ap->trim_threshold : HD_TRIM_NONE; /* issue 30 */
 }
 
 /* refs + i and fds + i, where a reply without chunks may have NULL arrays
@@ -324,6 +325,7 @@ static void out_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
     Heapd__AllocReply ar = HEAPD__ALLOC_REPLY__INIT;
     ar.seq = a->seq;
     ar.collect_needed = a->collect_needed;
+    ar.trim_needed = a->trim_needed;
     ar.offset = a->offset;
     ar.block_size = a->block_size;
     ar.mapped = a->mapped;
@@ -356,12 +358,15 @@ static void out_detach(hd_peer *p, uint64_t id)
     send_body(sink_of(p), id, HEAPD__FRAME__BODY_DETACH_REPLY, &dr, NULL, 0);
 }
 
-static void out_release(hd_peer *p, uint64_t id, uint64_t released, uint64_t saved, uint64_t elapsed_us)
+static void out_release(hd_peer *p, uint64_t id, const hd_release_out *o)
 {
     Heapd__ReleaseReply rr = HEAPD__RELEASE_REPLY__INIT;
-    rr.released_bytes = released;
-    rr.saved_bytes = saved;
-    rr.elapsed_us = elapsed_us;
+    rr.released_bytes = o->released;
+    rr.saved_bytes = o->saved;
+    rr.elapsed_us = o->elapsed_us;
+    rr.some = o->some;
+    rr.n_chunks = o->nchunks;
+    rr.chunks = (uint32_t *)o->chunks;
     send_body(sink_of(p), id, HEAPD__FRAME__BODY_RELEASE_REPLY, &rr, NULL, 0);
 }
 

@@ -239,6 +239,122 @@ START_TEST(map_unmap_chunks_keeps_range)
 }
 END_TEST
 
+/* ---- a release of named blocks ------------------------------------------- */
+
+static void release_names(int peer, int mode, const char *const *names, size_t n)
+{
+    Heapd__Release m = HEAPD__RELEASE__INIT;
+    m.mode = (Heapd__ReleaseMode)mode;
+    m.n_names = n;
+    m.names = (char **)names;
+    hd_heap_release(reg, &peers[peer], 11, &m);
+    validate();
+}
+
+/* Checks the content of peer's last restore's chunk fds (2 ranks of 3
+ * chunks, rank by rank) against pattern's seed: chunks 1 and 2 of each
+ * rank are zeros when zero12 (their release discarded them), the others
+ * are the pattern. */
+static void check_chunks(int peer, uint8_t seed, bool zero12)
+{
+    const rec *r = last(peer);
+    ck_assert_uint_eq(r->nfds, 6);
+    for (size_t i = 0; i < r->nfds; i++) {
+        uint8_t *p = mmap(NULL, 1 << 20, PROT_READ, MAP_SHARED, r->fds[i], 0);
+        ck_assert(p != MAP_FAILED);
+        bool zeros = zero12 && i % 3 != 0;
+        for (size_t j = 0; j < (1u << 20); j += 4093) {
+            uint8_t want = zeros ? 0 : (uint8_t)(seed + i * 3 + j);
+            ck_assert_msg(p[j] == want, "peer %d chunk %zu byte %zu: %u, want %u", peer, i, j, p[j], want);
+        }
+        munmap(p, 1 << 20);
+    }
+}
+
+/* Blocks "small" (chunk 0), "kv" (2 MiB: chunks 1 and 2, wholly) and
+ * "other" (chunk 0) on both ranks; the heap maps 3 chunks. */
+static void named_blocks(void)
+{
+    formed();
+    ck_assert_uint_eq(alloc2(0, 4096, "small"), 0);
+    ck_assert_uint_eq(alloc2(1, 2u << 20, "kv"), 1u << 20);
+    ck_assert_uint_lt(alloc2(2, 4096, "other"), 1u << 20);
+    stats(2);
+    ck_assert_uint_eq(last(2)->mapped, 3u << 20);
+}
+
+/* Only the chunks wholly inside "kv" go (1 and 2, on both ranks): the
+ * reply lists them, Stats keeps chunk 0 resident; restore brings them
+ * back from the host copy bit for bit, chunk 0 never left. In discard
+ * mode they come back as zeros, chunk 0 as it was. */
+START_TEST(release_named_only_their_chunks)
+{
+    named_blocks();
+    release(0, HEAPD__RELEASE_MODE__RELEASE_HOST, false); /* a full release first: every fd at restore */
+    release(1, HEAPD__RELEASE_MODE__RELEASE_HOST, false);
+    both(restore);
+    pattern(0, 9, false, false);
+    static const char *const kv[] = {"kv"};
+    for (int round = 0; round < 2; round++) {
+        int mode = round ? HEAPD__RELEASE_MODE__RELEASE_DISCARD : HEAPD__RELEASE_MODE__RELEASE_HOST;
+        release_names(0, mode, kv, 1);
+        release_names(1, mode, kv, 1);
+        ck_assert_msg(last(0)->kind == R_RELEASE, "%s", last(0)->msg);
+        ck_assert_msg(last(1)->kind == R_RELEASE && last(1)->rel_some, "%s", last(1)->msg);
+        ck_assert_uint_eq(last(1)->ntrim, 2);
+        ck_assert_uint_eq(last(1)->trim_chunks[0], 1);
+        ck_assert_uint_eq(last(1)->trim_chunks[1], 2);
+        ck_assert_uint_eq(last(1)->released, 4u << 20); /* 2 chunks of 2 ranks */
+        ck_assert_uint_eq(last(1)->saved, round ? 0 : 4u << 20);
+        stats(2);
+        ck_assert_uint_eq(last(2)->state, HS_STATE_RELEASED);
+        ck_assert_uint_eq(last(2)->resident, 2u << 20); /* chunk 0 of 2 ranks */
+        alloc_n(0, 3, 4096, NULL);
+        is_error(0, HEAPD__ERR_CODE__ERR_STATE, "is released on this node");
+        both(restore);
+        ck_assert_msg(last(1)->kind == R_RESTORE, "%s", last(1)->msg);
+        check_chunks(1, 9, round == 1);
+        stats(2);
+        ck_assert_uint_eq(last(2)->state, HS_STATE_ACTIVE);
+        ck_assert_uint_eq(last(2)->resident, 6u << 20);
+    }
+}
+END_TEST
+
+/* A name no live block has: ERR_NOT_FOUND on every rank, nothing
+ * released; different names on two ranks: ERR_INVALID; a block with no
+ * whole chunk: released with no chunk (the heap is released all the same). */
+START_TEST(release_named_refusals)
+{
+    named_blocks();
+    static const char *const none[] = {"kv", "nope"}, *const kv[] = {"kv"}, *const small[] = {"small"};
+    release_names(0, HEAPD__RELEASE_MODE__RELEASE_HOST, none, 2);
+    release_names(1, HEAPD__RELEASE_MODE__RELEASE_HOST, none, 2);
+    is_error(0, HEAPD__ERR_CODE__ERR_NOT_FOUND, "no live block is named \"nope\"");
+    is_error(1, HEAPD__ERR_CODE__ERR_NOT_FOUND, "nothing was released");
+    release_names(0, HEAPD__RELEASE_MODE__RELEASE_HOST, kv, 1);
+    release_names(1, HEAPD__RELEASE_MODE__RELEASE_HOST, small, 1);
+    is_error(1, HEAPD__ERR_CODE__ERR_INVALID, "the same block names in the same order");
+    is_error(0, HEAPD__ERR_CODE__ERR_INVALID, "asymmetric release");
+    stats(2);
+    ck_assert_uint_eq(last(2)->state, HS_STATE_ACTIVE);
+    ck_assert_uint_eq(last(2)->resident, 6u << 20);
+    release_names(0, HEAPD__RELEASE_MODE__RELEASE_HOST, small, 1);
+    release_names(1, HEAPD__RELEASE_MODE__RELEASE_HOST, small, 1);
+    ck_assert_msg(last(1)->kind == R_RELEASE && last(1)->rel_some, "%s", last(1)->msg);
+    ck_assert_uint_eq(last(1)->ntrim, 0);
+    ck_assert_uint_eq(last(1)->released, 0);
+    both(restore);
+    ck_assert_msg(last(1)->kind == R_RESTORE, "%s", last(1)->msg);
+    /* A freed block's name is no live block's. */
+    free1(0, 1u << 20);
+    free1(1, 1u << 20);
+    release_names(0, HEAPD__RELEASE_MODE__RELEASE_HOST, kv, 1);
+    release_names(1, HEAPD__RELEASE_MODE__RELEASE_HOST, kv, 1);
+    is_error(1, HEAPD__ERR_CODE__ERR_NOT_FOUND, "no live block is named \"kv\"");
+}
+END_TEST
+
 static Suite *release_suite(void)
 {
     Suite *s = suite_create("release");
@@ -252,6 +368,8 @@ static Suite *release_suite(void)
     tcase_add_test(tc, release_timeout);
     tcase_add_test(tc, backend_save_load);
     tcase_add_test(tc, map_unmap_chunks_keeps_range);
+    tcase_add_test(tc, release_named_only_their_chunks);
+    tcase_add_test(tc, release_named_refusals);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -42,7 +42,7 @@ typedef struct rec {
     char names[HD_ASYM_RANKS][300]; /* asym.names[i] copied ("": NULL) */
     bool named[HD_ASYM_RANKS];
     uint64_t seq, offset, next_seq, generation, value;
-    bool resumed, collect_needed;
+    bool resumed, collect_needed, trim_needed, rel_some;
     hd_live_block *live; /* names copied into live_names */
     char (*live_names)[256];
     size_t nlive;
@@ -142,6 +142,7 @@ static inline void s_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
     r->seq = a->seq;
     r->offset = a->offset;
     r->collect_needed = a->collect_needed;
+    r->trim_needed = a->trim_needed;
     r->mapped = a->mapped;
     r->alloc_nchunks = a->nchunks;
     r->alloc_first = a->nchunks ? a->new_chunks[0].index : 0;
@@ -188,12 +189,15 @@ static inline void s_trim(hd_peer *p, uint64_t id, const hd_trim_out *o)
     memcpy(r->trim_chunks, o->chunks, r->ntrim * sizeof *o->chunks);
 }
 
-static inline void s_release(hd_peer *p, uint64_t id, uint64_t released, uint64_t saved, uint64_t us)
+static inline void s_release(hd_peer *p, uint64_t id, const hd_release_out *o)
 {
-    (void)id, (void)us;
+    (void)id;
     rec *r = record(p, R_RELEASE);
-    r->released = released;
-    r->saved = saved;
+    r->released = o->released;
+    r->saved = o->saved;
+    r->rel_some = o->some;
+    r->ntrim = o->nchunks < 64 ? o->nchunks : 64; /* issue 30: the named blocks' chunks */
+    memcpy(r->trim_chunks, o->chunks, r->ntrim * sizeof *o->chunks);
 }
 
 static inline void s_restore(hd_peer *p, uint64_t id, const hd_restore_out *o)
@@ -230,12 +234,14 @@ static const hd_reply_ops sink = {.error = s_error,
 
 /* ---- fixture ------------------------------------------------------------ */
 
-static uint32_t persist_s; /* the heaps' HeapParams.persist_s (0: none) */
+static uint32_t persist_s;      /* the heaps' HeapParams.persist_s (0: none) */
+static uint64_t trim_threshold; /* issue 30: their HeapParams.trim_threshold (0: heapd.conf's) */
 
 static inline void setup(void)
 {
     memset(recs, 0, sizeof recs);
     persist_s = 0;
+    trim_threshold = 0;
     hd_config cfg;
     hd_config_defaults(&cfg);
     ckw_start(&cfg, &sink, 2000);
@@ -262,6 +268,7 @@ static inline void attach_p(int peer, uint32_t rank, uint64_t chunk_mb, uint64_t
 {
     Heapd__HeapParams p = HEAPD__HEAP_PARAMS__INIT;
     p.persist_s = persist_s;
+    p.trim_threshold = trim_threshold;
     p.chunk_size = chunk_mb << 20;
     p.initial_size = chunk_mb << 20;
     p.va_size = va_mb << 20;

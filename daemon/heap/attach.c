@@ -168,6 +168,22 @@ static uint32_t lookahead_of(const hd_config *cfg, int ask, uint32_t local_size,
     return local_size < world_size && pol == HA_POLICY_COALESCE && eager ? cfg->reclaim_lookahead : 0;
 }
 
+/* Issue 30: the automatic trim's threshold for the request's ask (0:
+ * heapd.conf's, off on a heap that spans nodes; HD_TRIM_NONE: off), into
+ * *out (0: off). 0, or -1 with why: a heap that spans nodes cannot trim. */
+static int trim_threshold_of(const hd_config *cfg, uint64_t ask, bool multi, uint64_t *out, char *why, size_t len)
+{
+    if (multi && ask && ask != HD_TRIM_NONE) {
+        snprintf(why, len,
+                 "trim_threshold %llu: a heap that spans nodes cannot trim (each node's allocator would have to "
+                 "shrink at the same allocation number); leave trim_threshold at 0 or none",
+                 (unsigned long long)ask);
+        return -1;
+    }
+    *out = multi || ask == HD_TRIM_NONE ? 0 : ask ? ask : cfg->trim_threshold;
+    return 0;
+}
+
 /* The new heap's parameters: the request's, else heapd.conf's (the
  * seconds it persists into *persist). Returns 0, or -1 once the peer got
  * the error. */
@@ -201,6 +217,12 @@ static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint6
         ap.policy = (ha_policy)hpo_from_wire(rp->policy);
     ap.one_decider = local_size == m->world_size;
     ap.reclaim = reclaim_of(cfg, rp ? (int)rp->reclaim : 0, local_size, m->world_size, ap.policy);
+    char why[512];
+    if (trim_threshold_of(cfg, rp ? rp->trim_threshold : 0, local_size < m->world_size, &ap.trim_threshold, why,
+                          sizeof why)) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap \"%s\": %s", m->heap, why);
+        return -1;
+    }
     uint64_t gran = hb_granularity(r->be, 0);
     if (gran && ap.chunk_size % gran) {
         char b1[32], b2[32];
@@ -209,7 +231,6 @@ static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint6
                       hh_human(ap.chunk_size, b1, sizeof b1), hb_name(r->be), hh_human(gran, b2, sizeof b2), b2);
         return -1;
     }
-    char why[512];
     if (ha_params_check(&ap, why, sizeof why)) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap parameters rejected: %s", why);
         return -1;
@@ -350,6 +371,12 @@ static bool params_differ(const hd_heap *h, const Heapd__Attach *m, char *why, s
     uint32_t ga = p->grow_ahead == HD_GROW_AHEAD_NONE ? 0 : p->grow_ahead;
     if (p->grow_ahead && ga != h->grow_ahead) {
         snprintf(why, len, "grow_ahead %u differs from the heap's %u", ga, h->grow_ahead);
+        return true;
+    }
+    uint64_t tt = p->trim_threshold == HD_TRIM_NONE ? 0 : p->trim_threshold;
+    if (p->trim_threshold && tt != h->ap.trim_threshold) {
+        snprintf(why, len, "trim_threshold %llu differs from the heap's %llu (0: none)", (unsigned long long)tt,
+                 (unsigned long long)h->ap.trim_threshold);
         return true;
     }
     /* Eager as the heap gets it: on one node, or across nodes in rounds. */

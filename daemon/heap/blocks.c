@@ -140,6 +140,37 @@ long hh_blocks_held(const hd_heap *h, uint32_t lidx, hd_live_block **out)
     return (long)n;
 }
 
+/* Some local rank holds the block at offset (a live block, not pending). */
+static bool held(const hd_heap *h, uint64_t offset)
+{
+    for (uint32_t r = 0; r < h->ap.ranks; r++)
+        if (ha_rank_holds(h->core, r, offset))
+            return true;
+    return false;
+}
+
+int hh_blocks_chunks(const hd_heap *h, char *const *names, size_t n, uint32_t nch, uint8_t *mark, const char **missing)
+{
+    uint64_t cs = h->ap.chunk_size;
+    for (size_t i = 0; i < n; i++) {
+        bool found = false;
+        for (size_t s = 0; s < h->blocks.cap; s++) {
+            const hh_block *e = &h->blocks.v[s];
+            if (!e->name || !standing(h, e) || strcmp(e->name, names[i]) || !held(h, e->offset))
+                continue;
+            found = true;
+            uint64_t end = e->offset + ha_block_size(h->core, e->offset);
+            for (uint64_t j = (e->offset + cs - 1) / cs; j < end / cs && j < nch; j++)
+                mark[j] = 1;
+        }
+        if (!found) {
+            *missing = names[i];
+            return -1;
+        }
+    }
+    return 0;
+}
+
 uint64_t hh_blocks_bytes(const hd_heap *h) { return h->blocks.cap * sizeof(hh_block) + h->blocks.name_bytes; }
 
 uint64_t hh_blocks_add_bytes(const hd_heap *h, const char *name)

@@ -56,6 +56,8 @@ typedef struct hd_registry hd_registry;
 /* Issue 27: HeapParams.grow_ahead asking for no spares (the most a heap may
  * ask for: config.h's HD_CONFIG_GROW_AHEAD_MAX). */
 #define HD_GROW_AHEAD_NONE UINT32_C(0xFFFFFFFF)
+/* Issue 30: HeapParams.trim_threshold asking for no automatic trim. */
+#define HD_TRIM_NONE UINT64_C(0xFFFFFFFFFFFFFFFF)
 typedef struct hd_heap hd_heap;
 typedef struct hd_peer hd_peer;
 
@@ -109,6 +111,16 @@ typedef struct hd_attach_out {
     uint32_t grow_ahead; /* issue 27: spares per rank (0: none) */
 } hd_attach_out;
 
+/* Issue 30: a ReleaseReply: the bytes released (every local rank's), of
+ * them those copied into host memory; some: only chunks[0..nchunks) (a
+ * release of named blocks), else every chunk. */
+typedef struct hd_release_out {
+    uint64_t released, saved, elapsed_us;
+    bool some;
+    const uint32_t *chunks;
+    size_t nchunks;
+} hd_release_out;
+
 /* Issue 30: a RestoreReply; chunks[i]'s fd is fds[i]. */
 typedef struct hd_restore_out {
     const hd_chunk_ref *chunks;
@@ -126,10 +138,11 @@ typedef struct hd_trim_out {
     size_t nchunks;
 } hd_trim_out;
 
-/* An AllocReply: a decision, or collect_needed; new_chunks[i]'s fd is fds[i]. */
+/* An AllocReply: a decision, or collect_needed or trim_needed (issue 30);
+ * new_chunks[i]'s fd is fds[i]. */
 typedef struct hd_alloc_out {
     uint64_t seq, offset, block_size, mapped;
-    bool collect_needed;
+    bool collect_needed, trim_needed;
     const hd_chunk_ref *new_chunks;
     int *fds;
     size_t nchunks;
@@ -240,8 +253,8 @@ typedef struct hd_reply_ops {
     void (*force)(hd_peer *p, uint64_t id, uint64_t at_seq);
     void (*stats)(hd_peer *p, uint64_t id, const hd_stats_out *s);
     void (*drop)(hd_peer *p, uint64_t id, uint64_t released_bytes);
-    void (*commit)(hd_peer *p, uint64_t id, uint64_t value, uint64_t generation);                     /* issue 29 */
-    void (*release)(hd_peer *p, uint64_t id, uint64_t released, uint64_t saved, uint64_t elapsed_us); /* issue 30 */
+    void (*commit)(hd_peer *p, uint64_t id, uint64_t value, uint64_t generation); /* issue 29 */
+    void (*release)(hd_peer *p, uint64_t id, const hd_release_out *o);            /* issue 30 */
     void (*restore)(hd_peer *p, uint64_t id, const hd_restore_out *o);
     void (*trim)(hd_peer *p, uint64_t id, const hd_trim_out *o);
 } hd_reply_ops;

@@ -90,7 +90,9 @@ struct hh_commit;         /* commit.c's state of a heap, made at its first Commi
  *             never sent), nspare <= heap->grow_ahead, and nspare > 0 =>
  *             joined and the heap is not released (hh_released);
  *             issue 30: joined and not released => for j < nchunks,
- *             chunks[j].fd < 0 <=> chunk j is a hole (ha_chunk_hole). */
+ *             chunks[j].fd < 0 <=> chunk j is a hole (ha_chunk_hole);
+ *             joined and released => chunks[j].fd < 0 for j in
+ *             heap->rel_idx. */
 typedef struct hd_rank {
     bool joined;   /* attached at least once: chunks exist */
     uint32_t lidx; /* index among this node's ranks (allocator core rank) */
@@ -122,7 +124,8 @@ typedef struct hd_rank {
  *   log holds decisions log_base .. decided-1;
  *   log_base <= min(next_seq of attached ranks) (trimmed lazily);
  *   collect_at == UINT64_MAX or collect_at == decided (a collect is owed
- *   before allocation number `decided`);
+ *   before allocation number `decided`); likewise trim_at (issue 30: a
+ *   trim, the core's HA_NEED_TRIM; release.c's trim clears it);
  *   coll_active => coll_waiting == number of ranks with in_collect;
  *   poison.nranks == 0 (healthy) or HD_ASYM_RANKS with
  *   poison.sizes[0] != poison.sizes[1] (poisoned: set once, never cleared;
@@ -151,7 +154,7 @@ struct hd_heap {
     hd_decision *log;
     size_t nlog, caplog;
     uint64_t log_base, decided;
-    uint64_t collect_at;
+    uint64_t collect_at, trim_at;
     bool forced; /* collect_at was set by an operator */
     /* Cross-node forced collects owed before these allocation numbers
      * (agreed by every node), ascending; force_at[0] is the next one. */
@@ -215,8 +218,11 @@ struct hd_heap {
     void (*commit_left)(hd_heap *h, uint32_t rank, bool clean);
     /* Issue 30 (release.c). mstate: HS_STATE_* of the heap's memory here.
      * Invariants: mstate == RELEASED or RESTORING <=> every joined rank's
-     * chunk records are released (fd -1; nchunks unchanged, the count
-     * restore creates again); hc_ptr != NULL <=> a host copy of hc_size
+     * chunk records at rel_idx[0..rel_n) are released (fd -1; nchunks
+     * unchanged; ascending: every chunk but the holes, or those wholly
+     * inside the named blocks of a partial release, the others staying;
+     * what restore creates again; rel_idx stays until a restore succeeds,
+     * rel_n is 0 while active); hc_ptr != NULL <=> a host copy of hc_size
      * bytes is mapped (a memfd's), pinned when hc_pinned, with local rank
      * lidx's chunk j at (lidx * nchunks + j) * chunk_size; hc_full => it
      * holds the released content (mstate RELEASED or RESTORING); hc_keep:
@@ -229,6 +235,7 @@ struct hd_heap {
     uint64_t hc_size;
     bool hc_pinned, hc_full, hc_keep;
     uint64_t releases, restores;
+    uint32_t *rel_idx, rel_n;
     /* Issue 27 (spare.c): spares each local rank keeps (0: none);
      * spare_want: the refill may have work on this heap. */
     uint32_t grow_ahead;
@@ -304,8 +311,12 @@ static inline bool hh_released(const hd_heap *h)
     return h->mstate == HS_STATE_RELEASED || h->mstate == HS_STATE_RESTORING;
 }
 
-/* Issue 30: of `bytes` of h's chunks, those backed by memory now. */
-static inline uint64_t hh_resident(const hd_heap *h, uint64_t bytes) { return hh_released(h) ? 0 : bytes; }
+/* Issue 30: of `bytes` of one rank's chunks (all it has but holes), those
+ * backed by memory now (a release of named blocks keeps the others). */
+static inline uint64_t hh_resident(const hd_heap *h, uint64_t bytes)
+{
+    return hh_released(h) ? bytes - (uint64_t)h->rel_n * h->ap.chunk_size : bytes;
+}
 
 /* Issue 30: the bytes of chunks each rank holds for an extent: the
  * extent less its holes. */
@@ -423,6 +434,11 @@ const hh_block *hh_blocks_get(const hd_heap *h, uint64_t offset);
 /* The blocks rank lidx holds, ascending seq, in *out (the caller frees it;
  * its names point into the table). The count, or -1 out of memory. */
 long hh_blocks_held(const hd_heap *h, uint32_t lidx, hd_live_block **out);
+/* Issue 30 (a release of named blocks): sets mark[j] for each chunk index
+ * j < nch that lies wholly inside a live block (some local rank holds it)
+ * named one of names[0..n) (no other block can touch it). 0, or -1 with
+ * *missing the first name no live block has. */
+int hh_blocks_chunks(const hd_heap *h, char *const *names, size_t n, uint32_t nch, uint8_t *mark, const char **missing);
 /* The table's memory (quota_uid charges it with the allocator's), and what
  * the next hh_blocks_put with name adds to it at most. */
 uint64_t hh_blocks_bytes(const hd_heap *h);

@@ -141,7 +141,7 @@ hd_heap *hh_heap_new(hd_registry *r, const char *name, uint32_t world_size, cons
     h->ap = *ap;
     h->ap_shown = *ap;
     h->epoch = r->next_epoch++;
-    h->collect_at = UINT64_MAX;
+    h->collect_at = h->trim_at = UINT64_MAX;
     uv_timer_init(r->loop, &h->timer);
     h->timer.data = h;
     h->next = r->heaps;
@@ -374,7 +374,7 @@ static void uid_use(const hd_registry *r, uid_t uid, uint64_t *chunks, uint64_t 
         if (h->owner == uid) {
             ha_stats st;
             ha_get_stats(h->core, &st);
-            *chunks += hh_resident(h, hh_backed(&st) * h->local_size) + hh_spare_bytes(h); /* issues 30, 27 */
+            *chunks += hh_resident(h, hh_backed(&st)) * h->local_size + hh_spare_bytes(h); /* issues 30, 27 */
             *core += ha_meta_bytes(&h->ap, st.mapped) + ha_block_bytes(h->core, 0) + hh_blocks_bytes(h);
             *log += hh_heap_log_bytes(h);
         }
@@ -487,7 +487,7 @@ static size_t heap_info(hd_heap *h, hd_heap_info *s, hd_rank_info *rs)
     s->generation = h->generation;
     s->markers = h->nmarkers;
     s->state = h->mstate;
-    s->resident_bytes = hh_resident(h, hh_backed(&st) * h->local_size);
+    s->resident_bytes = hh_resident(h, hh_backed(&st)) * h->local_size;
     s->host_copy_bytes = h->hc_ptr ? h->hc_size : 0;
     s->releases = h->releases;
     s->restores = h->restores;
@@ -646,9 +646,10 @@ static int heap_validate(const hd_heap *h, char *why, size_t len)
             BAD("heap \"%s\": decision %llu does not fit its mapped size", h->name,
                 (unsigned long long)(h->decided - 1));
     }
-    if (h->collect_at != UINT64_MAX && h->collect_at != h->decided)
-        BAD("heap \"%s\": collect owed at %llu, %llu decided", h->name, (unsigned long long)h->collect_at,
-            (unsigned long long)h->decided);
+    if ((h->collect_at != UINT64_MAX && h->collect_at != h->decided) ||
+        (h->trim_at != UINT64_MAX && h->trim_at != h->decided))
+        BAD("heap \"%s\": collect owed at %llu, trim at %llu (issue 30), %llu decided", h->name,
+            (unsigned long long)h->collect_at, (unsigned long long)h->trim_at, (unsigned long long)h->decided);
     uint32_t joined = 0, attached = 0, waiting = 0;
     for (uint32_t q = 0; q < h->world_size; q++) {
         if (rank_validate(h, q, st.mapped, why, len))

@@ -5,7 +5,8 @@
  * local rank's chunks and answers each rank; Restore creates them again (the
  * same count and size), refills them from the host copy and sends them to
  * each rank; Trim gives back the whole chunks that hold no block (ha_trim:
- * the top's and holes below a live block), on every local rank. A rank gone or a timeout
+ * the top's and holes below a live block), on every local rank. A release
+ * may name blocks: only the chunks wholly inside them go (rel_list). A rank gone or a timeout
  * fails it on every rank with nothing changed.
  * Middle floor (heap_int.h). */
 #include "heap_int.h"
@@ -40,9 +41,24 @@ struct hh_release {
     int mode;
     bool keep;
     uint32_t first, waiting;
+    char **names; /* a release of named blocks: the first rank's (n_names) */
+    size_t n_names;
 };
 
-static void rel_closed(uv_handle_t *t) { free(t->data); }
+static void names_free(struct hh_release *s)
+{
+    for (size_t i = 0; i < s->n_names; i++)
+        free(s->names[i]);
+    free(s->names);
+    s->names = NULL;
+    s->n_names = 0;
+}
+
+static void rel_closed(uv_handle_t *t)
+{
+    names_free(t->data);
+    free(t->data);
+}
 
 /* The collective is over (every waiting rank was answered). */
 static void rel_end(hd_heap *h)
@@ -50,6 +66,7 @@ static void rel_end(hd_heap *h)
     struct hh_release *s = h->rel;
     s->active = false;
     s->waiting = 0;
+    names_free(s);
     h->rel_left = NULL;
     uv_timer_stop(&s->timer);
 }
@@ -71,6 +88,9 @@ static void rel_gone(hd_heap *h)
 {
     struct hh_release *s = h->rel;
     host_copy_free(h);
+    free(h->rel_idx);
+    h->rel_idx = NULL;
+    h->rel_n = 0;
     h->rel = NULL;
     h->rel_left = NULL;
     uv_timer_stop(&s->timer);
@@ -194,9 +214,62 @@ static int host_copy_make(hd_heap *h, uint64_t size, char *why, size_t len)
     return 0;
 }
 
-static uint8_t *copy_at(const hd_heap *h, const hd_rank *k, uint32_t j, uint32_t nch)
+/* Local rank k's p-th chunk of the n released (rel_idx) in the host copy. */
+static uint8_t *copy_at(const hd_heap *h, const hd_rank *k, uint32_t p, uint32_t n)
 {
-    return (uint8_t *)h->hc_ptr + ((uint64_t)k->lidx * nch + j) * h->ap.chunk_size;
+    return (uint8_t *)h->hc_ptr + ((uint64_t)k->lidx * n + p) * h->ap.chunk_size;
+}
+
+/* The chunk indices the release gives up, ascending, into *idx (malloc'd)
+ * and *n: every chunk but the holes, or (names) those wholly inside the
+ * named live blocks. 0, or -1 with the error. */
+static int rel_list(hd_heap *h, uint32_t nch, uint32_t **idx, uint32_t *n, Heapd__ErrCode *code, char *err, size_t len)
+{
+    const struct hh_release *s = h->rel;
+    uint8_t *mark = calloc(nch + 1, 1);
+    *idx = calloc(nch + 1, sizeof **idx);
+    *n = 0;
+    const char *missing = NULL;
+    *code = HEAPD__ERR_CODE__ERR_NO_MEMORY;
+    if (!mark || !*idx)
+        snprintf(err, len, "heapd is out of memory (nothing was released)");
+    else if (s->n_names && hh_blocks_chunks(h, s->names, s->n_names, nch, mark, &missing)) {
+        *code = HEAPD__ERR_CODE__ERR_NOT_FOUND;
+        snprintf(err, len,
+                 "release of heap \"%s\": no live block is named \"%s\" (heapc_live lists them); nothing was "
+                 "released",
+                 h->name, missing);
+    } else {
+        for (uint32_t j = 0; j < nch; j++)
+            if (s->n_names ? mark[j] : !ha_chunk_hole(h->core, j))
+                (*idx)[(*n)++] = j;
+        free(mark);
+        return 0;
+    }
+    free(mark);
+    free(*idx);
+    *idx = NULL;
+    return -1;
+}
+
+/* Mode host: copies every local rank's chunks idx[0..n) into the host
+ * copy. 0, or -1 with the error. */
+static int save_chunks(hd_heap *h, const uint32_t *idx, uint32_t n, uint64_t *saved, char *err, size_t len)
+{
+    char e2[400];
+    for (uint32_t q = 0; q < h->world_size; q++) {
+        hd_rank *k = &h->ranks[q];
+        for (uint32_t p = 0; k->joined && p < n; p++) {
+            if (hb_chunk_save(h->reg->be, &k->chunks[idx[p]], copy_at(h, k, p, n), e2, sizeof e2)) {
+                snprintf(err, len,
+                         "release of heap \"%s\": copying chunk %u of rank %u failed: %s (nothing was released)",
+                         h->name, idx[p], q, e2);
+                return -1;
+            }
+            *saved += h->ap.chunk_size;
+        }
+    }
+    return 0;
 }
 
 /* Every local rank asked for the release: copy (mode host), release, reply. */
@@ -204,29 +277,21 @@ static void release_done(hd_heap *h)
 {
     struct hh_release *s = h->rel;
     uint64_t t0 = uv_hrtime(), released = 0, saved = 0;
-    uint32_t nch = rank_chunks(h);
-    char err[600];
-    if (s->mode == HEAPD__RELEASE_MODE__RELEASE_HOST) {
-        if (host_copy_make(h, (uint64_t)h->local_size * nch * h->ap.chunk_size, err, sizeof err)) {
-            rel_fail(h, HEAPD__ERR_CODE__ERR_NO_MEMORY, err);
+    uint32_t *idx, n;
+    char err[800];
+    Heapd__ErrCode code = HEAPD__ERR_CODE__ERR_NO_MEMORY;
+    if (rel_list(h, rank_chunks(h), &idx, &n, &code, err, sizeof err)) {
+        rel_fail(h, code, err);
+        return;
+    }
+    if (s->mode == HEAPD__RELEASE_MODE__RELEASE_HOST && n) { /* n 0: named blocks without a whole chunk */
+        int rc = host_copy_make(h, (uint64_t)h->local_size * n * h->ap.chunk_size, err, sizeof err);
+        if (!rc && save_chunks(h, idx, n, &saved, err, sizeof err))
+            rc = -1, code = HEAPD__ERR_CODE__ERR_BACKEND;
+        if (rc) {
+            free(idx);
+            rel_fail(h, code, err);
             return;
-        }
-        for (uint32_t q = 0; q < h->world_size; q++) {
-            hd_rank *k = &h->ranks[q];
-            for (uint32_t j = 0; k->joined && j < nch; j++) {
-                if (ha_chunk_hole(h->core, j))
-                    continue; /* issue 30: a hole has nothing to copy */
-                if (hb_chunk_save(h->reg->be, &k->chunks[j], copy_at(h, k, j, nch), err, sizeof err)) {
-                    char msg[800];
-                    snprintf(msg, sizeof msg,
-                             "release of heap \"%s\": copying chunk %u of rank %u failed: %s (nothing "
-                             "was released)",
-                             h->name, j, q, err);
-                    rel_fail(h, HEAPD__ERR_CODE__ERR_BACKEND, msg);
-                    return;
-                }
-                saved += h->ap.chunk_size;
-            }
         }
         h->hc_full = true;
         h->hc_keep = s->keep;
@@ -238,46 +303,50 @@ static void release_done(hd_heap *h)
     hh_spare_drop(h); /* issue 27: a released heap keeps no spares */
     for (uint32_t q = 0; q < h->world_size; q++) {
         hd_rank *k = &h->ranks[q];
-        for (uint32_t j = 0; k->joined && j < k->nchunks; j++) {
-            released += k->chunks[j].size;
-            hb_chunk_release(h->reg->be, &k->chunks[j]);
+        for (uint32_t p = 0; k->joined && p < n; p++) {
+            released += k->chunks[idx[p]].size;
+            hb_chunk_release(h->reg->be, &k->chunks[idx[p]]);
         }
     }
+    free(h->rel_idx);
+    h->rel_idx = idx;
+    h->rel_n = n;
     h->mstate = HS_STATE_RELEASED;
     h->releases++;
     uint64_t us = (uv_hrtime() - t0) / 1000;
     char b1[32];
-    hd_info("heap \"%s\" released: %s of chunks (%s into host memory) in %llu us", h->name,
-            hh_human(released, b1, sizeof b1), saved ? "copied" : "nothing copied", (unsigned long long)us);
+    hd_info("heap \"%s\" released: %s of chunks%s (%s into host memory) in %llu us", h->name,
+            hh_human(released, b1, sizeof b1), s->n_names ? ", those of the named blocks" : "",
+            saved ? "copied" : "nothing copied", (unsigned long long)us);
     hh_heap_publish(h);
+    hd_release_out o = {released, saved, us, s->n_names > 0, idx, n};
     uint32_t q = 0;
     for (hd_rank *k; (k = take_waiting(h, &q));)
-        k->conn->out->release(k->conn, k->rel_id, released, saved, us);
+        k->conn->out->release(k->conn, k->rel_id, &o);
     rel_end(h);
 }
 
-/* Creates every local rank's chunks again and refills them from the host
- * copy. 0, or -1 with the error (every chunk made is released again). */
-static int restore_chunks(hd_heap *h, uint32_t nch, uint64_t *restored, Heapd__ErrCode *code, char *err, size_t len)
+/* Creates every local rank's released chunks (rel_idx) again and refills
+ * them from the host copy. 0, or -1 with the error (every chunk made is
+ * released again). */
+static int restore_chunks(hd_heap *h, uint64_t *restored, Heapd__ErrCode *code, char *err, size_t len)
 {
-    ha_stats st;
-    ha_get_stats(h->core, &st);
-    uint64_t bytes = (uint64_t)h->local_size * ((uint64_t)nch * h->ap.chunk_size - st.hole_bytes); /* issue 30 */
+    uint32_t n = h->rel_n;
+    uint64_t bytes = (uint64_t)h->local_size * n * h->ap.chunk_size;
     *code = HEAPD__ERR_CODE__ERR_QUOTA;
     if (hh_quota_check(h->reg, h->name, h->owner, 0, bytes, 0, err, len) &&
         (!hh_spare_yield(h->reg, h->owner, NULL, 0) ||
          hh_quota_check(h->reg, h->name, h->owner, 0, bytes, 0, err, len)))
-        return -1; /* issue 27: the uid's spares yielded first */
+        return -1; /* issue 27: the uid's spares yield first */
     *code = HEAPD__ERR_CODE__ERR_NO_MEMORY;
     char e2[400];
     for (uint32_t q = 0; q < h->world_size; q++) {
         hd_rank *k = &h->ranks[q];
-        for (uint32_t j = 0; k->joined && j < nch; j++) {
-            if (ha_chunk_hole(h->core, j))
-                continue; /* issue 30: a hole stays absent */
+        for (uint32_t p = 0; k->joined && p < n; p++) {
+            uint32_t j = h->rel_idx[p];
             int rc = hb_chunk_create(h->reg->be, k->device, h->ap.chunk_size, &k->chunks[j], e2, sizeof e2);
             if (!rc && h->hc_full) {
-                rc = hb_chunk_load(h->reg->be, &k->chunks[j], copy_at(h, k, j, nch), e2, sizeof e2);
+                rc = hb_chunk_load(h->reg->be, &k->chunks[j], copy_at(h, k, p, n), e2, sizeof e2);
                 *code = rc ? HEAPD__ERR_CODE__ERR_BACKEND : *code;
                 *restored += rc ? 0 : h->ap.chunk_size;
             }
@@ -286,9 +355,9 @@ static int restore_chunks(hd_heap *h, uint32_t nch, uint64_t *restored, Heapd__E
                          "restore of heap \"%s\": chunk %u of rank %u: %s (the heap stays released; "
                          "free device memory and restore again)",
                          h->name, j, q, e2);
-                for (uint32_t p = 0; p <= q; p++)
-                    for (uint32_t i = 0; i < h->ranks[p].nchunks; i++)
-                        hb_chunk_release(h->reg->be, &h->ranks[p].chunks[i]);
+                for (uint32_t r = 0; r <= q; r++)
+                    for (uint32_t i = 0; i < n; i++)
+                        hb_chunk_release(h->reg->be, &h->ranks[r].chunks[h->rel_idx[i]]);
                 return -1;
             }
         }
@@ -302,10 +371,14 @@ static void restore_done(hd_heap *h)
     uint32_t nch = rank_chunks(h);
     char err[800];
     Heapd__ErrCode code;
-    if (restore_chunks(h, nch, &restored, &code, err, sizeof err)) {
+    if (restore_chunks(h, &restored, &code, err, sizeof err)) {
         rel_fail(h, code, err);
         return;
     }
+    uint32_t made = h->rel_n;
+    free(h->rel_idx);
+    h->rel_idx = NULL;
+    h->rel_n = 0;
     h->hc_full = false;
     if (!h->hc_keep)
         host_copy_free(h);
@@ -314,7 +387,7 @@ static void restore_done(hd_heap *h)
     uint64_t us = (uv_hrtime() - t0) / 1000;
     ha_stats st;
     ha_get_stats(h->core, &st);
-    hd_info("heap \"%s\" restored: %u chunks per rank, %llu bytes refilled, in %llu us", h->name, nch,
+    hd_info("heap \"%s\" restored: %u of its %u chunks per rank, %llu bytes refilled, in %llu us", h->name, made, nch,
             (unsigned long long)restored, (unsigned long long)us);
     hh_heap_publish(h);
     uint32_t q = 0;
@@ -381,6 +454,7 @@ static void trim_done(hd_heap *h)
         if (k->known_chunks > keep)
             k->known_chunks = keep; /* a growth sends these indices again */
     }
+    h->trim_at = UINT64_MAX; /* an automatic trim owed (issue 30) is done */
     uint64_t per_rank = (uint64_t)cut * cs, backed = hh_backed(&st);
     if (cut) {
         h->trims++;
@@ -400,6 +474,62 @@ static void trim_done(hd_heap *h)
         k->conn->out->trim(k->conn, k->rel_id, &o);
     free(ti.idx);
     rel_end(h);
+}
+
+#define REL_NAMES_MAX 256 /* names a Release may give */
+
+/* A Release's names: at most REL_NAMES_MAX, each a valid allocation name.
+ * 0, or -1 once answered. */
+static int names_check(hd_peer *c, uint64_t id, char *const *names, size_t n)
+{
+    char why[200];
+    if (n > REL_NAMES_MAX) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID,
+                      "release: %zu block names, over the limit of %d; release fewer names at a time", n,
+                      REL_NAMES_MAX);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(names[i]);
+        if (len == 0 || len > HD_NAME_MAX || hh_text_check(names[i], why, sizeof why)) {
+            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID,
+                          "release: block name %zu %s; give the names the blocks were allocated with (1 to %d "
+                          "bytes)",
+                          i,
+                          len == 0            ? "is empty"
+                          : len > HD_NAME_MAX ? "is too long"
+                                              : why,
+                          HD_NAME_MAX);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The names of a release that began (s) and of a rank's request are the
+ * same, in the same order. */
+static bool same_names(const struct hh_release *s, char *const *names, size_t n)
+{
+    if (s->n_names != n)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(s->names[i], names[i]))
+            return false;
+    return true;
+}
+
+/* The first rank's names, kept for release_done. 0, or -1 out of memory. */
+static int names_keep(struct hh_release *s, char *const *names, size_t n)
+{
+    s->names = n ? calloc(n, sizeof *s->names) : NULL;
+    if (n && !s->names)
+        return -1;
+    for (s->n_names = 0; s->n_names < n; s->n_names++)
+        if (!(s->names[s->n_names] = strdup(names[s->n_names]))) {
+            names_free(s);
+            return -1;
+        }
+    return 0;
 }
 
 /* The request's checks against the heap's state. 0, or -1 once answered. */
@@ -443,10 +573,10 @@ static int rel_check(hd_heap *h, hd_peer *c, uint64_t id, int kind, int mode, bo
     return -1;
 }
 
-static void rel_join(hd_peer *c, uint64_t id, int kind, int mode, bool keep)
+static void rel_join(hd_peer *c, uint64_t id, int kind, int mode, bool keep, char *const *names, size_t n)
 {
     hd_heap *h = hh_formed_heap(c, id, what(kind));
-    if (!h || hh_poison_check(h, c, id) || rel_check(h, c, id, kind, mode, keep))
+    if (!h || hh_poison_check(h, c, id) || rel_check(h, c, id, kind, mode, keep) || names_check(c, id, names, n))
         return;
     struct hh_release *s = rel_state(h);
     if (!s) {
@@ -454,15 +584,20 @@ static void rel_join(hd_peer *c, uint64_t id, int kind, int mode, bool keep)
         return;
     }
     uint32_t rank = hd_peer_binding(c)->rank;
-    if (s->active && kind == REL_RELEASE && (s->mode != mode || s->keep != keep)) {
+    if (s->active && kind == REL_RELEASE && (s->mode != mode || s->keep != keep || !same_names(s, names, n))) {
         char msg[600];
         snprintf(msg, sizeof msg,
-                 "asymmetric release of heap \"%s\": rank %u asked for mode %s%s, rank %u for mode %s%s; every rank "
-                 "must release the same way (nothing was released)",
+                 "asymmetric release of heap \"%s\": rank %u asked for mode %s%s, rank %u for mode %s%s (%zu and "
+                 "%zu block names); every rank must release the same way, the same block names in the same order "
+                 "(nothing was released)",
                  h->name, s->first, s->mode ? "host" : "discard", s->keep ? " with keep" : "", rank,
-                 mode ? "host" : "discard", keep ? " with keep" : "");
+                 mode ? "host" : "discard", keep ? " with keep" : "", s->n_names, n);
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "%s", msg);
         rel_fail(h, HEAPD__ERR_CODE__ERR_INVALID, msg);
+        return;
+    }
+    if (!s->active && names_keep(s, names, n)) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
         return;
     }
     if (!s->active) {
@@ -488,17 +623,17 @@ static void rel_join(hd_peer *c, uint64_t id, int kind, int mode, bool keep)
 void hd_heap_release(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Release *m)
 {
     (void)r;
-    rel_join(c, id, REL_RELEASE, (int)m->mode, m->keep);
+    rel_join(c, id, REL_RELEASE, (int)m->mode, m->keep, m->names, m->n_names);
 }
 
 void hd_heap_restore(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Restore *m)
 {
     (void)r, (void)m;
-    rel_join(c, id, REL_RESTORE, 0, false);
+    rel_join(c, id, REL_RESTORE, 0, false, NULL, 0);
 }
 
 void hd_heap_trim(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Trim *m)
 {
     (void)r, (void)m;
-    rel_join(c, id, REL_TRIM, 0, false);
+    rel_join(c, id, REL_TRIM, 0, false, NULL, 0);
 }

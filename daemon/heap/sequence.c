@@ -139,11 +139,13 @@ static int grow(hd_heap *h, uint32_t chunks, char *err, size_t errlen)
     return 0;
 }
 
-static void send_collect_needed(hd_peer *c, uint64_t id, uint64_t seq)
+/* Allocation seq waits for a collect, or (trim: issue 30) a trim. */
+static void send_needed(hd_peer *c, uint64_t id, uint64_t seq, bool trim)
 {
     hd_alloc_out ar = {0};
     ar.seq = seq;
-    ar.collect_needed = true;
+    ar.collect_needed = !trim;
+    ar.trim_needed = trim;
     c->out->alloc(c, id, &ar);
 }
 
@@ -247,9 +249,9 @@ static const hd_decision *decide(hd_heap *h, hd_peer *c, uint64_t id, uint64_t s
         int rc = ha_alloc(h->core, size, &res);
         if (rc == HA_OK)
             break;
-        if (rc == HA_NEED_COLLECT) {
-            h->collect_at = seq;
-            send_collect_needed(c, id, seq);
+        if (rc == HA_NEED_COLLECT || rc == HA_NEED_TRIM) { /* issue 30: trim_threshold reached */
+            *(rc == HA_NEED_TRIM ? &h->trim_at : &h->collect_at) = seq;
+            send_needed(c, id, seq, rc == HA_NEED_TRIM);
             return NULL;
         }
         if (rc == HA_NEED_GROW) {
@@ -410,8 +412,8 @@ void hh_heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64
         if ((d->name_hash || (name && name[0])) && name_differs(h, c, id, seq, d, size, name))
             return;
     } else {
-        if (h->collect_at == seq || (h->nforce && h->force_at[0] == seq)) {
-            send_collect_needed(c, id, seq);
+        if (h->collect_at == seq || h->trim_at == seq || (h->nforce && h->force_at[0] == seq)) {
+            send_needed(c, id, seq, h->trim_at == seq);
             return;
         }
         if (h->frozen) {

@@ -254,12 +254,18 @@ class Heap(_Resume, _Release):
     of need so that a growth only passes and maps them (offsets do not
     depend on it); None: heapd.conf's (1), 0: none, at most 16;
     .grow_ahead says what the heap got.
+    trim_threshold (issue 30): automatic trim, a heap on one node; when the
+    wholly free chunks (what trim() would give back) reach this many bytes
+    (an int or a size string, "1G") at an allocation, that allocation runs
+    the collective trim first on every rank, with no trim() call; None:
+    heapd.conf's (default off), 0: none; .trim_threshold says what the heap
+    got (0: none).
     """
 
     def __init__(self, name, rank, world_size, socket=None, *, chunk_size=0, initial_size=0,
                  va_size=0, min_block=0, policy=None, collect_timeout_ms=0, device_uuid=None,
                  local_size=0, job=None, timeout_ms=None, device=None, persist=None,
-                 reclaim=None, grow_ahead=None, _from_env=False):
+                 reclaim=None, grow_ahead=None, trim_threshold=None, _from_env=False):
         self._prepare_device()
         c = L.connect(os.fsencode(socket) if socket else None)
         if not c:
@@ -283,12 +289,18 @@ class Heap(_Resume, _Release):
         if grow_ahead is not None and not 0 <= int(grow_ahead) <= 16:
             h.release()
             raise ValueError(f"heapd.Heap: grow_ahead {grow_ahead!r}: want 0 (none) to 16 spare chunks")
+        try:
+            trim = -1 if trim_threshold is not None and _size(trim_threshold) == 0 else _size(trim_threshold)
+        except (TypeError, ValueError):
+            h.release()
+            raise
         self._keep = (os.fsencode(device_uuid) if device_uuid else None,
                       job.encode() if job else None)
         p = L.Params(_size(chunk_size), _size(initial_size), _size(va_size), _size(min_block),
                      _POLICY[policy], int(collect_timeout_ms), self._keep[0], int(local_size),
                      self._keep[1], self._persist_s(persist, h), _RECLAIM[reclaim],
-                     0 if grow_ahead is None else int(grow_ahead) or -1)   # heapc: 0 default, < 0 none
+                     0 if grow_ahead is None else int(grow_ahead) or -1,   # heapc: 0 default, < 0 none
+                     trim)                                                 # issue 30, the same
         if _from_env:
             rc = L.attach_env(c, name.encode() if name else None, ctypes.byref(p))
         else:

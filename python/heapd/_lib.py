@@ -12,7 +12,7 @@ library's (heapc_abi_version, heapc_sizeof): a libheapc of another layout
 raises ImportError instead of being read as garbage."""
 import ctypes
 import os
-from ctypes import (POINTER, Structure, byref, c_char_p, c_double, c_int, c_int32, c_size_t,
+from ctypes import (POINTER, Structure, byref, c_char_p, c_double, c_int, c_int32, c_int64, c_size_t,
                     c_uint32, c_uint64, c_void_p)
 
 _here = os.path.dirname(os.path.abspath(__file__))
@@ -75,7 +75,8 @@ class Params(Structure):
                 ("min_block", c_uint64), ("policy", c_int), ("collect_timeout_ms", c_uint32),
                 ("device_uuid", c_char_p), ("local_size", c_uint32), ("job", c_char_p),
                 ("persist_s", c_int32), ("reclaim", c_int),
-                ("grow_ahead", c_int32)]   # issue 27
+                ("grow_ahead", c_int32),   # issue 27
+                ("trim_threshold", c_int64)]   # issue 30
 
 
 class Status(Structure):
@@ -224,12 +225,13 @@ def _opt(name, res, *args):
 
 # Issue 30: release and restore a heap's memory at the same offsets.
 release = _opt("heapc_release", c_int, H, c_int)
+release_named = _opt("heapc_release_named", c_int, H, c_int, POINTER(c_char_p), c_size_t)
 restore = _opt("heapc_restore", c_int, H)
 state = _opt("heapc_state", c_int, H)
 trim = _opt("heapc_trim", c_int, H, POINTER(c_uint64))
 
 # ---- the layout check (issue 31 item 8) ----
-ABI_VERSION = 6   # client/heapc.h's HEAPC_ABI_VERSION that these structs copy
+ABI_VERSION = 7   # client/heapc.h's HEAPC_ABI_VERSION that these structs copy
 _STRUCTS = {"heapc_params": Params, "heapc_status_t": Status, "heapc_counters": Counters,
             "heapc_rank_stats": RankStats, "heapc_hist": Hist, "heapc_heap_stats": HeapStats,
             "heapc_daemon_stats": DaemonStats, "heapc_block": Block}

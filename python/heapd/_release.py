@@ -39,7 +39,7 @@ class _Release:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize(self.device if self._cuda else None)
 
-    def release(self, mode="host", keep=False):
+    def release(self, mode="host", keep=False, names=None):
         """Collective (every rank of the heap calls it): the heap's memory is
         given back - on every local rank its chunks are unmapped and freed
         (cudaMemGetInfo's free grows by them) - while offsets, live blocks,
@@ -55,7 +55,15 @@ class _Release:
         heap's tensors is a segmentation fault (host backend) or a device
         fault (cuda). StateError when already released; ValueError for a
         bad mode; PeerGoneError / CollectiveTimeoutError when a rank does
-        not come (nothing released)."""
+        not come (nothing released).
+
+        names (a list of the names tensors were allocated with, the same on
+        every rank): only the chunks that lie wholly inside those live blocks
+        are given back (and saved in host mode); every other tensor of the
+        heap stays mapped and usable while released (a named block's part
+        that shares a chunk with another block stays too). HeapdError
+        (.name "ERR_NOT_FOUND") when no live block has one of the names
+        (nothing released)."""
         c = self._cx()
         if mode not in _MODES:
             raise ValueError(f"heapd.Heap.release(): mode={mode!r}: want \"host\" (the content "
@@ -64,9 +72,21 @@ class _Release:
         if keep and mode != "host":
             raise ValueError("heapd.Heap.release(): keep=True keeps the host copy: it needs "
                              "mode=\"host\"")
-        fn = _need(L.release, "heapc_release")
-        self._sync_device()
-        rc = fn(c, _MODES[mode] | (L.RELEASE_KEEP if keep else 0))
+        if isinstance(names, (str, bytes)):
+            raise TypeError("heapd.Heap.release(): names=: want a list of block names, not one string")
+        enc = [n.encode() if isinstance(n, str) else bytes(n) for n in (names or ())]
+        if any(not n for n in enc):
+            raise ValueError("heapd.Heap.release(): names=: an empty block name")
+        flags = _MODES[mode] | (L.RELEASE_KEEP if keep else 0)
+        if enc:
+            import ctypes
+            fn = _need(L.release_named, "heapc_release_named")
+            self._sync_device()
+            rc = fn(c, flags, (ctypes.c_char_p * len(enc))(*enc), len(enc))
+        else:
+            fn = _need(L.release, "heapc_release")
+            self._sync_device()
+            rc = fn(c, flags)
         if rc:
             _raise(c, rc)
 
@@ -97,7 +117,8 @@ class _Release:
         "collect", collect() first. StateError while
         released; PeerGoneError / CollectiveTimeoutError naming the rank
         (nothing trimmed); HeapdError (ERR_INVALID) on a heap that spans
-        nodes."""
+        nodes. With trim_threshold (Heap(trim_threshold=)) an allocation
+        runs this trim by itself once that many bytes would go."""
         import ctypes
         c = self._cx()
         out = ctypes.c_uint64(0)
@@ -107,13 +128,13 @@ class _Release:
         return out.value
 
     @contextlib.contextmanager
-    def released(self, mode="host", keep=False):
+    def released(self, mode="host", keep=False, names=None):
         """`with heap.released(mode="host"):` release() on entry, restore() on
         exit - also when the block raises. Collective: every rank enters and
         leaves it together. Inside, the memory the heap had is free for
         other use (a big temporary tensor, another phase of the job); the
         heap's tensors must not be touched. Yields the heap."""
-        self.release(mode, keep)
+        self.release(mode, keep, names)
         try:
             yield self
         finally:
@@ -147,6 +168,16 @@ class _Release:
         p = L.Params()
         L.get_params(self._c, ctypes.byref(p))
         return max(p.grow_ahead, 0)
+
+    @property
+    def trim_threshold(self):
+        """Issue 30: the automatic trim's threshold of the heap in bytes (0:
+        none): an allocation that finds this many bytes of wholly free
+        chunks trims first, on every rank."""
+        import ctypes
+        p = L.Params()
+        L.get_params(self._c, ctypes.byref(p))
+        return max(p.trim_threshold, 0)
 
     @property
     def state(self):

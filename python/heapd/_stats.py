@@ -50,7 +50,8 @@ def _stats_list(out):
         d["backend"] = out.contents.backend.decode()
         d["params"] = {f: getattr(hs.params, f) for f in
                        ("chunk_size", "initial_size", "va_size", "min_block",
-                        "collect_timeout_ms", "local_size", "persist_s", "grow_ahead")}
+                        "collect_timeout_ms", "local_size", "persist_s", "grow_ahead",
+                        "trim_threshold")}
         d["params"]["policy"] = (L.policy_name(hs.params.policy) or b"").decode()
         d["params"]["reclaim"] = "eager" if hs.params.reclaim == 1 else "collect"   # issue 27
         d["collect_pending"] = bool(hs.collect_pending)

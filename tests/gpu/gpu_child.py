@@ -166,5 +166,60 @@ def trim():
         del x, keep
 
 
-{"tensors": tensors, "peer": peer, "alloc_route": alloc_route, "nccl": nccl, "trim": trim}[case]()
+def autotrim():
+    """Issue 30's automatic trim on the GPU: trim_threshold 128M; a 256 MiB
+    tensor freed by both ranks; the next allocation trims first, with no
+    trim() call, and the device's free memory grows by both ranks' chunks."""
+    torch.cuda.set_device(0)
+    with heapd.Heap(name, rank, world, sock, chunk_size="64M", initial_size="64M",
+                    trim_threshold="128M") as h:
+        keep = h.full((1024,), float(rank + 1))
+        big = h.empty(256 << 20, dtype=torch.uint8)
+        big.fill_(5)
+        h.free(big)
+        del big
+        torch.cuda.synchronize()
+        h.collect()                                   # both ranks' releases are in
+        mapped0 = h.mapped
+        free0 = torch.cuda.mem_get_info()[0]
+        h.collect()                                   # both measured before either trims
+        small = h.zeros(16)                           # trims first
+        h.collect()                                   # both ranks unmapped
+        out["free_growth"] = torch.cuda.mem_get_info()[0] - free0
+        out["mapped"] = (mapped0, h.mapped)
+        out["keep_ok"] = float(keep.sum()) == 1024.0 * (rank + 1)
+        out["trims"] = h.stats()["trims"]
+        out["threshold"] = h.trim_threshold
+        del small, keep
+
+
+def release_named():
+    """Issue 30's release of named blocks on the GPU: only the 256 MiB
+    tensor "kv" goes (its 4 chunks, on both ranks: the device's free memory
+    grows by them); the tensor "w" in the first chunk is used while
+    released; restore() brings kv back bit for bit at its address."""
+    torch.cuda.set_device(0)
+    with heapd.Heap(name, rank, world, sock, chunk_size="64M", initial_size="64M") as h:
+        w = h.full((1024,), float(rank + 1), name="w")
+        kv = h.empty(256 << 20, dtype=torch.uint8, name="kv")
+        kv.fill_(5 + rank)
+        addr = kv.data_ptr()
+        torch.cuda.synchronize()
+        h.collect()
+        free0 = torch.cuda.mem_get_info()[0]
+        h.collect()                                   # both measured before either releases
+        h.release("host", names=["kv"])
+        h.collect()                                   # collects work while released: both released
+        out["free_growth"] = torch.cuda.mem_get_info()[0] - free0
+        out["resident"] = h.stats()["resident_bytes"]
+        w += 1                                        # the rest of the heap works
+        torch.cuda.synchronize()
+        out["w_ok"] = float(w.sum()) == 1024.0 * (rank + 2)
+        h.restore()
+        out["kv_ok"] = int(kv.min()) == 5 + rank and int(kv.max()) == 5 + rank and kv.data_ptr() == addr
+        del w, kv
+
+
+{"tensors": tensors, "peer": peer, "alloc_route": alloc_route, "nccl": nccl, "trim": trim,
+ "autotrim": autotrim, "release_named": release_named}[case]()
 print("RESULT " + json.dumps(out), flush=True)

@@ -105,6 +105,24 @@ def test_trim_gives_the_device_memory_back():
     assert a["free_growth"] >= 0.98 * 2 * a["trimmed"], (a["free_growth"], a["trimmed"])
 
 
+def test_autotrim_gives_the_device_memory_back():
+    _need_gpu()
+    a, b = ranks("autotrim", 2)
+    for r in (a, b):
+        assert r["mapped"] == [320 << 20, 64 << 20], r
+        assert r["keep_ok"] and r["trims"] == 1 and r["threshold"] == 128 << 20, r
+    assert a["free_growth"] >= 0.98 * 2 * (256 << 20), a["free_growth"]
+
+
+def test_release_named_gives_back_only_its_chunks():
+    _need_gpu()
+    a, b = ranks("release_named", 2)
+    for r in (a, b):
+        assert r["w_ok"] and r["kv_ok"], r
+        assert r["resident"] == 2 * (64 << 20), r
+    assert a["free_growth"] >= 0.98 * 2 * (256 << 20), a["free_growth"]
+
+
 def test_nccl_world1_under_preload():
     _need_gpu()
     pre = os.path.join(BUILD, "libheapc_nccl_preload.so")
