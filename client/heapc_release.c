@@ -46,6 +46,7 @@ static int release_locked(heapc *c, int mode)
     /* heapd released its references: ours go now, and with the last the
      * memory. */
     const view *v = atomic_load_explicit(&c->view, memory_order_acquire);
+    hci_hook_emit(c, v->rank, HEAPC_MAP_REMOVING, NULL); /* issue 32 */
     int bad = 0;
     for (uint32_t i = 0; i < v->nlocal; i++)
         bad |= hm_unmap_chunks(&c->spaces[i]) != HM_OK;
@@ -97,12 +98,35 @@ static int restore_locked(heapc *c)
             }
     hci_rpc_done(rep, &raw);
     if (rc != HEAPC_OK) {
+        hci_hook_emit(c, v->rank, HEAPC_MAP_REMOVING, NULL);
         for (uint32_t i = 0; i < v->nlocal; i++)
             hm_unmap_chunks(&c->spaces[i]);
         return rc;
     }
     c->mstate = HEAPC_STATE_ACTIVE;
     return HEAPC_OK;
+}
+
+/* Issue 32: the map hook hears of this rank's chunks the trim unmaps (the
+ * holes listed and the top, [mapped, was)) before they go. */
+static void trim_hook(heapc *c, const view *v, const Heapd__TrimReply *tr, uint64_t was_chunks)
+{
+    if (!c->map_fn)
+        return;
+    int32_t own = c->local_index[v->rank];
+    uint32_t slots = own >= 0 ? c->spaces[own].nchunks : 0;
+    uint8_t *mark = calloc(slots ? slots : 1, 1);
+    if (!mark) { /* out of memory: every chunk (the hook loses the rest too) */
+        hci_hook_emit(c, v->rank, HEAPC_MAP_REMOVING, NULL);
+        return;
+    }
+    for (size_t j = 0; j < tr->n_chunks; j++)
+        if (tr->chunks[j] < slots)
+            mark[tr->chunks[j]] = 1;
+    for (uint64_t j = tr->mapped / c->params.chunk_size; j < was_chunks && j < slots; j++)
+        mark[j] = 1;
+    hci_hook_emit(c, v->rank, HEAPC_MAP_REMOVING, mark);
+    free(mark);
 }
 
 static int trim_locked(heapc *c, uint64_t *trimmed)
@@ -147,6 +171,7 @@ static int trim_locked(heapc *c, uint64_t *trimmed)
      * that lookups no longer reach the slots). */
     atomic_store_explicit(&c->mapped, tr->mapped, memory_order_release);
     const view *v = atomic_load_explicit(&c->view, memory_order_acquire);
+    trim_hook(c, v, tr, was / cs);
     int bad = 0;
     for (size_t j = 0; j < tr->n_chunks; j++)
         for (uint32_t i = 0; i < v->nlocal; i++)
