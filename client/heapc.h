@@ -249,6 +249,14 @@ typedef struct heapc_params {
      * at most 16. heapc_get_params gives the heap's: a count, or -1 for
      * none. */
     int32_t grow_ahead;
+    /* Issue 32: non-zero: no block straddles two extents (the initial
+     * chunks, or one run of chunks a growth mapped), so that every block
+     * lies in one NCCL window (libheapc_nccl's hnccl_register_heap); the
+     * coalesce policy only (HEAPC_EINVAL otherwise). 0: off (the default's
+     * placement: a growth may extend the top's free run, and a block may
+     * cross into it). A later attach with 0 takes the heap's;
+     * heapc_get_params gives it (1 or 0). */
+    int32_t extent_bound;
 } heapc_params;
 
 /* Attaches to heap `heap` as `rank` of `world_size` and maps the heap: its own
@@ -736,7 +744,7 @@ int heapc_drop(heapc *c, const char *heap, uint64_t *released_bytes);
  * changes (a field added, moved or retyped). A binding that copies the
  * structs (ctypes) compares it, and heapc_sizeof of each, with its own at
  * load time and refuses a libheapc it does not match. */
-#define HEAPC_ABI_VERSION 6u
+#define HEAPC_ABI_VERSION 7u
 uint32_t heapc_abi_version(void);
 
 /* sizeof the public struct named `type` ("heapc_params", "heapc_status_t",

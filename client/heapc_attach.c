@@ -210,6 +210,7 @@ static int attach_request(heapc *c, const char *heap, uint32_t rank, uint32_t wo
         hp.persist_s = p->persist_s < 0 ? UINT32_MAX : (uint32_t)p->persist_s; /* issue 29 */
         hp.reclaim = (Heapd__Reclaim)p->reclaim;                               /* issue 27 */
         hp.grow_ahead = p->grow_ahead < 0 ? UINT32_MAX : (uint32_t)p->grow_ahead;
+        hp.extent_bound = p->extent_bound != 0; /* issue 32 */
     }
     Heapd__Attach at = HEAPD__ATTACH__INIT;
     at.heap = (char *)heap;
@@ -311,6 +312,7 @@ static void attach_params(heapc *c, const Heapd__HeapParams *hp, const char *uui
     c->params.persist_s = hci_persist_of(hp->persist_s);
     c->params.reclaim = (heapc_reclaim)hp->reclaim;
     c->params.grow_ahead = hp->grow_ahead == UINT32_MAX ? -1 : (int32_t)hp->grow_ahead; /* issue 27 */
+    c->params.extent_bound = hp->extent_bound;                                          /* issue 32 */
     snprintf(c->uuid, sizeof c->uuid, "%s", uuid);
     c->params.device_uuid = c->uuid;
 }

@@ -99,6 +99,7 @@ static void fill_params(const ha_params *ap, uint32_t timeout_ms, uint32_t persi
     p->collect_timeout_ms = timeout_ms;
     p->persist_s = persist_s;
     p->grow_ahead = grow_ahead ? grow_ahead : HD_GROW_AHEAD_NONE;
+    p->extent_bound = ap->extent_bound; /* issue 32 */
 }
 
 /* refs + i and fds + i, where a reply without chunks may have NULL arrays

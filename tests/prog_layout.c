@@ -48,6 +48,7 @@ static void params(void)
     F(heapc_params, persist_s);
     F(heapc_params, reclaim);
     F(heapc_params, grow_ahead);
+    F(heapc_params, extent_bound);
     end();
 }
 

@@ -254,12 +254,16 @@ class Heap(_Resume, _Release):
     of need so that a growth only passes and maps them (offsets do not
     depend on it); None: heapd.conf's (1), 0: none, at most 16;
     .grow_ahead says what the heap got.
+    extent_bound (issue 32): True keeps every block inside one extent (the
+    initial chunks, or one run a growth mapped), so that each lies in one
+    NCCL window when heapd.torch.register(heap, pg) registers the heap;
+    coalesce policy only. .extent_bound says what the heap got.
     """
 
     def __init__(self, name, rank, world_size, socket=None, *, chunk_size=0, initial_size=0,
                  va_size=0, min_block=0, policy=None, collect_timeout_ms=0, device_uuid=None,
                  local_size=0, job=None, timeout_ms=None, device=None, persist=None,
-                 reclaim=None, grow_ahead=None, _from_env=False):
+                 reclaim=None, grow_ahead=None, extent_bound=False, _from_env=False):
         self._prepare_device()
         c = L.connect(os.fsencode(socket) if socket else None)
         if not c:
@@ -288,7 +292,8 @@ class Heap(_Resume, _Release):
         p = L.Params(_size(chunk_size), _size(initial_size), _size(va_size), _size(min_block),
                      _POLICY[policy], int(collect_timeout_ms), self._keep[0], int(local_size),
                      self._keep[1], self._persist_s(persist, h), _RECLAIM[reclaim],
-                     0 if grow_ahead is None else int(grow_ahead) or -1)   # heapc: 0 default, < 0 none
+                     0 if grow_ahead is None else int(grow_ahead) or -1,   # heapc: 0 default, < 0 none
+                     1 if extent_bound else 0)                             # issue 32
         if _from_env:
             rc = L.attach_env(c, name.encode() if name else None, ctypes.byref(p))
         else:

@@ -75,7 +75,8 @@ class Params(Structure):
                 ("min_block", c_uint64), ("policy", c_int), ("collect_timeout_ms", c_uint32),
                 ("device_uuid", c_char_p), ("local_size", c_uint32), ("job", c_char_p),
                 ("persist_s", c_int32), ("reclaim", c_int),
-                ("grow_ahead", c_int32)]   # issue 27
+                ("grow_ahead", c_int32),   # issue 27
+                ("extent_bound", c_int32)]   # issue 32
 
 
 class Status(Structure):
@@ -229,7 +230,7 @@ state = _opt("heapc_state", c_int, H)
 trim = _opt("heapc_trim", c_int, H, POINTER(c_uint64))
 
 # ---- the layout check (issue 31 item 8) ----
-ABI_VERSION = 6   # client/heapc.h's HEAPC_ABI_VERSION that these structs copy
+ABI_VERSION = 7   # client/heapc.h's HEAPC_ABI_VERSION that these structs copy
 _STRUCTS = {"heapc_params": Params, "heapc_status_t": Status, "heapc_counters": Counters,
             "heapc_rank_stats": RankStats, "heapc_hist": Hist, "heapc_heap_stats": HeapStats,
             "heapc_daemon_stats": DaemonStats, "heapc_block": Block}
