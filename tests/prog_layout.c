@@ -204,6 +204,16 @@ static void nccl(void)
     F(hnccl_counters, cuda_reused);
     F(hnccl_counters, nccl_errors);
     end();
+    BEGIN(hnccl_window_stats); /* issue 32 */
+    F(hnccl_window_stats, registered_bytes);
+    F(hnccl_window_stats, windows);
+    F(hnccl_window_stats, extents);
+    F(hnccl_window_stats, registrations);
+    F(hnccl_window_stats, deregistrations);
+    F(hnccl_window_stats, register_errors);
+    F(hnccl_window_stats, overlaps_skipped);
+    F(hnccl_window_stats, registered);
+    end();
 }
 
 int main(void)
