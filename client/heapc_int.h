@@ -218,8 +218,9 @@ int hci_fence_wait_early(heapc *c); /* trim, release: early frees' stream work d
 int hci_fence_drain_all(heapc *c);
 
 /* heapc_hook.c (issue 32): the map hook's events for the slots of rank's
- * own space (rank: this rank) marked in mark[slot] (NULL: every slot) and
- * mapped now; nothing when no hook is set or rank has no space. */
+ * own space (rank: this rank) marked in mark[slot] (one byte per slot of
+ * the space; NULL: every slot) and mapped now; nothing when no hook is set
+ * or rank has no space. */
 void hci_hook_emit(heapc *c, uint32_t rank, int event, const uint8_t *mark);
 /* Teardown: REMOVING of every mapped slot, then DROPPED; forgets the hook. */
 void hci_hook_drop(heapc *c, uint32_t rank);
