@@ -10,7 +10,10 @@
  * step the live windows must be exactly this rank's mapped chunks.
  * Covered: registration at the call and at every growth, deregistration at
  * detach and at heapc_free_ctx, no double registration, release and
- * restore, trim (holes and the top, what stays registered again), failures.
+ * restore, trim (holes and the top, what stays registered again), failures,
+ * extent_bound (no block outside a window), and two ranks (threads, one
+ * heapc and hnccl context each) making the same calls at the same offsets
+ * of their own copies.
  *
  * heapd: $HEAPD (a path), else $BUILD/heapd, else build/heapd.
  */
@@ -20,6 +23,7 @@
 #include <check.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -135,6 +139,14 @@ static struct wrec {
     ncclComm_t comm;
 } w[WMAX];
 static int w_n, w_dereg, w_fail;
+static pthread_mutex_t w_mu = PTHREAD_MUTEX_INITIALIZER; /* two ranks' threads record at once */
+/* Every call in order: 'R'egister or 'D'eregister, the window's range. */
+static struct wev {
+    char op;
+    char *p;
+    size_t size;
+} ev[2 * WMAX];
+static int ev_n;
 static char w_bad[512]; /* the first thing NCCL would refuse */
 static const ncclComm_t COMM = (ncclComm_t)(void *)0x5eed;
 
@@ -165,7 +177,7 @@ static int range_mapped(const char *p, size_t size)
     return 1;
 }
 
-static ncclResult_t r_register(ncclComm_t comm, void *buf, size_t size, ncclWindow_t *win, int flags)
+static ncclResult_t r_register_locked(ncclComm_t comm, void *buf, size_t size, ncclWindow_t *win, int flags)
 {
     if (w_fail)
         return ncclUnhandledCudaError;
@@ -184,10 +196,11 @@ static ncclResult_t r_register(ncclComm_t comm, void *buf, size_t size, ncclWind
         bad("registration %d: flags %d, comm %p", w_n, flags, (void *)comm);
     w[w_n] = (struct wrec){p, size, flags, 1, comm};
     *win = (ncclWindow_t)(uintptr_t)(++w_n);
+    ev[ev_n++] = (struct wev){'R', p, size};
     return ncclSuccess;
 }
 
-static ncclResult_t r_deregister(ncclComm_t comm, ncclWindow_t win)
+static ncclResult_t r_deregister_locked(ncclComm_t comm, ncclWindow_t win)
 {
     uintptr_t i = (uintptr_t)win - 1;
     if (i >= (uintptr_t)w_n || !w[i].live || comm != COMM) {
@@ -199,7 +212,24 @@ static ncclResult_t r_deregister(ncclComm_t comm, ncclWindow_t win)
             w[i].size);
     w[i].live = 0;
     w_dereg++;
+    ev[ev_n++] = (struct wev){'D', w[i].p, w[i].size};
     return ncclSuccess;
+}
+
+static ncclResult_t r_register(ncclComm_t comm, void *buf, size_t size, ncclWindow_t *win, int flags)
+{
+    pthread_mutex_lock(&w_mu);
+    ncclResult_t r = r_register_locked(comm, buf, size, win, flags);
+    pthread_mutex_unlock(&w_mu);
+    return r;
+}
+
+static ncclResult_t r_deregister(ncclComm_t comm, ncclWindow_t win)
+{
+    pthread_mutex_lock(&w_mu);
+    ncclResult_t r = r_deregister_locked(comm, win);
+    pthread_mutex_unlock(&w_mu);
+    return r;
 }
 
 static const char *r_error_string(ncclResult_t r) { return r == ncclUnhandledCudaError ? "rec: cuda" : "rec: other"; }
@@ -213,7 +243,7 @@ static const hnccl_table rec_table = {
 static void rec_reset(void)
 {
     memset(w, 0, sizeof w);
-    w_n = w_dereg = w_fail = 0;
+    w_n = w_dereg = w_fail = ev_n = 0;
     w_bad[0] = '\0';
 }
 
@@ -524,6 +554,90 @@ START_TEST(extent_bound_blocks_inside_windows)
 }
 END_TEST
 
+/* ---- two ranks -------------------------------------------------------------------- */
+
+typedef struct rank_run {
+    uint32_t rank;
+    char *base; /* this rank's own copy */
+    char err[400];
+} rank_run;
+
+#define RFAIL(r, what, msg)                                                                                            \
+    do {                                                                                                               \
+        snprintf((r)->err, sizeof(r)->err, "rank %u: %s: %s", (unsigned)(r)->rank, what, msg);                         \
+        goto out;                                                                                                      \
+    } while (0)
+
+/* One rank's sequence: every collective call in the same order as the
+ * other rank's. */
+static void *rank_main(void *arg)
+{
+    rank_run *r = arg;
+    heapc *c = heapc_connect(g_sock);
+    hnccl_ctx *x = NULL;
+    heapc_params p = {.chunk_size = MiB, .initial_size = MiB, .va_size = 64 * MiB, .extent_bound = 1};
+    if (heapc_attach(c, "win-two", r->rank, 2, &p) != HEAPC_OK)
+        RFAIL(r, "heapc_attach", heapc_errstr(c));
+    r->base = heapc_base(c, r->rank);
+    x = hnccl_new(c);
+    hnccl_set_table(x, &rec_table);
+    if (hnccl_register_heap(x, COMM, c) != HNCCL_OK)
+        RFAIL(r, "hnccl_register_heap", hnccl_errstr(x));
+    static const size_t sizes[] = {512 * 1024, 3 * MiB, 100 * 1024, 2 * MiB, 5 * MiB};
+    uint64_t off[5];
+    for (int i = 0; i < 5; i++)
+        if (heapc_alloc(c, sizes[i], NULL, &off[i]) != HEAPC_OK)
+            RFAIL(r, "heapc_alloc", heapc_errstr(c));
+    if (heapc_free(c, off[4]) || heapc_free(c, off[1]) || heapc_collect(c) || heapc_trim(c, NULL))
+        RFAIL(r, "free, collect, trim", heapc_errstr(c));
+    if (heapc_release(c, HEAPC_RELEASE_DISCARD) || heapc_restore(c))
+        RFAIL(r, "release, restore", heapc_errstr(c));
+    if (heapc_alloc(c, 4 * MiB, NULL, &off[4]) || heapc_detach(c))
+        RFAIL(r, "heapc_alloc, heapc_detach", heapc_errstr(c));
+out:
+    hnccl_free(x);
+    heapc_free_ctx(c);
+    return NULL;
+}
+
+/* Rank r's events (its own copy's range), as offsets from its base. */
+static int rank_events(const rank_run *r, struct wev *out)
+{
+    int n = 0;
+    for (int i = 0; i < ev_n; i++)
+        if (ev[i].p >= r->base && ev[i].p < r->base + 64 * MiB)
+            out[n++] = (struct wev){ev[i].op, (char *)(uintptr_t)(ev[i].p - r->base), ev[i].size};
+    return n;
+}
+
+START_TEST(two_ranks_register_alike)
+{
+    rec_reset();
+    rank_run r[2] = {{.rank = 0}, {.rank = 1}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, rank_main, &r[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    ck_assert_msg(!r[0].err[0] && !r[1].err[0], "%s %s", r[0].err, r[1].err);
+    ck_assert_msg(!w_bad[0], "%s", w_bad);
+    static struct wev e0[2 * WMAX], e1[2 * WMAX];
+    int n0 = rank_events(&r[0], e0), n1 = rank_events(&r[1], e1);
+    /* Only the ranks' own copies (each context maps its peer's too). */
+    ck_assert_int_eq(n0 + n1, ev_n);
+    ck_assert_int_eq(n0, n1);
+    int regs = 0;
+    for (int i = 0; i < n0; i++) {
+        ck_assert_msg(e0[i].op == e1[i].op && e0[i].p == e1[i].p && e0[i].size == e1[i].size,
+                      "call %d: rank 0 %c at offset %zu (%zu bytes), rank 1 %c at offset %zu (%zu bytes)", i, e0[i].op,
+                      (size_t)(uintptr_t)e0[i].p, e0[i].size, e1[i].op, (size_t)(uintptr_t)e1[i].p, e1[i].size);
+        regs += e0[i].op == 'R';
+    }
+    ck_assert_int_ge(regs, 5); /* attach, growths, what a trim leaves, restore, a growth */
+    ck_assert_int_eq(live_count(), 0);
+}
+END_TEST
+
 static Suite *win_suite(void)
 {
     Suite *s = suite_create("heapc_nccl_win");
@@ -534,6 +648,7 @@ static Suite *win_suite(void)
     tcase_add_test(tc, trim_hole_and_top);
     tcase_add_test(tc, failures);
     tcase_add_test(tc, extent_bound_blocks_inside_windows);
+    tcase_add_test(tc, two_ranks_register_alike);
     suite_add_tcase(s, tc);
     return s;
 }
