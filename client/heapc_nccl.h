@@ -308,7 +308,9 @@ typedef struct hnccl_ctx hnccl_ctx;
  * hnccl_err says why. NULL only when out of memory. */
 hnccl_ctx *hnccl_new(heapc *c);
 
-/* Releases the context (not the heapc context). NULL is a no-op. */
+/* Releases the context (not the heapc context); a heap it registers as
+ * NCCL windows is deregistered first (hnccl_deregister_heap: collective).
+ * NULL is a no-op. */
 void hnccl_free(hnccl_ctx *x);
 
 /* Last error code (0: none) and its message ("" when none); never NULL. */
