@@ -356,7 +356,8 @@ class Heap(_Resume, _Release):
         fresh unique one ("pg<n>-<hex>"). The ranks of the group on this node
         (by hostname) give local_size, so a group may span nodes. group None:
         the default (world) group. Several heaps per process: one per group,
-        e.g. a tensor-parallel sub-group beside the world."""
+        e.g. a tensor-parallel sub-group beside the world. nccl_windows=True
+        (issue 32): extent_bound, and heapd.torch.register(heap, group)."""
         import socket as _so
         import uuid
 
@@ -387,7 +388,9 @@ class Heap(_Resume, _Release):
         local = hosts.count(_so.gethostname())
         kw.setdefault("local_size", 0 if local == world else local)
         kw.setdefault("job", obj[0])
-        return cls(obj[0], rank, world, socket, **kw)
+        windows = kw.pop("nccl_windows", False)
+        h = cls(obj[0], rank, world, socket, **dict(kw, extent_bound=True) if windows else kw)
+        return _register_or_close(h, g) if windows else h
 
     @staticmethod
     def _prepare_device():
@@ -697,6 +700,16 @@ class Heap(_Resume, _Release):
 
 
 _last = None
+
+
+def _register_or_close(h, group):
+    from ._windows import register
+    try:
+        register(h, group)
+    except BaseException:
+        h.close()
+        raise
+    return h
 
 
 def _current():

@@ -87,3 +87,31 @@ def test_argument_errors(sock, heapname):
         assert getattr(h, "nccl_windows", None) is None
     with pytest.raises(heapd.StateError, match="closed"):
         ht.register(h, 0x1234)
+
+
+def _from_group(rank, world, port):
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    try:
+        heapd.Heap.from_group(nccl_windows=True)
+        got = None
+    except TypeError as e:
+        got = str(e)
+    last = heapd._current()
+    dist.destroy_process_group()
+    return got, last is None
+
+
+def test_from_group_nccl_windows_needs_an_nccl_group(sock):
+    """Heap.from_group(nccl_windows=True) on a gloo group: a TypeError that
+    says so, and the heap it attached is closed again."""
+    import socket
+    from conftest import ok, run_ranks
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    res = ok(run_ranks(_from_group, 1, port, env={"HEAPD_SOCKET": sock, "OMP_NUM_THREADS": "1"})[0])
+    msg, closed = res[0]
+    assert msg and ("has no _comm_ptr()" in msg or "has no NCCL backend" in msg), msg
+    assert closed, "the heap stays attached after the failed registration"
