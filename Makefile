@@ -231,6 +231,10 @@ $(BUILD)/tests/check_nccl: $(BUILD)/obj/tests/check_nccl.o $(LIBHEAPC_NCCL_A) $(
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(REAL_LDFLAGS) -o $@ $< $(LIBHEAPC_NCCL_A) $(LIBHEAPD) $(LIBHEAPC_A) $(CHECK_LIBS) $(REAL_LDLIBS)
 
+$(BUILD)/tests/check_nccl_win: $(BUILD)/obj/tests/check_nccl_win.o $(LIBHEAPC_NCCL_A) $(LIBHEAPD) $(LIBHEAPC_A)
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)$(CC) $(REAL_LDFLAGS) -o $@ $< $(LIBHEAPC_NCCL_A) $(LIBHEAPD) $(LIBHEAPC_A) $(CHECK_LIBS) $(REAL_LDLIBS)
+
 $(BUILD)/obj/tests/%.o: tests/%.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)$(CC) $(REAL_CPPFLAGS) $(REAL_CFLAGS) $(CHECK_CFLAGS) -c -o $@ $<

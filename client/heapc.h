@@ -257,6 +257,14 @@ typedef struct heapc_params {
      * heapd.conf's trim_threshold (default off); < 0: none. heapc_get_params
      * gives the heap's: bytes, or -1 for none. */
     int64_t trim_threshold;
+    /* Issue 32: non-zero: no block straddles two extents (the initial
+     * chunks, or one run of chunks a growth mapped), so that every block
+     * lies in one NCCL window (libheapc_nccl's hnccl_register_heap); the
+     * coalesce policy only (HEAPC_EINVAL otherwise). 0: off (the default's
+     * placement: a growth may extend the top's free run, and a block may
+     * cross into it). A later attach with 0 takes the heap's;
+     * heapc_get_params gives it (1 or 0). */
+    int32_t extent_bound;
 } heapc_params;
 
 /* Attaches to heap `heap` as `rank` of `world_size` and maps the heap: its own
@@ -835,6 +843,39 @@ int heapc_trim(heapc *c, uint64_t *trimmed_bytes);
 #define HEAPC_STATE_RELEASED  2
 #define HEAPC_STATE_RESTORING 3
 int heapc_state(heapc *c);
+
+/* ---- the mapping hook (issue 32) ------------------------------------------ */
+
+/* A callback told when this rank's own copy of the heap gains or loses
+ * mapped chunks, for a layer above libheapc that registers the mapped
+ * memory somewhere (libheapc_nccl: NCCL windows). Each call carries the
+ * runs of one operation: n runs, ascending and disjoint, run i at heap
+ * offsets [offsets[i], offsets[i] + sizes[i]) (whole chunks), at address
+ * base + offsets[i] (base: heapc_base of this rank).
+ *   HEAPC_MAP_ADDED     after heapc_attach, a growth (heapc_alloc*) or
+ *                       heapc_restore mapped the runs. A growth reaches
+ *                       every rank at the same allocation number, so the
+ *                       event comes at the same point of every rank's
+ *                       sequence.
+ *   HEAPC_MAP_REMOVING  before heapc_release, heapc_trim, heapc_detach,
+ *                       heapc_free_ctx (or a failed attach or restore)
+ *                       unmap the runs.
+ *   HEAPC_MAP_DROPPED   the context forgets the hook (detach, free_ctx, a
+ *                       failed attach), after the REMOVING of every run;
+ *                       n is 0 and the hook is not called again.
+ * heapc_set_map_hook with fn != NULL on an attached context with mapped
+ * chunks calls fn at once with HEAPC_MAP_ADDED for every run mapped now, so a
+ * hook set after the attach learns the extent; fn NULL removes the hook (no
+ * event). One hook per context: another fn or arg while one is set fails
+ * with HEAPC_ESTATE (remove it first). The hook runs on the thread of the call, with the context's mutex
+ * held: it must not call libheapc on c except the lock-free calls (see
+ * Threads). It cannot fail a libheapc call: it keeps its own errors. */
+#define HEAPC_MAP_ADDED    1
+#define HEAPC_MAP_REMOVING 2
+#define HEAPC_MAP_DROPPED  3
+typedef void (*heapc_map_fn)(void *arg, int event, char *base, const uint64_t *offsets, const uint64_t *sizes,
+                             size_t n);
+int heapc_set_map_hook(heapc *c, heapc_map_fn fn, void *arg);
 
 /* ---- an asymmetric allocation's figures ---------------------------------- */
 

@@ -14,6 +14,8 @@ void hci_teardown(heapc *c)
         hf_queue_destroy(&c->fence);
     }
     c->fence_on = 0;
+    const view *pv = atomic_load_explicit(&c->view, memory_order_acquire);
+    hci_hook_drop(c, pv ? pv->rank : UINT32_MAX); /* issue 32: before the chunks go */
     view *v = atomic_exchange_explicit(&c->view, NULL, memory_order_acq_rel);
     atomic_store_explicit(&c->mapped, 0, memory_order_release);
     if (c->spaces) {
@@ -50,8 +52,9 @@ void hci_teardown(heapc *c)
     c->uuid[0] = '\0';
 }
 
-/* Maps every chunk in refs (fds from raw). Chunks already mapped are skipped. */
-int hci_map_chunks(heapc *c, const view *v, Heapd__ChunkRef **refs, size_t n, const hw_frame *raw)
+/* hci_map_chunks' loop; mark (may be NULL) gets 1 for each of this rank's
+ * chunks it mapped. */
+static int map_refs(heapc *c, const view *v, Heapd__ChunkRef **refs, size_t n, const hw_frame *raw, uint8_t *mark)
 {
     char merr[320];
     for (size_t i = 0; i < n; i++) {
@@ -78,8 +81,24 @@ int hci_map_chunks(heapc *c, const view *v, Heapd__ChunkRef **refs, size_t n, co
                                "mapping chunk %" PRIu32 " of rank %" PRIu32 " of heap %s failed: %s", r->index, r->rank,
                                c->heap, merr);
         c->ctr.chunks_mapped++;
+        if (mark && r->rank == v->rank)
+            mark[r->index] = 1;
     }
     return HEAPC_OK;
+}
+
+/* Maps every chunk in refs (fds from raw). Chunks already mapped are
+ * skipped. Issue 32: the map hook hears of this rank's chunks mapped here
+ * (also when a later one failed: those stay mapped). */
+int hci_map_chunks(heapc *c, const view *v, Heapd__ChunkRef **refs, size_t n, const hw_frame *raw)
+{
+    int32_t own = c->local_index[v->rank];
+    uint8_t *mark = c->map_fn && own >= 0 && n ? calloc(c->spaces[own].nchunks, 1) : NULL;
+    int rc = map_refs(c, v, refs, n, raw, mark);
+    if (mark)
+        hci_hook_emit(c, v->rank, HEAPC_MAP_ADDED, mark);
+    free(mark);
+    return rc;
 }
 
 /* Publishes the extent every local rank has mapped without a hole, up to
@@ -192,6 +211,7 @@ static int attach_request(heapc *c, const char *heap, uint32_t rank, uint32_t wo
         hp.reclaim = (Heapd__Reclaim)p->reclaim;                               /* issue 27 */
         hp.grow_ahead = p->grow_ahead < 0 ? UINT32_MAX : (uint32_t)p->grow_ahead;
         hp.trim_threshold = p->trim_threshold < 0 ? UINT64_MAX : (uint64_t)p->trim_threshold; /* issue 30 */
+        hp.extent_bound = p->extent_bound != 0;                                               /* issue 32 */
     }
     Heapd__Attach at = HEAPD__ATTACH__INIT;
     at.heap = (char *)heap;
@@ -294,6 +314,7 @@ static void attach_params(heapc *c, const Heapd__HeapParams *hp, const char *uui
     c->params.reclaim = (heapc_reclaim)hp->reclaim;
     c->params.grow_ahead = hp->grow_ahead == UINT32_MAX ? -1 : (int32_t)hp->grow_ahead; /* issue 27 */
     c->params.trim_threshold = hci_trim_threshold_of(hp->trim_threshold);               /* issue 30 */
+    c->params.extent_bound = hp->extent_bound;                                          /* issue 32 */
     snprintf(c->uuid, sizeof c->uuid, "%s", uuid);
     c->params.device_uuid = c->uuid;
 }
@@ -348,6 +369,7 @@ static int attach_undo(heapc *c, view *v)
 {
     if (v && atomic_load(&c->view) != v) {
         /* Not published: teardown would not find it. */
+        hci_hook_drop(c, v->rank);
         if (c->spaces) {
             for (uint32_t i = 0; i < v->nlocal; i++)
                 hm_unmap_all(&c->spaces[i]);

@@ -7,7 +7,8 @@
  * (attach, mapping, detach), heapc_env.c (heapc_attach_env), heapc_alloc.c
  * (live set, frees, collect, alloc), heapc_names.c (issue 29: named blocks,
  * the attach reply's live set and commit markers, commit), heapc_stats.c
- * (lookups, status page, counters, admin requests). */
+ * (lookups, status page, counters, admin requests), heapc_hook.c (issue 32:
+ * the map hook's events). */
 #ifndef HEAPC_INT_H
 #define HEAPC_INT_H
 
@@ -181,6 +182,9 @@ struct heapc {
     /* Issue 30 (heapc_release.c): HEAPC_STATE_ACTIVE or _RELEASED. While
      * released, `mapped` keeps the extent but no chunk is mapped. */
     int mstate;
+    /* Issue 32 (heapc_hook.c): heapc_set_map_hook's callback, or NULL. */
+    heapc_map_fn map_fn;
+    void *map_arg;
 };
 
 /* heapc.c: the result of a call, and the one request/reply path. */
@@ -217,6 +221,14 @@ int hci_trim_locked(heapc *c, uint64_t *trimmed);
 static inline int64_t hci_trim_threshold_of(uint64_t t) { return t == 0 || t > (uint64_t)INT64_MAX ? -1 : (int64_t)t; }
 int hci_fence_wait_early(heapc *c); /* trim, release: early frees' stream work done */
 int hci_fence_drain_all(heapc *c);
+
+/* heapc_hook.c (issue 32): the map hook's events for the slots of rank's
+ * own space (rank: this rank) marked in mark[slot] (one byte per slot of
+ * the space; NULL: every slot) and mapped now; nothing when no hook is set
+ * or rank has no space. */
+void hci_hook_emit(heapc *c, uint32_t rank, int event, const uint8_t *mark);
+/* Teardown: REMOVING of every mapped slot, then DROPPED; forgets the hook. */
+void hci_hook_drop(heapc *c, uint32_t rank);
 
 /* heapc_names.c (issue 29) */
 void hci_names_clear(heapc *c);

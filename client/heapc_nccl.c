@@ -73,6 +73,8 @@ static void do_load(void)
     SYM(GetUniqueId, "ncclGetUniqueId", 1);
     SYM(CommInitRank, "ncclCommInitRank", 1);
     SYM(CommDestroy, "ncclCommDestroy", 1);
+    SYM(CommWindowRegister, "ncclCommWindowRegister", 0); /* NCCL >= 2.27 */
+    SYM(CommWindowDeregister, "ncclCommWindowDeregister", 0);
     int v = 0;
     ncclResult_t r = real.GetVersion(&v);
     if (r != ncclSuccess || v < 2700) {
@@ -144,6 +146,7 @@ hnccl_ctx *hnccl_new(heapc *c)
     x->source = HNCCL_SOURCE_PAGE;
     atomic_init(&x->err, HNCCL_OK);
     pthread_mutex_init(&x->mu, NULL);
+    pthread_mutex_init(&x->wmu, NULL);
     hnccl_apply_env(x);
     return x;
 }
@@ -152,6 +155,7 @@ void hnccl_free(hnccl_ctx *x)
 {
     if (!x)
         return;
+    hni_win_free(x);
     pthread_mutex_destroy(&x->mu);
     free(x);
 }

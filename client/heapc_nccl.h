@@ -176,6 +176,14 @@ typedef enum {
 } ncclDataType_t;
 #endif
 
+/* Windows (NCCL >= 2.27), as nccl.h has them; declared here when the nccl.h
+ * included (or none) predates them. */
+#if !defined(NCCL_WIN_COLL_SYMMETRIC)
+typedef struct ncclWindow_vidmem *ncclWindow_t;
+#define NCCL_WIN_DEFAULT        0x00
+#define NCCL_WIN_COLL_SYMMETRIC 0x01
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -275,6 +283,10 @@ typedef struct hnccl_table {
      * the calling thread); returns 0 (CUDA_SUCCESS) or the CUresult. The real
      * table loads it from libcuda.so.1; NULL when that is missing. */
     int (*MemGetInfo)(size_t *free_bytes, size_t *total_bytes);
+    /* Issue 32 (hnccl_register_heap): NCCL >= 2.27; NULL in the real table
+     * when libnccl.so.2 is older. */
+    ncclResult_t (*CommWindowRegister)(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int win_flags);
+    ncclResult_t (*CommWindowDeregister)(ncclComm_t comm, ncclWindow_t win);
 } hnccl_table;
 
 /* The real table, loaded once per process (thread-safe, never unloaded):
@@ -296,7 +308,9 @@ typedef struct hnccl_ctx hnccl_ctx;
  * hnccl_err says why. NULL only when out of memory. */
 hnccl_ctx *hnccl_new(heapc *c);
 
-/* Releases the context (not the heapc context). NULL is a no-op. */
+/* Releases the context (not the heapc context); a heap it registers as
+ * NCCL windows is deregistered first (hnccl_deregister_heap: collective).
+ * NULL is a no-op. */
 void hnccl_free(hnccl_ctx *x);
 
 /* Last error code (0: none) and its message ("" when none); never NULL. */
@@ -399,6 +413,70 @@ typedef struct hnccl_counters {
 /* A snapshot (each counter read atomically). */
 int hnccl_get_counters(const hnccl_ctx *x, hnccl_counters *out);
 int hnccl_reset_counters(hnccl_ctx *x);
+
+/* ---- the heap as NCCL windows (issue 32) ------------------------------------
+ *
+ * NCCL's symmetric kernels (NCCL >= 2.27) run on buffers registered with
+ * ncclCommWindowRegister(..., NCCL_WIN_COLL_SYMMETRIC), a collective call
+ * that needs every rank to pass its buffer at the same offset of the same
+ * registration: what a heapd heap is. hnccl_register_heap registers the
+ * heap's mapped memory (this rank's own copy) with comm as windows, one per
+ * extent:
+ *   - at the call, every run of chunks mapped now (the heap's extent; a
+ *     trimmed heap's holes split it);
+ *   - then every growth, as this rank maps it (inside the heapc_alloc that
+ *     grows the heap: every rank does so at the same allocation number, so
+ *     the collective registrations meet without a collective of their own);
+ *   - heapc_restore's chunks again (the same runs).
+ * Windows are deregistered before their chunks are unmapped: heapc_release,
+ * heapc_trim (the chunks that stay are registered again, without the
+ * trimmed ones), heapc_detach and heapc_free_ctx (which end the
+ * registration: register again after the next attach). A range that
+ * already has a window is never registered twice (overlaps_skipped).
+ * libheapc calls libheapc_nccl through heapc_set_map_hook; every call above
+ * is collective over comm, so every rank of comm must register the same
+ * heap. The heapc context's calls that map or unmap then make NCCL calls on
+ * their thread (a CUDA context current there, as for the NCCL calls).
+ *
+ * A block of the heap is in one window only if it does not straddle two
+ * extents (a block placed across a growth boundary is in none: NCCL then
+ * takes its ordinary path for that buffer). docs/design.md, "Extents and
+ * windows", says when the allocator keeps blocks inside one extent.
+ *
+ * A registration failing inside a libheapc call (a growth) cannot fail that
+ * call: it is counted (register_errors) and recorded as this context's
+ * error (hnccl_err), the extent stays without a window, and NCCL takes its
+ * ordinary path for buffers there. */
+
+/* Registers c's heap (NULL: the context's heapc, hnccl_new /
+ * hnccl_set_heapc) with comm through the context's table
+ * (CommWindowRegister, CommWindowDeregister: NCCL >= 2.27), flags
+ * NCCL_WIN_COLL_SYMMETRIC. c must be attached. One heap and communicator per
+ * context at a time. Returns HNCCL_OK, NCCL's error (nothing stays
+ * registered), HNCCL_ELOAD (no window functions), HNCCL_EINVAL (not
+ * attached, already registering). Must not race with c's other calls. */
+int hnccl_register_heap(hnccl_ctx *x, ncclComm_t comm, heapc *c);
+
+/* Deregisters every window (collective over comm, as NCCL's) and stops
+ * following the heap. HNCCL_OK also when nothing was registered; NCCL's
+ * first error otherwise (every window is forgotten anyway). hnccl_free
+ * calls it: free the hnccl context before its heapc context. */
+int hnccl_deregister_heap(hnccl_ctx *x);
+
+typedef struct hnccl_window_stats {
+    uint64_t registered_bytes; /* bytes in windows now */
+    uint64_t windows;          /* windows now */
+    uint64_t extents;          /* the heap's extents followed now, windows or not (a failed
+                                  registration leaves an extent without one) */
+    uint64_t registrations;    /* successful ncclCommWindowRegister calls, in all */
+    uint64_t deregistrations;  /* successful ncclCommWindowDeregister calls, in all */
+    uint64_t register_errors;  /* register or deregister calls that NCCL failed */
+    uint64_t overlaps_skipped; /* bytes reported mapped that had a window already */
+    int registered;            /* 1 while a heap is registered */
+} hnccl_window_stats;
+
+/* A snapshot (thread-safe). */
+int hnccl_get_window_stats(hnccl_ctx *x, hnccl_window_stats *out);
 
 /* ---- wrapped NCCL calls -------------------------------------------------- */
 /* NCCL's signature plus the context; see Errors above for the result. */

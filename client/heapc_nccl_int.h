@@ -3,7 +3,7 @@
  * like every client object). The files: heapc_nccl.c (the real function
  * table, the context, probe settings, counters), heapc_nccl_policy.c (op
  * names and the probe policy), heapc_nccl_call.c (the probe and the NCCL
- * wrappers). */
+ * wrappers), heapc_nccl_win.c (issue 32: the heap as NCCL windows). */
 #ifndef HEAPC_NCCL_INT_H
 #define HEAPC_NCCL_INT_H
 
@@ -30,6 +30,14 @@ typedef struct counters_a {
     _Atomic uint64_t probes, probe_errors, below, callbacks, cuda_queries, cuda_reused, nccl_errors;
 } counters_a;
 
+/* Issue 32: one extent of the registered heap, heap offsets [off, off +
+ * size); win is its window when ok (else its registration failed). */
+typedef struct hni_extent {
+    uint64_t off, size;
+    ncclWindow_t win;
+    int ok;
+} hni_extent;
+
 /*
  * The context. Calls may run on several threads at once (hnccl_all_reduce
  * and the probe read the atomics; hnccl_set_heapc may change `c` meanwhile);
@@ -53,6 +61,17 @@ struct hnccl_ctx {
     pthread_mutex_t mu; /* errstr */
     _Atomic int err;
     char errstr[ERRSTR_LEN];
+    /* Issue 32 (heapc_nccl_win.c): `wmu` guards these. wc: the heapc
+     * context whose heap is registered (NULL: none); ext: its extents,
+     * ascending and disjoint (next of them, ext_cap allocated); wst: the
+     * counters (wst.windows, extents, registered_bytes: of ext). */
+    pthread_mutex_t wmu;
+    heapc *wc;
+    ncclComm_t wcomm;
+    const hnccl_table *wt;
+    hni_extent *ext;
+    size_t next, ext_cap;
+    hnccl_window_stats wst;
 };
 
 #define INC(field) atomic_fetch_add_explicit(&x->ctr.field, 1, memory_order_relaxed)
@@ -61,6 +80,9 @@ struct hnccl_ctx {
 int hni_set_err(hnccl_ctx *x, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int hni_ok(hnccl_ctx *x);
 const hnccl_table *hni_load_table(hnccl_ctx *x);
+
+/* heapc_nccl_win.c: deregisters at hnccl_free. */
+void hni_win_free(hnccl_ctx *x);
 
 /* The context's function table (the user's, or the real one loaded on first
  * use); NULL with the error set when libnccl cannot be loaded. */

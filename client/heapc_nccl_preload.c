@@ -26,6 +26,17 @@
  *
  * HEAPC_NCCL_PRELOAD_DUMP=PATH ("-": stderr) writes the counters there at
  * exit (the one place this library writes: asked for by the environment).
+ *
+ * HEAPC_NCCL_REGISTER=1 (issue 32): the first intercepted collective,
+ * outside a group, whose send or receive buffer lies in the bound heap
+ * (this rank's copy, below heapc_mapped) registers the heap as NCCL windows
+ * with that call's communicator (hnccl_register_heap on the process-wide
+ * context), before the call; every rank makes that same call first, so the
+ * collective registration meets. Once per hnccl_preload_bind (a heap bound
+ * again, after a detach, registers again); one communicator. A failed
+ * registration is reported by hnccl_preload_errstr and the call goes on
+ * (NCCL's ordinary path). "0" or unset: off; another value is an error at
+ * start (hnccl_preload_errstr), and off.
  */
 #include "heapc_nccl.h"
 #include "env.h"
@@ -61,9 +72,11 @@ ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static char last_fail[1536]; /* the last failed call's message */
+static pthread_mutex_t fail_mu = PTHREAD_MUTEX_INITIALIZER;
 static hnccl_ctx *ctx;
 static hnccl_table real;
-static char env_err[512];  /* what hnccl_new said about the environment */
+static char env_err[768];  /* what hnccl_new said about the environment */
 static char load_err[512]; /* the entry points that could not be found */
 
 static void *next_sym(const char *name, void *self)
@@ -119,10 +132,59 @@ static void resolve(void)
         RESOLVE(CommCount, "ncclCommCount", NULL, 0);
         RESOLVE(GetErrorString, "ncclGetErrorString", NULL, 0);
         RESOLVE(GetLastError, "ncclGetLastError", NULL, 0);
+        RESOLVE(CommWindowRegister, "ncclCommWindowRegister", NULL, 0); /* NCCL >= 2.27 */
+        RESOLVE(CommWindowDeregister, "ncclCommWindowDeregister", NULL, 0);
         if (!load_err[0])
             atomic_store(&resolved, 1);
     }
     pthread_mutex_unlock(&resolve_mu);
+}
+
+/* ---- HEAPC_NCCL_REGISTER (issue 32) ------------------------------------------ */
+
+static int reg_wanted;                /* HEAPC_NCCL_REGISTER=1 */
+static _Atomic(heapc *) bound;        /* hnccl_preload_bind's */
+static _Atomic int reg_armed;         /* 1: the next heap collective registers */
+static _Thread_local int group_depth; /* ncclGroupStart calls not yet ended */
+
+static void reg_env(void)
+{
+    const char *v = henv_get("NCCL_REGISTER");
+    if (!v || !*v || !strcmp(v, "0"))
+        return;
+    if (!strcmp(v, "1")) {
+        reg_wanted = 1;
+        return;
+    }
+    size_t n = strlen(env_err);
+    snprintf(env_err + n, sizeof env_err - n,
+             "%sHEAPC_NCCL_REGISTER=\"%.64s\": want 1 (register the heap as NCCL "
+             "windows at its first collective) or 0; not registering",
+             n ? "; " : "", v);
+}
+
+static int in_heap(heapc *c, const void *p)
+{
+    const char *b = heapc_base(c, heapc_rank(c));
+    return p && b && (const char *)p >= b && (uint64_t)((const char *)p - b) < heapc_mapped(c);
+}
+
+static void maybe_register(const void *a, const void *b, ncclComm_t comm)
+{
+    if (!atomic_load_explicit(&reg_armed, memory_order_relaxed) || group_depth)
+        return;
+    heapc *c = atomic_load_explicit(&bound, memory_order_acquire);
+    if (!c || (!in_heap(c, a) && !in_heap(c, b)))
+        return;
+    int one = 1;
+    if (!atomic_compare_exchange_strong(&reg_armed, &one, 0))
+        return;
+    int rc = hnccl_register_heap(ctx, comm, c);
+    if (rc != HNCCL_OK) {
+        pthread_mutex_lock(&fail_mu);
+        snprintf(last_fail, sizeof last_fail, "HEAPC_NCCL_REGISTER: %s", hnccl_errstr(ctx));
+        pthread_mutex_unlock(&fail_mu);
+    }
 }
 
 static void init(void)
@@ -132,6 +194,7 @@ static void init(void)
         return;
     if (hnccl_err(ctx))
         snprintf(env_err, sizeof env_err, "%s", hnccl_errstr(ctx));
+    reg_env();
     hnccl_set_table(ctx, &real);
     const char *d = henv_get("NCCL_PRELOAD_DUMP");
     if (d && *d)
@@ -155,8 +218,6 @@ static inline hnccl_ctx *call_ctx(void)
 
 /* A wrapper's result as an ncclResult_t: NCCL's own, or ncclSystemError when
  * the wrapper could not call NCCL. */
-static char last_fail[1536]; /* the last failed call's message */
-static pthread_mutex_t fail_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static ncclResult_t failed(int rc)
 {
@@ -176,31 +237,41 @@ static inline ncclResult_t res(int rc)
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t dt, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream)
 {
-    return res(hnccl_all_reduce(call_ctx(), send, recv, count, dt, op, comm, stream));
+    hnccl_ctx *x = call_ctx();
+    maybe_register(send, recv, comm);
+    return res(hnccl_all_reduce(x, send, recv, count, dt, op, comm, stream));
 }
 
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendcount, ncclDataType_t dt, ncclComm_t comm,
                            cudaStream_t stream)
 {
-    return res(hnccl_all_gather(call_ctx(), send, recv, sendcount, dt, comm, stream));
+    hnccl_ctx *x = call_ctx();
+    maybe_register(send, recv, comm);
+    return res(hnccl_all_gather(x, send, recv, sendcount, dt, comm, stream));
 }
 
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvcount, ncclDataType_t dt, ncclRedOp_t op,
                                ncclComm_t comm, cudaStream_t stream)
 {
-    return res(hnccl_reduce_scatter(call_ctx(), send, recv, recvcount, dt, op, comm, stream));
+    hnccl_ctx *x = call_ctx();
+    maybe_register(send, recv, comm);
+    return res(hnccl_reduce_scatter(x, send, recv, recvcount, dt, op, comm, stream));
 }
 
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t dt, int root, ncclComm_t comm,
                            cudaStream_t stream)
 {
-    return res(hnccl_broadcast(call_ctx(), send, recv, count, dt, root, comm, stream));
+    hnccl_ctx *x = call_ctx();
+    maybe_register(send, recv, comm);
+    return res(hnccl_broadcast(x, send, recv, count, dt, root, comm, stream));
 }
 
 ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType_t dt, ncclRedOp_t op, int root,
                         ncclComm_t comm, cudaStream_t stream)
 {
-    return res(hnccl_reduce(call_ctx(), send, recv, count, dt, op, root, comm, stream));
+    hnccl_ctx *x = call_ctx();
+    maybe_register(send, recv, comm);
+    return res(hnccl_reduce(x, send, recv, count, dt, op, root, comm, stream));
 }
 
 ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm, cudaStream_t stream)
@@ -213,9 +284,18 @@ ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t dt, int peer, ncc
     return res(hnccl_recv(call_ctx(), recv, count, dt, peer, comm, stream));
 }
 
-ncclResult_t ncclGroupStart(void) { return res(hnccl_group_start(call_ctx())); }
+ncclResult_t ncclGroupStart(void)
+{
+    ncclResult_t r = res(hnccl_group_start(call_ctx()));
+    group_depth += r == ncclSuccess;
+    return r;
+}
 
-ncclResult_t ncclGroupEnd(void) { return res(hnccl_group_end(call_ctx())); }
+ncclResult_t ncclGroupEnd(void)
+{
+    group_depth -= group_depth > 0;
+    return res(hnccl_group_end(call_ctx()));
+}
 
 /* ---- the library's own API (declared in heapc_nccl.h) ----------------------- */
 
@@ -224,7 +304,11 @@ hnccl_ctx *hnccl_preload_ctx(void) { return get(); }
 int hnccl_preload_bind(heapc *c)
 {
     hnccl_ctx *x = get();
-    return x ? hnccl_set_heapc(x, c) : HNCCL_EOOM;
+    if (!x)
+        return HNCCL_EOOM;
+    atomic_store_explicit(&bound, c, memory_order_release);
+    atomic_store(&reg_armed, reg_wanted && c); /* HEAPC_NCCL_REGISTER: at its first collective */
+    return hnccl_set_heapc(x, c);
 }
 
 int hnccl_preload_counters(hnccl_counters *out)

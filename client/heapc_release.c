@@ -14,9 +14,36 @@
 /* heapd released the chunks rr lists (some), or every chunk: ours go now,
  * every local rank's (the memory goes with the last reference). 0, or 1 if
  * some unmapping failed. */
+/* Issue 32: the map hook hears of this rank's chunks an operation unmaps
+ * before they go: chunks[0..n) and [from, to) (a trim's holes and top, a
+ * release of named blocks' chunks). */
+static void removing_hook(heapc *c, const view *v, const uint32_t *chunks, size_t n, uint64_t from, uint64_t to)
+{
+    if (!c->map_fn)
+        return;
+    int32_t own = c->local_index[v->rank];
+    uint32_t slots = own >= 0 ? c->spaces[own].nchunks : 0;
+    uint8_t *mark = calloc(slots ? slots : 1, 1);
+    if (!mark) { /* out of memory: every chunk (the hook loses the rest too) */
+        hci_hook_emit(c, v->rank, HEAPC_MAP_REMOVING, NULL);
+        return;
+    }
+    for (size_t j = 0; j < n; j++)
+        if (chunks[j] < slots)
+            mark[chunks[j]] = 1;
+    for (uint64_t j = from; j < to && j < slots; j++)
+        mark[j] = 1;
+    hci_hook_emit(c, v->rank, HEAPC_MAP_REMOVING, mark);
+    free(mark);
+}
+
 static int release_unmap(heapc *c, const Heapd__ReleaseReply *rr)
 {
     const view *v = atomic_load_explicit(&c->view, memory_order_acquire);
+    if (!rr->some) /* issue 32: the hook hears of it first */
+        hci_hook_emit(c, v->rank, HEAPC_MAP_REMOVING, NULL);
+    else
+        removing_hook(c, v, rr->chunks, rr->n_chunks, 0, 0);
     int bad = 0;
     for (uint32_t i = 0; i < v->nlocal; i++) {
         if (!rr->some) {
@@ -117,6 +144,7 @@ static int restore_locked(heapc *c)
             }
     hci_rpc_done(rep, &raw);
     if (rc != HEAPC_OK) {
+        hci_hook_emit(c, v->rank, HEAPC_MAP_REMOVING, NULL);
         for (uint32_t i = 0; i < v->nlocal; i++)
             hm_unmap_chunks(&c->spaces[i]);
         return rc;
@@ -167,6 +195,7 @@ int hci_trim_locked(heapc *c, uint64_t *trimmed)
      * that lookups no longer reach the slots). */
     atomic_store_explicit(&c->mapped, tr->mapped, memory_order_release);
     const view *v = atomic_load_explicit(&c->view, memory_order_acquire);
+    removing_hook(c, v, tr->chunks, tr->n_chunks, tr->mapped / cs, was / cs);
     int bad = 0;
     for (size_t j = 0; j < tr->n_chunks; j++)
         for (uint32_t i = 0; i < v->nlocal; i++)

@@ -126,6 +126,10 @@ int ha_params_check(const ha_params *p, char *err, size_t errlen)
                 "use reclaim = collect");
         return HA_EINVAL;
     }
+    if (p->extent_bound && p->policy != HA_POLICY_COALESCE) {
+        set_msg(err, errlen, "extent_bound needs the coalesce policy (the seed's classes ignore extents)");
+        return HA_EINVAL;
+    }
     if (p->reclaim == HA_RECLAIM_EAGER && p->policy == HA_POLICY_SEED) {
         set_msg(err, errlen,
                 "reclaim eager: the seed policy reclaims only at collects; use reclaim = collect or policy coalesce");
@@ -176,7 +180,7 @@ int ha_create(const ha_params *p, ha_heap **out, char *err, size_t errlen)
         goto nomem;
     h->mapped = p->initial_size;
     h->free_bytes = p->initial_size;
-    if (h->ops->create && h->ops->create(h))
+    if ((h->ops->create && h->ops->create(h)) || hae_create(h))
         goto nomem;
     *out = h;
     HA_DEBUG_CHECK(h, "ha_create");
@@ -193,6 +197,7 @@ void ha_destroy(ha_heap *h)
         return;
     hat_free(&h->tab);
     hab_free(&h->holes);
+    hab_free(&h->bounds);
     free(h->pending.v);
     if (h->ops && h->ops->destroy)
         h->ops->destroy(h);
@@ -251,6 +256,8 @@ int ha_grow(ha_heap *h, uint32_t chunks)
     uint64_t cs = h->p.chunk_size, refill, add;
     if (grow_split(h, chunks, &refill, &add))
         return HA_EVA;
+    if (hae_grow(h, refill, h->mapped / cs, (h->mapped + add) / cs)) /* issue 32 */
+        return HA_ENOMEM;
     if (add && h->ops->grow(h, h->mapped + add))
         return HA_ENOMEM;
     for (uint64_t n = 0; n < refill; n++) { /* issue 30: holes first, lowest first */

@@ -118,6 +118,13 @@ typedef struct ha_params {
      * (what ha_trim would give back: ha_trimmable) at which an allocation's
      * first step answers HA_NEED_TRIM instead. */
     uint64_t trim_threshold;
+    /* Issue 32 (coalesce only): no block straddles two extents, an extent
+     * being the initial chunks or one run of chunks a growth mapped (a hole
+     * refilled, the chunks added at the top): NCCL registers each as one
+     * window. Free space never merges across an extent's bound, and a
+     * growth adds the whole block's chunks rather than extending the top's
+     * free run. Off (false): the decisions of before, byte for byte. */
+    bool extent_bound;
 } ha_params;
 
 /* Return codes. >= 0: the call did what it says (or asks for a step);

@@ -171,9 +171,9 @@ void hac_insert_merge(ha_heap *h, uint64_t start, uint64_t len)
 {
     uint64_t end = start + len;
     hac_fx n = {0, 0}, q = {0, 0};
-    if (end < h->mapped && hab_test(&h->fstart, end >> h->kmin))
+    if (end < h->mapped && hab_test(&h->fstart, end >> h->kmin) && !hae_at(h, end))
         n = fx_from(h, end >> h->kmin);
-    if (start > 0 && hab_test(&h->fend, (start >> h->kmin) - 1)) {
+    if (start > 0 && hab_test(&h->fend, (start >> h->kmin) - 1) && !hae_at(h, start)) {
         /* the left neighbour ends at start: only its start is looked up */
         uint64_t qs = hab_prev(&h->fstart, (start >> h->kmin) - 1) << h->kmin;
         q = (hac_fx){qs, start - qs};
@@ -406,7 +406,9 @@ static int co_nofit(ha_heap *h, uint64_t c, ha_alloc_result *res)
      * collect_answered, so the next growth collects first: issue 27.) */
     if (!h->collect_answered && co_reclaimable(h))
         return ha_ask_collect(h, res, HA_COLLECT_FULL);
-    uint64_t need = hac_top_free_run(h) + c;
+    /* Issue 32: with extent bounds the top's free run and the growth stay
+     * apart: the growth holds the whole block. */
+    uint64_t need = (h->p.extent_bound ? h->mapped : hac_top_free_run(h)) + c;
     if (need > h->p.va_size) {
         /* No growth can help: a collect the seed's rule asks for
          * may (blocks may have been freed since the last one), so
@@ -635,9 +637,13 @@ static int co_validate(const ha_heap *h, ha_region_fn add, void *data, char *err
             if (hab_next(&h->fstart, u + 1) <= e)
                 CFAIL("free extent at %llu (+%llu) contains another's start", (unsigned long long)o,
                       (unsigned long long)sz);
-            if (hab_test(&h->fstart, e + 1))
+            if (hab_test(&h->fstart, e + 1) && !hae_at(h, o + sz))
                 CFAIL("free extents at %llu and %llu are adjacent (not merged)", (unsigned long long)o,
                       (unsigned long long)(o + sz));
+            for (uint64_t b = o / h->p.chunk_size + 1; h->p.extent_bound && b * h->p.chunk_size < o + sz; b++)
+                if (hae_at(h, b * h->p.chunk_size))
+                    CFAIL("free extent at %llu (+%llu) spans the extent bound at %llu", (unsigned long long)o,
+                          (unsigned long long)sz, (unsigned long long)(b * h->p.chunk_size));
             nbin[k]++;
             nfx++;
             if (add(data, o, sz))

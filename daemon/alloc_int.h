@@ -420,7 +420,8 @@ const ha_policy_ops *ha_policy_ops_of(ha_policy p);
  *                   (not stored: an allocation touches no per-rank counter)
  *   rel_bytes[r]  = sum of size(b) for b in B that rank r released
  *   coalesce: no two free extents are adjacent (free neighbours are always
- *             merged: every free extent is maximal);
+ *             merged: every free extent is maximal), but for an extent bound
+ *             between them (p.extent_bound), which no free extent spans;
  *             fstart has bit u <=> a free extent starts at u * min_block;
  *             fend has bit u   <=> a free extent ends at (u + 1) * min_block;
  *             freebits[k] has bit i <=> a free extent f with
@@ -494,6 +495,8 @@ struct ha_heap {
     uint64_t trims;            /* ha_trim calls that took chunks off */
     uint64_t trims_asked;      /* HA_NEED_TRIM answers (trim_threshold) */
     uint64_t trimmed_bytes;    /* what they took off (the top and holes), in all */
+    hab_bits bounds;           /* issue 32 (p.extent_bound): bit i <=> an extent starts
+                                * at chunk i (no free extent spans i * chunk_size) */
     hab_bits holes;            /* issue 30: bit i <=> chunk i is a hole */
     uint64_t nholes;
     /* Issue 30's automatic trim: an allocation is under way (the last
@@ -505,6 +508,21 @@ struct ha_heap {
     void *priv;               /* a policy's own state beyond the fields above
                                * (its create allocates it, its destroy frees it) */
 };
+
+/* ---- extent bounds (alloc_extent.c, issue 32: p.extent_bound) ----------- */
+
+/* The bounds of the initial extent ([0, initial_size)). */
+int hae_create(ha_heap *h);
+/* A growth's bounds, before its chunks join the free space: each of the
+ * `refill` lowest holes and [from, to) added at the top (chunk indices).
+ * HA_ENOMEM leaves marks of chunks not yet added (they only keep free space
+ * apart once added). */
+int hae_grow(ha_heap *h, uint64_t refill, uint64_t from, uint64_t to);
+/* 1 when no free extent may span offset off (an extent's first byte). */
+static inline bool hae_at(const ha_heap *h, uint64_t off)
+{
+    return h->p.extent_bound && off % h->p.chunk_size == 0 && hab_test(&h->bounds, off / h->p.chunk_size);
+}
 
 /* Chunk i becomes a hole (a policy's punch: out of the free space already):
  * its bit, the count, and fn(data, i) if fn. */

@@ -100,6 +100,7 @@ static void fill_params(const ha_params *ap, uint32_t timeout_ms, uint32_t persi
     p->persist_s = persist_s;
     p->grow_ahead = grow_ahead ? grow_ahead : HD_GROW_AHEAD_NONE;
     p->trim_threshold = ap->trim_threshold ? ap->trim_threshold : HD_TRIM_NONE; /* issue 30 */
+    p->extent_bound = ap->extent_bound;                                         /* issue 32 */
 }
 
 /* refs + i and fds + i, where a reply without chunks may have NULL arrays

@@ -49,6 +49,7 @@ static void params(void)
     F(heapc_params, reclaim);
     F(heapc_params, grow_ahead);
     F(heapc_params, trim_threshold);
+    F(heapc_params, extent_bound);
     end();
 }
 
@@ -203,6 +204,16 @@ static void nccl(void)
     F(hnccl_counters, cuda_queries);
     F(hnccl_counters, cuda_reused);
     F(hnccl_counters, nccl_errors);
+    end();
+    BEGIN(hnccl_window_stats); /* issue 32 */
+    F(hnccl_window_stats, registered_bytes);
+    F(hnccl_window_stats, windows);
+    F(hnccl_window_stats, extents);
+    F(hnccl_window_stats, registrations);
+    F(hnccl_window_stats, deregistrations);
+    F(hnccl_window_stats, register_errors);
+    F(hnccl_window_stats, overlaps_skipped);
+    F(hnccl_window_stats, registered);
     end();
 }
 

@@ -216,6 +216,7 @@ static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint6
     if (rp && hpo_from_wire(rp->policy) >= 0) /* common/policy.h */
         ap.policy = (ha_policy)hpo_from_wire(rp->policy);
     ap.one_decider = local_size == m->world_size;
+    ap.extent_bound = rp && rp->extent_bound; /* issue 32 */
     ap.reclaim = reclaim_of(cfg, rp ? (int)rp->reclaim : 0, local_size, m->world_size, ap.policy);
     char why[512];
     if (trim_threshold_of(cfg, rp ? rp->trim_threshold : 0, local_size < m->world_size, &ap.trim_threshold, why,
@@ -286,8 +287,10 @@ static void heap_fingerprint(hd_heap *h, const ha_params *pa)
      * force the collects of a heap it does not own on another node. */
     ha_params ap = *pa;
     uint64_t fp = UINT64_C(1469598103934665603);
-    uint64_t v[7] = {ap.chunk_size, ap.initial_size, ap.va_size, ap.min_block, (uint64_t)ap.policy, h->hz_every, 0};
-    for (int i = 0; i < 6; i++)
+    /* Issue 32: extent_bound (folded in only when on: the fingerprints of
+     * before stay). */
+    uint64_t v[7] = {ap.chunk_size, ap.initial_size, ap.va_size, ap.min_block, (uint64_t)ap.policy, h->hz_every, 1};
+    for (int i = 0; i < (ap.extent_bound ? 7 : 6); i++)
         for (int b = 0; b < 8; b++)
             fp = (fp ^ ((v[i] >> (8 * b)) & 0xff)) * UINT64_C(1099511628211);
     snprintf(h->inc, sizeof h->inc, "%s~%08llx~u%ld~%s", h->job, (unsigned long long)(fp & 0xffffffffu), (long)h->owner,
@@ -366,6 +369,10 @@ static bool params_differ(const hd_heap *h, const Heapd__Attach *m, char *why, s
     uint32_t persist = p->persist_s == HD_PERSIST_NONE ? 0 : p->persist_s;
     if (p->persist_s && persist != h->persist_s) {
         snprintf(why, len, "persist_s %u differs from the heap's %u seconds", p->persist_s, h->persist_s);
+        return true;
+    }
+    if (p->extent_bound && !h->ap.extent_bound) { /* issue 32 */
+        snprintf(why, len, "extent_bound on differs from the heap's (off): attach without it, or use another heap");
         return true;
     }
     uint32_t ga = p->grow_ahead == HD_GROW_AHEAD_NONE ? 0 : p->grow_ahead;

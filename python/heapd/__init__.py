@@ -260,12 +260,16 @@ class Heap(_Resume, _Release):
     the collective trim first on every rank, with no trim() call; None:
     heapd.conf's (default off), 0: none; .trim_threshold says what the heap
     got (0: none).
+    extent_bound (issue 32): True keeps every block inside one extent (the
+    initial chunks, or one run a growth mapped), so that each lies in one
+    NCCL window when heapd.torch.register(heap, pg) registers the heap;
+    coalesce policy only. .extent_bound says what the heap got.
     """
 
     def __init__(self, name, rank, world_size, socket=None, *, chunk_size=0, initial_size=0,
                  va_size=0, min_block=0, policy=None, collect_timeout_ms=0, device_uuid=None,
                  local_size=0, job=None, timeout_ms=None, device=None, persist=None,
-                 reclaim=None, grow_ahead=None, trim_threshold=None, _from_env=False):
+                 reclaim=None, grow_ahead=None, trim_threshold=None, extent_bound=False, _from_env=False):
         self._prepare_device()
         c = L.connect(os.fsencode(socket) if socket else None)
         if not c:
@@ -300,7 +304,8 @@ class Heap(_Resume, _Release):
                      _POLICY[policy], int(collect_timeout_ms), self._keep[0], int(local_size),
                      self._keep[1], self._persist_s(persist, h), _RECLAIM[reclaim],
                      0 if grow_ahead is None else int(grow_ahead) or -1,   # heapc: 0 default, < 0 none
-                     trim)                                                 # issue 30, the same
+                     trim,                                                 # issue 30, the same
+                     1 if extent_bound else 0)                             # issue 32
         if _from_env:
             rc = L.attach_env(c, name.encode() if name else None, ctypes.byref(p))
         else:
@@ -363,7 +368,8 @@ class Heap(_Resume, _Release):
         fresh unique one ("pg<n>-<hex>"). The ranks of the group on this node
         (by hostname) give local_size, so a group may span nodes. group None:
         the default (world) group. Several heaps per process: one per group,
-        e.g. a tensor-parallel sub-group beside the world."""
+        e.g. a tensor-parallel sub-group beside the world. nccl_windows=True
+        (issue 32): extent_bound, and heapd.torch.register(heap, group)."""
         import socket as _so
         import uuid
 
@@ -394,7 +400,9 @@ class Heap(_Resume, _Release):
         local = hosts.count(_so.gethostname())
         kw.setdefault("local_size", 0 if local == world else local)
         kw.setdefault("job", obj[0])
-        return cls(obj[0], rank, world, socket, **kw)
+        windows = kw.pop("nccl_windows", False)
+        h = cls(obj[0], rank, world, socket, **dict(kw, extent_bound=True) if windows else kw)
+        return _register_or_close(h, g) if windows else h
 
     @staticmethod
     def _prepare_device():
@@ -704,6 +712,16 @@ class Heap(_Resume, _Release):
 
 
 _last = None
+
+
+def _register_or_close(h, group):
+    from ._windows import register
+    try:
+        register(h, group)
+    except BaseException:
+        h.close()
+        raise
+    return h
 
 
 def _current():

@@ -77,6 +77,7 @@ class Params(Structure):
                 ("persist_s", c_int32), ("reclaim", c_int),
                 ("grow_ahead", c_int32),   # issue 27
                 ("trim_threshold", c_int64)]   # issue 30
+                ("extent_bound", c_int32)]   # issue 32
 
 
 class Status(Structure):

@@ -161,6 +161,15 @@ class _Release:
             _raise(c, rc)
 
     @property
+    def extent_bound(self):
+        """Issue 32: True when no block of the heap straddles two extents
+        (Heap(extent_bound=True))."""
+        import ctypes
+        p = L.Params()
+        L.get_params(self._c, ctypes.byref(p))
+        return bool(p.extent_bound)
+
+    @property
     def grow_ahead(self):
         """Issue 27: the spare chunks heapd keeps per rank for the heap (0:
         none)."""

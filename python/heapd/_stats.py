@@ -52,6 +52,7 @@ def _stats_list(out):
                        ("chunk_size", "initial_size", "va_size", "min_block",
                         "collect_timeout_ms", "local_size", "persist_s", "grow_ahead",
                         "trim_threshold")}
+        d["params"]["extent_bound"] = bool(hs.params.extent_bound)   # issue 32
         d["params"]["policy"] = (L.policy_name(hs.params.policy) or b"").decode()
         d["params"]["reclaim"] = "eager" if hs.params.reclaim == 1 else "collect"   # issue 27
         d["collect_pending"] = bool(hs.collect_pending)

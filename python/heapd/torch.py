@@ -7,6 +7,9 @@ status-page probe.
   torch.distributed's collectives probe the status page (no LD_PRELOAD).
 - preload(): the LD_PRELOAD'ed libheapc_nccl_preload.so (None without it):
   its counters, policy and release callback.
+- register(heap, pg): the heap as NCCL symmetric windows of pg's
+  communicator (issue 32, NCCL >= 2.27): heap tensors take NCCL's symmetric
+  kernels with no per-tensor registration.
 """
 import contextlib
 import ctypes
@@ -16,9 +19,11 @@ import threading
 import torch
 
 from . import Heap, HeapdError, _lib as L, _size
+from ._windows import NcclError, Registration, WindowStats, register
 
 __all__ = ["use_heap", "install_allocator", "allocator_counters", "wrap_collectives",
-           "preload", "Preload", "OPS", "op_of"]
+           "preload", "Preload", "OPS", "op_of", "register", "Registration", "WindowStats",
+           "NcclError"]
 
 # ---- ops and their names (as client/heapc_nccl.h's table) -------------------
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all",

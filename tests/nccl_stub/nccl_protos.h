@@ -17,5 +17,12 @@ ncclResult_t ncclSend(const void *, size_t, ncclDataType_t, int, ncclComm_t, cud
 ncclResult_t ncclRecv(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
+/* Issue 32: windows (NCCL >= 2.27) and what hnccl_load needs of a libnccl. */
+ncclResult_t ncclCommWindowRegister(ncclComm_t, void *, size_t, ncclWindow_t *, int);
+ncclResult_t ncclCommWindowDeregister(ncclComm_t, ncclWindow_t);
+ncclResult_t ncclGetVersion(int *);
+ncclResult_t ncclGetUniqueId(ncclUniqueId *);
+ncclResult_t ncclCommInitRank(ncclComm_t *, int, ncclUniqueId, int);
+ncclResult_t ncclCommDestroy(ncclComm_t);
 
 #endif

@@ -4,7 +4,13 @@
  * indexed as below), remembering the last call's arguments. NCCL_STUB_FAIL
  * names a function ("ncclAllReduce") that then returns
  * ncclUnhandledCudaError. No GPU, no communicator: the tests check that the
- * calls arrive, with their arguments, after the preload's policy ran. */
+ * calls arrive, with their arguments, after the preload's policy ran.
+ * Issue 32: ncclCommWindowRegister / ncclCommWindowDeregister are counted
+ * too (stub_win_reg, stub_win_dereg), with the last registration's
+ * arguments (stub_win_comm, stub_win_buf, stub_win_size, stub_win_flags)
+ * and the bytes in windows now (stub_win_bytes); and ncclGetVersion (2.28)
+ * and friends let libheapc_nccl's own loader (hnccl_load) take it. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,3 +93,53 @@ const char *ncclGetErrorString(ncclResult_t r)
     return r == ncclUnhandledCudaError ? "stub: unhandled cuda error" : "stub: other";
 }
 const char *ncclGetLastError(ncclComm_t comm) { return "stub: the last error"; }
+
+unsigned long stub_win_reg, stub_win_dereg;
+void *stub_win_comm, *stub_win_buf;
+size_t stub_win_size, stub_win_bytes;
+int stub_win_flags = -1;
+static size_t win_sizes[1024];
+
+ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buf, size_t size, ncclWindow_t *win, int flags)
+{
+    const char *f = getenv("NCCL_STUB_FAIL");
+    if (f && !strcmp(f, "ncclCommWindowRegister"))
+        return ncclUnhandledCudaError;
+    if (stub_win_reg == 1023)
+        return ncclInternalError;
+    stub_win_reg++;
+    stub_win_comm = comm;
+    stub_win_buf = buf;
+    stub_win_size = size;
+    stub_win_flags = flags;
+    stub_win_bytes += size;
+    win_sizes[stub_win_reg] = size;
+    *win = (ncclWindow_t)(uintptr_t)stub_win_reg;
+    return ncclSuccess;
+}
+ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win)
+{
+    uintptr_t i = (uintptr_t)win;
+    if (i == 0 || i > stub_win_reg || !win_sizes[i])
+        return ncclInvalidArgument;
+    stub_win_dereg++;
+    stub_win_bytes -= win_sizes[i];
+    win_sizes[i] = 0;
+    return ncclSuccess;
+}
+ncclResult_t ncclGetVersion(int *v)
+{
+    *v = 22800;
+    return ncclSuccess;
+}
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
+{
+    memset(id, 0, sizeof *id);
+    return ncclSuccess;
+}
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int n, ncclUniqueId id, int rank)
+{
+    *comm = (ncclComm_t)(void *)0x1;
+    return ncclSuccess;
+}
+ncclResult_t ncclCommDestroy(ncclComm_t comm) { return ncclSuccess; }

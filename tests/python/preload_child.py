@@ -38,7 +38,22 @@ out["missing"] = pre.missing()
 user.user_call(0, ptr + 8, 77)
 out["args_ok"] = (ctypes.c_size_t.in_dll(stub, "stub_last_count").value == 77 and
                   ctypes.c_void_p.in_dll(stub, "stub_last_send").value == ptr + 8)
+
+
+def windows():
+    """Issue 32: what the stand-in's ncclCommWindowRegister saw."""
+    g = lambda t, n: t.in_dll(stub, n).value  # noqa: E731
+    return {"reg": g(ctypes.c_ulong, "stub_win_reg"), "dereg": g(ctypes.c_ulong, "stub_win_dereg"),
+            "comm": g(ctypes.c_void_p, "stub_win_comm"), "buf": g(ctypes.c_void_p, "stub_win_buf"),
+            "size": g(ctypes.c_size_t, "stub_win_size"), "flags": g(ctypes.c_int, "stub_win_flags"),
+            "base": int(h.bases[0]) if h else 0, "mapped": h.mapped if h else 0}
+
+
+out["windows"] = windows()
+if h:
+    del buf
+    h.close()
+out["windows_closed"] = windows()
+out["last_error_closed"] = pre.last_error()
 print("RESULT " + json.dumps(out))
 sys.stdout.flush()
-if h:
-    h.close()

@@ -28,6 +28,7 @@ MIRRORS = [
     (L.Block, "heapc_block"),
     (ht.ProbeInfo, "hnccl_probe_info"),
     (ht.NcclCounters, "hnccl_counters"),
+    (ht.WindowStats, "hnccl_window_stats"),
 ]
 
 

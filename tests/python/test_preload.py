@@ -89,3 +89,31 @@ def test_bad_environment_keeps_defaults_and_says_why(sock, heapname, tmp_path):
     assert "frobnicate" in r["last_error"] and "HEAPC_NCCL_PROBE" in r["last_error"]
     text = dump.read_text()
     assert "all_reduce=2 " in text and "group_end=1 " in text and "frobnicate" in text, text
+
+
+def test_register_switch_registers_at_the_first_heap_collective(sock, heapname):
+    """Issue 32: HEAPC_NCCL_REGISTER=1 registers the bound heap as windows at
+    the first collective on a heap buffer, with that call's communicator
+    (the stand-in "torch" passes 0x1), once; the detach deregisters."""
+    r, _ = child(sock, heapname, {"HEAPC_NCCL_REGISTER": "1"})
+    w = r["windows"]
+    assert (w["reg"], w["dereg"], w["comm"], w["flags"]) == (1, 0, 0x1, 1), w
+    assert w["buf"] == w["base"] and w["size"] == w["mapped"] > 0, w
+    assert r["results"] == [0] * 9 and r["last_error"] == ""
+    c = r["windows_closed"]
+    assert (c["reg"], c["dereg"]) == (1, 1), "the detach deregisters the window"
+
+
+def test_register_switch_off_and_bad_value(sock, heapname):
+    r, _ = child(sock, heapname, {})
+    assert r["windows"]["reg"] == 0, "no registration unless asked"
+    r, _ = child(sock, heapname + "-b", {"HEAPC_NCCL_REGISTER": "yes"})
+    assert r["windows"]["reg"] == 0
+    assert "HEAPC_NCCL_REGISTER" in r["last_error"] and "yes" in r["last_error"], r["last_error"]
+
+
+def test_register_switch_nccl_refuses(sock, heapname):
+    r, _ = child(sock, heapname, {"HEAPC_NCCL_REGISTER": "1", "NCCL_STUB_FAIL": "ncclCommWindowRegister"})
+    assert r["windows"]["reg"] == 0 and r["results"] == [0] * 9, "the collective goes on"
+    assert "HEAPC_NCCL_REGISTER" in r["last_error"] and "ncclCommWindowRegister" in r["last_error"], \
+        r["last_error"]
