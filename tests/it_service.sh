@@ -418,6 +418,7 @@ usr/lib/python3/dist-packages/heapd/_lib.py
 usr/lib/python3/dist-packages/heapd/_release.py
 usr/lib/python3/dist-packages/heapd/_resume.py
 usr/lib/python3/dist-packages/heapd/_stats.py
+usr/lib/python3/dist-packages/heapd/_windows.py
 usr/lib/python3/dist-packages/heapd/torch.py
 usr/lib/systemd/system/heapd-metrics.service
 usr/lib/systemd/system/heapd-metrics.timer

@@ -76,7 +76,7 @@ class Params(Structure):
                 ("device_uuid", c_char_p), ("local_size", c_uint32), ("job", c_char_p),
                 ("persist_s", c_int32), ("reclaim", c_int),
                 ("grow_ahead", c_int32),   # issue 27
-                ("trim_threshold", c_int64)]   # issue 30
+                ("trim_threshold", c_int64),   # issue 30
                 ("extent_bound", c_int32)]   # issue 32
 
 
