@@ -165,27 +165,12 @@ static void collect_finish(hd_heap *h)
         return;
     }
     char err[512];
-    uint64_t *offs = NULL;
-    size_t n = 0;
-    uint32_t *lr = calloc(h->world_size, sizeof *lr);
-    heap_ref *x = hh_heap_ref_new(h);
-    if (!lr || !x || ha_collect_candidates(h->core, &offs, &n) != HA_OK) {
-        free(lr);
-        free(x);
-        hh_collect_fail(h, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory");
-        return;
-    }
-    size_t nl = hh_local_ranks(h, lr);
     uv_timer_stop(&h->timer);
     h->store_wait = true;
-    int rc = hd_store_collect(h->reg->store, h->name, h->inc, h->cnum, h->world_size, lr, nl, offs, n, h->timeout_ms,
-                              hh_store_ttl_s(h), store_collect_cb, x, err, sizeof err);
-    free(lr);
-    free(offs);
+    int rc = hh_store_post(h, h->inc, h->cnum, store_collect_cb, err, sizeof err);
     if (rc < 0) {
-        free(x);
         h->store_wait = false;
-        hh_collect_fail(h, HEAPD__ERR_CODE__ERR_STORE, err);
+        hh_collect_fail(h, rc == -2 ? HEAPD__ERR_CODE__ERR_NO_MEMORY : HEAPD__ERR_CODE__ERR_STORE, err);
     }
 }
 

@@ -42,6 +42,7 @@
 #include "heap.h"
 #include "hist.h"
 #include "statuspage.h"
+#include "store.h"
 
 /* Every file of the wing formats messages into fixed buffers, cut short
  * (with the most useful part first) rather than failing. */
@@ -471,6 +472,12 @@ uint32_t hh_spare_yield(hd_registry *r, uid_t uid, hd_heap *keep_h, uint32_t kee
 uint64_t hh_spare_fresh(const hd_heap *h, uint32_t chunks);
 
 /* horizon.c (issue 27: eager reclaim across nodes; see the file) */
+/* Posts this node's contribution to a store collect of h (incarnation inc,
+ * number cnum): the blocks every local rank released and the local ranks;
+ * cb gets the answer with a heap_ref (hh_heap_ref_get) as its arg. 0; -1
+ * the store refused it, -2 out of memory (err says which; cb never called).
+ * collect.c's collects and the reclaim rounds both post through it. */
+int hh_store_post(hd_heap *h, const char *inc, uint64_t cnum, hd_store_cb cb, char *err, size_t errlen);
 /* Before allocation seq (h->decided) is decided: 0 go on; 1 hold it (the
  * store has not answered the round to reclaim here yet: the heap's
  * hz_replay replays it once it has); -1 no decision (err says why). At a

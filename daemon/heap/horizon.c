@@ -120,11 +120,8 @@ static int hz_apply(hd_heap *h, uint64_t at)
     return 0;
 }
 
-/* Posts the round of point `at`. 0, or -1 with hz_err set. */
-static int hz_post(hd_heap *h, uint64_t at)
+int hh_store_post(hd_heap *h, const char *inc, uint64_t cnum, hd_store_cb cb, char *err, size_t errlen)
 {
-    char err[512], inc[sizeof h->inc + 16];
-    snprintf(inc, sizeof inc, "%s#reclaim", h->inc);
     uint64_t *offs = NULL;
     size_t n = 0;
     uint32_t *lr = calloc(h->world_size, sizeof *lr);
@@ -132,16 +129,25 @@ static int hz_post(hd_heap *h, uint64_t at)
     if (!lr || !x || ha_collect_candidates(h->core, &offs, &n) != HA_OK) {
         free(lr);
         free(x);
-        hz_stop(h, at + h->hz_every, "heapd is out of memory for a reclaim round");
-        return -1;
+        snprintf(err, errlen, "heapd is out of memory");
+        return -2;
     }
     size_t nl = hh_local_ranks(h, lr);
-    int rc = hd_store_collect(h->reg->store, h->name, inc, at / h->hz_every, h->world_size, lr, nl, offs, n,
-                              h->timeout_ms, hh_store_ttl_s(h), hz_cb, x, err, sizeof err);
+    int rc = hd_store_collect(h->reg->store, h->name, inc, cnum, h->world_size, lr, nl, offs, n, h->timeout_ms,
+                              hh_store_ttl_s(h), cb, x, err, errlen);
     free(lr);
     free(offs);
-    if (rc < 0) {
+    if (rc < 0)
         free(x);
+    return rc < 0 ? -1 : 0;
+}
+
+/* Posts the round of point `at`. 0, or -1 with hz_err set. */
+static int hz_post(hd_heap *h, uint64_t at)
+{
+    char err[512], inc[sizeof h->inc + 16];
+    snprintf(inc, sizeof inc, "%s#reclaim", h->inc);
+    if (hh_store_post(h, inc, at / h->hz_every, hz_cb, err, sizeof err)) {
         hz_stop(h, at + h->hz_every, err);
         return -1;
     }
