@@ -3,13 +3,14 @@
  * NCCL_WIN_COLL_SYMMETRIC) against a plain buffer of the same size.
  *
  *   nccl_multi_bench --socket PATH [--ranks N] [--sizes LIST] [--iters N]
- *                    [--reps N] [--warmup N] [--json FILE]
+ *                    [--reps N] [--warmup N] [--grow] [--json FILE]
  *   nccl_multi_bench --host [--heapd PATH | --socket PATH] [--nccl-lib PATH] ...
  *
  * The parent forks N rank processes (2..8, default 2) before anything
  * touches CUDA; rank r makes GPU r's primary context current, attaches to
  * one heap of the heapd at --socket (cuda backend; extent_bound on, its
- * first extent large enough for every buffer), creates the communicator
+ * first extent large enough for every buffer; --grow: one chunk, so that
+ * the buffers come from growths), creates the communicator
  * (rank 0's ncclUniqueId goes to the others through a pipe each), registers
  * the heap (hnccl_register_heap), allocates a send and a receive buffer of
  * the largest size on the heap and the same two with cuMemAlloc, and then,
@@ -62,7 +63,7 @@ static const char *const op_names[NOPS] = {"all_reduce", "all_gather"};
 static const char *const kind_names[NKINDS] = {"heap", "plain"};
 
 typedef struct opts {
-    int ranks, host, iters, reps, warmup, nsizes;
+    int ranks, host, grow, iters, reps, warmup, nsizes;
     uint64_t sizes[MAX_SIZES];
     const char *json, *socket;
     char heapd[PATH_MAX], nccl_lib[PATH_MAX];
@@ -145,7 +146,9 @@ static void rank_setup(rank_ctx *k, const char *sock, const char *heap, int idfd
     p.chunk_size = o->host ? 16 * MiB : 64 * MiB;
     uint64_t need = 2 * max_size(o) + 2 * MiB;
     p.initial_size = (need + p.chunk_size - 1) / p.chunk_size * p.chunk_size;
-    p.va_size = 2 * p.initial_size;
+    p.va_size = 2 * p.initial_size + p.chunk_size;
+    if (o->grow) /* one chunk: the buffers come from growths, registered as they are mapped */
+        p.initial_size = p.chunk_size;
     p.extent_bound = 1;
     if (heapc_attach(k->c, heap, (uint32_t)g_rank, (uint32_t)o->ranks, &p) != HEAPC_OK)
         die("rank %d: heapc_attach(%s): %s", g_rank, heap, heapc_errstr(k->c));
@@ -454,13 +457,16 @@ static int run_ranks(const opts *o, rank_out *ro, const char *sock)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: " NAME " --socket PATH [--ranks N] [--sizes LIST] [--iters N] [--reps N] [--warmup N]\n"
-               "                        [--json FILE]\n"
+               "                        [--grow] [--json FILE]\n"
                "       " NAME " --host [--heapd PATH | --socket PATH] [--nccl-lib PATH] [same options]\n"
                "  --socket PATH   a running heapd (cuda backend on a GPU machine)\n"
                "  --ranks N       rank processes, one per GPU, 2..8 (default 2)\n"
                "  --sizes LIST    bytes, comma-separated, K/M suffixes (default 1K,4K,...,64M,128M)\n"
                "  --iters N, --reps N, --warmup N   calls per run, runs (median), calls before (20, 5, 5)\n"
-               "  --host          dry run: host-backend heapd, the recording NCCL stand-in\n");
+               "  --host          dry run: host-backend heapd, the recording NCCL stand-in\n"
+               "  --grow          a heap of one chunk at first: the buffers come from growths, whose\n"
+               "                  windows libheapc_nccl registers inside them (default: the first extent\n"
+               "                  holds them)\n");
 }
 
 static int parse_sizes(opts *o, const char *s)
@@ -499,8 +505,8 @@ static void parse(opts *o, int argc, char **argv)
     parse_sizes(o, "1K,4K,16K,64K,256K,1M,4M,16M,64M,128M");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--host")) {
-            o->host = 1;
+        if (!strcmp(a, "--host") || !strcmp(a, "--grow")) {
+            *(a[2] == 'h' ? &o->host : &o->grow) = 1;
             continue;
         }
         if (!strcmp(a, "--help")) {

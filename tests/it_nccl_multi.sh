@@ -5,7 +5,8 @@
 # registers the heap as NCCL_WIN_COLL_SYMMETRIC windows covering its heap
 # buffers, calls all_reduce and all_gather on the heap buffers (inside a
 # window) and on plain buffers (outside) the expected number of times for
-# every size, deregisters every window; the table and the JSON say the
+# every size, deregisters every window (also windows registered by growths:
+# --grow); the table and the JSON say the
 # figures mean nothing on the host. Also: a rank that fails ends the run with
 # its reason and exit 1, and the bench cleans up. Waits for the bench to
 # exit (bounded), never sleeps.
@@ -52,6 +53,15 @@ n=$(grep -c '^nccl_multi_bench: rank [0-3]: attached, .*: ok$' "$T/r4.log")
 if [ $rc = 0 ] && [ "$n" = 4 ]; then ok "4 ranks: exit 0, 4 ranks ok"; else bad "4 ranks: exit $rc, $n ranks ok"; cat "$T/r4.log"; fi
 TMPDIR=$T bounded 60 "$NB" --host --ranks 3 --sizes 1K >"$T/r3.log" 2>&1; rc=$?
 if [ $rc = 0 ]; then ok "3 ranks, 1 KiB: exit 0"; else bad "3 ranks: exit $rc"; cat "$T/r3.log"; fi
+
+# 2b. --grow: a heap of one 16 MiB chunk, so both 20 MiB buffers come from growths, whose windows
+# libheapc_nccl registers inside the growing heapc_alloc (the first chunk's window and one per growth).
+TMPDIR=$T bounded 60 "$NB" --host --grow --sizes 1K,20M >"$T/grow.log" 2>&1; rc=$?
+if [ $rc = 0 ]; then ok "--grow: exit 0"; else bad "--grow: exit $rc"; cat "$T/grow.log"; fi
+for r in 0 1; do
+    check "--grow: rank $r: 3 windows (the first chunk, two growths) cover the buffers, 3 deregistered" \
+        has_re "$T/grow.log" "^nccl_multi_bench: rank $r: attached, 3 window(s) ([0-9]* bytes, NCCL_WIN_COLL_SYMMETRIC) cover both heap buffers; 14+14 heap calls in windows, 14+14 plain calls outside; 3 deregistered, 0 left: ok$"
+done
 
 # 3. A rank that cannot load NCCL: its reason, every rank fails, exit 1, nothing left behind.
 TMPDIR=$T bounded 60 "$NB" --host --nccl-lib "$T/none/libnccl.so.2" --sizes 1K >"$T/bad.log" 2>&1; rc=$?
