@@ -154,8 +154,9 @@ static void rank_setup(rank_ctx *k, const char *sock, const char *heap, int idfd
         die("rank %d: heapc_attach(%s): %s", g_rank, heap, heapc_errstr(k->c));
     ncclUniqueId id;
     if (g_rank == 0) {
-        if (g_base->GetUniqueId(&id) != ncclSuccess)
-            die("rank 0: ncclGetUniqueId failed");
+        ncclResult_t ur = g_base->GetUniqueId(&id);
+        if (ur != ncclSuccess)
+            die("rank 0: ncclGetUniqueId: %s (%d); NCCL_DEBUG=INFO tells more", g_base->GetErrorString(ur), (int)ur);
         for (int r = 1; r < o->ranks; r++)
             if (write(idw[r], &id, sizeof id) != (ssize_t)sizeof id)
                 die("rank 0: passing the NCCL id to rank %d: %s", r, strerror(errno));
