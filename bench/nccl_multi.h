@@ -74,7 +74,7 @@ static void cuda_open(int ranks)
 static void *plain_alloc(size_t n)
 {
     if (g_host) {
-        void *p = aligned_alloc(4096, n);
+        void *p = aligned_alloc(4096, (n + 4095) / 4096 * 4096); /* C11: a multiple of the alignment */
         if (!p)
             die("rank %d: out of host memory (%zu bytes)", g_rank, n);
         return p;
