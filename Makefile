@@ -247,6 +247,12 @@ $(BUILD)/bench/nccl_bench: $(BUILD)/obj/bench/nccl_bench.o $(LIBHEAPC_NCCL_A) $(
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(REAL_LDFLAGS) -o $@ $< $(LIBHEAPC_NCCL_A) $(LIBHEAPD) $(LIBHEAPC_A) $(REAL_LDLIBS)
 
+# issue 32's multi-GPU bench: --host loads the NCCL stand-in, so make builds it first
+$(BUILD)/bench/nccl_multi_bench: $(BUILD)/obj/bench/nccl_multi_bench.o $(LIBHEAPC_NCCL_A) $(LIBHEAPD) $(LIBHEAPC_A) \
+    $(BUILD)/tests/nccl_stub/libnccl.so.2
+	@mkdir -p $(dir $@)
+	$(call say,LD,$@)$(CC) $(REAL_LDFLAGS) -o $@ $< $(LIBHEAPC_NCCL_A) $(LIBHEAPD) $(LIBHEAPC_A) $(REAL_LDLIBS)
+
 $(BUILD)/examples/%: $(BUILD)/obj/examples/%.o $(LIBHEAPC_A)
 	@mkdir -p $(dir $@)
 	$(call say,LD,$@)$(CC) $(REAL_LDFLAGS) -o $@ $< $(LIBHEAPC_A) $(REAL_LDLIBS)

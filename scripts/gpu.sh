@@ -17,7 +17,8 @@
 # reattach_bench (issue 29: re-attach to a kept 16 GiB heap, <= 100 ms per rank,
 # against a file load of the same bytes); release_bench (issue 30: release and restore a
 # 2 x 16 GiB heap at the same offsets: discard <= 50 ms, host copies >= 0.80 of a pinned copy);
-# check_nccl with real NCCL; nccl_bench; torch's anchors; python/heapd with
+# check_nccl with real NCCL; nccl_bench; nccl_multi_bench (issue 32: the heap as NCCL windows
+# against plain buffers, one rank per GPU; only with 2+ GPUs); torch's anchors; python/heapd with
 # torch on the GPU (tests/gpu/test_torch_gpu.py) and bench/torch_bench.py;
 # bench/train_bench.py (issue 27: a training loop, torch's caching allocator
 # against the whole loop on the heap, 1 and 2 ranks; lines "train KEY VALUE");
@@ -296,6 +297,30 @@ EOF
         echo; echo "== nccl_bench (probe cost)"
         step nb 45 "$B/bench/nccl_bench" --quick $NBOPT --json "$O/nccl_bench.json"
         if [ $rc = 0 ]; then result nccl_bench ok; else result nccl_bench FAIL "$(why $rc)"; fi
+    fi
+    # 5c'. issue 32 on several GPUs: all_reduce and all_gather, 1 KiB..128 MiB, on a heap registered
+    # as NCCL windows (NCCL_WIN_COLL_SYMMETRIC) against cuMemAlloc buffers of the same size, one rank
+    # per GPU (up to 8), results verified. Needs 2+ GPUs: skipped otherwise (and in the host dry run:
+    # make check runs the bench's own --host dry run, tests/it_nccl_multi.sh). Its JSON stays in $T
+    # (the device tool returns 8 files); its table is in gpu.log.
+    if [ -x "$B/bench/nccl_multi_bench" ]; then
+        echo; echo "== nccl_multi_bench (issue 32: registered heap against plain buffers, one rank per GPU)"
+        ngpu=0
+        if [ $BE = cuda ] && command -v nvidia-smi >/dev/null 2>&1; then ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU '); fi
+        if [ "$ngpu" -ge 2 ]; then
+            nr=$((ngpu > 8 ? 8 : ngpu))
+            step nm 60 "$B/bench/nccl_multi_bench" --socket "$S" --ranks $nr --json "$T/nccl_multi.json"
+            sed -n 's/^\(all_[a-z]*\)  *\([0-9]*\)  *\([0-9.]*\)  *\([0-9.]*\)  *\([0-9.]*\)  *\(.*\)$/nccl_multi \1_\2 heap_us \3 plain_us \4 heap_over_plain \5 \6/p' \
+                "$T/nm.out" >>"$T/timings.txt"
+            if [ $rc = 0 ]; then
+                result nccl_multi ok "$nr ranks; heap/plain: $(grep -E '^all_[a-z]+ +(1024|134217728) ' "$T/nm.out" | awk '{printf "%s %s B %s; ", $1, $2, $5}')"
+            else
+                result nccl_multi FAIL "$(why $rc): $(grep -m1 FAIL "$T/nm.out" || tail -1 "$T/nm.out")"
+            fi
+        else
+            echo "skipped: needs 2+ GPUs ($ngpu here)"
+            result nccl_multi skipped "needs 2+ GPUs ($ngpu here)"
+        fi
     fi
     if command -v python3 >/dev/null 2>&1; then
         echo; echo "== torch anchors (caching allocator, memory probes)"

@@ -1,7 +1,7 @@
 #!/bin/sh
 # it_gpu_host.sh - the host dry run of the GPU script (scripts/gpu.sh with
 # GPU_SH_HOST=1): the same programs as on the GPU machine (prog_gpu_ranks,
-# gpu_bench, check_backend, check_nccl, nccl_bench, heapctl, reattach_bench,
+# gpu_bench, check_backend, check_nccl, nccl_bench (nccl_multi_bench: skipped, it needs 2+ GPUs), heapctl, reattach_bench,
 # release_bench, train_bench) against a real heapd on the host backend. A change that
 # breaks the GPU tests fails here, on a CPU machine. Also: the script stays
 # within its budget when steps cannot run, and says so.
@@ -27,6 +27,9 @@ for t in build check_backend heapd_start gpu_ranks_2 gpu_ranks_4 gpu_ranks_defau
          check_nccl nccl_bench heapd_stop; do
     if grep -q "^$t|ok|" "$R" 2>/dev/null; then ok "step $t: ok"; else fail "step $t: $(grep "^$t|" "$R" 2>/dev/null || echo 'not run')"; fi
 done
+# issue 32's multi-GPU bench needs 2+ GPUs: on the host its step skips visibly (tests/it_nccl_multi.sh runs its dry run)
+if grep -q "^nccl_multi|skipped|needs 2+ GPUs" "$R"; then ok "step nccl_multi: skipped (needs 2+ GPUs)"; else fail "step nccl_multi: $(grep "^nccl_multi|" "$R" || echo 'not run')"; fi
+if grep -q "^skipped: needs 2+ GPUs" "$W/out/gpu.log"; then ok "nccl_multi: a 'skipped: needs 2+ GPUs' line"; else fail "nccl_multi: no 'skipped: needs 2+ GPUs' line in gpu.log"; fi
 # issue 17's step: on the host, the GPU tests skip and torch_bench runs its CPU subset
 if nm -D "$B/libheapc.so" 2>/dev/null | grep -q __asan_init; then
     if grep -q "^torch_gpu|skipped|sanitizer build" "$R"; then ok "step torch_gpu: skipped visibly (sanitizer build)"; else fail "step torch_gpu: $(grep "^torch_gpu|" "$R" || echo 'not run')"; fi
