@@ -112,6 +112,7 @@ class Registration:
 
     def __init__(self, heap, comm):
         self._f = _bind(_nccl_lib())
+        self._pid = os.getpid()   # a forked child (a DataLoader worker) never touches it
         self._heap = heap
         self._x = self._f["hnccl_new"](heap._c)
         if not self._x:
@@ -135,6 +136,8 @@ class Registration:
         """Deregisters every window (collective: every rank closes) and
         frees the context. The heap's close does it too."""
         x, self._x = self._x, None
+        if x and os.getpid() != self._pid:
+            return   # the parent's context and communicator: leave them alone
         if x:
             rc = self._f["hnccl_deregister_heap"](x)
             msg = (self._f["hnccl_errstr"](x) or b"").decode(errors="replace")
@@ -144,8 +147,8 @@ class Registration:
 
     def __del__(self):
         x, self._x = getattr(self, "_x", None), None
-        if x:
-            self._f["hnccl_free"](x)
+        if x and os.getpid() == getattr(self, "_pid", None):
+            self._f["hnccl_free"](x)   # a forked child's copy frees nothing (NCCL calls there may hang)
 
 
 def register(heap, pg):

@@ -6,7 +6,8 @@ the heap's extent at the call and each growth registered
 (NCCL_WIN_COLL_SYMMETRIC, the communicator given), release and close
 deregistering, restore registering again; with the machine's NCCL and no
 GPU (or no NCCL) a clean NcclError; the argument checks. The LD_PRELOAD switch (HEAPC_NCCL_REGISTER)
-is tested in test_preload.py."""
+is tested in test_preload.py. A forked child's close of the registration
+makes no NCCL call."""
 import json
 import os
 import subprocess
@@ -50,6 +51,8 @@ def test_register_follows_the_heap(sock, heapname):
     assert g["reg"] == 2 and g["dereg"] == 0, g
     assert g["buf"] == r["base"] + MIB and g["size"] == g["mapped"] - MIB, g
     assert g["bytes"] == g["mapped"], "every mapped byte in a window"
+    f = r["fork"]
+    assert f["before"] == f["after"] == 0, f"a forked child's close deregistered in NCCL: {f}"
     s = r["stats"]
     assert (s["windows"], s["extents"], s["registered_bytes"], s["registered"]) == \
         (2, 2, g["mapped"], True), s

@@ -54,6 +54,21 @@ small = h.empty(1000, dtype=torch.uint8)
 big = h.empty(3 * MIB, dtype=torch.uint8)   # a growth: one more window
 out["growth"] = seen()
 out["stats"] = reg.stats()
+# A forked child (a DataLoader worker) closing or dropping its copy of the
+# registration makes no NCCL call: the communicator is the parent's.
+rfd, wfd = os.pipe()
+pid = os.fork()
+if pid == 0:
+    dereg = lambda: ctypes.c_ulong.in_dll(stub, "stub_win_dereg").value  # noqa: E731
+    before = dereg()
+    reg.close()
+    reg.__del__()
+    os.write(wfd, json.dumps({"before": before, "after": dereg()}).encode())
+    os._exit(0)
+os.close(wfd)
+out["fork"] = json.loads(os.read(rfd, 4096).decode())
+os.waitpid(pid, 0)
+os.close(rfd)
 h.release()
 out["released"] = seen()
 h.restore()
