@@ -346,6 +346,19 @@ int ha_trim(ha_heap *h, uint32_t *chunks, ha_chunk_fn fn, void *data)
 
 static int reserve(ha_heap *h, const uint64_t *offs, size_t n);
 
+/* Sorted offsets (each a pending record, out of the pending vector; the
+ * policy made room for them) back to the free space: the policy's reclaim
+ * and the byte counters every reclaim moves. Returns their bytes. */
+static uint64_t reclaim_blocks(ha_heap *h, const uint64_t *offs, size_t n)
+{
+    uint64_t total = h->ops->reclaim(h, offs, n);
+    for (uint32_t r = 0; r < h->p.ranks; r++)
+        h->rel_bytes[r] -= total;
+    h->pending_bytes -= total;
+    h->free_bytes += total;
+    return total;
+}
+
 /* reclaim = eager: the blocks a release completed (the pending vector)
  * back to the free space at once, sorted as a collect would, counted as
  * eager reclaims (not as a collect: the collect flags, handed_since_collect
@@ -360,11 +373,7 @@ static void eager_reclaim(ha_heap *h)
         hat_sort_offsets(h->pending.v, n, h->kmin, log2u(h->mapped) + 1);
     if (reserve(h, h->pending.v, n))
         return;
-    uint64_t total = h->ops->reclaim(h, h->pending.v, n);
-    for (uint32_t r = 0; r < h->p.ranks; r++)
-        h->rel_bytes[r] -= total;
-    h->pending_bytes -= total;
-    h->free_bytes += total;
+    reclaim_blocks(h, h->pending.v, n);
     h->eager_reclaims += n;
     h->pending.n = 0;
 }
@@ -490,15 +499,11 @@ int ha_rank_holds(const ha_heap *h, uint32_t rank, uint64_t offset)
 /* ---- collect ------------------------------------------------------------- */
 
 /* Reclaims sorted offsets (each a pending record, already removed from the
- * pending vector; the policy made room for them): the policy's reclaim,
- * then the counters and the collect flags. */
+ * pending vector; the policy made room for them) as a collect: then the
+ * collect's counters and flags. */
 static void reclaim_sorted(ha_heap *h, const uint64_t *offs, size_t n, uint64_t *bytes)
 {
-    uint64_t total = h->ops->reclaim(h, offs, n);
-    for (uint32_t r = 0; r < h->p.ranks; r++)
-        h->rel_bytes[r] -= total;
-    h->pending_bytes -= total;
-    h->free_bytes += total;
+    uint64_t total = reclaim_blocks(h, offs, n);
     h->collects++;
     h->handed_since_collect = 0;
     h->used_at_collect = h->mapped - h->free_bytes;
@@ -601,11 +606,7 @@ int ha_reclaim_apply(ha_heap *h, const uint64_t *offsets, size_t n, uint64_t *re
     int rc = take_pending(h, offsets, n);
     if (rc)
         return rc;
-    uint64_t total = n ? h->ops->reclaim(h, offsets, n) : 0;
-    for (uint32_t r = 0; r < h->p.ranks; r++)
-        h->rel_bytes[r] -= total;
-    h->pending_bytes -= total;
-    h->free_bytes += total;
+    uint64_t total = reclaim_blocks(h, offsets, n);
     h->eager_reclaims += n;
     if (reclaimed_bytes)
         *reclaimed_bytes = total;
