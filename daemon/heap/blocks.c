@@ -171,6 +171,16 @@ int hh_blocks_chunks(const hd_heap *h, char *const *names, size_t n, uint32_t nc
     return 0;
 }
 
+int hh_name_check(const char *name, char *why, size_t len)
+{
+    size_t n = strlen(name);
+    if (n > HD_NAME_MAX) {
+        snprintf(why, len, "is %zu bytes, over the limit of %d; use a shorter name", n, HD_NAME_MAX);
+        return -1;
+    }
+    return hh_text_check(name, why, len);
+}
+
 uint64_t hh_blocks_bytes(const hd_heap *h) { return h->blocks.cap * sizeof(hh_block) + h->blocks.name_bytes; }
 
 uint64_t hh_blocks_add_bytes(const hd_heap *h, const char *name)

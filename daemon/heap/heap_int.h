@@ -451,6 +451,10 @@ uint32_t hh_name_hash(const char *name);
  * UTF-8 without control characters (C0, DEL, C1 U+0080..U+009F). 0, or -1
  * with why. */
 int hh_text_check(const char *s, char *why, size_t len);
+/* A block's name (not empty): at most HD_NAME_MAX bytes and hh_text_check's
+ * text. 0, or -1 with why ("is N bytes, over the limit...; use a shorter
+ * name", or hh_text_check's). Alloc and Release check names with it. */
+int hh_name_check(const char *name, char *why, size_t len);
 
 /* ---- spares floor (issue 27): above the bottom one, below the middle ------ */
 

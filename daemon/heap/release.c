@@ -490,16 +490,10 @@ static int names_check(hd_peer *c, uint64_t id, char *const *names, size_t n)
         return -1;
     }
     for (size_t i = 0; i < n; i++) {
-        size_t len = strlen(names[i]);
-        if (len == 0 || len > HD_NAME_MAX || hh_text_check(names[i], why, sizeof why)) {
-            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID,
-                          "release: block name %zu %s; give the names the blocks were allocated with (1 to %d "
-                          "bytes)",
-                          i,
-                          len == 0            ? "is empty"
-                          : len > HD_NAME_MAX ? "is too long"
-                                              : why,
-                          HD_NAME_MAX);
+        if (!names[i][0])
+            snprintf(why, sizeof why, "is empty; give the names the blocks were allocated with");
+        if (!names[i][0] || hh_name_check(names[i], why, sizeof why)) {
+            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "release: block name %zu %s", i, why);
             return -1;
         }
     }

@@ -468,14 +468,7 @@ void hd_heap_alloc(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Alloc *
     }
     if (m->name && m->name[0]) {
         char why[200];
-        size_t len = strlen(m->name);
-        if (len > HD_NAME_MAX) {
-            hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID,
-                          "allocation %llu: its name is %zu bytes, over the limit of %d; use a shorter name",
-                          (unsigned long long)m->seq, len, HD_NAME_MAX);
-            return;
-        }
-        if (hh_text_check(m->name, why, sizeof why)) {
+        if (hh_name_check(m->name, why, sizeof why)) {
             hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "allocation %llu: its name %s",
                           (unsigned long long)m->seq, why);
             return;
