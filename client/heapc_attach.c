@@ -95,7 +95,7 @@ int hci_map_chunks(heapc *c, const view *v, Heapd__ChunkRef **refs, size_t n, co
     int32_t own = c->local_index[v->rank];
     uint8_t *mark = c->map_fn && own >= 0 && n ? calloc(c->spaces[own].nchunks, 1) : NULL;
     int rc = map_refs(c, v, refs, n, raw, mark);
-    if (mark)
+    if (c->map_fn && own >= 0 && n) /* out of memory for mark: every mapped slot (the layer skips what it has) */
         hci_hook_emit(c, v->rank, HEAPC_MAP_ADDED, mark);
     free(mark);
     return rc;
