@@ -114,13 +114,23 @@ check "eager across nodes maps no more than collect ($mapped_eager against $mapp
 # n0 and n1 run ahead while n2's ranks wait for a file. n0 and n1 post round
 # 1 at allocation L and must wait at 2L for n2's round; once n2 goes, every
 # node reclaims the agreed blocks at 2L and reuses them: an offset appears
-# twice, with no collect (nothing grows: 20 blocks fit the first chunk).
+# twice, with no collect (nothing grows: 24 blocks fit the first chunk).
+# A round holds what every local rank had released when its node decided
+# the round's allocation, so a rank that lags its node's other rank (a slow
+# start on a loaded machine) can leave every early round empty: the ranks
+# meet once after allocation 3L - 1 (each touches mid.R, the test lets them
+# go together), so round 3 holds the blocks all of them freed before it.
 cmds="alloc 4K"
 i=1
-while [ $i -lt 20 ]; do cmds="$cmds alloc 4K free $((i - 1)) flush"; i=$((i + 1)); done
+while [ $i -lt 24 ]; do
+    cmds="$cmds alloc 4K free $((i - 1)) flush"
+    [ $i = $((3 * L - 1)) ] && cmds="$cmds touch $T/mid.@R@ waitfile $T/gomid"
+    i=$((i + 1))
+done
 for r in $ALL; do
-    if [ $r -ge 4 ]; then rank hz $r --reclaim eager -- waitfile "$T/go" $cmds stats
-    else rank hz $r --reclaim eager -- $cmds stats; fi
+    rc_=$(echo "$cmds" | sed "s/@R@/$r/")
+    if [ $r -ge 4 ]; then rank hz $r --reclaim eager -- waitfile "$T/go" $rc_ stats
+    else rank hz $r --reclaim eager -- $rc_ stats; fi
 done
 check "nodes n0 and n1 wait at the horizon (allocation $((2 * L))) for n2's round" \
     wait_for has "$T/n0.log" "heap \"hz\": allocation $((2 * L)) waits at the horizon"
@@ -128,6 +138,9 @@ check "... and n1 too" wait_for has "$T/n1.log" "heap \"hz\": allocation $((2 * 
 held=$(grep -c '^a ' "$T/hz.0.out")
 check "rank 0 got no allocation past the horizon while n2 had not posted ($held allocations)" test "$held" -le $((2 * L))
 touch "$T/go"
+mids() { for r in $ALL; do [ -e "$T/mid.$r" ] || return 1; done; }
+check "once n2's ranks go, all 6 ranks reach allocation $((3 * L - 1))" wait_for mids
+touch "$T/gomid"
 waitall hz
 check "once n2's ranks go, every rank of every node proceeds and exits 0" test $allok = 1
 sa=0; same hz a && sa=1
