@@ -120,7 +120,10 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 PROTO_OBJ  := $(BUILD)/obj/proto/heapd.pb-c.o
 COMMON_OBJ := $(call obj,$(COMMON_SRC)) $(PROTO_OBJ)
 DAEMON_OBJ := $(call obj,$(DAEMON_SRC))
-CLIENT_OBJ := $(call obj,$(CLIENT_SRC))
+# Issue 28: libheapc runs the allocator core too (its replica of the heap's
+# allocator: client/heapc_replica.c), hidden like the rest of libheapc.
+CORE_OBJ := $(call obj,$(wildcard daemon/alloc*.c))
+CLIENT_OBJ := $(call obj,$(CLIENT_SRC)) $(CORE_OBJ)
 CLIENT_NCCL_OBJ := $(call obj,$(CLIENT_NCCL_SRC))
 
 LIBHEAPD   := $(BUILD)/libheapd_core.a

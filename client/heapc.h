@@ -631,6 +631,10 @@ typedef struct heapc_counters {
                                     (or was not checked yet) */
     uint64_t stream_reuse_waits; /* allocations that reused such a block on another
                                     stream, or on none, and so waited for its stream */
+    /* Issue 28: allocation without a message (HEAPC_DECIDE=local). */
+    uint64_t local_allocs; /* allocations this rank's replica decided (no message) */
+    uint64_t replica_lost; /* 1 once the replica stopped deciding (a step it could
+                              not follow): every allocation then asks heapd */
 } heapc_counters;
 int heapc_get_counters(heapc *c, heapc_counters *out);
 

@@ -139,11 +139,14 @@ int heapc_set_device_sync(heapc *c, heapc_sync_fn fn, void *arg)
 
 int hci_flush_locked(heapc *c)
 {
-    while (c->fq_n > 0) {
+    /* Issue 28: the replica's records go first (a Free of no offsets when
+     * there are no frees), before a Collect, a Trim or a Detach. */
+    while (c->fq_n > 0 || c->rep.nrec > 0) {
         size_t n = c->fq_n < FREE_BATCH_MAX ? c->fq_n : FREE_BATCH_MAX;
         Heapd__Free fr = HEAPD__FREE__INIT;
         fr.n_offsets = n;
         fr.offsets = c->fq;
+        hrp_records(&c->rep, &fr.decided_from, &fr.decided, &fr.n_decided);
         Heapd__Frame req = HEAPD__FRAME__INIT;
         req.body_case = HEAPD__FRAME__BODY_FREE;
         req.free = &fr;
@@ -163,6 +166,7 @@ int hci_flush_locked(heapc *c)
             return rc;
         }
         hci_rpc_done(rep, &raw);
+        hrp_records_done(&c->rep);
         memmove(c->fq, c->fq + n, (c->fq_n - n) * sizeof *c->fq);
         c->fq_n -= n;
         c->ctr.free_batches++;
@@ -431,7 +435,8 @@ int heapc_flush(heapc *c)
 
 /* ---- collect ------------------------------------------------------------ */
 
-static int collect_locked(heapc *c)
+/* size: the allocation that asked for the collect (0: heapc_collect). */
+static int collect_locked(heapc *c, uint64_t size)
 {
     /* Issue 18: no device-wide wait by default. Blocks freed on a stream go
      * to heapd only once their stream's work completed (an event query, no
@@ -471,6 +476,11 @@ static int collect_locked(heapc *c)
     if (rc != HEAPC_OK)
         return rc;
     if (rep->collect_reply) {
+        const Heapd__CollectReply *cr = rep->collect_reply;
+        for (size_t i = 0; i < cr->n_ops; i++) /* issue 28: the replica reclaims the same */
+            hrp_op(&c->rep, cr->ops[i], size);
+        if (cr->ops_omitted || (!cr->n_ops && c->rep.core && cr->reclaimed_blocks))
+            hrp_lose(&c->rep, "a collect's blocks did not come with its reply");
         c->ctr.heap_collects = rep->collect_reply->collects;
         c->ctr.last_reclaimed_blocks = rep->collect_reply->reclaimed_blocks;
         c->ctr.last_reclaimed_bytes = rep->collect_reply->reclaimed_bytes;
@@ -486,7 +496,7 @@ int heapc_collect(heapc *c)
     int rc;
     if (!c->attached)
         rc = hci_set_err(c, HEAPC_ESTATE, "heapc_collect: not attached to a heap; call heapc_attach");
-    else if ((rc = collect_locked(c)) == HEAPC_OK)
+    else if ((rc = collect_locked(c, 0)) == HEAPC_OK)
         hci_ok(c);
     pthread_mutex_unlock(&c->mu);
     return rc;
@@ -581,6 +591,43 @@ static int alloc_made(heapc *c, view *v, const Heapd__AllocReply *ar, const hw_f
     return HEAPC_OK;
 }
 
+/* Issue 28: the replica decided allocation next_seq at off (block bsize):
+ * no message; the record goes with the next request. */
+static int local_made(heapc *c, const view *v, uint64_t off, uint64_t bsize, const alloc_use *use, void **ptr,
+                      uint64_t *offset)
+{
+    c->next_seq++;
+    c->ctr.allocs++;
+    int ins = ls_insert(&c->live, off, bsize);
+    if (offset)
+        *offset = off;
+    if (ptr)
+        *ptr = NULL;
+    int rc = alloc_order(c, off, bsize, use);
+    if (rc != HEAPC_OK)
+        return rc;
+    if (ins == 0)
+        return hci_set_err(c, HEAPC_EPROTOCOL,
+                           "libheapc's replica placed allocation %" PRIu64 " of heap %s at offset %" PRIu64
+                           " while rank %" PRIu32 " still holds it; report this libheapc bug (HEAPC_DECIDE=daemon "
+                           "makes heapd decide every allocation)",
+                           c->next_seq - 1, c->heap, off, v->rank);
+    if (ins < 0)
+        c->live_complete = 0;
+    if (ptr)
+        *ptr = v->bases[v->rank] + off;
+    return HEAPC_OK;
+}
+
+/* Issue 28: heapd's answer to allocation next_seq, for the replica. */
+static void replica_hears(heapc *c, const Heapd__AllocReply *ar, size_t size)
+{
+    for (size_t i = 0; i < ar->n_ops; i++)
+        hrp_op(&c->rep, ar->ops[i], size);
+    if (ar->collect_needed || ar->trim_needed)
+        hrp_needed(&c->rep, size, ar->trim_needed && !ar->collect_needed);
+}
+
 /* Issue 27: before each allocation, the stream-ordered frees whose work
  * completed join the free queue (an event query per closed group, no
  * wait; an open group held back until its work completes closes here, so
@@ -610,6 +657,11 @@ static int alloc_locked(heapc *c, size_t size, const char *name, const alloc_use
     int rc = frees_ready(c);
     if (rc != HEAPC_OK)
         return rc;
+    if (!name && hrp_wants(&c->rep)) { /* issue 28: no message */
+        uint64_t off, bsize;
+        if (hrp_decide(&c->rep, size, atomic_load_explicit(&c->mapped, memory_order_relaxed), &off, &bsize) > 0)
+            return local_made(c, v, off, bsize, use, ptr, offset);
+    }
     for (int round = 0;; round++) {
         if (round >= ALLOC_MAX_ROUNDS)
             return hci_set_err(c, HEAPC_EPROTOCOL,
@@ -623,6 +675,7 @@ static int alloc_locked(heapc *c, size_t size, const char *name, const alloc_use
             al.name = (char *)name;
         al.n_frees = c->fq_n; /* frees_ready: at most HW_ALLOC_FREES_MAX */
         al.frees = c->fq;
+        hrp_records(&c->rep, &al.decided_from, &al.decided, &al.n_decided); /* issue 28 */
         Heapd__Frame req = HEAPD__FRAME__INIT;
         req.body_case = HEAPD__FRAME__BODY_ALLOC;
         req.alloc = &al;
@@ -634,21 +687,29 @@ static int alloc_locked(heapc *c, size_t size, const char *name, const alloc_use
             c->fq_n = 0;
             c->ctr.free_batches++;
         }
-        if (rc != HEAPC_OK)
+        if (rc != HEAPC_OK) {
+            if (c->rep.asked)
+                hrp_lose(&c->rep, "an allocation it had asked a step for failed");
             return rc;
+        }
+        hrp_records_done(&c->rep);
         Heapd__AllocReply *ar = rep->alloc_reply;
         if (!ar) {
             hci_rpc_done(rep, &raw);
             return hci_set_err(c, HEAPC_EPROTOCOL, "heapd sent an empty AllocReply");
         }
+        replica_hears(c, ar, size);
         if (ar->collect_needed || ar->trim_needed) { /* issue 30: trim_threshold reached */
             int trim = ar->trim_needed && !ar->collect_needed;
             hci_rpc_done(rep, &raw);
-            if ((rc = trim ? hci_trim_locked(c, NULL) : collect_locked(c)) != HEAPC_OK)
+            if ((rc = trim ? hci_trim_locked(c, NULL) : collect_locked(c, size)) != HEAPC_OK) {
+                hrp_lose(&c->rep, "an allocation's collect or trim failed");
                 return rc;
+            }
             c->ctr.collects_needed += !trim;
             continue;
         }
+        hrp_follow(&c->rep, size, ar->offset);
         rc = alloc_made(c, v, ar, &raw, size, name, use, ptr, offset);
         hci_rpc_done(rep, &raw);
         return rc;

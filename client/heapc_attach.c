@@ -14,6 +14,7 @@ void hci_teardown(heapc *c)
         hf_queue_destroy(&c->fence);
     }
     c->fence_on = 0;
+    hrp_stop(&c->rep); /* issue 28 */
     const view *pv = atomic_load_explicit(&c->view, memory_order_acquire);
     hci_hook_drop(c, pv ? pv->rank : UINT32_MAX); /* issue 32: before the chunks go */
     view *v = atomic_exchange_explicit(&c->view, NULL, memory_order_acq_rel);
@@ -195,11 +196,41 @@ static int attach_device(heapc *c, const heapc_params *p, char *uuid, int *ordin
     return HEAPC_OK;
 }
 
+/* Issue 28: $HEAPD_DECIDE (or HEAPC_DECIDE): "local" asks for a heap whose
+ * ranks decide with a replica, every $HEAPD_DECIDE_EVERY-th allocation a
+ * round trip (default 64); "daemon": heapd decides every allocation of
+ * this rank (no replica, whatever the heap); unset: the heap's way. *ask:
+ * local_every to ask for; *use: 1 to run a replica where the heap has one. */
+static int decide_env(heapc *c, uint32_t *ask, int *use)
+{
+    const char *d = henv_get("DECIDE"), *e = henv_get("DECIDE_EVERY");
+    char w1[64], w2[64];
+    *ask = 0;
+    *use = !d || strcmp(d, "daemon") != 0;
+    if (!d || !*d || !strcmp(d, "daemon"))
+        return HEAPC_OK;
+    if (strcmp(d, "local"))
+        return hci_set_err(c, HEAPC_EINVAL, "heapc_attach: %s=\"%s\": give local or daemon",
+                           henv_which("DECIDE", w1, sizeof w1), d);
+    char *end = NULL;
+    unsigned long n = e && *e ? strtoul(e, &end, 10) : 64;
+    if ((e && *e && (*end || e[0] == '-')) || n < 2 || n > HW_DECIDED_MAX)
+        return hci_set_err(c, HEAPC_EINVAL,
+                           "heapc_attach: %s=\"%s\": give the allocations between round trips, 2 to %u (default 64)",
+                           henv_which("DECIDE_EVERY", w2, sizeof w2), e ? e : "", HW_DECIDED_MAX);
+    *ask = (uint32_t)n;
+    return HEAPC_OK;
+}
+
 /* attach, step 3: the Attach request and heapd's AttachReply. */
 static int attach_request(heapc *c, const char *heap, uint32_t rank, uint32_t world, const heapc_params *p,
                           const char *uuid, Heapd__Frame **rep, hw_frame *raw)
 {
     Heapd__HeapParams hp = HEAPD__HEAP_PARAMS__INIT;
+    int use;
+    int rc = decide_env(c, &hp.local_every, &use);
+    if (rc != HEAPC_OK)
+        return rc;
     if (p) {
         hp.chunk_size = p->chunk_size;
         hp.initial_size = p->initial_size;
@@ -421,6 +452,13 @@ int hci_attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world,
     attach_params(c, ar->params, uuid);
     if ((rc = attach_spaces(c, v, heap, ordinal)) != HEAPC_OK)
         goto fail;
+    /* Issue 28: a replica of a fresh heap whose ranks decide (a later
+     * attach, or HEAPC_DECIDE=daemon: heapd decides this rank's). */
+    uint32_t ask;
+    int use;
+    if (ar->params->local_every && ar->next_seq == 0 && ar->generation == 0 && !ar->released &&
+        decide_env(c, &ask, &use) == HEAPC_OK && use)
+        (void)hrp_start(&c->rep, ar->params, ar->params->local_every); /* fails: heapd decides */
     memset(&c->ctr, 0, sizeof c->ctr);
     if ((rc = hci_map_chunks(c, v, ar->chunks, ar->n_chunks, &raw)) != HEAPC_OK)
         goto fail;

@@ -17,6 +17,7 @@
 #include "heapc_cuda.h"
 #include "heapc_fence.h"
 #include "heapc_ring.h"
+#include "heapc_replica.h"
 #include "heapc_sock.h"
 #include "ring_layout.h"
 #include "wire.h"
@@ -185,6 +186,10 @@ struct heapc {
     /* Issue 32 (heapc_hook.c): heapc_set_map_hook's callback, or NULL. */
     heapc_map_fn map_fn;
     void *map_arg;
+    /* Issue 28 (heapc_replica.h): the allocator's replica (rep.core NULL:
+     * heapd decides every allocation). rep.pos == next_seq while it
+     * decides. */
+    hrp_replica rep;
 };
 
 /* heapc.c: the result of a call, and the one request/reply path. */

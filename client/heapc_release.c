@@ -194,6 +194,7 @@ int hci_trim_locked(heapc *c, uint64_t *trimmed)
     /* heapd released its references: ours go now (the extent first, so
      * that lookups no longer reach the slots). */
     atomic_store_explicit(&c->mapped, tr->mapped, memory_order_release);
+    hrp_trimmed(&c->rep); /* issue 28: heapd's core trimmed here (ha_trim) */
     const view *v = atomic_load_explicit(&c->view, memory_order_acquire);
     removing_hook(c, v, tr->chunks, tr->n_chunks, tr->mapped / cs, was / cs);
     int bad = 0;

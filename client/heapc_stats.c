@@ -124,6 +124,8 @@ int heapc_get_counters(heapc *c, heapc_counters *out)
     out->stream_markers = c->ctr.stream_markers + (c->fence_on ? c->fence.markers : 0);
     out->stream_in_flight = c->fence_on ? hf_queue_early(&c->fence) : 0;
     out->stream_reuse_waits = c->ctr.stream_reuse_waits + (c->fence_on ? c->fence.orders : 0);
+    out->local_allocs = c->rep.local; /* issue 28 */
+    out->replica_lost = (uint64_t)c->rep.lost;
     int rc = hci_ok(c);
     pthread_mutex_unlock(&c->mu);
     return rc;

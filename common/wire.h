@@ -54,6 +54,9 @@
 #define HW_READ_BUF    (64u << 10) /* reader buffer size */
 /* Issue 27: most frees one Alloc carries (Alloc.frees; more: a Free). */
 #define HW_ALLOC_FREES_MAX 256u
+/* Issue 28: the most (size, offset) pairs of replica decisions one Alloc or
+ * Free carries (Alloc.decided). */
+#define HW_DECIDED_MAX 4096u
 
 /* Every return code, one table: X(name, value, description). HW_AGAIN,
  * HW_FRAME and HW_EOF are not errors; every error is negative. The table

@@ -87,7 +87,7 @@ void hd_reply_hello(const hd_frame_sink *out, uint64_t id, const char *backend)
 /* grow_ahead: the heap's spares per rank (0: none, sent as
  * HD_GROW_AHEAD_NONE: issue 27). */
 static void fill_params(const ha_params *ap, uint32_t timeout_ms, uint32_t persist_s, uint32_t grow_ahead,
-                        Heapd__HeapParams *p)
+                        uint32_t local_every, Heapd__HeapParams *p)
 {
     heapd__heap_params__init(p);
     p->chunk_size = ap->chunk_size;
@@ -101,6 +101,7 @@ static void fill_params(const ha_params *ap, uint32_t timeout_ms, uint32_t persi
     p->grow_ahead = grow_ahead ? grow_ahead : HD_GROW_AHEAD_NONE;
     p->trim_threshold = ap->trim_threshold ? ap->trim_threshold : HD_TRIM_NONE; /* issue 30 */
     p->extent_bound = ap->extent_bound;                                         /* issue 32 */
+    p->local_every = local_every;                                               /* issue 28 */
 }
 
 /* refs + i and fds + i, where a reply without chunks may have NULL arrays
@@ -279,7 +280,7 @@ static void out_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
         return;
     }
     Heapd__HeapParams params;
-    fill_params(a->ap, a->timeout_ms, a->persist_s, a->grow_ahead, &params);
+    fill_params(a->ap, a->timeout_ms, a->persist_s, a->grow_ahead, a->local_every, &params);
     Heapd__AttachReply ar = HEAPD__ATTACH_REPLY__INIT;
     ar.params = &params;
     ar.world_size = a->world_size;
@@ -309,6 +310,18 @@ static void out_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
     free(store);
 }
 
+/* Issue 28: a HeapOp in *m (its offsets point into o's). */
+static Heapd__HeapOp *op_fill(const hd_op_out *o, Heapd__HeapOp *m)
+{
+    heapd__heap_op__init(m);
+    m->at = o->at;
+    m->collect = o->collect;
+    m->asked = o->asked;
+    m->n_offsets = o->n;
+    m->offsets = (uint64_t *)o->offsets;
+    return m;
+}
+
 static void out_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
 {
     size_t sent = send_chunk_batches(sink_of(p), id, a->new_chunks, a->nchunks, a->fds, 0);
@@ -332,6 +345,12 @@ static void out_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
     ar.mapped = a->mapped;
     ar.n_new_chunks = a->nchunks - sent;
     ar.new_chunks = ptrs;
+    Heapd__HeapOp op, *opp[1];
+    if (a->op) {
+        opp[0] = op_fill(a->op, &op);
+        ar.n_ops = 1;
+        ar.ops = opp;
+    }
     send_body(sink_of(p), id, HEAPD__FRAME__BODY_ALLOC_REPLY, &ar, fds_at(a->fds, sent), a->nchunks - sent);
     free(ptrs);
     free(store);
@@ -344,12 +363,19 @@ static void out_free(hd_peer *p, uint64_t id, uint32_t accepted)
     send_body(sink_of(p), id, HEAPD__FRAME__BODY_FREE_REPLY, &fr, NULL, 0);
 }
 
-static void out_collect(hd_peer *p, uint64_t id, uint64_t blocks, uint64_t bytes, uint64_t collects)
+static void out_collect(hd_peer *p, uint64_t id, const hd_collect_out *o)
 {
     Heapd__CollectReply cr = HEAPD__COLLECT_REPLY__INIT;
-    cr.reclaimed_blocks = blocks;
-    cr.reclaimed_bytes = bytes;
-    cr.collects = collects;
+    cr.reclaimed_blocks = o->blocks;
+    cr.reclaimed_bytes = o->bytes;
+    cr.collects = o->collects;
+    cr.ops_omitted = o->omitted;
+    Heapd__HeapOp op, *opp[1];
+    if (o->op) {
+        opp[0] = op_fill(o->op, &op);
+        cr.n_ops = 1;
+        cr.ops = opp;
+    }
     send_body(sink_of(p), id, HEAPD__FRAME__BODY_COLLECT_REPLY, &cr, NULL, 0);
 }
 
@@ -452,7 +478,7 @@ static void heap_stats(const hd_heap_info *in, Heapd__HeapStats *s, Heapd__HeapP
         s->collect_wait = fill_hist(&hg[0], hn[0], in->collect_wait);
     if (in->growth)
         s->growth = fill_hist(&hg[1], hn[1], in->growth);
-    fill_params(in->ap, in->timeout_ms, in->persist_s, in->grow_ahead, pp);
+    fill_params(in->ap, in->timeout_ms, in->persist_s, in->grow_ahead, in->local_every, pp);
     s->name = (char *)in->name;
     s->world_size = in->world_size;
     s->params = pp;

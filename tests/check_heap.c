@@ -96,12 +96,11 @@ static void s_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
 
 static void s_free(hd_peer *p, uint64_t id, uint32_t accepted) { record(p, id, R_FREE)->blocks = accepted; }
 
-static void s_collect(hd_peer *p, uint64_t id, uint64_t blocks, uint64_t bytes, uint64_t collects)
+static void s_collect(hd_peer *p, uint64_t id, const hd_collect_out *o)
 {
-    (void)bytes;
     rec *r = record(p, id, R_COLLECT);
-    r->blocks = blocks;
-    r->seq = collects;
+    r->blocks = o->blocks;
+    r->seq = o->collects;
 }
 
 static void s_detach(hd_peer *p, uint64_t id) { record(p, id, R_DETACH); }

@@ -92,9 +92,9 @@ static void s_free(hd_peer *p, uint64_t id, uint32_t accepted)
     record(p, R_OTHER);
 }
 
-static void s_collect(hd_peer *p, uint64_t id, uint64_t blocks, uint64_t bytes, uint64_t collects)
+static void s_collect(hd_peer *p, uint64_t id, const hd_collect_out *o)
 {
-    (void)id, (void)blocks, (void)bytes, (void)collects;
+    (void)id, (void)o;
     record(p, R_OTHER);
 }
 

@@ -190,7 +190,10 @@ START_TEST(small_replies)
 {
     hd_reply_hello(&sink, 1, "host");
     peer.out->free(&peer, 2, 5);
-    peer.out->collect(&peer, 3, 10, 4096, 7);
+    uint64_t offs[2] = {0, 8192};
+    hd_op_out op = {.at = 12, .collect = true, .asked = true, .offsets = offs, .n = 2};
+    hd_collect_out co = {.blocks = 10, .bytes = 4096, .collects = 7, .op = &op};
+    peer.out->collect(&peer, 3, &co);
     peer.out->detach(&peer, 4);
     peer.out->force(&peer, 5, 99);
     int fds[2] = {101, 102};
@@ -205,6 +208,12 @@ START_TEST(small_replies)
     ck_assert_uint_eq(f->collect_reply->reclaimed_blocks, 10);
     ck_assert_uint_eq(f->collect_reply->reclaimed_bytes, 4096);
     ck_assert_uint_eq(f->collect_reply->collects, 7);
+    /* issue 28: the collect's blocks for the replicas */
+    ck_assert_uint_eq(f->collect_reply->n_ops, 1);
+    ck_assert_uint_eq(f->collect_reply->ops[0]->at, 12);
+    ck_assert(f->collect_reply->ops[0]->collect && f->collect_reply->ops[0]->asked);
+    ck_assert_uint_eq(f->collect_reply->ops[0]->n_offsets, 2);
+    ck_assert_uint_eq(f->collect_reply->ops[0]->offsets[1], 8192);
     frame(3, 4, HEAPD__FRAME__BODY_DETACH_REPLY);
     ck_assert_uint_eq(frame(4, 5, HEAPD__FRAME__BODY_FORCE_COLLECT_REPLY)->force_collect_reply->at_seq, 99);
     f = frame(5, 6, HEAPD__FRAME__BODY_RING_SETUP_REPLY);

@@ -151,9 +151,9 @@ static inline void s_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
 
 static inline void s_free(hd_peer *p, uint64_t id, uint32_t accepted) { (void)id, (void)accepted, record(p, R_FREE); }
 
-static inline void s_collect(hd_peer *p, uint64_t id, uint64_t blocks, uint64_t bytes, uint64_t collects)
+static inline void s_collect(hd_peer *p, uint64_t id, const hd_collect_out *o)
 {
-    (void)id, (void)blocks, (void)bytes, (void)collects;
+    (void)id, (void)o;
     record(p, R_COLLECT);
 }
 

@@ -422,9 +422,10 @@ static int do_stats(void)
     heapc_counters k;
     heapc_get_counters(g.c, &k);
     printf("s client allocs=%" PRIu64 " frees=%" PRIu64 " free_batches=%" PRIu64 " collects=%" PRIu64
-           " collects_needed=%" PRIu64 " chunks_mapped=%" PRIu64 " queued_frees=%" PRIu64 " mapped=%" PRIu64 "\n",
+           " collects_needed=%" PRIu64 " chunks_mapped=%" PRIu64 " queued_frees=%" PRIu64 " mapped=%" PRIu64
+           " local_allocs=%" PRIu64 " replica_lost=%" PRIu64 "\n",
            k.allocs, k.frees, k.free_batches, k.collects, k.collects_needed, k.chunks_mapped, k.queued_frees,
-           heapc_mapped(g.c));
+           heapc_mapped(g.c), k.local_allocs, k.replica_lost);
     fflush(stdout);
     return 0;
 }

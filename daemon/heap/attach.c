@@ -54,6 +54,7 @@ static void send_attach_reply(hd_heap *h, uint32_t rank, uint64_t id)
             local[nlocal++] = q;
     hd_attach_out ar = {0};
     ar.ap = &h->ap_shown;
+    ar.local_every = h->local_every;
     ar.timeout_ms = h->timeout_ms;
     ar.world_size = h->world_size;
     ar.nlocal = nlocal;
@@ -219,8 +220,10 @@ static int heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint6
     ap.extent_bound = rp && rp->extent_bound; /* issue 32 */
     ap.reclaim = reclaim_of(cfg, rp ? (int)rp->reclaim : 0, local_size, m->world_size, ap.policy);
     char why[512];
+    uint32_t le;
     if (trim_threshold_of(cfg, rp ? rp->trim_threshold : 0, local_size < m->world_size, &ap.trim_threshold, why,
-                          sizeof why)) {
+                          sizeof why) ||
+        hh_local_every_of(rp ? rp->local_every : 0, local_size, m->world_size, &le, why, sizeof why)) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap \"%s\": %s", m->heap, why);
         return -1;
     }
@@ -306,6 +309,15 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_peer *c, 
     uint32_t persist, grow_ahead;
     if (heap_params(r, m, c, id, &ap, &persist, &grow_ahead))
         return NULL;
+    /* Issue 28: replicas decide as on several nodes: reclaims at collects
+     * and rounds, never at a release. */
+    uint32_t le = 0;
+    bool eager = ap.reclaim == HA_RECLAIM_EAGER;
+    (void)hh_local_every_of(rp ? rp->local_every : 0, ap.ranks, m->world_size, &le, NULL, 0);
+    if (le) {
+        ap.reclaim = HA_RECLAIM_COLLECT;
+        ap.one_decider = false;
+    }
     hd_heap *h = hh_heap_new(r, m->heap, m->world_size, &ap);
     if (!h) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory creating heap \"%s\"", m->heap);
@@ -315,6 +327,9 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_peer *c, 
     h->owner = hd_peer_uid(c);
     secret_hash(&m->job_secret, h->secret);
     h->hz_every = lookahead_of(&r->cfg, rp ? (int)rp->reclaim : 0, ap.ranks, m->world_size, ap.policy);
+    h->local_every = le;
+    if (le && eager) /* issue 28: this node's rounds, which the replicas follow */
+        h->hz_every = le;
     h->ap_shown = h->ap;
     if (h->hz_every) /* its core reclaims what the nodes agree on, eagerly */
         h->ap_shown.reclaim = HA_RECLAIM_EAGER;
@@ -369,6 +384,13 @@ static bool params_differ(const hd_heap *h, const Heapd__Attach *m, char *why, s
     uint32_t persist = p->persist_s == HD_PERSIST_NONE ? 0 : p->persist_s;
     if (p->persist_s && persist != h->persist_s) {
         snprintf(why, len, "persist_s %u differs from the heap's %u seconds", p->persist_s, h->persist_s);
+        return true;
+    }
+    uint32_t le = 0;
+    if (p->local_every && (hh_local_every_of(p->local_every, h->local_size, h->world_size, &le, NULL, 0) ||
+                           le != h->local_every)) { /* issue 28 */
+        snprintf(why, len, "local_every %u differs from the heap's %u (0: heapd decides)", p->local_every,
+                 h->local_every);
         return true;
     }
     if (p->extent_bound && !h->ap.extent_bound) { /* issue 32 */

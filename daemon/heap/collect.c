@@ -91,8 +91,14 @@ static void collect_owed_done(hd_heap *h, uint64_t seq)
     }
 }
 
-static void collect_reply_all(hd_heap *h, uint64_t blocks, uint64_t bytes)
+/* Issue 28: a collect's blocks go to the replicas up to this many. */
+#define LOCAL_OPS_MAX 262144u
+
+static void collect_reply_all(hd_heap *h, uint64_t blocks, uint64_t bytes, const hd_op_out *op)
 {
+    hd_collect_out o = {.blocks = blocks, .op = op && op->n <= LOCAL_OPS_MAX ? op : NULL};
+    o.omitted = op && op->n > LOCAL_OPS_MAX;
+    o.bytes = bytes;
     collect_owed_done(h, h->coll_seq);
     hd_hist_observe(&h->coll_wait, uv_hrtime() - h->coll_start_ns);
     ha_stats st;
@@ -106,7 +112,8 @@ static void collect_reply_all(hd_heap *h, uint64_t blocks, uint64_t bytes)
         if (!k->in_collect)
             continue;
         k->in_collect = false;
-        k->conn->out->collect(k->conn, k->collect_id, blocks, bytes, st.collects);
+        o.collects = st.collects;
+        k->conn->out->collect(k->conn, k->collect_id, &o);
     }
     h->coll_active = false;
     h->coll_waiting = 0;
@@ -153,15 +160,30 @@ static void store_collect_cb(void *arg, int status, const char *errmsg, const ui
         return;
     }
     hh_horizon_collected(h, offsets, n);
-    collect_reply_all(h, n, bytes);
+    collect_reply_all(h, n, bytes, NULL);
 }
 
 static void collect_finish(hd_heap *h)
 {
+    if (!hh_multi(h) && h->local_every) { /* issue 28: the replicas reclaim the same blocks */
+        uint64_t *offs = NULL, bytes = 0;
+        size_t n = 0;
+        if (ha_collect_candidates(h->core, &offs, &n) || ha_collect_apply(h->core, offs, n, &bytes)) {
+            free(offs);
+            hh_collect_fail(h, HEAPD__ERR_CODE__ERR_NO_MEMORY, "heapd is out of memory for the collect");
+            return;
+        }
+        hh_horizon_collected(h, offs, n);
+        hd_op_out op = {.at = h->coll_seq, .collect = true, .asked = h->collect_at == h->coll_seq,
+                        .offsets = offs, .n = n};
+        collect_reply_all(h, n, bytes, &op);
+        free(offs);
+        return;
+    }
     if (!hh_multi(h)) {
         uint64_t blocks = 0, bytes = 0;
         ha_collect(h->core, &blocks, &bytes);
-        collect_reply_all(h, blocks, bytes);
+        collect_reply_all(h, blocks, bytes, NULL);
         return;
     }
     char err[512];

@@ -58,6 +58,9 @@ typedef struct hd_registry hd_registry;
 #define HD_GROW_AHEAD_NONE UINT32_C(0xFFFFFFFF)
 /* Issue 30: HeapParams.trim_threshold asking for no automatic trim. */
 #define HD_TRIM_NONE UINT64_C(0xFFFFFFFFFFFFFFFF)
+/* Issue 28: the most allocations a replica decides between round trips
+ * (HeapParams.local_every). */
+#define HD_LOCAL_EVERY_MAX 4096u
 typedef struct hd_heap hd_heap;
 typedef struct hd_peer hd_peer;
 
@@ -108,7 +111,8 @@ typedef struct hd_attach_out {
     const hd_marker *markers;
     size_t nmarkers;
     bool released;       /* issue 30: the heap is released here (no chunks) */
-    uint32_t grow_ahead; /* issue 27: spares per rank (0: none) */
+    uint32_t grow_ahead;  /* issue 27: spares per rank (0: none) */
+    uint32_t local_every; /* issue 28: 0, or the replicas' round-trip period */
 } hd_attach_out;
 
 /* Issue 30: a ReleaseReply: the bytes released (every local rank's), of
@@ -140,13 +144,32 @@ typedef struct hd_trim_out {
 
 /* An AllocReply: a decision, or collect_needed or trim_needed (issue 30);
  * new_chunks[i]'s fd is fds[i]. */
+/* Issue 28: what a replica must do before allocation `at` (a HeapOp):
+ * reclaim offsets[0..n) (ascending), as a collect (collect; asked: the
+ * allocator had asked for it there) or as an eager-reclaim round. */
+typedef struct hd_op_out {
+    uint64_t at;
+    bool collect, asked;
+    const uint64_t *offsets;
+    size_t n;
+} hd_op_out;
+
 typedef struct hd_alloc_out {
     uint64_t seq, offset, block_size, mapped;
     bool collect_needed, trim_needed;
     const hd_chunk_ref *new_chunks;
     int *fds;
     size_t nchunks;
+    const hd_op_out *op; /* issue 28: the round applied before seq (NULL: none) */
 } hd_alloc_out;
+
+/* A CollectReply: op is the collect's blocks for the replicas (issue 28;
+ * NULL: none, or omitted: too many). */
+typedef struct hd_collect_out {
+    uint64_t blocks, bytes, collects;
+    const hd_op_out *op;
+    bool omitted;
+} hd_collect_out;
 
 typedef struct hd_rank_info {
     uint32_t rank;
@@ -206,6 +229,7 @@ typedef struct hd_heap_info {
      * each rank keeps (grow_ahead, 0: none). */
     uint64_t spare_bytes;
     uint32_t grow_ahead;
+    uint32_t local_every; /* issue 28: 0, or the replicas' round-trip period */
     uint64_t trims, trimmed_bytes; /* issue 30: trims, chunk bytes they gave back (every local rank's) */
     bool collect_pending;
     uint64_t pending_collect_seq;
@@ -248,7 +272,7 @@ typedef struct hd_reply_ops {
     void (*attach)(hd_peer *p, uint64_t id, const hd_attach_out *a);
     void (*alloc)(hd_peer *p, uint64_t id, const hd_alloc_out *a);
     void (*free)(hd_peer *p, uint64_t id, uint32_t accepted);
-    void (*collect)(hd_peer *p, uint64_t id, uint64_t blocks, uint64_t bytes, uint64_t collects);
+    void (*collect)(hd_peer *p, uint64_t id, const hd_collect_out *o);
     void (*detach)(hd_peer *p, uint64_t id);
     void (*force)(hd_peer *p, uint64_t id, uint64_t at_seq);
     void (*stats)(hd_peer *p, uint64_t id, const hd_stats_out *s);

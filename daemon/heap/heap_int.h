@@ -119,6 +119,7 @@ typedef struct hd_rank {
     hd_status status;                           /* the rank's status page (fd -1 until joined) */
     uint64_t dev_free, dev_total, dev_ns;       /* last device memory sample */
     uint64_t stream_waiting, dev_waits_avoided; /* from the rank's last Collect */
+    uint64_t lr_sent; /* issue 28: rounds at horizons below this were sent to it */
 } hd_rank;
 
 /* Invariants:
@@ -129,7 +130,8 @@ typedef struct hd_rank {
  *   trim, the core's HA_NEED_TRIM; release.c's trim clears it);
  *   coll_active => coll_waiting == number of ranks with in_collect;
  *   poison.nranks == 0 (healthy) or HD_ASYM_RANKS with
- *   poison.sizes[0] != poison.sizes[1] (poisoned: set once, never cleared;
+ *   poison.sizes[0] != poison.sizes[1] or poison_replica (issue 28: a
+ *   replica's decision differed from heapd's) (poisoned: set once, never cleared;
  *   poison_msg is the message every later call gets). */
 struct hd_heap {
     hd_registry *reg;
@@ -174,6 +176,7 @@ struct hd_heap {
     void (*coll_fail)(hd_heap *h, Heapd__ErrCode code, const char *msg);
     hd_asym_out poison; /* poison.c */
     char poison_msg[600];
+    bool poison_replica;
     uint64_t coll_seq;
     uint32_t coll_waiting;
     /* Cross-node collect (local_size < world_size). */
@@ -270,6 +273,21 @@ struct hd_heap {
     uint64_t hz_wait_at;          /* the horizon last waited at (logged once) */
     char hz_err[700];
     void (*hz_replay)(hd_heap *h);
+    /* Issue 28 (horizon.c): allocation without a message. local_every: the
+     * replicas' period L (0: heapd decides every allocation). The core then
+     * runs as on several nodes (reclaim at collects, not one decider), and
+     * under reclaim eager hz_every == local_every: the rounds are this
+     * node's own, answered at once. lr[0..nlr): the rounds applied at
+     * horizons some rank has not reached (ascending at), each sent once to
+     * each rank (hd_rank.lr_sent). */
+    uint32_t local_every;
+    struct hh_lround {
+        uint64_t at;
+        uint64_t *offsets;
+        size_t n;
+    } *lr;
+    size_t nlr, caplr;
+    uint64_t local_records, local_bad; /* decisions of replicas checked; poisonings by one */
     hd_heap *next;
 };
 
@@ -418,6 +436,11 @@ int hh_chunk_msg_build(hd_heap *h, uint32_t from, uint32_t to, chunk_msg *m);
 /* Poisons h: allocation n was decided for rank `first` at first_size bytes,
  * and rank `rank` asked for size. Logs it; answers nobody. */
 void hh_poison_set(hd_heap *h, uint64_t n, uint32_t first, uint64_t first_size, uint32_t rank, uint64_t size);
+/* Issue 28: rank `rank`'s replica decided allocation n (size bytes) at
+ * offset `said`; heapd's core placed it at `decided` (why: UINT64_MAX
+ * offsets aside, what heapd's core answered instead: "" or a sentence). */
+void hh_poison_replica(hd_heap *h, uint64_t n, uint32_t rank, uint64_t size, uint64_t said, uint64_t decided,
+                       const char *why);
 static inline bool hh_poisoned(const hd_heap *h) { return h->poison.nranks > 0; }
 /* Answers request id of c with h's poison (ERR_ASYMMETRY, its fields). */
 void hh_poison_reply(const hd_heap *h, hd_peer *c, uint64_t id);
@@ -491,6 +514,13 @@ int hh_horizon_gate(hd_heap *h, uint64_t seq, char *err, size_t errlen);
 /* A collect reclaimed offsets[0..n) (a cross-node one: the same on every
  * node): the round in hand must not reclaim them again. */
 void hh_horizon_collected(hd_heap *h, const uint64_t *offsets, size_t n);
+/* Issue 28: the local_every a heap of these ranks gets for the ask (0 where
+ * it spans nodes), into *out; 0, or -1 with why (over the limit). */
+int hh_local_every_of(uint32_t ask, uint32_t local_size, uint32_t world_size, uint32_t *out, char *why,
+                      size_t len);
+/* The round applied at horizon seq for rank k, once (NULL: none, or sent);
+ * *op is filled. Rounds every attached rank has passed are dropped. */
+const hd_op_out *hh_local_round(hd_heap *h, hd_rank *k, uint64_t seq, hd_op_out *op);
 
 /* ---- middle floor --------------------------------------------------------- */
 

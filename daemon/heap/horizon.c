@@ -24,7 +24,15 @@
  * next round goes on. A failure this node alone may see (Redis unreachable
  * or killed: HD_STORE_EFAIL) leaves it unable to know what the others
  * reclaimed, so it decides nothing past the horizon: every allocation there
- * gets ERR_STORE naming the store and what to do. Runs on the loop thread. */
+ * gets ERR_STORE naming the store and what to do.
+ *
+ * Issue 28, allocation without a message (local_every = L on a heap of one
+ * node): the ranks' replicas decide every allocation but those at multiples
+ * of L, which are round trips. Under reclaim eager the same rounds run with
+ * hz_every = L, each answered at once by this node's own candidates (no
+ * store), and each round applied at a horizon is kept (lr) until every rank
+ * got it with its reply there (hh_local_round): the replicas reclaim the
+ * same blocks at the same allocation number. Runs on the loop thread. */
 #include "heap_int.h"
 
 #include <stdio.h>
@@ -84,6 +92,80 @@ static void hz_cb(void *arg, int status, const char *errmsg, const uint64_t *off
         h->hz_replay(h);
 }
 
+/* Issue 28: keeps offs[0..n) (taken over), the round applied at `at`, for
+ * the replicas; drops the rounds every connected rank has passed. 1 kept,
+ * 0 not (out of memory: the ranks' replicas then stop at `at`, their
+ * records and heapd's decisions differing there, which poisons the heap). */
+static int lr_keep(hd_heap *h, uint64_t at, uint64_t *offs, size_t n)
+{
+    size_t drop = 0;
+    while (drop < h->nlr) {
+        bool passed = true;
+        for (uint32_t q = 0; q < h->world_size && passed; q++)
+            if (h->ranks[q].conn && h->ranks[q].next_seq <= h->lr[drop].at)
+                passed = false;
+        if (!passed)
+            break;
+        free(h->lr[drop++].offsets);
+    }
+    memmove(h->lr, h->lr + drop, (h->nlr - drop) * sizeof *h->lr);
+    h->nlr -= drop;
+    if (h->nlr == h->caplr) {
+        size_t nc = h->caplr ? h->caplr * 2 : 8;
+        struct hh_lround *nl = realloc(h->lr, nc * sizeof *nl);
+        if (!nl)
+            return 0;
+        h->lr = nl;
+        h->caplr = nc;
+    }
+    h->lr[h->nlr++] = (struct hh_lround){at, offs, n};
+    return 1;
+}
+
+const hd_op_out *hh_local_round(hd_heap *h, hd_rank *k, uint64_t seq, hd_op_out *op)
+{
+    if (!h->local_every || k->lr_sent > seq)
+        return NULL;
+    for (size_t i = h->nlr; i-- > 0;) {
+        if (h->lr[i].at == seq) {
+            k->lr_sent = seq + 1;
+            *op = (hd_op_out){.at = seq, .offsets = h->lr[i].offsets, .n = h->lr[i].n};
+            return op;
+        }
+    }
+    return NULL;
+}
+
+int hh_local_every_of(uint32_t ask, uint32_t local_size, uint32_t world_size, uint32_t *out, char *why, size_t len)
+{
+    if (ask > HD_LOCAL_EVERY_MAX) {
+        snprintf(why, len,
+                 "local_every %u is over the limit of %u allocations between round trips; ask for at most %u, or 0 "
+                 "for heapd to decide every allocation",
+                 ask, HD_LOCAL_EVERY_MAX, HD_LOCAL_EVERY_MAX);
+        return -1;
+    }
+    *out = local_size == world_size ? ask : 0; /* across nodes: heapd decides (the store's rounds) */
+    return 0;
+}
+
+/* Issue 28: this node's own round at `at`: the blocks every local rank
+ * released, answered at once. 0, or -1 with hz_err set. */
+static int lr_post(hd_heap *h, uint64_t at)
+{
+    uint64_t *offs = NULL;
+    size_t n = 0;
+    if (ha_collect_candidates(h->core, &offs, &n) != HA_OK) {
+        hz_stop(h, at + h->hz_every, "heapd is out of memory for the reclaim round");
+        return -1;
+    }
+    h->hz_set = offs;
+    h->hz_nset = n;
+    h->hz_ngone = 0;
+    h->hz_done = true;
+    return 0;
+}
+
 /* Reclaims the answer of the round in hand, less what collects took since
  * it was posted. 0, or -1 with hz_err set. */
 static int hz_apply(hd_heap *h, uint64_t at)
@@ -100,6 +182,8 @@ static int hz_apply(hd_heap *h, uint64_t at)
     }
     uint64_t bytes = 0;
     int rc = ha_reclaim_apply(h->core, h->hz_set, n, &bytes);
+    if (rc == HA_OK && n && h->local_every && lr_keep(h, at, h->hz_set, n))
+        h->hz_set = NULL; /* kept for the replicas */
     free(h->hz_set);
     h->hz_set = NULL;
     h->hz_nset = 0;
@@ -145,6 +229,8 @@ int hh_store_post(hd_heap *h, const char *inc, uint64_t cnum, hd_store_cb cb, ch
 /* Posts the round of point `at`. 0, or -1 with hz_err set. */
 static int hz_post(hd_heap *h, uint64_t at)
 {
+    if (h->local_every)
+        return lr_post(h, at);
     char err[512], inc[sizeof h->inc + 16];
     snprintf(inc, sizeof inc, "%s#reclaim", h->inc);
     if (hh_store_post(h, inc, at / h->hz_every, hz_cb, err, sizeof err)) {
@@ -171,7 +257,7 @@ int hh_horizon_gate(hd_heap *h, uint64_t seq, char *err, size_t errlen)
         h->hz_waits++;
         return 1;
     }
-    if (!h->reg->store) {
+    if (!h->reg->store && !h->local_every) {
         hz_stop(h, seq, "this heapd has no store");
         snprintf(err, errlen, "%s", h->hz_err);
         return -1;

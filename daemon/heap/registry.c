@@ -187,6 +187,9 @@ static uint64_t heap_destroy(hd_heap *h, const char *why)
     free(h->held);
     free(h->hz_set);
     free(h->hz_gone);
+    for (size_t i = 0; i < h->nlr; i++) /* issue 28: horizon.c's rounds kept for the replicas */
+        free(h->lr[i].offsets);
+    free(h->lr);
     free(h->memo.full);
     free(h->memo.bare);
     if (h->commit_gone)
@@ -494,6 +497,7 @@ static size_t heap_info(hd_heap *h, hd_heap_info *s, hd_rank_info *rs)
     s->eager_reclaims = st.eager_reclaims;
     s->spare_bytes = hh_spare_bytes(h);
     s->grow_ahead = h->grow_ahead;
+    s->local_every = h->local_every;
     s->trims = h->trims;
     s->trimmed_bytes = h->trimmed_bytes;
     uint64_t fa = h->nforce ? h->force_at[0] : UINT64_MAX;
@@ -668,7 +672,8 @@ static int heap_validate(const hd_heap *h, char *why, size_t len)
         BAD("heap \"%s\": formed, no client, yet not detached", h->name);
     if (h->coll_active && (!h->coll_left || !h->coll_fail))
         BAD("heap \"%s\": a collect is active without its coll_left or coll_fail", h->name);
-    if (h->poison.nranks && (h->poison.nranks != HD_ASYM_RANKS || h->poison.sizes[0] == h->poison.sizes[1]))
+    if (h->poison.nranks && (h->poison.nranks != HD_ASYM_RANKS ||
+                             (h->poison.sizes[0] == h->poison.sizes[1] && !h->poison_replica)))
         BAD("heap \"%s\": poisoned by allocation %llu without two ranks of different sizes", h->name,
             (unsigned long long)h->poison.n);
     if (waiting != (h->coll_active ? h->coll_waiting : 0))

@@ -139,13 +139,16 @@ static int grow(hd_heap *h, uint32_t chunks, char *err, size_t errlen)
     return 0;
 }
 
-/* Allocation seq waits for a collect, or (trim: issue 30) a trim. */
-static void send_needed(hd_peer *c, uint64_t id, uint64_t seq, bool trim)
+/* Allocation seq waits for a collect, or (trim: issue 30) a trim. Issue
+ * 28: with the round applied at seq, if the rank has not had it. */
+static void send_needed(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, bool trim)
 {
     hd_alloc_out ar = {0};
+    hd_op_out op;
     ar.seq = seq;
     ar.collect_needed = !trim;
     ar.trim_needed = trim;
+    ar.op = hh_local_round(h, &h->ranks[hd_peer_binding(c)->rank], seq, &op);
     c->out->alloc(c, id, &ar);
 }
 
@@ -237,9 +240,11 @@ static void alloc_failed(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint
 }
 
 /* Decides allocation `seq` (the next one) and logs it. Returns the
- * decision, or NULL once the peer got its answer (collect needed, error). */
+ * decision, or NULL once the peer got its answer (collect needed, error).
+ * Issue 28: replica (a rank's replica decided it at that offset): no step
+ * may be needed, else the heap is poisoned. */
 static const hd_decision *decide(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size, uint32_t rank,
-                                 const char *name)
+                                 const char *name, const uint64_t *replica)
 {
     if (log_reserve(h, c, id, seq, size, name))
         return NULL;
@@ -249,9 +254,16 @@ static const hd_decision *decide(hd_heap *h, hd_peer *c, uint64_t id, uint64_t s
         int rc = ha_alloc(h->core, size, &res);
         if (rc == HA_OK)
             break;
+        if (replica) {
+            snprintf(err, sizeof err, "answers \"%s\" there", ha_strerror(rc));
+            hh_poison_replica(h, seq, rank, size, *replica, UINT64_MAX, err);
+            h->local_bad++;
+            hh_poison_reply(h, c, id);
+            return NULL;
+        }
         if (rc == HA_NEED_COLLECT || rc == HA_NEED_TRIM) { /* issue 30: trim_threshold reached */
             *(rc == HA_NEED_TRIM ? &h->trim_at : &h->collect_at) = seq;
-            send_needed(c, id, seq, rc == HA_NEED_TRIM);
+            send_needed(h, c, id, seq, rc == HA_NEED_TRIM);
             return NULL;
         }
         if (rc == HA_NEED_GROW) {
@@ -313,6 +325,8 @@ static void send_alloc(hd_heap *h, hd_rank *k, hd_peer *c, uint64_t id, uint64_t
     ar.nchunks = cm.n;
     ar.new_chunks = cm.refs;
     ar.fds = cm.fds;
+    hd_op_out op;
+    ar.op = hh_local_round(h, k, seq, &op); /* issue 28 */
     if (upto > k->known_chunks)
         k->known_chunks = upto;
     k->next_seq++;
@@ -413,7 +427,7 @@ void hh_heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64
             return;
     } else {
         if (h->collect_at == seq || h->trim_at == seq || (h->nforce && h->force_at[0] == seq)) {
-            send_needed(c, id, seq, h->trim_at == seq);
+            send_needed(h, c, id, seq, h->trim_at == seq);
             return;
         }
         if (h->frozen) {
@@ -433,11 +447,85 @@ void hh_heap_alloc_seq(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64
             }
             return;
         }
-        d = decide(h, c, id, seq, size, b->rank, name);
+        d = decide(h, c, id, seq, size, b->rank, name, NULL);
         if (!d)
             return;
     }
     send_alloc(h, k, c, id, seq, d);
+}
+
+/* Issue 28: allocation seq of `size` bytes, decided by rank b's replica at
+ * offset off, applied and checked. 0, or -1 once the peer got the error
+ * (ERR_ASYMMETRY: the heap poisoned). */
+static int replica_one(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size, uint64_t off)
+{
+    hd_binding *b = hd_peer_binding(c);
+    hd_rank *k = &h->ranks[b->rank];
+    if (size == 0 || size > h->ap.va_size || seq % h->local_every == 0) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL,
+                      "decided allocation %llu of %llu bytes: %s", (unsigned long long)seq, (unsigned long long)size,
+                      size == 0 || size > h->ap.va_size ? "no replica decides that size"
+                                                        : "a multiple of local_every is never decided by a replica");
+        return -1;
+    }
+    const hd_decision *d;
+    if (seq < h->decided) {
+        d = &h->log[seq - h->log_base];
+        if (d->size != size) {
+            poison(h, c, id, seq, d, size);
+            return -1;
+        }
+    } else {
+        const char *why = h->collect_at == seq || (h->nforce && h->force_at[0] == seq) ? "owes a collect there"
+                          : h->trim_at == seq                                           ? "owes a trim there"
+                          : h->frozen ? "waits for the nodes' forced collect there"
+                                      : NULL;
+        if (why) {
+            hh_poison_replica(h, seq, b->rank, size, off, UINT64_MAX, why);
+            h->local_bad++;
+            hh_poison_reply(h, c, id);
+            return -1;
+        }
+        if (!(d = decide(h, c, id, seq, size, b->rank, NULL, &off)))
+            return -1;
+    }
+    if (d->offset != off) {
+        hh_poison_replica(h, seq, b->rank, size, off, d->offset, NULL);
+        h->local_bad++;
+        hh_poison_reply(h, c, id);
+        return -1;
+    }
+    k->next_seq++;
+    h->local_records++;
+    return 0;
+}
+
+/* Issue 28: the allocations from, from + 1, ... that the peer's rank
+ * decided with its replica (v: size, offset pairs; nv values), before
+ * anything else of the request. Those below the rank's next allocation
+ * number were applied before (a request sent again). 0, or -1 once the peer
+ * got the error. */
+static int replica_decided(hd_heap *h, hd_peer *c, uint64_t id, uint64_t from, const uint64_t *v, size_t nv)
+{
+    if (!nv)
+        return 0;
+    hd_rank *k = &h->ranks[hd_peer_binding(c)->rank];
+    if (hh_poison_check(h, c, id))
+        return -1;
+    const char *bad = !h->local_every ? "heapd decides every allocation of this heap (local_every 0)"
+                      : from > k->next_seq ? "they start past the rank's next allocation number (a gap)"
+                      : nv % 2 || nv / 2 > HW_DECIDED_MAX ? "not (size, offset) pairs, or more than the limit"
+                                                          : NULL;
+    if (bad) {
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL,
+                      "%zu values of allocations decided by a replica from %llu on heap \"%s\" (limit %u pairs): %s",
+                      nv, (unsigned long long)from, h->name, HW_DECIDED_MAX, bad);
+        return -1;
+    }
+    for (size_t i = 0; i < nv / 2; i++)
+        if (from + i >= k->next_seq && replica_one(h, c, id, from + i, v[2 * i], v[2 * i + 1]))
+            return -1;
+    return 0;
 }
 
 void hd_heap_alloc(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Alloc *m)
@@ -445,6 +533,8 @@ void hd_heap_alloc(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Alloc *
     (void)r;
     hd_heap *h = hh_formed_heap(c, id, "alloc");
     if (!h)
+        return;
+    if (replica_decided(h, c, id, m->decided_from, m->decided, m->n_decided))
         return;
     /* Issue 27: the rank's releases first, whatever happens to the
      * allocation (docs/protocol.md: Alloc.frees). */
@@ -513,9 +603,9 @@ void hd_heap_free(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Free *m)
     hd_heap *h = hh_formed_heap(c, id, "free");
     if (!h)
         return;
-    if (hh_poison_check(h, c, id))
+    if (hh_poison_check(h, c, id) || replica_decided(h, c, id, m->decided_from, m->decided, m->n_decided))
         return;
-    if (apply_frees(h, c, id, m->offsets, m->n_offsets))
+    if (m->n_offsets && apply_frees(h, c, id, m->offsets, m->n_offsets))
         return;
     c->out->free(c, id, (uint32_t)m->n_offsets);
 }

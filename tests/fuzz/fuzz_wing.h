@@ -211,10 +211,11 @@ static void s_free(hd_peer *p, uint64_t id, uint32_t accepted)
     TRACE("%d: free: %u accepted\n", fw_index(p), accepted);
     (void)id;
 }
-static void s_collect(hd_peer *p, uint64_t id, uint64_t b, uint64_t by, uint64_t n)
+static void s_collect(hd_peer *p, uint64_t id, const hd_collect_out *o)
 {
-    TRACE("%d: collect %llu: %llu blocks\n", fw_index(p), (unsigned long long)n, (unsigned long long)b);
-    (void)id, (void)by;
+    TRACE("%d: collect %llu: %llu blocks\n", fw_index(p), (unsigned long long)o->collects,
+          (unsigned long long)o->blocks);
+    (void)p, (void)id, (void)o;
 }
 static void s_detach(hd_peer *p, uint64_t id)
 {
