@@ -201,11 +201,21 @@ static int attach_device(heapc *c, const heapc_params *p, char *uuid, int *ordin
  * round trip (default 64); "daemon": heapd decides every allocation of
  * this rank (no replica, whatever the heap); unset: the heap's way. *ask:
  * local_every to ask for; *use: 1 to run a replica where the heap has one. */
-static int decide_env(heapc *c, uint32_t *ask, int *use)
+static int decide_env(heapc *c, const heapc_params *p, uint32_t *ask, int *use)
 {
     const char *d = henv_get("DECIDE"), *e = henv_get("DECIDE_EVERY");
     char w1[64], w2[64];
     *ask = 0;
+    if (p && p->local_every) { /* the params first */
+        *use = p->local_every > 0;
+        if (p->local_every > 0 && (p->local_every < 2 || (uint32_t)p->local_every > HW_DECIDED_MAX))
+            return hci_set_err(c, HEAPC_EINVAL,
+                               "heapc_attach: local_every %" PRId32 ": give 2 to %u allocations between round trips, "
+                               "0 for $HEAPD_DECIDE, or < 0 for heapd to decide",
+                               p->local_every, HW_DECIDED_MAX);
+        *ask = p->local_every > 0 ? (uint32_t)p->local_every : 0;
+        return HEAPC_OK;
+    }
     *use = !d || strcmp(d, "daemon") != 0;
     if (!d || !*d || !strcmp(d, "daemon"))
         return HEAPC_OK;
@@ -228,7 +238,7 @@ static int attach_request(heapc *c, const char *heap, uint32_t rank, uint32_t wo
 {
     Heapd__HeapParams hp = HEAPD__HEAP_PARAMS__INIT;
     int use;
-    int rc = decide_env(c, &hp.local_every, &use);
+    int rc = decide_env(c, p, &hp.local_every, &use);
     if (rc != HEAPC_OK)
         return rc;
     if (p) {
@@ -346,6 +356,7 @@ static void attach_params(heapc *c, const Heapd__HeapParams *hp, const char *uui
     c->params.grow_ahead = hp->grow_ahead == UINT32_MAX ? -1 : (int32_t)hp->grow_ahead; /* issue 27 */
     c->params.trim_threshold = hci_trim_threshold_of(hp->trim_threshold);               /* issue 30 */
     c->params.extent_bound = hp->extent_bound;                                          /* issue 32 */
+    c->params.local_every = (int32_t)hp->local_every;                                   /* issue 28 */
     snprintf(c->uuid, sizeof c->uuid, "%s", uuid);
     c->params.device_uuid = c->uuid;
 }
@@ -457,7 +468,7 @@ int hci_attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world,
     uint32_t ask;
     int use;
     if (ar->params->local_every && ar->next_seq == 0 && ar->generation == 0 && !ar->released &&
-        decide_env(c, &ask, &use) == HEAPC_OK && use)
+        decide_env(c, p, &ask, &use) == HEAPC_OK && use)
         (void)hrp_start(&c->rep, ar->params, ar->params->local_every); /* fails: heapd decides */
     memset(&c->ctr, 0, sizeof c->ctr);
     if ((rc = hci_map_chunks(c, v, ar->chunks, ar->n_chunks, &raw)) != HEAPC_OK)

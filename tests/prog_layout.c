@@ -50,6 +50,7 @@ static void params(void)
     F(heapc_params, grow_ahead);
     F(heapc_params, trim_threshold);
     F(heapc_params, extent_bound);
+    F(heapc_params, local_every);
     end();
 }
 
@@ -99,6 +100,8 @@ static void counters(void)
     F(heapc_counters, stream_early);
     F(heapc_counters, stream_in_flight);
     F(heapc_counters, stream_reuse_waits);
+    F(heapc_counters, local_allocs);
+    F(heapc_counters, replica_lost);
     end();
 }
 

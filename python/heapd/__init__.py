@@ -264,12 +264,17 @@ class Heap(_Resume, _Release):
     initial chunks, or one run a growth mapped), so that each lies in one
     NCCL window when heapd.torch.register(heap, pg) registers the heap;
     coalesce policy only. .extent_bound says what the heap got.
+    decide (issue 28): "local" makes each rank decide its allocations with a
+    replica of the heap's allocator, no message to heapd but every
+    decide_every-th (default 64; 2..4096); "daemon": heapd decides this
+    rank's; None: $HEAPD_DECIDE, else the heap's way. A heap on one node.
     """
 
     def __init__(self, name, rank, world_size, socket=None, *, chunk_size=0, initial_size=0,
                  va_size=0, min_block=0, policy=None, collect_timeout_ms=0, device_uuid=None,
                  local_size=0, job=None, timeout_ms=None, device=None, persist=None,
-                 reclaim=None, grow_ahead=None, trim_threshold=None, extent_bound=False, _from_env=False):
+                 reclaim=None, grow_ahead=None, trim_threshold=None, extent_bound=False, decide=None,
+                 decide_every=64, _from_env=False):
         self._prepare_device()
         c = L.connect(os.fsencode(socket) if socket else None)
         if not c:
@@ -290,6 +295,10 @@ class Heap(_Resume, _Release):
         if reclaim not in _RECLAIM:
             h.release()
             raise ValueError(f"heapd.Heap: reclaim {reclaim!r}: want 'eager' or 'collect'")
+        if decide not in (None, "local", "daemon") or (decide == "local" and not 2 <= int(decide_every) <= 4096):
+            h.release()
+            raise ValueError(f"heapd.Heap: decide {decide!r}, decide_every {decide_every!r}: want 'local' "
+                             "(decide_every 2 to 4096), 'daemon' or None")
         if grow_ahead is not None and not 0 <= int(grow_ahead) <= 16:
             h.release()
             raise ValueError(f"heapd.Heap: grow_ahead {grow_ahead!r}: want 0 (none) to 16 spare chunks")
@@ -305,7 +314,8 @@ class Heap(_Resume, _Release):
                      self._keep[1], self._persist_s(persist, h), _RECLAIM[reclaim],
                      0 if grow_ahead is None else int(grow_ahead) or -1,   # heapc: 0 default, < 0 none
                      trim,                                                 # issue 30, the same
-                     1 if extent_bound else 0)                             # issue 32
+                     1 if extent_bound else 0,                             # issue 32
+                     {None: 0, "daemon": -1}.get(decide, int(decide_every)))  # issue 28
         if _from_env:
             rc = L.attach_env(c, name.encode() if name else None, ctypes.byref(p))
         else:

@@ -77,7 +77,8 @@ class Params(Structure):
                 ("persist_s", c_int32), ("reclaim", c_int),
                 ("grow_ahead", c_int32),   # issue 27
                 ("trim_threshold", c_int64),   # issue 30
-                ("extent_bound", c_int32)]   # issue 32
+                ("extent_bound", c_int32),   # issue 32
+                ("local_every", c_int32)]    # issue 28
 
 
 class Status(Structure):
@@ -107,7 +108,8 @@ class Counters(Structure):
         "allocs", "frees", "free_batches", "collects", "collects_needed", "chunks_mapped",
         "heap_collects", "last_reclaimed_blocks", "last_reclaimed_bytes", "queued_frees",
         "stream_waiting", "stream_markers", "device_waits_avoided",
-        "stream_early", "stream_in_flight", "stream_reuse_waits")]
+        "stream_early", "stream_in_flight", "stream_reuse_waits",
+        "local_allocs", "replica_lost")]                              # issue 28
 
 
 class RankStats(Structure):

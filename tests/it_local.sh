@@ -1,0 +1,168 @@
+#!/bin/sh
+# it_local.sh - issue 28, allocation without a message: a real heapd (host
+# backend) and real rank processes (tests/prog_rank.c) whose libheapc decides
+# allocations with its replica of the heap's allocator (HEAPC_DECIDE=local).
+# Run by tests/run.sh.
+#
+# Covers:
+#   1. differential: the same seeded 4-rank random workload (per-rank free
+#      timing, collects at the same steps, growths, small free batches)
+#      under both policies and both reclaims, on the ring and on the socket:
+#      every rank exits 0 (heapd checked every replica decision: a difference
+#      poisons the heap), offsets and collects are identical on all ranks,
+#      most allocations were decided without a message and no replica was
+#      lost; under seed (decisions depend only on the sequence and the
+#      collects) the offsets equal those of the same workload decided by heapd;
+#   2. a rank with HEAPC_DECIDE=daemon on a heap whose other rank decides
+#      locally: both get the same offsets, the daemon rank decided none;
+#   3. heapd SIGKILLed while ranks allocate locally: their next round trip
+#      fails with ERR_CONN, no rank hangs;
+#   4. a rank SIGKILLed with decisions heapd has not seen: its peer's next
+#      collect fails with ERR_PEER_GONE, heapd serves another heap.
+# Every wait is for a state (a file, an exit), with a bound.
+# shellcheck disable=SC2086 # word lists on purpose
+set -u
+BUILD=${BUILD:-build}
+SRC=${HEAPD_SRC:-$(pwd)}
+R=$BUILD/tests/prog_rank
+. "$SRC/tests/lib.sh"
+lib_tmpdir local
+S=$T/heapd.sock
+hpid=
+pids=""
+lib_on_exit 'lib_kill hpid; for p in $pids; do kill -9 $p 2>/dev/null; done'
+
+local_heapd() {
+    cat >"$T/heapd.conf" <<EOF
+socket = $S
+backend = host
+log_level = debug
+chunk_size = 1M
+va_size = 256M
+collect_timeout_ms = 20000
+EOF
+    rm -f "$S"
+    start_heapd "$T/heapd.conf" "$T/heapd.log"
+}
+
+rank() { # rank HEAP R W DECIDE [opts] -- CMDS: one rank in the background (env TRANSPORT)
+    heap=$1 r=$2 w=$3 d=$4; shift 4
+    HEAPC_DECIDE=$d HEAPC_DECIDE_EVERY=16 HEAPC_TRANSPORT=${TRANSPORT:-ring} \
+        "$R" --socket "$S" --heap "$heap" --rank "$r" --world "$w" "$@" >"$T/$heap.$r.out" 2>"$T/$heap.$r.err" &
+    eval "pid_${r}=\$!"
+    pids="$pids $!"
+}
+waitall() { # waitall HEAP N: ranks 0..N-1 exit; allok=1 when all exited 0
+    allok=1
+    i=0
+    while [ $i -lt $2 ]; do
+        eval "p=\$pid_$i"
+        lib_wait_pid "$p" 300
+        [ $rc = 0 ] || { allok=0; echo "rank $i of $1: exit $rc: $(tail -3 "$T/$1.$i.err")"; }
+        i=$((i + 1))
+    done
+}
+same() { # same HEAP N: the a and c lines are identical on ranks 0..N-1
+    i=0
+    while [ $i -lt $2 ]; do
+        grep '^[ac] ' "$T/$1.$i.out" >"$T/$1.$i.ac"
+        cmp -s "$T/$1.0.ac" "$T/$1.$i.ac" || return 1
+        i=$((i + 1))
+    done
+}
+field() { sed -n "s/^s client .* $2=\\([0-9]*\\).*/\\1/p" "$T/$1.out" | tail -1; }
+
+local_heapd
+check "heapd starts and listens" test -S "$S"
+
+# ---- 1. differential ----------------------------------------------------------------
+W="--chunk 256K --initial 256K --va 64M --seed 11 --batch 5"
+for pol in coalesce seed; do
+    for rec in eager collect; do
+        [ $pol = seed ] && [ $rec = eager ] && continue # seed reclaims at collects only
+        for tr in ring socket; do
+            h=d$pol$rec$tr
+            for r in 0 1 2 3; do TRANSPORT=$tr rank $h $r 4 local --policy $pol --reclaim $rec $W random 2500 stats; done
+            waitall $h 4
+            check "$pol, reclaim $rec, $tr: every rank exits 0 (heapd checked each replica decision)" test $allok = 1
+            sa=0; same $h 4 && sa=1
+            na=$(grep -c '^a ' "$T/$h.0.ac"); nc=$(grep -c '^c ' "$T/$h.0.ac")
+            check "$pol, reclaim $rec, $tr: $na offsets and $nc collects identical on all 4 ranks" \
+                test $sa = 1 -a "$na" = 2500 -a "$nc" -gt 10
+            good=1
+            for r in 0 1 2 3; do
+                la=$(field $h.$r local_allocs); lost=$(field $h.$r replica_lost)
+                [ "${la:-0}" -gt 1500 ] && [ "$lost" = 0 ] || good=0
+            done
+            check "$pol, reclaim $rec, $tr: each rank decided most allocations without a message ($la of 2500), no replica lost" \
+                test $good = 1
+        done
+    done
+done
+# seed: the offsets depend on the sequence and the collects only, whoever decides
+for r in 0 1 2 3; do rank dseeddaemon $r 4 daemon --policy seed --reclaim collect $W random 2500 stats; done
+waitall dseeddaemon 4
+sd=0; same dseeddaemon 4 && cmp -s "$T/dseeddaemon.0.ac" "$T/dseedcollectring.0.ac" && sd=1
+check "seed: the replicas' offsets and collects equal heapd's own decisions of the same workload" \
+    test $allok = 1 -a $sd = 1
+check "seed, decided by heapd: no allocation decided locally" test "$(field dseeddaemon.0 local_allocs)" = 0
+
+# ---- 2. one rank local, one decided by heapd ----------------------------------------
+rank mix 0 2 local --reclaim eager $W random 1500 stats
+# the local rank makes the heap (with local_every); the other joins it
+check "the local rank attaches first" wait_for has "$T/heapd.log" 'heap "mix": rank 0 attached'
+rank mix 1 2 daemon --reclaim eager $W random 1500 stats
+waitall mix 2
+sm=0; same mix 2 && sm=1
+check "a local rank and a daemon rank of one heap: both exit 0 with identical offsets" test $allok = 1 -a $sm = 1
+check "... the local rank decided most ($(field mix.0 local_allocs)), the daemon rank none ($(field mix.1 local_allocs))" \
+    test "$(field mix.0 local_allocs)" -gt 900 -a "$(field mix.1 local_allocs)" = 0
+
+# ---- 3. heapd killed while ranks allocate locally ----------------------------------
+pre="" post=""
+i=0
+while [ $i -lt 8 ]; do pre="$pre alloc 4K"; i=$((i + 1)); done
+i=0
+while [ $i -lt 24 ]; do post="$post try alloc 4K"; i=$((i + 1)); done
+for r in 0 1; do rank kill $r 2 local -- $pre touch "$T/k.$r" waitfile "$T/kgo" $post; done
+k_ready() { [ -e "$T/k.0" ] && [ -e "$T/k.1" ]; }
+check "both ranks decided allocations 1..7 locally and wait" wait_for k_ready
+kill -9 "$hpid"
+wait "$hpid" 2>/dev/null
+hpid=
+touch "$T/kgo"
+conn=0
+for r in 0 1; do
+    eval "p=\$pid_$r"
+    lib_wait_pid "$p" 120
+    [ $rc != 124 ] && grep -q '^e ERR_CONN' "$T/kill.$r.out" && conn=$((conn + 1))
+done
+check "heapd killed: each rank's next round trip fails with ERR_CONN, no hang ($conn of 2)" test $conn = 2
+la=$(grep -c '^a ' "$T/kill.0.out")
+check "... after the allocations its replica could still decide alone ($la made, a round trip at 16)" \
+    test "$la" -ge 8 -a "$la" -le 16
+
+# ---- 4. a rank killed with decisions heapd has not seen -------------------------------
+local_heapd
+check "heapd restarts" test -S "$S"
+rank gone 0 2 local -- alloc 4K alloc 4K alloc 4K touch "$T/g.0" waitfile "$T/ggo" try collect
+rank gone 1 2 local -- alloc 4K alloc 4K alloc 4K touch "$T/g.1" waitfile "$T/never"
+g_ready() { [ -e "$T/g.0" ] && [ -e "$T/g.1" ]; }
+check "two ranks decided allocations locally and wait" wait_for g_ready
+kill -9 "$pid_1"
+touch "$T/ggo"
+lib_wait_pid "$pid_0" 120
+check "the killed rank's peer: its collect fails with ERR_PEER_GONE (exit $rc)" \
+    has_re "$T/gone.0.out" '^e ERR_PEER_GONE'
+rank other 0 1 local -- alloc 4K alloc 4K alloc 4K stats
+waitall other 1
+check "heapd serves another heap, decided locally ($(field other.0 local_allocs) of 3)" \
+    test $allok = 1 -a "$(field other.0 local_allocs)" = 2
+
+kill -TERM "$hpid"
+wait "$hpid"
+check "heapd stops on SIGTERM with exit 0" test $? = 0
+hpid=
+if grep -q 'invariant broken' "$T/heapd.log"; then bad "allocator invariants held"; else ok "allocator invariants held"; fi
+echo "it_local: $fails failure(s)"
+[ $fails = 0 ]
