@@ -1,7 +1,7 @@
 /* rtt_bench - the alloc round trip through heapd, on the request ring
- * (issue 16) and on the socket, next to a raw Unix-socket ping-pong of the
- * same message sizes; heapd's CPU use while idle; heapd's memory per live
- * block.
+ * (issue 16) and on the socket, and the allocation decided locally (issue
+ * 28), next to a raw Unix-socket ping-pong of the same message sizes; heapd's
+ * CPU use while idle; heapd's memory per live block.
  *
  *   rtt_bench [--json FILE] [--quick] [--heapd PATH] [--iters N] [--mem-blocks N]
  *
@@ -21,14 +21,25 @@
  *    library sends a Free batch every 1024 frees). The heap (va 4G, initial
  *    1G, chunk 1G, coalesce) never needs a collect or a growth during the run:
  *    the client checks its counters afterwards and fails otherwise.
+ *    Three heapd columns, each client setting its environment in the forked
+ *    process before heapc_attach: "ring" (HEAPC_TRANSPORT=ring) and "socket"
+ *    (HEAPC_TRANSPORT=socket), both with HEAPC_DECIDE=daemon (heapd decides
+ *    every allocation); "local" (HEAPC_TRANSPORT=ring, HEAPC_DECIDE=local,
+ *    HEAPC_DECIDE_EVERY=64: the heap is created with local_every 64 and the
+ *    client's replica decides every allocation but each 64th, which is a
+ *    round trip on the ring). The local client fails unless its counters say
+ *    local_allocs > 0 and replica_lost == 0, and reports the share of its
+ *    timed allocations decided locally (63/64 when all goes well).
  *    The ping-pong: one forked echo server process (one thread, like heapd)
  *    accepting the same number of client processes; poll() then a blocking
  *    read of one request and a blocking write of one reply. The timed calls
- *    are split over 4 rounds (2 with --quick) that alternate heapd and
- *    ping-pong, so both see the same machine load. Besides p50/p99 each row
- *    reports (in the "bench" lines and the JSON) the mean, the calls per second
- *    of all clients together and the clients' concurrency (the sum of their
- *    loop times over the wall time: 1 means they ran one after another).
+ *    are split over 4 rounds (2 with --quick) that alternate ring, socket,
+ *    local and ping-pong, so all see the same machine load. Besides p50/p99
+ *    each column reports (in the "bench" lines and the JSON) the mean, the
+ *    calls per second of all clients together and the clients' concurrency
+ *    (the sum of their loop times over the wall time: 1 means they ran one
+ *    after another), and its p50 over the ping-pong's (issue 28's CPU-machine
+ *    target for local: <= 0.1x).
  *    The request has the size of an encoded Alloc frame plus the 8-byte
  *    header, the reply that of an encoded AllocReply frame plus the header
  *    (heapd__frame__get_packed_size of representative frames). p50/p99 are
@@ -71,6 +82,7 @@
 #define ALLOC_SIZE  (4 * KiB)
 #define HDR         8u
 #define MAX_CLIENTS 8
+#define LOCAL_EVERY "64"              /* HEAPC_DECIDE_EVERY of the local column */
 static uint32_t MEM_BLOCKS = 100000u; /* --mem-blocks */
 
 /* ---- process bookkeeping and cleanup ------------------------------------- */
@@ -96,8 +108,6 @@ static void cleanup(void)
     remove_heapd();
 }
 
-/* ---- heapd -------------------------------------------------------------- */
-
 /* ---- shared state of one run --------------------------------------------- */
 
 /* One method (heapd or ping-pong) at one client count, over every round.
@@ -110,6 +120,7 @@ typedef struct shared {
     uint64_t base;                                   /* this round's first sample */
     double busy, wall;                               /* sums over the rounds (parent only) */
     double t_begin[MAX_CLIENTS], t_end[MAX_CLIENTS]; /* this round's timed loops */
+    uint64_t local[MAX_CLIENTS];                     /* timed allocations decided locally, every round */
     double lat[];                                    /* clients * stride, microseconds */
 } shared;
 
@@ -229,13 +240,27 @@ static heapc *attach_1rank(const char *heap)
     return c;
 }
 
-static void heapd_client(shared *s, int idx, int round, uint64_t warm, uint64_t iters, int ring)
+/* The columns: the three heapd ways, then the ping-pong. */
+enum { RING, SOCKET, LOCAL, PP, NCOL };
+static const char *const COL_NAME[NCOL] = {"ring", "socket", "local", "pingpong"};
+
+/* The environment of column `col`, set in the client before it attaches. */
+static void client_env(int col)
+{
+    setenv("HEAPC_TRANSPORT", col == SOCKET ? "socket" : "ring", 1);
+    setenv("HEAPC_DECIDE", col == LOCAL ? "local" : "daemon", 1); /* issue 28 */
+    setenv("HEAPC_DECIDE_EVERY", LOCAL_EVERY, 1);
+    unsetenv("HEAPD_DECIDE"); /* it would win over HEAPC_DECIDE */
+    unsetenv("HEAPD_DECIDE_EVERY");
+}
+
+static void heapd_client(shared *s, int idx, int round, uint64_t warm, uint64_t iters, int col)
 {
     char heap[64];
-    snprintf(heap, sizeof heap, "rtt-%d-%d-%d-%d", s->clients, round, idx, ring);
-    setenv("HEAPC_TRANSPORT", ring ? "ring" : "socket", 1);
+    snprintf(heap, sizeof heap, "rtt-%d-%d-%d-%s", s->clients, round, idx, COL_NAME[col]);
+    client_env(col);
     heapc *c = attach_1rank(heap);
-    heapc_counters c0, c1;
+    heapc_counters c0, cw, c1;
     heapc_get_counters(c, &c0);
     uint64_t off;
     for (uint64_t i = 0; i < warm; i++) {
@@ -244,6 +269,7 @@ static void heapd_client(shared *s, int idx, int round, uint64_t warm, uint64_t 
         if (heapc_free(c, off) != HEAPC_OK)
             die("client %d: heapc_free: %s", idx, heapc_errstr(c));
     }
+    heapc_get_counters(c, &cw);
     pthread_barrier_wait(&s->start);
     double *lat = s->lat + (size_t)idx * s->stride + s->base;
     s->t_begin[idx] = now_us();
@@ -263,19 +289,24 @@ static void heapd_client(shared *s, int idx, int round, uint64_t warm, uint64_t 
         die("client %d: the heap collected (%" PRIu64 ") or grew (%" PRIu64
             " chunks mapped) during the run; the figures would include them",
             idx, c1.collects - c0.collects, c1.chunks_mapped - c0.chunks_mapped);
+    if (col == LOCAL && (c1.local_allocs == 0 || c1.replica_lost))
+        die("client %d: HEAPC_DECIDE=local: %" PRIu64 " allocations decided locally, replica_lost %" PRIu64
+            " (want > 0 and 0)",
+            idx, c1.local_allocs, c1.replica_lost);
+    s->local[idx] += c1.local_allocs - cw.local_allocs;
     if (heapc_detach(c) != HEAPC_OK)
         die("client %d: heapc_detach: %s", idx, heapc_errstr(c));
     heapc_free_ctx(c);
     _exit(0);
 }
 
-static void run_heapd(shared *s, int round, uint64_t warm, uint64_t iters, int ring)
+static void run_heapd(shared *s, int round, uint64_t warm, uint64_t iters, int col)
 {
     round_begin(s, (uint64_t)round * iters);
     for (int i = 0; i < s->clients; i++) {
         pid_t p = fork_child();
         if (p == 0)
-            heapd_client(s, i, round, warm, iters, ring);
+            heapd_client(s, i, round, warm, iters, col);
         g_kids[g_nkids++] = p;
     }
     wait_clients("heapd round trip");
@@ -284,11 +315,12 @@ static void run_heapd(shared *s, int round, uint64_t warm, uint64_t iters, int r
 
 /* ---- raw ping-pong ------------------------------------------------------- */
 
-static int read_full(int fd, void *buf, size_t n)
+/* Reads (wr 0) or writes (wr 1) all n bytes: 0, or -1 (error or EOF). */
+static int io_full(int fd, void *buf, size_t n, int wr)
 {
     char *p = buf;
     while (n) {
-        ssize_t r = read(fd, p, n);
+        ssize_t r = wr ? write(fd, p, n) : read(fd, p, n);
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
@@ -298,21 +330,8 @@ static int read_full(int fd, void *buf, size_t n)
     }
     return 0;
 }
-
-static int write_full(int fd, const void *buf, size_t n)
-{
-    const char *p = buf;
-    while (n) {
-        ssize_t r = write(fd, p, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
+#define read_full(fd, buf, n)  io_full(fd, buf, n, 0)
+#define write_full(fd, buf, n) io_full(fd, buf, n, 1)
 
 static struct sockaddr_un echo_addr(void)
 {
@@ -494,22 +513,7 @@ static mem_result run_memory(void)
     return m;
 }
 
-/* ---- main ------------------------------------------------------------------ */
-
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: " NAME " [--json FILE] [--quick] [--heapd PATH] [--iters N] [--mem-blocks N]\n"
-               "  --json FILE   also write the results as JSON to FILE\n"
-               "  --quick       2000 timed allocations per client (smoke test)\n"
-               "  --heapd PATH  the heapd to start (default: dirname(argv[0])/../heapd)\n"
-               "  --iters N     timed allocations per client (default 20000)\n"
-               "  --mem-blocks N  live blocks of the memory figure (default 100000)\n");
-}
-
-typedef struct row {
-    int clients;
-    pct rg, hd, pp; /* ring, socket, ping-pong */
-} row;
+/* ---- heapd idle ------------------------------------------------------------ */
 
 /* heapd's CPU time (utime + stime, clock ticks) from /proc/PID/stat. */
 static double proc_cpu_ticks(pid_t pid)
@@ -543,7 +547,7 @@ static double idle_cpu(int n, double secs)
             close(hold[1]);
             char heap[64];
             snprintf(heap, sizeof heap, "idle-%d", i);
-            setenv("HEAPC_TRANSPORT", "ring", 1);
+            client_env(RING);
             heapc *c = attach_1rank(heap);
             uint64_t off;
             if (heapc_alloc(c, ALLOC_SIZE, NULL, &off) != HEAPC_OK)
@@ -574,191 +578,267 @@ static double idle_cpu(int n, double secs)
     return (c1 - c0) / (double)hz / ((t1 - t0) / 1e6) * 100.0;
 }
 
-int main(int argc, char **argv)
+/* ---- main ------------------------------------------------------------------ */
+
+static void usage(FILE *f)
 {
-    const char *json = NULL;
-    char heapd[PATH_MAX] = "";
-    uint64_t iters = 20000;
-    int quick = 0;
+    fprintf(f, "usage: " NAME " [--json FILE] [--quick] [--heapd PATH] [--iters N] [--mem-blocks N]\n"
+               "  --json FILE   also write the results as JSON to FILE\n"
+               "  --quick       2000 timed allocations per client (smoke test)\n"
+               "  --heapd PATH  the heapd to start (default: dirname(argv[0])/../heapd)\n"
+               "  --iters N     timed allocations per client (default 20000)\n"
+               "  --mem-blocks N  live blocks of the memory figure (default 100000)\n");
+}
+
+enum { NROWS = 4 };
+static const int NS[NROWS] = {1, 2, 4, 8};
+
+typedef struct row {
+    int clients;
+    pct c[NCOL];       /* RING, SOCKET, LOCAL, PP */
+    double local_frac; /* of the local column's timed allocations, decided locally */
+} row;
+
+/* One run: its options and results. */
+typedef struct run {
+    const char *json, *spin;
+    char heapd[PATH_MAX];
+    uint64_t iters, per, warm;
+    int quick, rounds;
+    size_t req, rep;
+    long cpus, spin_us;
+    double load1, idle_s, idle0, idle8;
+    mem_result mem;
+    row rows[NROWS];
+} run;
+
+/* -1: go on; else main's exit code. */
+static int parse_args(int argc, char **argv, run *o)
+{
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json") && i + 1 < argc) {
-            json = argv[++i];
-        } else if (!strcmp(argv[i], "--quick")) {
-            quick = 1;
-            iters = 2000;
-        } else if (!strcmp(argv[i], "--heapd") && i + 1 < argc) {
-            snprintf(heapd, sizeof heapd, "%s", argv[++i]);
-        } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
-            char *end;
-            iters = strtoull(argv[++i], &end, 10);
-            if (*end || iters < 100 || iters > 10000000) {
-                fprintf(stderr, NAME ": --iters takes 100..10000000, not '%s'\n", argv[i]);
-                return 2;
-            }
-        } else if (!strcmp(argv[i], "--mem-blocks") && i + 1 < argc) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--json") && i + 1 < argc) {
+            o->json = argv[++i];
+        } else if (!strcmp(a, "--quick")) {
+            o->quick = 1;
+            o->iters = 2000;
+        } else if (!strcmp(a, "--heapd") && i + 1 < argc) {
+            snprintf(o->heapd, sizeof o->heapd, "%s", argv[++i]);
+        } else if ((!strcmp(a, "--iters") || !strcmp(a, "--mem-blocks")) && i + 1 < argc) {
             char *end;
             unsigned long long v = strtoull(argv[++i], &end, 10);
             if (*end || v < 100 || v > 10000000) {
-                fprintf(stderr, NAME ": --mem-blocks takes 100..10000000, not '%s'\n", argv[i]);
+                fprintf(stderr, NAME ": %s takes 100..10000000, not '%s'\n", a, argv[i]);
                 return 2;
             }
-            MEM_BLOCKS = (uint32_t)v;
-        } else if (!strcmp(argv[i], "--help")) {
+            if (!strcmp(a, "--iters"))
+                o->iters = v;
+            else
+                MEM_BLOCKS = (uint32_t)v;
+        } else if (!strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         } else {
-            fprintf(stderr, NAME ": unknown argument '%s'; run " NAME " --help\n", argv[i]);
+            fprintf(stderr, NAME ": unknown argument '%s'; run " NAME " --help\n", a);
             return 2;
         }
     }
-    if (!heapd[0])
-        self_dir_file(argv[0], "../heapd", heapd, sizeof heapd);
-    const char *spin = getenv("RTT_RING_SPIN_US");
-    if (spin && *spin) {
-        snprintf(g_conf_extra, sizeof g_conf_extra, "ring_spin_us = %s\n", spin);
-        setenv("HEAPC_RING_SPIN_US", spin, 1);
+    return -1;
+}
+
+/* The round trips of one client count: the columns' rounds alternate so
+ * that all see the same machine (other load comes and goes). */
+static void measure_row(run *o, row *rw, int clients)
+{
+    shared *s[NCOL];
+    for (int m = 0; m < NCOL; m++)
+        s[m] = shared_new(clients, o->iters);
+    for (int r = 0; r < o->rounds; r++) {
+        for (int m = RING; m <= LOCAL; m++)
+            run_heapd(s[m], r, o->warm, o->per, m);
+        run_pingpong(s[PP], r, o->warm, o->per, o->req, o->rep);
     }
+    rw->clients = clients;
+    uint64_t local = 0;
+    for (int i = 0; i < clients; i++)
+        local += s[LOCAL]->local[i];
+    rw->local_frac = (double)local / ((double)clients * (double)o->iters);
+    for (int m = 0; m < NCOL; m++) {
+        rw->c[m] = summarize(s[m]);
+        munmap(s[m], s[m]->len);
+    }
+    const pct *g = &rw->c[RING], *h = &rw->c[SOCKET], *l = &rw->c[LOCAL], *p = &rw->c[PP];
+    printf("bench " NAME ": %d client(s): ring p50 %.2f us p99 %.2f us mean %.2f us, %.0f allocs/s "
+           "in all, concurrency %.2f\n",
+           clients, g->p50, g->p99, g->mean, g->ops_per_s, g->concurrency);
+    printf("bench " NAME ": %d client(s): heapd p50 %.2f us p99 %.2f us mean %.2f us, %.0f allocs/s "
+           "in all, concurrency %.2f; ping-pong p50 %.2f us p99 %.2f us mean %.2f us, %.0f "
+           "round trips/s, concurrency %.2f\n",
+           clients, h->p50, h->p99, h->mean, h->ops_per_s, h->concurrency, p->p50, p->p99, p->mean, p->ops_per_s,
+           p->concurrency);
+    printf("bench " NAME ": %d client(s): local (HEAPC_DECIDE=local, every " LOCAL_EVERY "th a ring round trip) "
+           "p50 %.2f us p99 %.2f us mean %.2f us, %.0f allocs/s in all, concurrency %.2f, %.1f%% of the timed "
+           "allocations decided locally; local p50 / ping-pong p50 %.3fx (target <= 0.1x)\n",
+           clients, l->p50, l->p99, l->mean, l->ops_per_s, l->concurrency, rw->local_frac * 100.0, l->p50 / p->p50);
+    fflush(stdout);
+}
+
+static void print_table(const run *o)
+{
+    printf("\n" NAME ": alloc round trip (4 KiB, one 1-rank heap per client process) on the request ring "
+           "and on the socket, and decided locally (HEAPC_DECIDE=local, every " LOCAL_EVERY "th on the ring), vs "
+           "raw Unix-socket ping-pong (%zu B / %zu B), microseconds; ring spin %s\n",
+           o->req, o->rep, o->spin_us >= 0 ? o->spin : "auto");
+    printf("%7s %9s %9s %11s %11s %12s %12s %9s %9s %9s %9s %9s\n", "clients", "ring p50", "ring p99", "socket p50",
+           "socket p99", "pingpong p50", "pingpong p99", "ring/pp", "sock/pp", "local p50", "local p99", "local/pp");
+    for (int k = 0; k < NROWS; k++) {
+        const pct *c = o->rows[k].c;
+        printf("%7d %9.2f %9.2f %11.2f %11.2f %12.2f %12.2f %9.2f %9.2f %9.2f %9.2f %9.3f\n", o->rows[k].clients,
+               c[RING].p50, c[RING].p99, c[SOCKET].p50, c[SOCKET].p99, c[PP].p50, c[PP].p99, c[RING].p50 / c[PP].p50,
+               c[SOCKET].p50 / c[PP].p50, c[LOCAL].p50, c[LOCAL].p99, c[LOCAL].p50 / c[PP].p50);
+    }
+    printf("(ratios of p50s; ring allocs/s with 8 clients: %.0f, local: %.0f; heapd idle: %.3f%% of a core, %.3f%% "
+           "with 8 idle ring clients)\n",
+           o->rows[NROWS - 1].c[RING].ops_per_s, o->rows[NROWS - 1].c[LOCAL].ops_per_s, o->idle0, o->idle8);
+    const mem_result *m = &o->mem;
+    printf("\n" NAME ": heapd memory per live block (%u x 4 KiB, one heap)\n", MEM_BLOCKS);
+    printf("%12s %12s %12s %16s\n", "VmRSS before", "VmRSS after", "delta KiB", "bytes/block");
+    printf("%9" PRIu64 " KiB %8" PRIu64 " KiB %12" PRId64 " %16.1f\n", m->rss0, m->rss1,
+           (int64_t)m->rss1 - (int64_t)m->rss0, m->bytes_per_block);
+}
+
+/* One row's JSON object. */
+static void json_row(FILE *f, const row *rw, int last)
+{
+    const pct *h = &rw->c[SOCKET], *p = &rw->c[PP];
+    fprintf(f,
+            "    {\"clients\": %d, \"heapd_p50_us\": %.3f, \"heapd_p99_us\": %.3f, "
+            "\"heapd_mean_us\": %.3f, \"pingpong_p50_us\": %.3f, \"pingpong_p99_us\": %.3f, "
+            "\"pingpong_mean_us\": %.3f, \"overhead_p50_us\": %.3f, \"ratio_p50\": %.3f, "
+            "\"heapd_ops_per_s\": %.0f, \"pingpong_ops_per_s\": %.0f, "
+            "\"heapd_concurrency\": %.3f, \"pingpong_concurrency\": %.3f",
+            rw->clients, h->p50, h->p99, h->mean, p->p50, p->p99, p->mean, h->p50 - p->p50, h->p50 / p->p50,
+            h->ops_per_s, p->ops_per_s, h->concurrency, p->concurrency);
+    for (int m = RING; m <= LOCAL; m += LOCAL - RING) { /* ring, local */
+        const pct *c = &rw->c[m];
+        const char *k = COL_NAME[m];
+        fprintf(f,
+                ", \"%s_p50_us\": %.3f, \"%s_p99_us\": %.3f, \"%s_mean_us\": %.3f, "
+                "\"%s_ratio_p50\": %.3f, \"%s_ops_per_s\": %.0f",
+                k, c->p50, k, c->p99, k, c->mean, k, c->p50 / p->p50, k, c->ops_per_s);
+    }
+    fprintf(f, ", \"local_concurrency\": %.3f, \"local_decided_fraction\": %.4f}%s\n", rw->c[LOCAL].concurrency,
+            rw->local_frac, last ? "" : ",");
+}
+
+static int write_json(const run *o)
+{
+    FILE *f = fopen(o->json, "w");
+    if (!f) {
+        fprintf(stderr, NAME ": cannot write %s: %s\n", o->json, strerror(errno));
+        return 1;
+    }
+    fprintf(f, "{\n  \"bench\": \"" NAME "\",\n  \"quick\": %s,\n  \"cpus\": %ld,\n  \"loadavg_1min\": %.2f,\n",
+            o->quick ? "true" : "false", o->cpus, o->load1);
+    fprintf(f,
+            "  \"alloc_size\": %" PRIu64 ",\n  \"iters_per_client\": %" PRIu64
+            ",\n  \"rounds\": %d,\n  \"warmup_per_round\": %" PRIu64 ",\n",
+            ALLOC_SIZE, o->iters, o->rounds, o->warm);
+    fprintf(f, "  \"heaps\": \"one 1-rank heap per client process\",\n  \"local_every\": " LOCAL_EVERY ",\n");
+    fprintf(f, "  \"request_bytes\": %zu,\n  \"reply_bytes\": %zu,\n  \"rtt\": [\n", o->req, o->rep);
+    for (int k = 0; k < NROWS; k++)
+        json_row(f, &o->rows[k], k == NROWS - 1);
+    fprintf(f,
+            "  ],\n  \"ring_spin_us\": %ld,\n  \"heapd_idle_cpu_pct\": %.4f,\n"
+            "  \"heapd_idle_cpu_pct_8_ring_clients\": %.4f,\n",
+            o->spin_us, o->idle0, o->idle8);
+    const mem_result *m = &o->mem;
+    fprintf(f,
+            "  \"memory\": {\"live_blocks\": %u, \"vmrss_before_kib\": %" PRIu64 ", \"vmrss_after_kib\": %" PRIu64
+            ", \"bytes_per_live_block\": %.1f, "
+            "\"rssanon_before_kib\": %" PRIu64 ", \"rssanon_after_kib\": %" PRIu64
+            ", \"anon_bytes_per_live_block\": %.1f}\n}\n",
+            MEM_BLOCKS, m->rss0, m->rss1, m->bytes_per_block, m->anon0, m->anon1, m->anon_bytes_per_block);
+    if (fclose(f) != 0) {
+        fprintf(stderr, NAME ": cannot write %s\n", o->json);
+        return 1;
+    }
+    return 0;
+}
+
+/* The options that follow from the arguments and the machine. */
+static void setup(run *o, const char *argv0)
+{
+    if (!o->heapd[0])
+        self_dir_file(argv0, "../heapd", o->heapd, sizeof o->heapd);
+    o->spin = getenv("RTT_RING_SPIN_US");
+    if (o->spin && *o->spin) {
+        snprintf(g_conf_extra, sizeof g_conf_extra, "ring_spin_us = %s\n", o->spin);
+        setenv("HEAPC_RING_SPIN_US", o->spin, 1);
+    }
+    o->spin_us = o->spin && *o->spin ? strtol(o->spin, NULL, 10) : -1;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     signal(SIGALRM, on_signal);
     signal(SIGPIPE, SIG_IGN);
     alarm(300); /* a hung client or heapd must not hang `make bench` */
-    int rounds = quick ? 2 : 4;
-    uint64_t per = iters / (uint64_t)rounds;
-    iters = per * (uint64_t)rounds;
-    uint64_t warm = per / 10 < 500 ? per / 10 : 500;
-
-    size_t req, rep;
-    frame_sizes(&req, &rep);
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    double load1 = -1;
+    o->rounds = o->quick ? 2 : 4;
+    o->per = o->iters / (uint64_t)o->rounds;
+    o->iters = o->per * (uint64_t)o->rounds;
+    o->warm = o->per / 10 < 500 ? o->per / 10 : 500;
+    o->idle_s = o->quick ? 1.0 : 3.0;
+    frame_sizes(&o->req, &o->rep);
+    o->cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    o->load1 = -1;
     FILE *la = fopen("/proc/loadavg", "r");
     if (la) {
-        if (fscanf(la, "%lf", &load1) != 1)
-            load1 = -1;
+        if (fscanf(la, "%lf", &o->load1) != 1)
+            o->load1 = -1;
         fclose(la);
     }
+}
+
+int main(int argc, char **argv)
+{
+    static run o = {.iters = 20000};
+    int rc = parse_args(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    setup(&o, argv[0]);
     double t_start = now_us();
 
     /* 2 first, on a fresh heapd, so earlier heaps' freed memory does not
      * hide the growth. */
-    start_heapd(heapd);
-    printf("bench " NAME ": heapd %s (pid %d), socket %s, backend host, %ld CPU(s)\n", heapd, (int)g_heapd, g_sock,
-           cpus);
-    mem_result mem = run_memory();
+    start_heapd(o.heapd);
+    printf("bench " NAME ": heapd %s (pid %d), socket %s, backend host, %ld CPU(s)\n", o.heapd, (int)g_heapd, g_sock,
+           o.cpus);
+    o.mem = run_memory();
+    const mem_result *m = &o.mem;
     printf("bench " NAME ": memory: %u live 4 KiB blocks in one 1-rank heap: heapd VmRSS %" PRIu64 " -> %" PRIu64
            " KiB, %.1f bytes per live block (RssAnon %" PRIu64 " -> %" PRIu64 " KiB, %.1f B/block)\n",
-           MEM_BLOCKS, mem.rss0, mem.rss1, mem.bytes_per_block, mem.anon0, mem.anon1, mem.anon_bytes_per_block);
+           MEM_BLOCKS, m->rss0, m->rss1, m->bytes_per_block, m->anon0, m->anon1, m->anon_bytes_per_block);
     fflush(stdout);
     stop_heapd();
 
-    start_heapd(heapd);
+    start_heapd(o.heapd);
     printf("bench " NAME ": round trip: each client is a separate process with its own 1-rank heap "
            "(clients run concurrently, no lockstep); %" PRIu64 " timed heapc_alloc(4 KiB) per client "
-           "in %d rounds (%" PRIu64 " warm-up each, heapd and ping-pong rounds alternate), frees "
+           "in %d rounds (%" PRIu64 " warm-up each, ring, socket, local and ping-pong rounds alternate), frees "
            "untimed (batched by libheapc), no collect or growth; 1-min load average at start %.2f\n",
-           iters, rounds, warm, load1);
+           o.iters, o.rounds, o.warm, o.load1);
     printf("bench " NAME ": ping-pong: one forked echo server process (poll + blocking read/write), "
            "request %zu B (Alloc frame + 8 B header), reply %zu B (AllocReply frame + header)\n",
-           req, rep);
+           o.req, o.rep);
     fflush(stdout);
-    enum { NROWS = 4 };
-    const int ns[NROWS] = {1, 2, 4, 8};
-    row rows[NROWS];
-    for (int k = 0; k < NROWS; k++) {
-        rows[k].clients = ns[k];
-        shared *sg = shared_new(ns[k], iters), *sh = shared_new(ns[k], iters), *sp = shared_new(ns[k], iters);
-        /* Alternate ring, socket and ping-pong rounds so that all see the
-         * same machine (other load comes and goes). */
-        for (int r = 0; r < rounds; r++) {
-            run_heapd(sg, r, warm, per, 1);
-            run_heapd(sh, r, warm, per, 0);
-            run_pingpong(sp, r, warm, per, req, rep);
-        }
-        rows[k].rg = summarize(sg);
-        rows[k].hd = summarize(sh);
-        rows[k].pp = summarize(sp);
-        munmap(sg, sg->len);
-        munmap(sh, sh->len);
-        munmap(sp, sp->len);
-        printf("bench " NAME ": %d client(s): ring p50 %.2f us p99 %.2f us mean %.2f us, %.0f allocs/s "
-               "in all, concurrency %.2f\n",
-               ns[k], rows[k].rg.p50, rows[k].rg.p99, rows[k].rg.mean, rows[k].rg.ops_per_s, rows[k].rg.concurrency);
-        printf("bench " NAME ": %d client(s): heapd p50 %.2f us p99 %.2f us mean %.2f us, %.0f allocs/s "
-               "in all, concurrency %.2f; ping-pong p50 %.2f us p99 %.2f us mean %.2f us, %.0f "
-               "round trips/s, concurrency %.2f\n",
-               ns[k], rows[k].hd.p50, rows[k].hd.p99, rows[k].hd.mean, rows[k].hd.ops_per_s, rows[k].hd.concurrency,
-               rows[k].pp.p50, rows[k].pp.p99, rows[k].pp.mean, rows[k].pp.ops_per_s, rows[k].pp.concurrency);
-        fflush(stdout);
-    }
-    long spin_us = spin && *spin ? strtol(spin, NULL, 10) : -1;
-    double idle_s = quick ? 1.0 : 3.0;
-    double idle0 = idle_cpu(0, idle_s), idle8 = idle_cpu(8, idle_s);
+    for (int k = 0; k < NROWS; k++)
+        measure_row(&o, &o.rows[k], NS[k]);
+    o.idle0 = idle_cpu(0, o.idle_s);
+    o.idle8 = idle_cpu(8, o.idle_s);
     printf("bench " NAME ": heapd idle: %.3f%% of a core with no client, %.3f%% with 8 idle ring clients "
            "attached (over %.0f s each, /proc/%d/stat)\n",
-           idle0, idle8, idle_s, (int)g_heapd);
+           o.idle0, o.idle8, o.idle_s, (int)g_heapd);
     cleanup();
-
-    printf("\n" NAME ": alloc round trip (4 KiB, one 1-rank heap per client process) on the request ring "
-           "and on the socket vs raw Unix-socket ping-pong (%zu B / %zu B), microseconds; ring spin %s\n",
-           req, rep, spin_us >= 0 ? spin : "auto");
-    printf("%7s %9s %9s %11s %11s %12s %12s %9s %9s\n", "clients", "ring p50", "ring p99", "socket p50", "socket p99",
-           "pingpong p50", "pingpong p99", "ring/pp", "sock/pp");
-    for (int k = 0; k < NROWS; k++)
-        printf("%7d %9.2f %9.2f %11.2f %11.2f %12.2f %12.2f %9.2f %9.2f\n", rows[k].clients, rows[k].rg.p50,
-               rows[k].rg.p99, rows[k].hd.p50, rows[k].hd.p99, rows[k].pp.p50, rows[k].pp.p99,
-               rows[k].rg.p50 / rows[k].pp.p50, rows[k].hd.p50 / rows[k].pp.p50);
-    printf("(ratios of p50s; ring allocs/s with 8 clients: %.0f; heapd idle: %.3f%% of a core, %.3f%% with 8 idle "
-           "ring clients)\n",
-           rows[NROWS - 1].rg.ops_per_s, idle0, idle8);
-    printf("\n" NAME ": heapd memory per live block (%u x 4 KiB, one heap)\n", MEM_BLOCKS);
-    printf("%12s %12s %12s %16s\n", "VmRSS before", "VmRSS after", "delta KiB", "bytes/block");
-    printf("%9" PRIu64 " KiB %8" PRIu64 " KiB %12" PRId64 " %16.1f\n", mem.rss0, mem.rss1,
-           (int64_t)mem.rss1 - (int64_t)mem.rss0, mem.bytes_per_block);
+    print_table(&o);
     printf("bench " NAME ": done in %.1f s\n", (now_us() - t_start) / 1e6);
-
-    if (json) {
-        FILE *f = fopen(json, "w");
-        if (!f) {
-            fprintf(stderr, NAME ": cannot write %s: %s\n", json, strerror(errno));
-            return 1;
-        }
-        fprintf(f, "{\n  \"bench\": \"" NAME "\",\n  \"quick\": %s,\n  \"cpus\": %ld,\n  \"loadavg_1min\": %.2f,\n",
-                quick ? "true" : "false", cpus, load1);
-        fprintf(f,
-                "  \"alloc_size\": %" PRIu64 ",\n  \"iters_per_client\": %" PRIu64
-                ",\n  \"rounds\": %d,\n  \"warmup_per_round\": %" PRIu64 ",\n",
-                ALLOC_SIZE, iters, rounds, warm);
-        fprintf(f, "  \"heaps\": \"one 1-rank heap per client process\",\n");
-        fprintf(f, "  \"request_bytes\": %zu,\n  \"reply_bytes\": %zu,\n  \"rtt\": [\n", req, rep);
-        for (int k = 0; k < NROWS; k++)
-            fprintf(f,
-                    "    {\"clients\": %d, \"heapd_p50_us\": %.3f, \"heapd_p99_us\": %.3f, "
-                    "\"heapd_mean_us\": %.3f, \"pingpong_p50_us\": %.3f, \"pingpong_p99_us\": %.3f, "
-                    "\"pingpong_mean_us\": %.3f, \"overhead_p50_us\": %.3f, \"ratio_p50\": %.3f, "
-                    "\"heapd_ops_per_s\": %.0f, \"pingpong_ops_per_s\": %.0f, "
-                    "\"heapd_concurrency\": %.3f, \"pingpong_concurrency\": %.3f, "
-                    "\"ring_p50_us\": %.3f, \"ring_p99_us\": %.3f, \"ring_mean_us\": %.3f, "
-                    "\"ring_ratio_p50\": %.3f, \"ring_ops_per_s\": %.0f}%s\n",
-                    rows[k].clients, rows[k].hd.p50, rows[k].hd.p99, rows[k].hd.mean, rows[k].pp.p50, rows[k].pp.p99,
-                    rows[k].pp.mean, rows[k].hd.p50 - rows[k].pp.p50, rows[k].hd.p50 / rows[k].pp.p50,
-                    rows[k].hd.ops_per_s, rows[k].pp.ops_per_s, rows[k].hd.concurrency, rows[k].pp.concurrency,
-                    rows[k].rg.p50, rows[k].rg.p99, rows[k].rg.mean, rows[k].rg.p50 / rows[k].pp.p50,
-                    rows[k].rg.ops_per_s, k < NROWS - 1 ? "," : "");
-        fprintf(f,
-                "  ],\n  \"ring_spin_us\": %ld,\n  \"heapd_idle_cpu_pct\": %.4f,\n"
-                "  \"heapd_idle_cpu_pct_8_ring_clients\": %.4f,\n",
-                spin_us, idle0, idle8);
-        fprintf(f,
-                "  \"memory\": {\"live_blocks\": %u, \"vmrss_before_kib\": %" PRIu64 ", \"vmrss_after_kib\": %" PRIu64
-                ", \"bytes_per_live_block\": %.1f, "
-                "\"rssanon_before_kib\": %" PRIu64 ", \"rssanon_after_kib\": %" PRIu64
-                ", \"anon_bytes_per_live_block\": %.1f}\n}\n",
-                MEM_BLOCKS, mem.rss0, mem.rss1, mem.bytes_per_block, mem.anon0, mem.anon1, mem.anon_bytes_per_block);
-        if (fclose(f) != 0) {
-            fprintf(stderr, NAME ": cannot write %s\n", json);
-            return 1;
-        }
-    }
-    return 0;
+    return o.json ? write_json(&o) : 0;
 }

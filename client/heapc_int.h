@@ -214,9 +214,12 @@ int hci_map_chunks(heapc *c, const view *v, Heapd__ChunkRef **refs, size_t n, co
 int hci_publish_extent(heapc *c, const view *v, uint64_t mapped, int strict);
 int hci_attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world, const heapc_params *p);
 
-/* heapc_alloc.c */
+/* heapc_liveset.c */
 void hci_ls_clear(liveset *s);
 int hci_ls_insert(liveset *s, uint64_t k, uint64_t size); /* 1 inserted, 0 there, -1 out of memory */
+int hci_ls_remove(liveset *s, uint64_t k, uint64_t *size); /* 1 removed (*size: its block size), 0 not there */
+
+/* heapc_alloc.c */
 int hci_flush_locked(heapc *c);
 int hci_flush_all_locked(heapc *c); /* heapc_flush: completed streams' frees too */
 /* Issue 30: heapc_trim's body (c->mu held); also an allocation's

@@ -25,7 +25,7 @@ BUILD=${BUILD:-build}
 #           name without .c, or NAME=FILE,FILE,... for one module of several
 #           files (calls inside a unit are free)
 FLOOR_RULES='
-heap-wing   daemon/heap  all   blocks < registry chunks poison < spare horizon < attach sequence collect commit release < force timeout
+heap-wing   daemon/heap  all   blocks < registry chunks poison < spare horizon < attach=attach,attach_params sequence collect commit release < force timeout
 daemon-top  daemon       some  server=server,server_accept,server_fds,server_sink ring=ring,ring_sink < reply < dispatch < heapd
 '
 # Include rules, one a line: NAME FILES... ! HEADERS... (FILES: globs under

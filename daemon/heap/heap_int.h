@@ -524,6 +524,19 @@ const hd_op_out *hh_local_round(hd_heap *h, hd_rank *k, uint64_t seq, hd_op_out 
 
 /* ---- middle floor --------------------------------------------------------- */
 
+/* attach_params.c (with attach.c, one unit) */
+uint64_t hh_pick(uint64_t requested, uint64_t dflt);
+/* Issue 27: the reclaim a heap of these ranks and policy gets for the
+ * request's ask (RECLAIM_DEFAULT: heapd.conf's, cfg; NULL: eager). */
+ha_reclaim hh_reclaim_of(const hd_config *cfg, int ask, uint32_t local_size, uint32_t world_size, ha_policy pol);
+/* Issue 27: the lookahead of a heap's cross-node eager reclaim. */
+uint32_t hh_lookahead_of(const hd_config *cfg, int ask, uint32_t local_size, uint32_t world_size, ha_policy pol);
+/* The new heap's parameters: the request's, else heapd.conf's (the
+ * seconds it persists into *persist, its spares into *grow_ahead). 0, or
+ * -1 once the peer got the error. */
+int hh_heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint64_t id, ha_params *out, uint32_t *persist,
+                   uint32_t *grow_ahead);
+
 /* attach.c */
 /* The attach timeout: every waiting rank gets ERR_TIMEOUT with msg and is
  * detached (its claim forgotten), so that a retry, on the same connection
