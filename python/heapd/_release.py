@@ -170,6 +170,15 @@ class _Release:
         return bool(p.extent_bound)
 
     @property
+    def local_every(self):
+        """Issue 28: every how many allocations a rank of the heap asks heapd
+        (its replica decides the others); 0: heapd decides every one."""
+        import ctypes
+        p = L.Params()
+        L.get_params(self._c, ctypes.byref(p))
+        return p.local_every
+
+    @property
     def grow_ahead(self):
         """Issue 27: the spare chunks heapd keeps per rank for the heap (0:
         none)."""
