@@ -29,10 +29,11 @@
  * Issue 28, allocation without a message (local_every = L on a heap of one
  * node): the ranks' replicas decide every allocation but those at multiples
  * of L, which are round trips. Under reclaim eager the same rounds run with
- * hz_every = L, each answered at once by this node's own candidates (no
- * store), and each round applied at a horizon is kept (lr) until every rank
- * got it with its reply there (hh_local_round): the replicas reclaim the
- * same blocks at the same allocation number. Runs on the loop thread. */
+ * hz_every = L, each answered and applied at once with this node's own
+ * candidates (no store: nothing to wait for), and each round applied at a
+ * horizon is kept (lr) until every rank got it with its reply there
+ * (hh_local_round): the replicas reclaim the same blocks at the same
+ * allocation number. Runs on the loop thread. */
 #include "heap_int.h"
 
 #include <stdio.h>
@@ -149,8 +150,11 @@ int hh_local_every_of(uint32_t ask, uint32_t local_size, uint32_t world_size, ui
     return 0;
 }
 
+static int hz_apply(hd_heap *h, uint64_t at);
+
 /* Issue 28: this node's own round at `at`: the blocks every local rank
- * released, answered at once. 0, or -1 with hz_err set. */
+ * released, reclaimed at once (no other node to agree with). 0, or -1 with
+ * hz_err set. */
 static int lr_post(hd_heap *h, uint64_t at)
 {
     uint64_t *offs = NULL;
@@ -163,7 +167,7 @@ static int lr_post(hd_heap *h, uint64_t at)
     h->hz_nset = n;
     h->hz_ngone = 0;
     h->hz_done = true;
-    return 0;
+    return hz_apply(h, at);
 }
 
 /* Reclaims the answer of the round in hand, less what collects took since
