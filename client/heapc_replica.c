@@ -57,6 +57,8 @@ int hrp_wants(const hrp_replica *r) { return r->core && !r->lost && !r->asked &&
 
 int hrp_decide(hrp_replica *r, uint64_t size, uint64_t mapped, uint64_t *off, uint64_t *bsize)
 {
+    if (r->nrec >= r->every) /* records not carried yet (a round trip failed): heapd decides */
+        return 0;
     ha_alloc_result res;
     int rc = ha_alloc(r->core, size, &res);
     if (rc == HA_NEED_COLLECT || rc == HA_NEED_GROW || rc == HA_NEED_TRIM) {
@@ -119,16 +121,21 @@ void hrp_op(hrp_replica *r, const Heapd__HeapOp *op, uint64_t size)
         hrp_lose(r, "heapd reclaimed at an allocation number it could not follow");
         return;
     }
+    char why[160];
     for (size_t i = 0; i < op->n_offsets; i++) {
         if (ha_free(r->core, 0, op->offsets[i]) != HA_OK) {
-            hrp_lose(r, "heapd reclaimed a block it does not know");
+            snprintf(why, sizeof why, "heapd reclaimed a block it does not hold (offset %llu, at %llu)",
+                     (unsigned long long)op->offsets[i], (unsigned long long)op->at);
+            hrp_lose(r, why);
             return;
         }
     }
     int rc = op->collect ? ha_collect_apply(r->core, op->offsets, op->n_offsets, NULL)
                          : ha_reclaim_apply(r->core, op->offsets, op->n_offsets, NULL);
     if (rc != HA_OK) {
-        hrp_lose(r, "heapd's reclaim does not apply to it");
+        snprintf(why, sizeof why, "heapd's reclaim of %zu blocks at %llu does not apply to it (%s)", op->n_offsets,
+                 (unsigned long long)op->at, ha_strerror(rc));
+        hrp_lose(r, why);
         return;
     }
     if (op->collect)
