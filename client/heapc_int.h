@@ -216,7 +216,7 @@ int hci_attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world,
 
 /* heapc_liveset.c */
 void hci_ls_clear(liveset *s);
-int hci_ls_insert(liveset *s, uint64_t k, uint64_t size); /* 1 inserted, 0 there, -1 out of memory */
+int hci_ls_insert(liveset *s, uint64_t k, uint64_t size);  /* 1 inserted, 0 there, -1 out of memory */
 int hci_ls_remove(liveset *s, uint64_t k, uint64_t *size); /* 1 removed (*size: its block size), 0 not there */
 
 /* heapc_alloc.c */

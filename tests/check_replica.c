@@ -82,7 +82,7 @@ static void heapd_collect(twin *t, bool asked, uint64_t size)
 /* A round trip for allocation pos (heapd decides, the replica follows). */
 static uint64_t round_trip(twin *t, uint64_t size)
 {
-    hrp_records_done(&t->rep); /* the Alloc carried them (applied above, record by record) */
+    hrp_records_done(&t->rep);                            /* the Alloc carried them (applied above, record by record) */
     if (t->rounds && t->rep.pos % L == 0 && t->rep.pos) { /* horizon.c's local round (reclaim eager) */
         uint64_t *offs = NULL;
         size_t n = 0;

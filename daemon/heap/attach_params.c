@@ -110,8 +110,8 @@ static int trim_threshold_of(const hd_config *cfg, uint64_t ask, bool multi, uin
 /* The new heap's parameters: the request's, else heapd.conf's (the
  * seconds it persists into *persist). Returns 0, or -1 once the peer got
  * the error. */
-int hh_heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint64_t id, ha_params *out,
-                       uint32_t *persist, uint32_t *grow_ahead)
+int hh_heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint64_t id, ha_params *out, uint32_t *persist,
+                   uint32_t *grow_ahead)
 {
     const Heapd__HeapParams *rp = m->params;
     const hd_config *cfg = &r->cfg;

@@ -174,8 +174,8 @@ static void collect_finish(hd_heap *h)
             return;
         }
         hh_horizon_collected(h, offs, n);
-        hd_op_out op = {.at = h->coll_seq, .collect = true, .asked = h->collect_at == h->coll_seq,
-                        .offsets = offs, .n = n};
+        hd_op_out op = {
+            .at = h->coll_seq, .collect = true, .asked = h->collect_at == h->coll_seq, .offsets = offs, .n = n};
         collect_reply_all(h, n, bytes, &op);
         free(offs);
         return;

@@ -110,7 +110,7 @@ typedef struct hd_attach_out {
     size_t nlive;
     const hd_marker *markers;
     size_t nmarkers;
-    bool released;       /* issue 30: the heap is released here (no chunks) */
+    bool released;        /* issue 30: the heap is released here (no chunks) */
     uint32_t grow_ahead;  /* issue 27: spares per rank (0: none) */
     uint32_t local_every; /* issue 28: 0, or the replicas' round-trip period */
 } hd_attach_out;
@@ -229,7 +229,7 @@ typedef struct hd_heap_info {
      * each rank keeps (grow_ahead, 0: none). */
     uint64_t spare_bytes;
     uint32_t grow_ahead;
-    uint32_t local_every; /* issue 28: 0, or the replicas' round-trip period */
+    uint32_t local_every;          /* issue 28: 0, or the replicas' round-trip period */
     uint64_t trims, trimmed_bytes; /* issue 30: trims, chunk bytes they gave back (every local rank's) */
     bool collect_pending;
     uint64_t pending_collect_seq;

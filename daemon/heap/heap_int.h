@@ -119,7 +119,7 @@ typedef struct hd_rank {
     hd_status status;                           /* the rank's status page (fd -1 until joined) */
     uint64_t dev_free, dev_total, dev_ns;       /* last device memory sample */
     uint64_t stream_waiting, dev_waits_avoided; /* from the rank's last Collect */
-    uint64_t lr_sent; /* issue 28: rounds at horizons below this were sent to it */
+    uint64_t lr_sent;                           /* issue 28: rounds at horizons below this were sent to it */
 } hd_rank;
 
 /* Invariants:
@@ -285,7 +285,7 @@ struct hd_heap {
         uint64_t at;
         uint64_t *offsets;
         size_t n;
-    } *lr;
+    } * lr;
     size_t nlr, caplr;
     uint64_t local_records, local_bad; /* decisions of replicas checked; poisonings by one */
     hd_heap *next;
@@ -516,8 +516,7 @@ int hh_horizon_gate(hd_heap *h, uint64_t seq, char *err, size_t errlen);
 void hh_horizon_collected(hd_heap *h, const uint64_t *offsets, size_t n);
 /* Issue 28: the local_every a heap of these ranks gets for the ask (0 where
  * it spans nodes), into *out; 0, or -1 with why (over the limit). */
-int hh_local_every_of(uint32_t ask, uint32_t local_size, uint32_t world_size, uint32_t *out, char *why,
-                      size_t len);
+int hh_local_every_of(uint32_t ask, uint32_t local_size, uint32_t world_size, uint32_t *out, char *why, size_t len);
 /* The round applied at horizon seq for rank k, once (NULL: none, or sent);
  * *op is filled. Rounds every attached rank has passed are dropped. */
 const hd_op_out *hh_local_round(hd_heap *h, hd_rank *k, uint64_t seq, hd_op_out *op);

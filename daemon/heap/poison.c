@@ -44,8 +44,8 @@ void hh_poison_replica(hd_heap *h, uint64_t n, uint32_t rank, uint64_t size, uin
              "again (HEAPC_DECIDE=daemon makes heapd decide every allocation)",
              (unsigned long long)n, h->name, rank, (unsigned long long)size, (unsigned long long)said,
              why && why[0] ? why : where);
-    hd_warn("heap \"%s\" poisoned: rank %u's replica decided allocation %llu at offset %llu; heapd: %s", h->name,
-            rank, (unsigned long long)n, (unsigned long long)said, why && why[0] ? why : where);
+    hd_warn("heap \"%s\" poisoned: rank %u's replica decided allocation %llu at offset %llu; heapd: %s", h->name, rank,
+            (unsigned long long)n, (unsigned long long)said, why && why[0] ? why : where);
 }
 
 void hh_poison_reply(const hd_heap *h, hd_peer *c, uint64_t id)

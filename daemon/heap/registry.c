@@ -672,8 +672,8 @@ static int heap_validate(const hd_heap *h, char *why, size_t len)
         BAD("heap \"%s\": formed, no client, yet not detached", h->name);
     if (h->coll_active && (!h->coll_left || !h->coll_fail))
         BAD("heap \"%s\": a collect is active without its coll_left or coll_fail", h->name);
-    if (h->poison.nranks && (h->poison.nranks != HD_ASYM_RANKS ||
-                             (h->poison.sizes[0] == h->poison.sizes[1] && !h->poison_replica)))
+    if (h->poison.nranks &&
+        (h->poison.nranks != HD_ASYM_RANKS || (h->poison.sizes[0] == h->poison.sizes[1] && !h->poison_replica)))
         BAD("heap \"%s\": poisoned by allocation %llu without two ranks of different sizes", h->name,
             (unsigned long long)h->poison.n);
     if (waiting != (h->coll_active ? h->coll_waiting : 0))

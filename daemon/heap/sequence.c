@@ -462,8 +462,8 @@ static int replica_one(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64
     hd_binding *b = hd_peer_binding(c);
     hd_rank *k = &h->ranks[b->rank];
     if (size == 0 || size > h->ap.va_size || seq % h->local_every == 0) {
-        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL,
-                      "decided allocation %llu of %llu bytes: %s", (unsigned long long)seq, (unsigned long long)size,
+        hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_PROTOCOL, "decided allocation %llu of %llu bytes: %s",
+                      (unsigned long long)seq, (unsigned long long)size,
                       size == 0 || size > h->ap.va_size ? "no replica decides that size"
                                                         : "a multiple of local_every is never decided by a replica");
         return -1;
@@ -477,7 +477,7 @@ static int replica_one(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64
         }
     } else {
         const char *why = h->collect_at == seq || (h->nforce && h->force_at[0] == seq) ? "owes a collect there"
-                          : h->trim_at == seq                                           ? "owes a trim there"
+                          : h->trim_at == seq                                          ? "owes a trim there"
                           : h->frozen ? "waits for the nodes' forced collect there"
                                       : NULL;
         if (why) {
@@ -512,7 +512,7 @@ static int replica_decided(hd_heap *h, hd_peer *c, uint64_t id, uint64_t from, c
     hd_rank *k = &h->ranks[hd_peer_binding(c)->rank];
     if (hh_poison_check(h, c, id))
         return -1;
-    const char *bad = !h->local_every ? "heapd decides every allocation of this heap (local_every 0)"
+    const char *bad = !h->local_every      ? "heapd decides every allocation of this heap (local_every 0)"
                       : from > k->next_seq ? "they start past the rank's next allocation number (a gap)"
                       : nv % 2 || nv / 2 > HW_DECIDED_MAX ? "not (size, offset) pairs, or more than the limit"
                                                           : NULL;
