@@ -313,270 +313,8 @@ static void run_heapd(shared *s, int round, uint64_t warm, uint64_t iters, int c
     round_end(s);
 }
 
-/* ---- raw ping-pong ------------------------------------------------------- */
-
-/* Reads (wr 0) or writes (wr 1) all n bytes: 0, or -1 (error or EOF). */
-static int io_full(int fd, void *buf, size_t n, int wr)
-{
-    char *p = buf;
-    while (n) {
-        ssize_t r = wr ? write(fd, p, n) : read(fd, p, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-#define read_full(fd, buf, n)  io_full(fd, buf, n, 0)
-#define write_full(fd, buf, n) io_full(fd, buf, n, 1)
-
-static struct sockaddr_un echo_addr(void)
-{
-    struct sockaddr_un a;
-    memset(&a, 0, sizeof a);
-    a.sun_family = AF_UNIX;
-    snprintf(a.sun_path, sizeof a.sun_path, "%s", g_echo_sock);
-    return a;
-}
-
-/* One process, one thread: accepts `clients` connections, then answers
- * every request (blocking read of req bytes, blocking write of rep bytes). */
-static void echo_server(int lfd, int clients, size_t req, size_t rep)
-{
-    struct pollfd pf[MAX_CLIENTS];
-    for (int i = 0; i < clients; i++) {
-        pf[i].fd = accept(lfd, NULL, NULL);
-        if (pf[i].fd < 0)
-            die("echo server: accept: %s", strerror(errno));
-        pf[i].events = POLLIN;
-    }
-    close(lfd);
-    char in[256], out[256];
-    memset(out, 0x5a, sizeof out);
-    int open_fds = clients;
-    while (open_fds > 0) {
-        if (poll(pf, (nfds_t)clients, -1) < 0) {
-            if (errno == EINTR)
-                continue;
-            die("echo server: poll: %s", strerror(errno));
-        }
-        for (int i = 0; i < clients; i++) {
-            if (pf[i].fd < 0 || !pf[i].revents)
-                continue;
-            if (read_full(pf[i].fd, in, req) != 0 || write_full(pf[i].fd, out, rep) != 0) {
-                close(pf[i].fd);
-                pf[i].fd = -1;
-                open_fds--;
-            }
-        }
-    }
-    _exit(0);
-}
-
-static void pingpong_client(shared *s, int idx, uint64_t warm, uint64_t iters, size_t req, size_t rep)
-{
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_un a = echo_addr();
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
-        die("ping-pong client %d: connect %s: %s", idx, g_echo_sock, strerror(errno));
-    char out[256], in[256];
-    memset(out, 0xa5, sizeof out);
-    for (uint64_t i = 0; i < warm; i++)
-        if (write_full(fd, out, req) || read_full(fd, in, rep))
-            die("ping-pong client %d: the echo server went away", idx);
-    pthread_barrier_wait(&s->start);
-    double *lat = s->lat + (size_t)idx * s->stride + s->base;
-    s->t_begin[idx] = now_us();
-    for (uint64_t i = 0; i < iters; i++) {
-        double t0 = now_us();
-        if (write_full(fd, out, req) || read_full(fd, in, rep))
-            die("ping-pong client %d: the echo server went away", idx);
-        lat[i] = now_us() - t0;
-    }
-    s->t_end[idx] = now_us();
-    close(fd);
-    _exit(0);
-}
-
-static void run_pingpong(shared *s, int round, uint64_t warm, uint64_t iters, size_t req, size_t rep)
-{
-    int clients = s->clients;
-    snprintf(g_echo_sock, sizeof g_echo_sock, "%s/echo.sock", g_dir);
-    unlink(g_echo_sock);
-    int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_un a = echo_addr();
-    if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(lfd, 64) != 0)
-        die("echo socket %s: %s", g_echo_sock, strerror(errno));
-    g_echo_status = 0;
-    g_echo = fork_child();
-    if (g_echo == 0)
-        echo_server(lfd, clients, req, rep);
-    close(lfd);
-    round_begin(s, (uint64_t)round * iters);
-    for (int i = 0; i < clients; i++) {
-        pid_t p = fork_child();
-        if (p == 0)
-            pingpong_client(s, i, warm, iters, req, rep);
-        g_kids[g_nkids++] = p;
-    }
-    wait_clients("ping-pong");
-    int st = g_echo_status;
-    if (g_echo > 0 && waitpid(g_echo, &st, 0) != g_echo)
-        die("waitpid(echo server): %s", strerror(errno));
-    g_echo = -1;
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        die("the echo server failed");
-    unlink(g_echo_sock);
-    round_end(s);
-}
-
-/* The wire sizes of one representative Alloc / AllocReply exchange: the
- * 20000th allocation of a 4 KiB block in a 1 GiB heap. */
-static void frame_sizes(size_t *req, size_t *rep)
-{
-    const uint64_t n = 20000;
-    Heapd__Alloc al = HEAPD__ALLOC__INIT;
-    al.seq = n;
-    al.size = ALLOC_SIZE;
-    Heapd__Frame f = HEAPD__FRAME__INIT;
-    f.id = n + 3; /* Hello and Attach came first */
-    f.body_case = HEAPD__FRAME__BODY_ALLOC;
-    f.alloc = &al;
-    *req = heapd__frame__get_packed_size(&f) + HDR;
-    Heapd__AllocReply ar = HEAPD__ALLOC_REPLY__INIT;
-    ar.seq = n;
-    ar.offset = n * ALLOC_SIZE;
-    ar.block_size = ALLOC_SIZE;
-    ar.mapped = 1 * GiB;
-    Heapd__Frame g = HEAPD__FRAME__INIT;
-    g.id = n + 3;
-    g.body_case = HEAPD__FRAME__BODY_ALLOC_REPLY;
-    g.alloc_reply = &ar;
-    *rep = heapd__frame__get_packed_size(&g) + HDR;
-}
-
-/* ---- memory per live block ------------------------------------------------ */
-
-static uint64_t proc_kib(pid_t pid, const char *key)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        die("cannot read %s: %s", path, strerror(errno));
-    size_t kl = strlen(key);
-    uint64_t v = UINT64_MAX;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, key, kl) && line[kl] == ':')
-            v = strtoull(line + kl + 1, NULL, 10);
-    fclose(f);
-    if (v == UINT64_MAX)
-        die("%s has no %s line", path, key);
-    return v;
-}
-
-typedef struct mem_result {
-    uint64_t rss0, rss1, anon0, anon1; /* KiB */
-    double bytes_per_block, anon_bytes_per_block;
-} mem_result;
-
-static mem_result run_memory(void)
-{
-    heapc *c = attach_1rank("rtt-mem");
-    uint64_t off;
-    /* One allocation first so that lazily built per-heap state exists; the
-     * delta then covers the other 10^5 - 1 blocks. */
-    if (heapc_alloc(c, ALLOC_SIZE, NULL, &off) != HEAPC_OK)
-        die("memory: heapc_alloc: %s", heapc_errstr(c));
-    mem_result m;
-    m.rss0 = proc_kib(g_heapd, "VmRSS");
-    m.anon0 = proc_kib(g_heapd, "RssAnon");
-    for (uint32_t i = 1; i < MEM_BLOCKS; i++)
-        if (heapc_alloc(c, ALLOC_SIZE, NULL, &off) != HEAPC_OK)
-            die("memory: heapc_alloc #%u: %s", i, heapc_errstr(c));
-    m.rss1 = proc_kib(g_heapd, "VmRSS");
-    m.anon1 = proc_kib(g_heapd, "RssAnon");
-    heapc_counters k;
-    heapc_get_counters(c, &k);
-    if (k.collects || k.chunks_mapped != 1)
-        die("memory: the heap collected or grew (%" PRIu64 " collects, %" PRIu64 " chunks)", k.collects,
-            k.chunks_mapped);
-    if (heapc_detach(c) != HEAPC_OK)
-        die("memory: heapc_detach: %s", heapc_errstr(c));
-    heapc_free_ctx(c);
-    double n = MEM_BLOCKS - 1;
-    m.bytes_per_block = ((double)m.rss1 - (double)m.rss0) * 1024.0 / n;
-    m.anon_bytes_per_block = ((double)m.anon1 - (double)m.anon0) * 1024.0 / n;
-    return m;
-}
-
-/* ---- heapd idle ------------------------------------------------------------ */
-
-/* heapd's CPU time (utime + stime, clock ticks) from /proc/PID/stat. */
-static double proc_cpu_ticks(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        die("cannot read %s: %s", path, strerror(errno));
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    unsigned long ut = 0, st = 0;
-    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
-        die("cannot parse %s", path);
-    return (double)(ut + st);
-}
-
-/* heapd's CPU use in % of one core over `secs` while `n` ring clients are
- * attached and idle. */
-static double idle_cpu(int n, double secs)
-{
-    int ready[2], hold[2];
-    if (pipe(ready) || pipe(hold))
-        die("pipe: %s", strerror(errno));
-    for (int i = 0; i < n; i++) {
-        pid_t p = fork_child();
-        if (p == 0) {
-            close(ready[0]);
-            close(hold[1]);
-            char heap[64];
-            snprintf(heap, sizeof heap, "idle-%d", i);
-            client_env(RING);
-            heapc *c = attach_1rank(heap);
-            uint64_t off;
-            if (heapc_alloc(c, ALLOC_SIZE, NULL, &off) != HEAPC_OK)
-                die("idle client %d: heapc_alloc: %s", i, heapc_errstr(c));
-            char b = 1;
-            if (write(ready[1], &b, 1) != 1 || read(hold[0], &b, 1) < 0)
-                _exit(1);
-            heapc_free_ctx(c);
-            _exit(0);
-        }
-        g_kids[g_nkids++] = p;
-    }
-    close(ready[1]);
-    close(hold[0]);
-    for (int i = 0; i < n; i++) {
-        char b;
-        if (read(ready[0], &b, 1) != 1)
-            die("an idle client failed to attach");
-    }
-    usleep(100000); /* the spin and back-off budgets run out */
-    long hz = sysconf(_SC_CLK_TCK);
-    double t0 = now_us(), c0 = proc_cpu_ticks(g_heapd);
-    usleep((useconds_t)(secs * 1e6));
-    double c1 = proc_cpu_ticks(g_heapd), t1 = now_us();
-    close(hold[1]);
-    close(ready[0]);
-    wait_clients("idle clients");
-    return (c1 - c0) / (double)hz / ((t1 - t0) / 1e6) * 100.0;
-}
+#include "rtt_bench_pp.h"  /* the raw ping-pong, the anchor */
+#include "rtt_bench_mem.h" /* memory per live block, heapd idle */
 
 /* ---- main ------------------------------------------------------------------ */
 
@@ -677,7 +415,7 @@ static void measure_row(run *o, row *rw, int clients)
            clients, h->p50, h->p99, h->mean, h->ops_per_s, h->concurrency, p->p50, p->p99, p->mean, p->ops_per_s,
            p->concurrency);
     printf("bench " NAME ": %d client(s): local (HEAPC_DECIDE=local, every " LOCAL_EVERY "th a ring round trip) "
-           "p50 %.2f us p99 %.2f us mean %.2f us, %.0f allocs/s in all, concurrency %.2f, %.1f%% of the timed "
+           "p50 %.3f us p99 %.2f us mean %.3f us, %.0f allocs/s in all, concurrency %.2f, %.1f%% of the timed "
            "allocations decided locally; local p50 / ping-pong p50 %.3fx (target <= 0.1x)\n",
            clients, l->p50, l->p99, l->mean, l->ops_per_s, l->concurrency, rw->local_frac * 100.0, l->p50 / p->p50);
     fflush(stdout);
@@ -693,7 +431,7 @@ static void print_table(const run *o)
            "socket p99", "pingpong p50", "pingpong p99", "ring/pp", "sock/pp", "local p50", "local p99", "local/pp");
     for (int k = 0; k < NROWS; k++) {
         const pct *c = o->rows[k].c;
-        printf("%7d %9.2f %9.2f %11.2f %11.2f %12.2f %12.2f %9.2f %9.2f %9.2f %9.2f %9.3f\n", o->rows[k].clients,
+        printf("%7d %9.2f %9.2f %11.2f %11.2f %12.2f %12.2f %9.2f %9.2f %9.3f %9.2f %9.4f\n", o->rows[k].clients,
                c[RING].p50, c[RING].p99, c[SOCKET].p50, c[SOCKET].p99, c[PP].p50, c[PP].p99, c[RING].p50 / c[PP].p50,
                c[SOCKET].p50 / c[PP].p50, c[LOCAL].p50, c[LOCAL].p99, c[LOCAL].p50 / c[PP].p50);
     }
@@ -719,13 +457,15 @@ static void json_row(FILE *f, const row *rw, int last)
             "\"heapd_concurrency\": %.3f, \"pingpong_concurrency\": %.3f",
             rw->clients, h->p50, h->p99, h->mean, p->p50, p->p99, p->mean, h->p50 - p->p50, h->p50 / p->p50,
             h->ops_per_s, p->ops_per_s, h->concurrency, p->concurrency);
-    for (int m = RING; m <= LOCAL; m += LOCAL - RING) { /* ring, local */
+    static const int cols[] = {RING, LOCAL};
+    for (int j = 0; j < 2; j++) {
+        int m = cols[j];
         const pct *c = &rw->c[m];
         const char *k = COL_NAME[m];
         fprintf(f,
                 ", \"%s_p50_us\": %.3f, \"%s_p99_us\": %.3f, \"%s_mean_us\": %.3f, "
-                "\"%s_ratio_p50\": %.3f, \"%s_ops_per_s\": %.0f",
-                k, c->p50, k, c->p99, k, c->mean, k, c->p50 / p->p50, k, c->ops_per_s);
+                "\"%s_ratio_p50\": %.*f, \"%s_ops_per_s\": %.0f",
+                k, c->p50, k, c->p99, k, c->mean, k, m == LOCAL ? 4 : 3, c->p50 / p->p50, k, c->ops_per_s);
     }
     fprintf(f, ", \"local_concurrency\": %.3f, \"local_decided_fraction\": %.4f}%s\n", rw->c[LOCAL].concurrency,
             rw->local_frac, last ? "" : ",");

@@ -143,6 +143,13 @@ if j:
         cl = "%d client%s" % (c, "" if c == 1 else "s")
         row("rtt_bench", "alloc on the request ring p50, " + cl, r["ring_p50_us"], "us",
             "raw Unix-socket ping-pong p50", r["pingpong_p50_us"])
+    for r in j.get("rtt", []):  # issue 28: HEAPC_DECIDE=local, every L-th a round trip
+        if "local_p50_us" not in r:
+            continue
+        c = r["clients"]
+        cl = "%d client%s" % (c, "" if c == 1 else "s")
+        row("rtt_bench", "alloc decided locally (L = %d) p50, %s" % (j.get("local_every", 64), cl),
+            r["local_p50_us"], "us", "raw Unix-socket ping-pong p50", r["pingpong_p50_us"])
     if "heapd_idle_cpu_pct_8_ring_clients" in j:
         row("rtt_bench", "heapd idle CPU, 8 idle ring clients", j["heapd_idle_cpu_pct_8_ring_clients"], "%",
             "one core", 100)
@@ -363,6 +370,9 @@ rows_jq() {
         ($rtt // empty | .rtt[]? | select(has("ring_p50_us"))
             | row("rtt_bench"; "alloc on the request ring p50, \(.clients | cl)";
                   .ring_p50_us; "us"; "raw Unix-socket ping-pong p50"; .pingpong_p50_us)),
+        ($rtt // empty | (.local_every // 64) as $le | .rtt[]? | select(has("local_p50_us"))
+            | row("rtt_bench"; "alloc decided locally (L = \($le)) p50, \(.clients | cl)";
+                  .local_p50_us; "us"; "raw Unix-socket ping-pong p50"; .pingpong_p50_us)),
         ($rtt // empty | select(has("heapd_idle_cpu_pct_8_ring_clients"))
             | row("rtt_bench"; "heapd idle CPU, 8 idle ring clients";
                   .heapd_idle_cpu_pct_8_ring_clients; "%"; "one core"; 100)),

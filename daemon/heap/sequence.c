@@ -297,7 +297,8 @@ static const hd_decision *decide(hd_heap *h, hd_peer *c, uint64_t id, uint64_t s
         hd_warn("heap \"%s\": out of memory recording block %llu: it is missing from live sets", h->name,
                 (unsigned long long)seq);
     h->decided++;
-    hh_heap_publish(h);
+    if (!replica) /* issue 28: once for a request's records (replica_decided) */
+        hh_heap_publish(h);
     return nd;
 }
 
@@ -522,10 +523,12 @@ static int replica_decided(hd_heap *h, hd_peer *c, uint64_t id, uint64_t from, c
                       nv, (unsigned long long)from, h->name, HW_DECIDED_MAX, bad);
         return -1;
     }
-    for (size_t i = 0; i < nv / 2; i++)
-        if (from + i >= k->next_seq && replica_one(h, c, id, from + i, v[2 * i], v[2 * i + 1]))
-            return -1;
-    return 0;
+    int rc = 0;
+    for (size_t i = 0; i < nv / 2 && !rc; i++)
+        if (from + i >= k->next_seq)
+            rc = replica_one(h, c, id, from + i, v[2 * i], v[2 * i + 1]);
+    hh_heap_publish(h);
+    return rc;
 }
 
 void hd_heap_alloc(hd_registry *r, hd_peer *c, uint64_t id, const Heapd__Alloc *m)
