@@ -181,6 +181,7 @@ static int copy_heap_stats(heapc_heap_stats *o, const Heapd__HeapStats *h)
         o->params.grow_ahead = h->params->grow_ahead == UINT32_MAX ? -1 : (int32_t)h->params->grow_ahead;
         o->params.trim_threshold = hci_trim_threshold_of(h->params->trim_threshold);
         o->params.extent_bound = h->params->extent_bound;
+        o->params.local_every = (int32_t)h->params->local_every; /* issue 28 */
     }
     o->params.persist_s = hci_persist_of(h->persist_s ? h->persist_s : h->params ? h->params->persist_s : 0);
     o->mapped = h->mapped;

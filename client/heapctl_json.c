@@ -71,9 +71,9 @@ static void json_params(const heapc_params *p)
            p->chunk_size, p->initial_size, p->va_size, p->min_block);
     heapctl_json_str(heapc_policy_name(p->policy));
     printf(", \"collect_timeout_ms\": %" PRIu32 ", \"reclaim\": \"%s\", \"grow_ahead\": %" PRId32
-           ", \"trim_threshold\": %" PRId64 ", \"extent_bound\": %s}",
+           ", \"trim_threshold\": %" PRId64 ", \"extent_bound\": %s, \"local_every\": %" PRId32 "}",
            p->collect_timeout_ms, p->reclaim == HEAPC_RECLAIM_EAGER ? "eager" : "collect", p->grow_ahead,
-           p->trim_threshold, p->extent_bound ? "true" : "false");
+           p->trim_threshold, p->extent_bound ? "true" : "false", p->local_every);
 }
 
 static void json_heap(const heapc_heap_stats *h)

@@ -127,6 +127,8 @@ while [ $i -lt 24 ]; do post="$post try alloc 4K"; i=$((i + 1)); done
 for r in 0 1; do rank kill $r 2 local -- $pre touch "$T/k.$r" waitfile "$T/kgo" $post; done
 k_ready() { [ -e "$T/k.0" ] && [ -e "$T/k.1" ]; }
 check "both ranks decided allocations 1..7 locally and wait" wait_for k_ready
+"$BUILD/heapctl" --socket "$S" --json stats kill >"$T/kill.json" 2>&1
+check "heapctl shows the heap's local_every" has "$T/kill.json" '"local_every": 16'
 kill -9 "$hpid"
 wait "$hpid" 2>/dev/null
 hpid=
