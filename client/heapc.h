@@ -265,15 +265,18 @@ typedef struct heapc_params {
      * cross into it). A later attach with 0 takes the heap's;
      * heapc_get_params gives it (1 or 0). */
     int32_t extent_bound;
-    /* Issue 28, allocation without a message (a heap on one node): > 0
+    /* Issue 28, allocation without a message: > 0
      * (2..4096) asks for a heap whose ranks decide their allocations with a
      * replica of its allocator in libheapc, every local_every-th allocation
      * (and one that needs a collect, growth or trim) a round trip to heapd;
      * the others make no system call. 0: $HEAPD_DECIDE ("local": every
      * $HEAPD_DECIDE_EVERY-th, default 64; "daemon": as < 0), else the heap's
      * way (heapd decides, unless the heap was made with local_every). < 0:
-     * heapd decides this rank's allocations, whatever the heap. A heap across
-     * nodes gets 0. heapc_get_params gives the heap's (0: heapd decides). */
+     * heapd decides this rank's allocations, whatever the heap. Across
+     * nodes every node must give the same (its eager rounds then go through
+     * the store every local_every allocations, instead of heapd.conf's
+     * reclaim_lookahead). heapc_get_params gives the heap's (0: heapd
+     * decides). */
     int32_t local_every;
 } heapc_params;
 

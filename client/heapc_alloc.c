@@ -369,8 +369,10 @@ static int collect_locked(heapc *c, uint64_t size)
     Heapd__Frame *rep;
     hw_frame raw;
     rc = hci_rpc(c, &req, HEAPD__FRAME__BODY_COLLECT_REPLY, &rep, &raw);
-    if (rc != HEAPC_OK)
+    if (rc != HEAPC_OK) { /* heapd may still apply it (a cross-node result that came late) */
+        hrp_lose(&c->rep, "a collect failed");
         return rc;
+    }
     if (rep->collect_reply) {
         const Heapd__CollectReply *cr = rep->collect_reply;
         for (size_t i = 0; i < cr->n_ops; i++) /* issue 28: the replica reclaims the same */

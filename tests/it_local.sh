@@ -18,7 +18,11 @@
 #   3. heapd SIGKILLed while ranks allocate locally: their next round trip
 #      fails with ERR_CONN, no rank hangs;
 #   4. a rank SIGKILLed with decisions heapd has not seen: its peer's next
-#      collect fails with ERR_PEER_GONE, heapd serves another heap.
+#      collect fails with ERR_PEER_GONE, heapd serves another heap;
+#   5. three heapd nodes with a real redis-server, 2 ranks each: the same
+#      workload under both reclaims gives identical offsets on all 6 ranks,
+#      each decided mostly without a message (the rounds and collects the
+#      nodes agreed on reach the replicas).
 # Every wait is for a state (a file, an exit), with a bound.
 # shellcheck disable=SC2086 # word lists on purpose
 set -u
@@ -166,5 +170,62 @@ wait "$hpid"
 check "heapd stops on SIGTERM with exit 0" test $? = 0
 hpid=
 if grep -q 'invariant broken' "$T/heapd.log"; then bad "allocator invariants held"; else ok "allocator invariants held"; fi
+
+# ---- 5. three nodes: the replicas follow the rounds and collects the nodes agree on ----
+. "$SRC/tests/redis_helper.sh"
+if ! redis_available; then
+    echo "skipped: three nodes (needs redis-server and redis-cli)"
+elif ! redis_start; then
+    bad "could not start redis-server on a free loopback port"
+else
+    hp_0= hp_1= hp_2=
+    lib_on_exit 'lib_kill hpid hp_0 hp_1 hp_2; for p in $pids; do kill -9 $p 2>/dev/null; done; redis_stop'
+    for n in 0 1 2; do
+        cat >"$T/n$n.conf" <<EOF
+socket = $T/n$n.sock
+backend = host
+log_level = debug
+chunk_size = 256K
+va_size = 256M
+collect_timeout_ms = 20000
+store = redis://127.0.0.1:$REDIS_PORT
+node = n$n
+EOF
+        S=$T/n$n.sock start_heapd "$T/n$n.conf" "$T/n$n.log"
+        eval "hp_$n=\$hpid"
+    done
+    hpid=
+    for rec in eager collect; do
+        h=mn$rec
+        for r in 0 1 2 3 4 5; do
+            S=$T/n$((r / 2)).sock rank $h $r 6 local --local-size 2 --job j1 --reclaim $rec $W random 1500 stats
+        done
+        waitall $h 6
+        check "3 nodes x 2 ranks, reclaim $rec: every rank exits 0 (each node checked its ranks' decisions)" \
+            test $allok = 1
+        sa=0; same $h 6 && sa=1
+        check "3 nodes, reclaim $rec: $(grep -c '^a ' "$T/$h.0.ac") offsets and their collects identical on all 6 ranks" \
+            test $sa = 1
+        good=1
+        for r in 0 1 2 3 4 5; do
+            la=$(field $h.$r local_allocs); lost=$(field $h.$r replica_lost)
+            [ "${la:-0}" -gt 700 ] && [ "$lost" = 0 ] || good=0
+        done
+        check "3 nodes, reclaim $rec: each rank decided most allocations without a message ($la of 1500), none lost" \
+            test $good = 1
+        eg=$(sed -n 's/^s heap .* eager=\([0-9]*\).*/\1/p' "$T/$h.0.out" | tail -1)
+        if [ $rec = eager ]; then
+            check "3 nodes, eager: blocks reclaimed in the agreed rounds ($eg)" test "${eg:-0}" -gt 0
+        else
+            check "3 nodes, collect: none reclaimed outside collects ($eg)" test "${eg:-1}" = 0
+        fi
+    done
+    for n in 0 1 2; do
+        eval "p=\$hp_$n"
+        kill -TERM "$p"; wait "$p"
+        eval "hp_$n="
+    done
+    if grep -q 'invariant broken' "$T"/n*.log; then bad "invariants held on every node"; else ok "invariants held on every node"; fi
+fi
 echo "it_local: $fails failure(s)"
 [ $fails = 0 ]

@@ -147,7 +147,7 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_peer *c, 
     secret_hash(&m->job_secret, h->secret);
     h->hz_every = hh_lookahead_of(&r->cfg, rp ? (int)rp->reclaim : 0, ap.ranks, m->world_size, ap.policy);
     h->local_every = le;
-    if (le && eager) /* issue 28: this node's rounds, which the replicas follow */
+    if (le && (eager || h->hz_every)) /* issue 28: the rounds the replicas follow, every le allocations */
         h->hz_every = le;
     h->ap_shown = h->ap;
     if (h->hz_every) /* its core reclaims what the nodes agree on, eagerly */

@@ -267,7 +267,7 @@ class Heap(_Resume, _Release):
     decide (issue 28): "local" makes each rank decide its allocations with a
     replica of the heap's allocator, no message to heapd but every
     decide_every-th (default 64; 2..4096); "daemon": heapd decides this
-    rank's; None: $HEAPD_DECIDE, else the heap's way. A heap on one node.
+    rank's; None: $HEAPD_DECIDE, else the heap's way.
     """
 
     def __init__(self, name, rank, world_size, socket=None, *, chunk_size=0, initial_size=0,
