@@ -160,7 +160,10 @@ static void store_collect_cb(void *arg, int status, const char *errmsg, const ui
         return;
     }
     hh_horizon_collected(h, offsets, n);
-    hd_op_out op = {.at = h->coll_seq, .collect = true, .asked = h->collect_at == h->coll_seq, .offsets = offsets,
+    hd_op_out op = {.at = h->coll_seq,
+                    .collect = true,
+                    .asked = h->collect_at == h->coll_seq,
+                    .offsets = offsets,
                     .n = n}; /* issue 28: the same list on every node */
     collect_reply_all(h, n, bytes, h->local_every ? &op : NULL);
 }
