@@ -555,7 +555,7 @@ static int alloc_locked(heapc *c, size_t size, const char *name, const alloc_use
     int rc = frees_ready(c);
     if (rc != HEAPC_OK)
         return rc;
-    if (!name && hrp_wants(&c->rep)) { /* issue 28: no message */
+    if (!name && c->mstate == HEAPC_STATE_ACTIVE && hrp_wants(&c->rep)) { /* issue 28: no message */
         uint64_t off, bsize;
         if (hrp_decide(&c->rep, size, atomic_load_explicit(&c->mapped, memory_order_relaxed), &off, &bsize) > 0)
             return local_made(c, v, off, bsize, use, ptr, offset);

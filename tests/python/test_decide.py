@@ -55,3 +55,32 @@ def test_decide_checked(sock, heapname):
         heapd.Heap(heapname, 0, 1, sock, decide="sometimes")
     with pytest.raises(ValueError, match="decide_every"):
         heapd.Heap(heapname, 0, 1, sock, decide="local", decide_every=1)
+
+
+def _released(rank, world, sock, name):
+    with heapd.Heap(name, rank, world, sock, chunk_size="1M", initial_size="1M",
+                    decide="local", decide_every=8) as h:
+        ts = [h.empty(100) for _ in range(3)]       # allocation 0 a round trip, 1 and 2 local
+        for t in ts:
+            t.fill_(rank)
+        h.collect()
+        h.release(mode="host")
+        try:
+            h.empty(100)                             # allocation 3: no local decision while released
+            refused = None
+        except heapd.StateError as e:
+            refused = str(e)
+        h.collect()
+        h.restore()
+        more = [h.offset(h.empty(100)) for _ in range(3)]
+        return refused, [h.offset(t) for t in ts] + more, h.counters()["local_allocs"], \
+            bool(all(torch.all(t == rank) for t in ts))
+
+
+def test_released_heap_decides_nothing(sock, heapname):
+    res = ok(run_ranks(_released, 2, sock, heapname)[0])
+    for r, (refused, offs, local, kept) in enumerate(res):
+        assert refused and "released" in refused, f"rank {r}: an allocation on a released heap: {refused!r}"
+        assert kept, f"rank {r}: content lost across release and restore"
+        assert local >= 4, f"rank {r}: {local} local decisions"
+    assert res[0][1] == res[1][1], "offsets differ after restore"
