@@ -51,7 +51,7 @@ def _stats_list(out):
         d["params"] = {f: getattr(hs.params, f) for f in
                        ("chunk_size", "initial_size", "va_size", "min_block",
                         "collect_timeout_ms", "local_size", "persist_s", "grow_ahead",
-                        "trim_threshold")}
+                        "trim_threshold", "local_every")}   # issue 28: local_every
         d["params"]["extent_bound"] = bool(hs.params.extent_bound)   # issue 32
         d["params"]["policy"] = (L.policy_name(hs.params.policy) or b"").decode()
         d["params"]["reclaim"] = "eager" if hs.params.reclaim == 1 else "collect"   # issue 27
