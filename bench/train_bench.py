@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """train_bench.py - a training loop with torch's caching allocator against the
-same loop with every CUDA allocation on a heapd heap (issue 27).
+same loop with every CUDA allocation on a heapd heap (issue 27), and on a heap
+whose ranks decide their allocations locally (issue 28).
 
     HEAPD_SOCKET=... python3 bench/train_bench.py [--host] [--rounds 3] [--steps 20]
         [--warmup 5] [--time-limit 80] [--configs 1,2] [--build build-gpu]
@@ -9,7 +10,7 @@ The model: torch.nn.TransformerEncoder, 6 layers, d_model 1024, 16 heads,
 dim_feedforward 4096, batch_first; a batch of 8 x 512 tokens (random inputs,
 loss = mean square of the output), bf16 autocast, AdamW. Each run: --warmup
 steps, then --steps timed steps (torch.cuda.synchronize after each; the step
-time is the median). Two ways to run it:
+time is the median). Three ways to run it:
   torch: torch's caching allocator; peak memory = torch.cuda.max_memory_reserved();
   heap:  heapd.torch.install_allocator() before the first CUDA allocation, then
          the whole loop (model, optimizer, data, every step) inside
@@ -17,6 +18,12 @@ time is the median). Two ways to run it:
          memory = the largest heap.status().mapped seen after any step (this
          rank's mapped bytes), plus heapd's stats: collects, growths,
          eager_reclaims.
+  local: the heap run on a heap made with decide="local", decide_every 64
+         (--decide-every; issue 28: each rank's libheapc decides its
+         allocations with a replica of the allocator, every 64th one, and
+         those that need a collect, growth or trim, a round trip to heapd);
+         the same figures, plus the heap's counters local_allocs and
+         replica_lost (of every rank: the fewest and the most).
 Configurations: 1rank (one process) and 2rank (two processes on cuda:0 at once,
 each running the loop; the heap has world 2; torch's anchor is two torch
 processes at once). With 2 ranks every step ends with a barrier of the ranks
@@ -26,24 +33,34 @@ block once every rank freed it, so ranks that drift apart without ever
 meeting make it grow, where real jobs meet at every collective. Every run is a fresh process (a pluggable allocator can
 only be set before the first CUDA allocation); the ranks of a run start their
 timed steps together (READY / GO over their pipes). A round runs every
-configuration with torch and heap alternating, the order flipping each round
-(step times move between runs on a shared machine; the ratio of each round
-is taken within the round, its median over rounds is printed). Rounds stop
-early when the next one would not fit in --time-limit.
+configuration with the three modes back to back, torch in the middle and the
+order flipping each round (heap, torch, local; then local, torch, heap: step
+times move between runs on a shared machine; the ratio of each round is taken
+within the round, its median over rounds is printed). Rounds stop early when
+the next one would not fit in --time-limit (each run keeps its own timeout:
+with three modes a round takes longer and fewer rounds fit).
 
 Output: lines "train KEY VALUE" (scripts/gpu.sh copies them into gpu.log), per
 configuration C: C_torch_step_ms, C_heap_step_ms, C_step_ratio (heap/torch),
 C_torch_peak_mib, C_torch_allocated_peak_mib, C_heap_peak_mib, C_mem_ratio,
 C_collects, C_growths, C_eager_reclaims, C_heap_allocs_per_step,
 C_target_mem / C_target_step (met or missed; targets: heap mapped <= 1.15 x
-torch's max reserved, step time <= 1.15 x), and "train C_MODE FAIL reason" for a
-run that failed. Step times and peaks of a 2rank run: the slowest rank's
-median step, the largest rank's peak (each rank's own memory).
+torch's max reserved, step time <= 1.15 x), for the local mode C_local_step_ms,
+C_local_step_ratio (local/torch), C_local_peak_mib, C_local_mem_ratio,
+C_local_collects, C_local_growths, C_local_eager_reclaims,
+C_local_heap_allocs_per_step, C_local_allocs (the fewest of any rank),
+C_local_share (local_allocs / allocations, the smallest of any rank),
+C_replica_lost (1 when a rank's replica was lost), C_local_target_mem /
+C_local_target_step (targets: mapped <= 1.15 x torch's max reserved, step time
+<= 1.05 x torch's), and "train C_MODE FAIL reason" for a run that failed (a
+local run whose replica was lost or that decided no allocation locally fails).
+Step times and peaks of a 2rank run: the slowest rank's median step, the
+largest rank's peak (each rank's own memory).
 --host: scripts/gpu.sh's dry run on a CPU machine: a small model on the CPU
-(2 layers, d_model 64), the heap run with parameters, gradients and AdamW's
-moments as tensors of a host-backend heap (heap.empty; the allocator route
-needs CUDA); torch's peak memory is not known there ("na"). Exit 0 when every
-run of every configuration gave figures."""
+(2 layers, d_model 64), the heap and local runs with parameters, gradients
+and AdamW's moments as tensors of a host-backend heap (heap.empty; the
+allocator route needs CUDA); torch's peak memory is not known there ("na").
+Exit 0 when every run of every configuration gave figures."""
 import argparse
 import json
 import os
@@ -56,6 +73,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = 1.15
+LOCAL_STEP_TARGET = 1.05    # issue 28: allocation without a message
+MODES = ("torch", "heap", "local")
 MIB = 1 << 20
 
 
@@ -145,7 +164,7 @@ def child(a):
     import torch
     heap, ht = None, None
     dev = "cpu" if a.host else "cuda"
-    if a.mode == "heap":
+    if a.mode in ("heap", "local"):
         import heapd
         if not a.host:
             import heapd.torch as ht
@@ -156,10 +175,11 @@ def child(a):
         import torch.distributed
         torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.dist_port}",
                                              rank=a.rank, world_size=a.world)
-    if a.mode == "heap":
+    if a.mode in ("heap", "local"):
+        kw = {"decide": "local", "decide_every": a.decide_every} if a.mode == "local" else {}
         heap = heapd.Heap(a.heap, a.rank, a.world, a.socket, chunk_size=a.chunk,
                           collect_timeout_ms=a.collect_timeout_ms, timeout_ms=a.reply_timeout_ms,
-                          device=dev)
+                          device=dev, **kw)
     out = {"mode": a.mode, "rank": a.rank, "world": a.world}
     if heap is not None:
         out["reclaim"] = heap.reclaim
@@ -181,6 +201,9 @@ def child(a):
     if heap is not None:
         sample()
         out["peak_bytes"] = peak[0]
+        ctr = heap.counters()               # this rank's client counters (issue 28)
+        out.update({"local_allocs": ctr["local_allocs"], "replica_lost": ctr["replica_lost"],
+                    "client_allocs": ctr["allocs"]})
         if a.rank == 0:
             st = heap.stats()
             out.update({k: st.get(k) for k in ("collects", "growths", "eager_reclaims",
@@ -243,7 +266,8 @@ def run_once(a, mode, world, name, timeout):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--world", str(world),
            "--heap", name, "--steps", str(a.steps), "--warmup", str(a.warmup),
            "--chunk", a.chunk, "--collect-timeout-ms", str(a.collect_timeout_ms),
-           "--reply-timeout-ms", str(a.reply_timeout_ms), "--dist-port", str(_free_port())]
+           "--reply-timeout-ms", str(a.reply_timeout_ms), "--dist-port", str(_free_port()),
+           "--decide-every", str(a.decide_every)]
     if a.host:
         cmd.append("--host")
     if a.socket:
@@ -330,8 +354,21 @@ def summarize(ranks):
             s[k] = r0[k]
     if r0.get("allocator"):       # allocations the shim served off the heap (outside use_heap)
         s["driver_allocs"] = max(r["allocator"]["driver_allocs"] for r in ranks)
+    if r0.get("mode") == "local":  # issue 28: every rank's replica
+        s["local_allocs"] = min(r["local_allocs"] for r in ranks)
+        s["local_share"] = min(r["local_allocs"] / max(r["client_allocs"], 1) for r in ranks)
+        s["replica_lost"] = max(r["replica_lost"] for r in ranks)
     s["loss"] = r0.get("loss")
     return s
+
+
+def local_check(s):
+    """A local run that did not decide locally: the reason, else None."""
+    if s.get("replica_lost"):
+        return f"replica_lost {s['replica_lost']}: a rank's replica stopped deciding"
+    if not s.get("local_allocs"):
+        return f"local_allocs {s.get('local_allocs')}: a rank decided no allocation locally"
+    return None
 
 
 def fmt(v):
@@ -348,8 +385,8 @@ def emit(k, v):
 
 def report(cfg, runs, fails):
     """The figures of one configuration over the rounds; False when it lacks some."""
-    t, h = runs["torch"], runs["heap"]
-    for mode in ("torch", "heap"):
+    t, h, lo = runs["torch"], runs["heap"], runs["local"]
+    for mode in MODES:
         if fails.get(mode):
             emit(f"{cfg}_{mode}", "FAIL " + fails[mode])
     med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
@@ -375,7 +412,26 @@ def report(cfg, runs, fails):
     for k, r in (("mem", mratio), ("step", ratio)):
         emit(f"{cfg}_target_{k}", "na" if r is None else
              f"{'met' if r <= TARGET else 'missed'} (x{r:.3f}, target <= x{TARGET})")
-    return bool(t and h and not fails)
+    # issue 28: the local mode, against the same torch runs
+    emit(f"{cfg}_local_step_ms", med([r["step_ms"] for r in lo]))
+    lpairs = [ll["step_ms"] / tt["step_ms"] for tt, ll in zip(t, lo)]
+    lratio = med(lpairs)
+    emit(f"{cfg}_local_step_ratio", lratio)
+    emit(f"{cfg}_local_step_ratio_rounds", ",".join(f"{p:.3f}" for p in lpairs) or "na")
+    lp = max((r["peak_mib"] for r in lo if "peak_mib" in r), default=None)
+    emit(f"{cfg}_local_peak_mib", lp)
+    lmratio = lp / tp if lp is not None and tp else None
+    emit(f"{cfg}_local_mem_ratio", lmratio)
+    last = lo[-1] if lo else {}
+    for k in ("collects", "growths", "eager_reclaims", "heap_allocs_per_step"):
+        emit(f"{cfg}_local_{k}", last.get(k))
+    emit(f"{cfg}_local_allocs", min((r["local_allocs"] for r in lo), default=None))
+    emit(f"{cfg}_local_share", min((r["local_share"] for r in lo), default=None))
+    emit(f"{cfg}_replica_lost", max((r["replica_lost"] for r in lo), default=None))
+    for k, r, tg in (("mem", lmratio, TARGET), ("step", lratio, LOCAL_STEP_TARGET)):
+        emit(f"{cfg}_local_target_{k}", "na" if r is None else
+             f"{'met' if r <= tg else 'missed'} (x{r:.3f}, target <= x{tg})")
+    return bool(t and h and lo and not fails)
 
 
 def run_rounds(a, cfgs, deadline):
@@ -383,7 +439,7 @@ def run_rounds(a, cfgs, deadline):
     {C: {mode: reason}}, rounds). A run cut by the deadline after the first
     round ends the rounds (not a failure: the earlier rounds count)."""
     run_tmo = a.run_timeout or (150.0 if a.host else 45.0)
-    runs = {c: {"torch": [], "heap": []} for c in cfgs}
+    runs = {c: {m: [] for m in MODES} for c in cfgs}
     fails = {c: {} for c in cfgs}
     rounds, round_s = 0, 0.0
     for rnd in range(a.rounds):
@@ -393,7 +449,7 @@ def run_rounds(a, cfgs, deadline):
             break
         rs, cut = time.monotonic(), False
         for c in cfgs:
-            order = ("torch", "heap") if rnd % 2 == 0 else ("heap", "torch")
+            order = ("heap", "torch", "local") if rnd % 2 == 0 else ("local", "torch", "heap")
             for mode in order:
                 if fails[c].get(mode) or cut:
                     continue
@@ -404,7 +460,7 @@ def run_rounds(a, cfgs, deadline):
                 if left < 5:
                     fails[c][mode] = f"no time left in --time-limit {a.time_limit:g} s"
                     continue
-                name = f"train-bench-{os.getpid()}-{rnd}-{c}"
+                name = f"train-bench-{os.getpid()}-{rnd}-{c}" + ("-local" if mode == "local" else "")
                 ts = time.monotonic()
                 try:
                     ranks = run_once(a, mode, c, name, min(run_tmo, left))
@@ -420,6 +476,10 @@ def run_rounds(a, cfgs, deadline):
                 runs[c][mode].append(s)
                 emit(f"run {c}rank {mode} round {rnd}",
                      " ".join(f"{k}={fmt(v)}" for k, v in s.items()) + f" wall={time.monotonic() - ts:.1f}s")
+                bad = local_check(s) if mode == "local" else None
+                if bad:         # its figures count, the run fails
+                    fails[c][mode] = f"round {rnd}: {bad}"
+                    emit(f"run {c}rank {mode} round {rnd}", f"FAIL {bad}")
         if cut:
             emit("rounds_cut", f"in round {rnd}: the time limit came")
             break
@@ -446,7 +506,9 @@ def main():
                          "times fewer of them, at least 3")
     ap.add_argument("--collect-timeout-ms", type=int, default=10000)
     ap.add_argument("--reply-timeout-ms", type=int, default=20000)
-    ap.add_argument("--child", choices=("torch", "heap"), dest="mode")
+    ap.add_argument("--decide-every", type=int, default=64,
+                    help="the local mode's heap: decide='local' with this decide_every")
+    ap.add_argument("--child", choices=MODES, dest="mode")
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--world", type=int, default=1)
     ap.add_argument("--heap", default="")
@@ -465,6 +527,8 @@ def main():
     build = a.build if os.path.isabs(a.build) else os.path.join(ROOT, a.build)
     os.environ.setdefault("HEAPC_LIB", os.path.join(build, "libheapc.so"))
     os.environ.setdefault("HEAPC_TORCH_LIB", os.path.join(build, "libheapc_torch.so"))
+    for v in ("HEAPD_DECIDE", "HEAPD_DECIDE_EVERY", "HEAPC_DECIDE", "HEAPC_DECIDE_EVERY"):
+        os.environ.pop(v, None)     # the heap mode is heapd's way, the local mode asks for its own
     os.environ["PYTHONPATH"] = os.path.join(ROOT, "python") + (
         os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
     try:
@@ -476,13 +540,14 @@ def main():
          "TransformerEncoder 6 layers d1024 h16 ff4096, batch 8x512, bf16 autocast, AdamW, cuda:0")
     emit("steps", f"{a.warmup} warm-up + {a.steps} timed, chunk {a.chunk}")
     runs, fails, rounds = run_rounds(a, cfgs, t0 + a.time_limit)
-    # each list holds the first rounds of its mode: pair as many as both have
+    # each list holds the first rounds of its mode: pair as many as the modes that
+    # did not fail all have (a failed mode's list stops at its failure)
     ok = True
     emit("rounds", rounds)
     for c in cfgs:
-        t, h = runs[c]["torch"], runs[c]["heap"]
-        n = min(len(t), len(h))
-        runs[c]["torch"], runs[c]["heap"] = (t[:n], h[:n]) if n else (t, h)
+        n = min((len(v) for m, v in runs[c].items() if not fails[c].get(m)), default=0)
+        if n:
+            runs[c] = {m: v[:n] for m, v in runs[c].items()}
         ok = report(f"{c}rank", runs[c], fails[c]) and ok
     emit("wall_s", time.monotonic() - t0)
     nf = sum(len(f) for f in fails.values())

@@ -387,11 +387,15 @@ EOF
         # bf16 autocast, AdamW) with torch's caching allocator against the whole loop on the heap
         # (heapd.torch.use_heap, 256 MiB chunks), 1 rank and 2 ranks on the one GPU, torch and
         # heap alternating in fresh processes, rounds while the time lasts. Targets (printed, not
-        # failed): heap mapped <= 1.15x torch's max reserved, step time <= 1.15x. Host dry run: a
+        # failed): heap mapped <= 1.15x torch's max reserved, step time <= 1.15x. Issue 28: a third
+        # mode, local, the heap run on a heap made with decide="local", decide_every 64 (each rank
+        # decides its allocations with a replica); targets step <= 1.05x torch's, memory <= 1.15x;
+        # a local run whose replica was lost or that decided nothing locally fails. Host dry run: a
         # small model on the CPU, parameters, gradients and moments as host-backend heap tensors.
-        echo; echo "== train_bench (issue 27: a training loop, torch's allocator against use_heap)"
-        # The steps after it (the resume example, heapd's stop) keep 75 s of the budget.
-        tl=$(tmo 165); tl=$((tl > 75 + 30 ? tl - 75 : 30)); tl=$((tl > 90 ? 90 : tl)); TROPT=
+        echo; echo "== train_bench (issue 27: a training loop, torch's allocator against use_heap; issue 28: local)"
+        # The steps after it (the resume example, heapd's stop) keep 75 s of the budget; a round is
+        # 6 runs (3 modes, 2 configurations): up to 120 s, where the budget has them.
+        tl=$(tmo 165); tl=$((tl > 75 + 30 ? tl - 75 : 30)); tl=$((tl > 120 ? 120 : tl)); TROPT=
         [ $BE = host ] && TROPT="--host --rounds 2"
         step train $tl env $PYENV TMPDIR="$T" "$PYT" bench/train_bench.py $TROPT --build "$B" \
             --time-limit $((tl > 20 ? tl - 10 : tl))
@@ -399,12 +403,17 @@ EOF
         for k in 1rank_torch_step_ms 1rank_heap_step_ms 1rank_step_ratio 1rank_torch_peak_mib 1rank_heap_peak_mib \
                  1rank_mem_ratio 2rank_torch_step_ms 2rank_heap_step_ms 2rank_step_ratio 2rank_torch_peak_mib \
                  2rank_heap_peak_mib 2rank_mem_ratio 1rank_collects 1rank_growths 1rank_eager_reclaims \
-                 2rank_collects 2rank_growths 2rank_eager_reclaims rounds; do
+                 2rank_collects 2rank_growths 2rank_eager_reclaims 1rank_local_step_ms 1rank_local_step_ratio \
+                 1rank_local_peak_mib 1rank_local_mem_ratio 1rank_local_collects 1rank_local_growths \
+                 1rank_local_eager_reclaims 1rank_local_allocs 1rank_local_share 1rank_replica_lost \
+                 2rank_local_step_ms 2rank_local_step_ratio 2rank_local_peak_mib 2rank_local_mem_ratio \
+                 2rank_local_collects 2rank_local_growths 2rank_local_eager_reclaims 2rank_local_allocs \
+                 2rank_local_share 2rank_replica_lost rounds; do
             echo "train $k $(trv $k)" >>"$T/timings.txt"
         done
         trd=""
         for c in 1rank 2rank; do
-            trd="$trd$c: step $(trv ${c}_heap_step_ms) ms on the heap, $(trv ${c}_torch_step_ms) ms torch (x$(trv ${c}_step_ratio), target <= 1.15: $(trv ${c}_target_step)); peak $(trv ${c}_heap_peak_mib) MiB mapped, $(trv ${c}_torch_peak_mib) MiB torch reserved (x$(trv ${c}_mem_ratio): $(trv ${c}_target_mem)); collects $(trv ${c}_collects), growths $(trv ${c}_growths), eager_reclaims $(trv ${c}_eager_reclaims); "
+            trd="$trd$c: step $(trv ${c}_heap_step_ms) ms on the heap, $(trv ${c}_torch_step_ms) ms torch (x$(trv ${c}_step_ratio), target <= 1.15: $(trv ${c}_target_step)); peak $(trv ${c}_heap_peak_mib) MiB mapped, $(trv ${c}_torch_peak_mib) MiB torch reserved (x$(trv ${c}_mem_ratio): $(trv ${c}_target_mem)); collects $(trv ${c}_collects), growths $(trv ${c}_growths), eager_reclaims $(trv ${c}_eager_reclaims); local (issue 28): step $(trv ${c}_local_step_ms) ms (x$(trv ${c}_local_step_ratio), target <= 1.05: $(trv ${c}_local_target_step)), peak $(trv ${c}_local_peak_mib) MiB (x$(trv ${c}_local_mem_ratio): $(trv ${c}_local_target_mem)), local_allocs $(trv ${c}_local_allocs) (share $(trv ${c}_local_share)), replica_lost $(trv ${c}_replica_lost); "
         done
         trd="$(trv rounds) rounds; ${trd%; }"
         [ $BE = host ] && trd="host dry run, small CPU model (no meaningful figures): $trd"
