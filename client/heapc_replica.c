@@ -117,7 +117,8 @@ void hrp_op(hrp_replica *r, const Heapd__HeapOp *op, uint64_t size)
 {
     if (!r->core || r->lost)
         return;
-    if (op->at != r->pos || (!op->collect && r->asked) || (op->asked && ask(r, size, HA_NEED_COLLECT))) {
+    if (op->at != r->pos || ((!op->collect || !op->asked) && r->asked) ||
+        (op->asked && ask(r, size, HA_NEED_COLLECT))) {
         hrp_lose(r, "heapd reclaimed at an allocation number it could not follow");
         return;
     }
@@ -144,8 +145,10 @@ void hrp_op(hrp_replica *r, const Heapd__HeapOp *op, uint64_t size)
 
 void hrp_needed(hrp_replica *r, uint64_t size, int trim)
 {
-    if (r->core && !r->lost)
-        (void)ask(r, size, trim ? HA_NEED_TRIM : HA_NEED_COLLECT);
+    /* A collect: its op says whether the allocator asked for it (an
+     * operator's forced collect it did not). */
+    if (r->core && !r->lost && trim)
+        (void)ask(r, size, HA_NEED_TRIM);
 }
 
 static void no_chunk(void *data, uint32_t index) { (void)data, (void)index; }

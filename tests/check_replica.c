@@ -229,8 +229,39 @@ START_TEST(lost_not_wrong)
 
     twin_init(&t, HA_POLICY_COALESCE);
     round_trip(&t, 4 * KIB);
-    hrp_needed(&t.rep, 4 * KIB, 0); /* heapd asks a collect where its core would not */
+    hrp_needed(&t.rep, 4 * KIB, 1); /* heapd asks a trim where its core would not */
     ck_assert(t.rep.lost);
+    twin_fini(&t);
+
+    twin_init(&t, HA_POLICY_COALESCE);
+    round_trip(&t, 4 * KIB);
+    uint64_t off, bs;
+    ck_assert_int_eq(hrp_decide(&t.rep, 4 * KIB, mapped_of(t.core), &off, &bs), 1);
+    ha_alloc_result res;
+    ck_assert_int_eq(ha_alloc(t.core, 4 * KIB, &res), HA_OK);
+    op.at = t.rep.pos;
+    op.offsets = NULL;
+    op.n_offsets = 0;
+    op.asked = true; /* a collect heapd's core asked for at a number the replica decided alone */
+    hrp_op(&t.rep, &op, 4 * KIB);
+    ck_assert(t.rep.lost);
+    twin_fini(&t);
+}
+END_TEST
+
+START_TEST(forced_collect_followed)
+{
+    twin t;
+    twin_init(&t, HA_POLICY_COALESCE);
+    uint64_t o0 = round_trip(&t, 4 * KIB);
+    ck_assert_int_eq(ha_free(t.core, 0, o0), HA_OK);
+    ck_assert_int_eq(ha_free(t.core, 1, o0), HA_OK);
+    hrp_needed(&t.rep, 4 * KIB, 0); /* an operator's collect: the allocator did not ask */
+    ck_assert(!t.rep.lost);
+    heapd_collect(&t, false, 4 * KIB);
+    ck_assert_msg(!t.rep.lost, "%s", t.rep.why);
+    ck_assert_uint_eq(round_trip(&t, 4 * KIB), o0); /* the collect's block, reused alike */
+    ck_assert_msg(!t.rep.lost, "%s", t.rep.why);
     twin_fini(&t);
 }
 END_TEST
@@ -263,6 +294,7 @@ static Suite *replica_suite(void)
     tcase_add_loop_test(tc, follows_heapd_seed, 0, 2);
     tcase_add_test(tc, records_and_boundaries);
     tcase_add_test(tc, lost_not_wrong);
+    tcase_add_test(tc, forced_collect_followed);
     tcase_add_test(tc, refuses_what_it_cannot_run);
     suite_add_tcase(s, tc);
     return s;

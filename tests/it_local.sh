@@ -14,7 +14,9 @@
 #      lost; under seed (decisions depend only on the sequence and the
 #      collects) the offsets equal those of the same workload decided by heapd;
 #   2. a rank with HEAPC_DECIDE=daemon on a heap whose other rank decides
-#      locally: both get the same offsets, the daemon rank decided none;
+#      locally: both get the same offsets, the daemon rank decided none; an
+#      operator's forced collect (heapctl collect) lands at the next horizon
+#      and the replicas follow it;
 #   3. heapd SIGKILLed while ranks allocate locally: their next round trip
 #      fails with ERR_CONN, no rank hangs;
 #   4. a rank SIGKILLed with decisions heapd has not seen: its peer's next
@@ -121,6 +123,27 @@ sm=0; same mix 2 && sm=1
 check "a local rank and a daemon rank of one heap: both exit 0 with identical offsets" test $allok = 1 -a $sm = 1
 check "... the local rank decided most ($(field mix.0 local_allocs)), the daemon rank none ($(field mix.1 local_allocs))" \
     test "$(field mix.0 local_allocs)" -gt 900 -a "$(field mix.1 local_allocs)" = 0
+
+# ---- 2b. an operator's forced collect on a heap whose ranks decide -------------------
+pre=""
+i=0
+while [ $i -lt 5 ]; do pre="$pre alloc 4K"; i=$((i + 1)); done
+post=""
+i=5
+while [ $i -lt 40 ]; do post="$post alloc 4K free $((i - 5))"; i=$((i + 1)); done
+for r in 0 1; do rank forced $r 2 local -- $pre touch "$T/f.$r" waitfile "$T/fgo" $post stats; done
+f_ready() { [ -e "$T/f.0" ] && [ -e "$T/f.1" ]; }
+check "two ranks decided allocations 1..4 locally and wait" wait_for f_ready
+"$BUILD/heapctl" --socket "$S" collect forced >"$T/forced.ctl" 2>&1
+check "heapctl collect places the forced collect at the next horizon, 16, which no rank has passed" \
+    has "$T/heapd.log" 'heap "forced": forced collect requested by pid'
+has "$T/heapd.log" 'at allocation 16' || bad "... the log names allocation 16: $(grep 'forced collect requested' "$T/heapd.log" | tail -1)"
+touch "$T/fgo"
+waitall forced 2
+sf=0; same forced 2 && sf=1
+check "after the forced collect both ranks exit 0 with identical offsets" test $allok = 1 -a $sf = 1
+check "... each ran it as asked ($(field forced.0 collects_needed)) and its replica followed (lost $(field forced.0 replica_lost), $(field forced.0 local_allocs) local)" \
+    test "$(field forced.0 collects_needed)" = 1 -a "$(field forced.0 replica_lost)" = 0 -a "$(field forced.1 replica_lost)" = 0
 
 # ---- 3. heapd killed while ranks allocate locally ----------------------------------
 pre="" post=""

@@ -162,7 +162,7 @@ static void store_collect_cb(void *arg, int status, const char *errmsg, const ui
     hh_horizon_collected(h, offsets, n);
     hd_op_out op = {.at = h->coll_seq,
                     .collect = true,
-                    .asked = h->collect_at == h->coll_seq,
+                    .asked = h->collect_at == h->coll_seq && !h->forced,
                     .offsets = offsets,
                     .n = n}; /* issue 28: the same list on every node */
     collect_reply_all(h, n, bytes, h->local_every ? &op : NULL);
@@ -179,8 +179,11 @@ static void collect_finish(hd_heap *h)
             return;
         }
         hh_horizon_collected(h, offs, n);
-        hd_op_out op = {
-            .at = h->coll_seq, .collect = true, .asked = h->collect_at == h->coll_seq, .offsets = offs, .n = n};
+        hd_op_out op = {.at = h->coll_seq,
+                        .collect = true,
+                        .asked = h->collect_at == h->coll_seq && !h->forced,
+                        .offsets = offs,
+                        .n = n};
         collect_reply_all(h, n, bytes, &op);
         free(offs);
         return;

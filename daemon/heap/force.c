@@ -90,8 +90,11 @@ static void force_start(hd_heap *h)
     }
     /* Past every allocation any node has decided or tried: no node can
      * have a collect of its own at the agreed point. */
+    /* Issue 28: a heap whose ranks decide offers the next horizons only
+     * (a rank may be anywhere below the next one). */
+    uint64_t le = h->local_every, first = le ? (h->decided + le) / le * le : h->decided + 1;
     for (uint64_t i = 0; i < HD_FORCE_WINDOW; i++)
-        offs[i] = h->decided + 1 + i;
+        offs[i] = first + i * (le ? le : 1);
     size_t nl = hh_local_ranks(h, lr);
     h->force_busy = true;
     h->frozen = true;
@@ -163,9 +166,12 @@ void hd_heap_force_collect(hd_registry *r, hd_peer *c, uint64_t id, const Heapd_
         hd_info("heap \"%s\": forced collect requested by pid %ld; asking every node", h->name, (long)hd_peer_pid(c));
         return;
     }
-    h->collect_at = h->decided;
+    /* Issue 28: where ranks decide, at the next horizon, which none has
+     * passed (one may have decided every allocation below it). */
+    uint64_t le = h->local_every;
+    h->collect_at = le ? (h->decided + le - 1) / le * le : h->decided;
     h->forced = true;
     hd_info("heap \"%s\": forced collect requested by pid %ld, at allocation %llu", h->name, (long)hd_peer_pid(c),
-            (unsigned long long)h->decided);
-    c->out->force(c, id, h->decided);
+            (unsigned long long)h->collect_at);
+    c->out->force(c, id, h->collect_at);
 }

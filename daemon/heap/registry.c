@@ -650,7 +650,9 @@ static int heap_validate(const hd_heap *h, char *why, size_t len)
             BAD("heap \"%s\": decision %llu does not fit its mapped size", h->name,
                 (unsigned long long)(h->decided - 1));
     }
-    if ((h->collect_at != UINT64_MAX && h->collect_at != h->decided) ||
+    bool ahead = h->local_every && h->forced && h->collect_at % h->local_every == 0 && /* issue 28 */
+                 h->collect_at > h->decided && h->collect_at - h->decided < h->local_every;
+    if ((h->collect_at != UINT64_MAX && h->collect_at != h->decided && !ahead) ||
         (h->trim_at != UINT64_MAX && h->trim_at != h->decided))
         BAD("heap \"%s\": collect owed at %llu, trim at %llu (issue 30), %llu decided", h->name,
             (unsigned long long)h->collect_at, (unsigned long long)h->trim_at, (unsigned long long)h->decided);

@@ -477,10 +477,11 @@ static int replica_one(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64
             return -1;
         }
     } else {
+        /* (While the nodes agree on a forced collect, frozen, a record still
+         * goes: the point they agree on is a horizon, which no record is.) */
         const char *why = h->collect_at == seq || (h->nforce && h->force_at[0] == seq) ? "owes a collect there"
                           : h->trim_at == seq                                          ? "owes a trim there"
-                          : h->frozen ? "waits for the nodes' forced collect there"
-                                      : NULL;
+                                                                                       : NULL;
         if (why) {
             hh_poison_replica(h, seq, b->rank, size, off, UINT64_MAX, why);
             h->local_bad++;
