@@ -439,6 +439,27 @@ static int alloc_order(heapc *c, uint64_t off, uint64_t size, const alloc_use *u
     return c->err;
 }
 
+/* Allocation next_seq - 1 at off (block bsize) is made, whoever placed it
+ * (who: for the message; bug: whose bug a block this rank holds is), ins:
+ * the live set's answer: ordered after its last stream work, *ptr set. */
+static int alloc_finish(heapc *c, const view *v, uint64_t off, uint64_t bsize, int ins, const alloc_use *use,
+                        void **ptr, const char *who, const char *bug)
+{
+    int rc = alloc_order(c, off, bsize, use);
+    if (rc != HEAPC_OK)
+        return rc;
+    if (ins == 0)
+        return hci_set_err(c, HEAPC_EPROTOCOL,
+                           "%s offset %" PRIu64 " for allocation %" PRIu64 " of heap %s while rank %" PRIu32
+                           " still holds it; report this %s",
+                           who, off, c->next_seq - 1, c->heap, v->rank, bug);
+    if (ins < 0)
+        c->live_complete = 0; /* cannot track it: let heapd check frees */
+    if (ptr)
+        *ptr = v->bases[v->rank] + off;
+    return HEAPC_OK;
+}
+
 /* heapd made allocation next_seq (ar, with raw's fds): from here on it
  * counts. Maps its new chunks, records the block (and its name). */
 static int alloc_made(heapc *c, view *v, const Heapd__AllocReply *ar, const hw_frame *raw, size_t size,
@@ -474,19 +495,7 @@ static int alloc_made(heapc *c, view *v, const Heapd__AllocReply *ar, const hw_f
     rc = alloc_name(c, name, size, ar);
     if (rc != HEAPC_OK)
         return rc;
-    if ((rc = alloc_order(c, off, bsize, use)) != HEAPC_OK)
-        return rc;
-    if (ins == 0)
-        return hci_set_err(c, HEAPC_EPROTOCOL,
-                           "heapd handed out offset %" PRIu64 " for allocation %" PRIu64
-                           " of heap %s while rank %" PRIu32 " still holds it; report this heapd "
-                           "bug",
-                           off, c->next_seq - 1, c->heap, v->rank);
-    if (ins < 0)
-        c->live_complete = 0; /* cannot track it: let heapd check frees */
-    if (ptr)
-        *ptr = v->bases[v->rank] + off;
-    return HEAPC_OK;
+    return alloc_finish(c, v, off, bsize, ins, use, ptr, "heapd handed out", "heapd bug");
 }
 
 /* Issue 28: the replica decided allocation next_seq at off (block bsize):
@@ -501,20 +510,8 @@ static int local_made(heapc *c, const view *v, uint64_t off, uint64_t bsize, con
         *offset = off;
     if (ptr)
         *ptr = NULL;
-    int rc = alloc_order(c, off, bsize, use);
-    if (rc != HEAPC_OK)
-        return rc;
-    if (ins == 0)
-        return hci_set_err(c, HEAPC_EPROTOCOL,
-                           "libheapc's replica placed allocation %" PRIu64 " of heap %s at offset %" PRIu64
-                           " while rank %" PRIu32 " still holds it; report this libheapc bug (HEAPC_DECIDE=daemon "
-                           "makes heapd decide every allocation)",
-                           c->next_seq - 1, c->heap, off, v->rank);
-    if (ins < 0)
-        c->live_complete = 0;
-    if (ptr)
-        *ptr = v->bases[v->rank] + off;
-    return HEAPC_OK;
+    return alloc_finish(c, v, off, bsize, ins, use, ptr, "libheapc's replica placed",
+                        "libheapc bug (HEAPC_DECIDE=daemon makes heapd decide every allocation)");
 }
 
 /* Issue 28: heapd's answer to allocation next_seq, for the replica. */

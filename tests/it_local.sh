@@ -203,20 +203,7 @@ elif ! redis_start; then
 else
     hp_0= hp_1= hp_2=
     lib_on_exit 'lib_kill hpid hp_0 hp_1 hp_2; for p in $pids; do kill -9 $p 2>/dev/null; done; redis_stop'
-    for n in 0 1 2; do
-        cat >"$T/n$n.conf" <<EOF
-socket = $T/n$n.sock
-backend = host
-log_level = debug
-chunk_size = 256K
-va_size = 256M
-collect_timeout_ms = 20000
-store = redis://127.0.0.1:$REDIS_PORT
-node = n$n
-EOF
-        S=$T/n$n.sock start_heapd "$T/n$n.conf" "$T/n$n.log"
-        eval "hp_$n=\$hpid"
-    done
+    for n in 0 1 2; do lib_node_start $n; done
     hpid=
     for rec in eager collect; do
         h=mn$rec

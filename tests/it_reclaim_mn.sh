@@ -36,21 +36,7 @@ W=6
 L=4
 
 redis_start || { echo "FAIL could not start redis-server on a free loopback port"; exit 1; }
-for n in $NODES; do
-    cat >"$T/n$n.conf" <<EOF
-socket = $T/n$n.sock
-backend = host
-log_level = debug
-chunk_size = 256K
-va_size = 256M
-collect_timeout_ms = 20000
-reclaim_lookahead = $L
-store = redis://127.0.0.1:$REDIS_PORT
-node = n$n
-EOF
-    S=$T/n$n.sock start_heapd "$T/n$n.conf" "$T/n$n.log"
-    eval "hp_$n=\$hpid"
-done
+for n in $NODES; do lib_node_start $n "reclaim_lookahead = $L"; done
 up=0
 for n in $NODES; do [ -S "$T/n$n.sock" ] && up=$((up + 1)); done
 check "3 heapd nodes with reclaim_lookahead = $L start" test $up = 3

@@ -108,6 +108,25 @@ trap 'exit 130' INT TERM
 
 lib_on_exit() { LIB_ON_EXIT="${LIB_ON_EXIT:+$LIB_ON_EXIT; }$1"; }
 
+# lib_node_start N [CONF LINE]: heapd node nN of a test's multi-node heaps
+# (host backend, socket $T/nN.sock, 256K chunks, Redis at $REDIS_PORT from
+# tests/redis_helper.sh), its log $T/nN.log; its pid in hp_N.
+lib_node_start() {
+    cat >"$T/n$1.conf" <<EOF
+socket = $T/n$1.sock
+backend = host
+log_level = debug
+chunk_size = 256K
+va_size = 256M
+collect_timeout_ms = 20000
+store = redis://127.0.0.1:$REDIS_PORT
+node = n$1
+${2:-}
+EOF
+    S=$T/n$1.sock start_heapd "$T/n$1.conf" "$T/n$1.log"
+    eval "hp_$1=\$hpid"
+}
+
 lib_tmpdir() {
     T=$(mktemp -d "/tmp/heapd-$1.XXXXXX")
     LIB_TMP=$T
