@@ -1961,6 +1961,538 @@ static int case_hangup(void)
     return rc;
 }
 
+/* ---- issue 28: replica records (Alloc/Free.decided_from, decided) ---------------- */
+
+#define LE  8                   /* the local_every of the replica cases' heaps */
+#define LIE ((uint64_t)1 << 40) /* an offset heapd never chooses (past va_size) */
+
+static int send_attach_le(rconn *c, const char *heap, uint32_t rank, uint32_t world, uint32_t le)
+{
+    Heapd__HeapParams hp = HEAPD__HEAP_PARAMS__INIT;
+    Heapd__Attach a = HEAPD__ATTACH__INIT;
+    a.heap = (char *)heap;
+    a.rank = rank;
+    a.world_size = world;
+    a.device_uuid = (char *)"";
+    hp.chunk_size = own.chunk;
+    hp.initial_size = own.initial;
+    hp.va_size = own.va;
+    hp.min_block = own.min_block;
+    hp.collect_timeout_ms = own.timeout_ms;
+    hp.local_every = le;
+    a.params = &hp;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.body_case = HEAPD__FRAME__BODY_ATTACH;
+    f.attach = &a;
+    return send_frame(c, &f, NULL, 0);
+}
+
+/* The AttachReply of a heap asked for with local_every le: its params say le. */
+static int attach_le_reply(rconn *c, uint32_t le, const char *what)
+{
+    reply r;
+    if (expect_body(c, HEAPD__FRAME__BODY_ATTACH_REPLY, what, &r))
+        return -1;
+    uint32_t got = r.f->attach_reply->params ? r.f->attach_reply->params->local_every : 0;
+    reply_free(&r);
+    return got == le ? 0 : fail("%s: the reply's local_every is %" PRIu32 ", asked for %" PRIu32, what, got, le);
+}
+
+/* A world-1 heap with local_every LE. */
+static int attach_le(rconn *c, const char *heap)
+{
+    if (send_attach_le(c, heap, 0, 1, LE))
+        return -1;
+    return attach_le_reply(c, LE, "Attach (world 1, local_every 8)");
+}
+
+/* An Alloc (seq, size) carrying the records v[0..nv) of allocations from on. */
+static int send_alloc_rec(rconn *c, uint64_t seq, uint64_t size, uint64_t from, const uint64_t *v, size_t nv)
+{
+    Heapd__Alloc a = HEAPD__ALLOC__INIT;
+    a.seq = seq;
+    a.size = size;
+    a.decided_from = from;
+    a.decided = (uint64_t *)v;
+    a.n_decided = nv;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.body_case = HEAPD__FRAME__BODY_ALLOC;
+    f.alloc = &a;
+    return send_frame(c, &f, NULL, 0);
+}
+
+/* A Free of offs[0..n) carrying the records v[0..nv) of allocations from on. */
+static int send_free_rec(rconn *c, const uint64_t *offs, size_t n, uint64_t from, const uint64_t *v, size_t nv)
+{
+    Heapd__Free m = HEAPD__FREE__INIT;
+    m.offsets = (uint64_t *)offs;
+    m.n_offsets = n;
+    m.decided_from = from;
+    m.decided = (uint64_t *)v;
+    m.n_decided = nv;
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.body_case = HEAPD__FRAME__BODY_FREE;
+    f.free = &m;
+    return send_frame(c, &f, NULL, 0);
+}
+
+/* The records must be refused with `code`, on an Alloc at the rank's next
+ * number `next` (its own part valid) and on a Free of nothing. Lying
+ * offsets in the records make a heapd that applied one poison the heap
+ * (ERR_ASYMMETRY), a heapd that ignored them answer the request. */
+static int rec_refused(rconn *c, uint64_t next, uint64_t from, const uint64_t *v, size_t nv, int code, const char *what)
+{
+    char w[200];
+    snprintf(w, sizeof w, "an Alloc carrying %s", what);
+    if (send_alloc_rec(c, next, 4096, from, v, nv) || expect_error(c, code, w))
+        return -1;
+    snprintf(w, sizeof w, "a Free carrying %s", what);
+    if (send_free_rec(c, NULL, 0, from, v, nv) || expect_error(c, code, w))
+        return -1;
+    return 0;
+}
+
+/* After refused records: the rank is still at allocation `next` (a normal
+ * Alloc there works) and the connection answers. */
+static int rec_unmoved(rconn *c, uint64_t next, const char *after)
+{
+    uint64_t off;
+    if (alloc1(c, next, 4096, &off)) {
+        char w[sizeof why];
+        snprintf(w, sizeof w, "%s", why);
+        return fail("after %s, Alloc %" PRIu64 ": %s", after, next, w);
+    }
+    return still_works(c, after);
+}
+
+/* (a) Records on a heap that heapd decides alone (local_every 0). */
+static int case_replica_no_local(void)
+{
+    rconn c;
+    char name[64];
+    heap_name(name, sizeof name, "rnolocal");
+    if (open_hello(&c))
+        return -1;
+    int rc = -1;
+    uint64_t o0, v[2], o;
+    if (attach1(&c, name) || alloc1(&c, 0, 4096, &o0))
+        goto out;
+    v[0] = 4096;
+    v[1] = o0 + 4096;
+    if (rec_refused(&c, 1, 1, v, 2, HEAPD__ERR_CODE__ERR_PROTOCOL, "a record on a heap of local_every 0"))
+        goto out;
+    o = o0; /* refused whole: the block it frees stays held */
+    if (send_free_rec(&c, &o, 1, 1, v, 2) ||
+        expect_error(&c, HEAPD__ERR_CODE__ERR_PROTOCOL, "a Free of a block carrying a record (local_every 0)"))
+        goto out;
+    if (rec_unmoved(&c, 1, "records on a heap of local_every 0"))
+        goto out;
+    if (send_free(&c, &o, 1) || expect_body(&c, HEAPD__FRAME__BODY_FREE_REPLY, "Free of allocation 0", NULL))
+        goto out;
+    rc = 0;
+out:
+    rc_close(&c);
+    return rc;
+}
+
+/* (b) Records that start past the rank's next allocation number. */
+static int case_replica_gap(void)
+{
+    rconn c;
+    char name[64];
+    heap_name(name, sizeof name, "rgap");
+    if (open_hello(&c))
+        return -1;
+    int rc = -1;
+    uint64_t o0, v[6] = {4096, LIE, 4096, LIE + 4096, 4096, LIE + 8192};
+    if (attach_le(&c, name) || alloc1(&c, 0, 4096, &o0))
+        goto out;
+    if (rec_refused(&c, 1, 2, v, 2, HEAPD__ERR_CODE__ERR_PROTOCOL, "a record of allocation 2 at 1 (a gap)") ||
+        rec_refused(&c, 1, 5, v, 6, HEAPD__ERR_CODE__ERR_PROTOCOL, "records of allocations 5..7 at 1") ||
+        rec_refused(&c, 1, UINT64_MAX, v, 2, HEAPD__ERR_CODE__ERR_PROTOCOL, "a record of allocation 2^64-1"))
+        goto out;
+    rc = rec_unmoved(&c, 1, "records past the rank's next allocation");
+out:
+    rc_close(&c);
+    return rc;
+}
+
+/* (c) An odd number of values: not (size, offset) pairs. */
+static int case_replica_odd(void)
+{
+    rconn c;
+    char name[64];
+    heap_name(name, sizeof name, "rodd");
+    if (open_hello(&c))
+        return -1;
+    int rc = -1;
+    uint64_t o0, v[5] = {4096, LIE, 4096, LIE + 4096, 4096};
+    if (attach_le(&c, name) || alloc1(&c, 0, 4096, &o0))
+        goto out;
+    if (rec_refused(&c, 1, 1, v, 1, HEAPD__ERR_CODE__ERR_PROTOCOL, "1 value") ||
+        rec_refused(&c, 1, 1, v, 3, HEAPD__ERR_CODE__ERR_PROTOCOL, "3 values") ||
+        rec_refused(&c, 1, 1, v, 5, HEAPD__ERR_CODE__ERR_PROTOCOL, "5 values"))
+        goto out;
+    rc = rec_unmoved(&c, 1, "odd value counts");
+out:
+    rc_close(&c);
+    return rc;
+}
+
+/* (d) More pairs than the limit (HW_DECIDED_MAX, 4096). */
+static int case_replica_many(void)
+{
+    enum { N = 65536 };
+    rconn c;
+    char name[64];
+    heap_name(name, sizeof name, "rmany");
+    uint64_t *v = malloc(2 * N * sizeof *v), o0;
+    if (!v)
+        return fail("out of memory");
+    for (size_t i = 0; i < N; i++) {
+        v[2 * i] = 4096;
+        v[2 * i + 1] = LIE + 4096 * i;
+    }
+    int rc = -1;
+    if (open_hello(&c)) {
+        free(v);
+        return -1;
+    }
+    if (attach_le(&c, name) || alloc1(&c, 0, 4096, &o0))
+        goto out;
+    if (rec_refused(&c, 1, 1, v, 2 * (HW_DECIDED_MAX + 1), HEAPD__ERR_CODE__ERR_PROTOCOL, "4097 pairs") ||
+        rec_refused(&c, 1, 1, v, 2 * N, HEAPD__ERR_CODE__ERR_PROTOCOL, "65536 pairs"))
+        goto out;
+    rc = rec_unmoved(&c, 1, "more records than the limit");
+out:
+    free(v);
+    rc_close(&c);
+    return rc;
+}
+
+/* (e) A record of an allocation that is a multiple of local_every (0, 8):
+ * heapd decides those. */
+static int case_replica_at_round(void)
+{
+    rconn c;
+    char name[64];
+    heap_name(name, sizeof name, "rround");
+    if (open_hello(&c))
+        return -1;
+    int rc = -1;
+    uint64_t o, v[2] = {4096, 0};
+    if (attach_le(&c, name))
+        goto out;
+    /* Offset 0: what heapd would decide, so that only the rule refuses it. */
+    if (rec_refused(&c, 0, 0, v, 2, HEAPD__ERR_CODE__ERR_PROTOCOL, "a record of allocation 0"))
+        goto out;
+    if (send_alloc_rec(&c, 1, 4096, 0, v, 2) ||
+        expect_error(&c, HEAPD__ERR_CODE__ERR_PROTOCOL, "an Alloc 1 carrying a record of allocation 0"))
+        goto out;
+    for (uint64_t s = 0; s < LE; s++)
+        if (alloc1(&c, s, 4096, &o))
+            goto out;
+    v[1] = o + 4096;
+    if (rec_refused(&c, LE, LE, v, 2, HEAPD__ERR_CODE__ERR_PROTOCOL, "a record of allocation 8 (local_every 8)"))
+        goto out;
+    rc = rec_unmoved(&c, LE, "records of allocations heapd decides");
+out:
+    rc_close(&c);
+    return rc;
+}
+
+/* Records of size 0 and over va_size: no replica decides those. */
+static int case_replica_size(void)
+{
+    rconn c;
+    char name[64];
+    heap_name(name, sizeof name, "rsize");
+    if (open_hello(&c))
+        return -1;
+    int rc = -1;
+    uint64_t o0, v[2] = {0, LIE};
+    if (attach_le(&c, name) || alloc1(&c, 0, 4096, &o0))
+        goto out;
+    if (rec_refused(&c, 1, 1, v, 2, HEAPD__ERR_CODE__ERR_PROTOCOL, "a record of size 0"))
+        goto out;
+    v[0] = own.va + 1;
+    if (rec_refused(&c, 1, 1, v, 2, HEAPD__ERR_CODE__ERR_PROTOCOL, "a record of va_size + 1 bytes"))
+        goto out;
+    v[0] = UINT64_MAX;
+    if (rec_refused(&c, 1, 1, v, 2, HEAPD__ERR_CODE__ERR_PROTOCOL, "a record of 2^64-1 bytes"))
+        goto out;
+    rc = rec_unmoved(&c, 1, "records of impossible sizes");
+out:
+    rc_close(&c);
+    return rc;
+}
+
+/* The heap of c (rank at allocation `next`) is poisoned: every request on
+ * it gets ERR_ASYMMETRY. */
+static int poisoned(rconn *c, uint64_t next, uint64_t held, const char *who)
+{
+    char w[160];
+    uint64_t o = held, v[2] = {4096, LIE};
+    snprintf(w, sizeof w, "%s: an Alloc on the poisoned heap", who);
+    if (send_alloc(c, next, 4096) || expect_error(c, HEAPD__ERR_CODE__ERR_ASYMMETRY, w))
+        return -1;
+    snprintf(w, sizeof w, "%s: a Free on the poisoned heap", who);
+    if (send_free(c, &o, 1) || expect_error(c, HEAPD__ERR_CODE__ERR_ASYMMETRY, w))
+        return -1;
+    snprintf(w, sizeof w, "%s: an empty Free carrying a record on the poisoned heap", who);
+    if (send_free_rec(c, NULL, 0, next, v, 2) || expect_error(c, HEAPD__ERR_CODE__ERR_ASYMMETRY, w))
+        return -1;
+    v[0] = 0; /* malformed too: the poison comes first */
+    snprintf(w, sizeof w, "%s: an Alloc carrying a record of size 0 on the poisoned heap", who);
+    if (send_alloc_rec(c, next + 1, 4096, next, v, 2) || expect_error(c, HEAPD__ERR_CODE__ERR_ASYMMETRY, w))
+        return -1;
+    snprintf(w, sizeof w, "%s: a Collect on the poisoned heap", who);
+    if (send_collect(c, next) || expect_error(c, HEAPD__ERR_CODE__ERR_ASYMMETRY, w))
+        return -1;
+    snprintf(w, sizeof w, "%s: a poisoned heap", who);
+    return still_works(c, w);
+}
+
+/* Another heap, attached now, still allocates. */
+static int other_heap_works(void)
+{
+    rconn c;
+    char name[64];
+    heap_name(name, sizeof name, "rother");
+    if (open_hello(&c))
+        return -1;
+    uint64_t o;
+    int rc = attach_le(&c, name) || alloc1(&c, 0, 4096, &o) || alloc1(&c, 1, 4096, &o) ? -1 : 0;
+    rc_close(&c);
+    return rc;
+}
+
+/* (f) A rank whose replica lies about an offset: offset of a block it holds
+ * (world 1, on an Alloc), past va_size (world 2, on a Free: the other rank
+ * is poisoned too). */
+static int case_replica_lie(void)
+{
+    rconn a, r0, r1;
+    char na[64], nb[64];
+    heap_name(na, sizeof na, "rlie");
+    heap_name(nb, sizeof nb, "rlie2");
+    a.fd = r0.fd = r1.fd = -1;
+    memset(&a.rd, 0, sizeof a.rd);
+    memset(&r0.rd, 0, sizeof r0.rd);
+    memset(&r1.rd, 0, sizeof r1.rd);
+    int rc = -1;
+    uint64_t o0, p0, v[2] = {4096, 0};
+    if (open_hello(&a) || attach_le(&a, na) || alloc1(&a, 0, 4096, &o0))
+        goto out;
+    v[1] = o0; /* allocation 0's block, still held */
+    if (send_alloc_rec(&a, 2, 4096, 1, v, 2) ||
+        expect_error_msg(&a, HEAPD__ERR_CODE__ERR_ASYMMETRY, "replica",
+                         "an Alloc 2 carrying allocation 1 at allocation 0's offset"))
+        goto out;
+    if (poisoned(&a, 1, o0, "world 1") || poisoned(&a, 2, o0, "world 1, again"))
+        goto out;
+    if (open_hello(&r0) || open_hello(&r1) || send_attach_le(&r0, nb, 0, 2, LE) || send_attach_le(&r1, nb, 1, 2, LE) ||
+        attach_le_reply(&r0, LE, "Attach rank 0 of 2") || attach_le_reply(&r1, LE, "Attach rank 1 of 2"))
+        goto out;
+    if (alloc1(&r0, 0, 4096, &p0))
+        goto out;
+    v[1] = LIE;
+    if (send_free_rec(&r0, NULL, 0, 1, v, 2) ||
+        expect_error_msg(&r0, HEAPD__ERR_CODE__ERR_ASYMMETRY, "replica",
+                         "a Free carrying allocation 1 at an offset past va_size"))
+        goto out;
+    if (poisoned(&r0, 1, p0, "rank 0 of 2") || poisoned(&r1, 0, p0, "rank 1 of 2 (never allocated)"))
+        goto out;
+    rc = other_heap_works();
+out:
+    rc_close(&a);
+    rc_close(&r0);
+    rc_close(&r1);
+    return rc;
+}
+
+/* A rank's record of allocation 1 gives another size than the other rank's
+ * allocation 1 (which heapd decided). */
+static int case_replica_lie_size(void)
+{
+    rconn r0, r1;
+    char name[64];
+    heap_name(name, sizeof name, "rliesize");
+    r0.fd = r1.fd = -1;
+    memset(&r0.rd, 0, sizeof r0.rd);
+    memset(&r1.rd, 0, sizeof r1.rd);
+    int rc = -1;
+    uint64_t p0, p1, q0, v[2];
+    if (open_hello(&r0) || open_hello(&r1) || send_attach_le(&r0, name, 0, 2, LE) ||
+        send_attach_le(&r1, name, 1, 2, LE) || attach_le_reply(&r0, LE, "Attach rank 0 of 2") ||
+        attach_le_reply(&r1, LE, "Attach rank 1 of 2"))
+        goto out;
+    if (alloc1(&r0, 0, 4096, &p0) || alloc1(&r0, 1, 8192, &p1) || alloc1(&r1, 0, 4096, &q0))
+        goto out;
+    v[0] = 4096; /* rank 0 asked for 8192 */
+    v[1] = p1;
+    if (send_free_rec(&r1, NULL, 0, 1, v, 2) ||
+        expect_error(&r1, HEAPD__ERR_CODE__ERR_ASYMMETRY, "a record of 4096 bytes where rank 0 asked for 8192"))
+        goto out;
+    if (poisoned(&r1, 1, q0, "rank 1 of 2") || poisoned(&r0, 2, p0, "rank 0 of 2"))
+        goto out;
+    rc = other_heap_works();
+out:
+    rc_close(&r0);
+    rc_close(&r1);
+    return rc;
+}
+
+/* Records where heapd's allocator would need a step: a growth (a block
+ * larger than the mapped chunk), a collect it asked for (collect_needed). */
+static int case_replica_lie_step(void)
+{
+    rconn a, b;
+    char na[64], nb[64];
+    heap_name(na, sizeof na, "rliegrow");
+    heap_name(nb, sizeof nb, "rliecoll");
+    a.fd = b.fd = -1;
+    memset(&a.rd, 0, sizeof a.rd);
+    memset(&b.rd, 0, sizeof b.rd);
+    int rc = -1;
+    reply r;
+    uint64_t o0, v[2];
+    if (open_hello(&a) || attach_le(&a, na) || alloc1(&a, 0, 4096, &o0))
+        goto out;
+    v[0] = 2 * own.chunk;
+    v[1] = o0 + 4096;
+    if (send_alloc_rec(&a, 2, 4096, 1, v, 2) ||
+        expect_error(&a, HEAPD__ERR_CODE__ERR_ASYMMETRY, "a record of a block that needs the heap to grow"))
+        goto out;
+    if (poisoned(&a, 1, o0, "after a record that needs a growth"))
+        goto out;
+    /* The chunk's one block released (reclaimed at the next round, 8):
+     * allocation 1 of a chunk needs a collect. */
+    if (open_hello(&b) || attach_le(&b, nb) || alloc1(&b, 0, own.chunk, &o0))
+        goto out;
+    if (send_free(&b, &o0, 1) || expect_body(&b, HEAPD__FRAME__BODY_FREE_REPLY, "Free of allocation 0", NULL))
+        goto out;
+    if (send_alloc(&b, 1, own.chunk) || expect_body(&b, HEAPD__FRAME__BODY_ALLOC_REPLY, "Alloc 1 of a chunk", &r))
+        goto out;
+    bool needed = r.f->alloc_reply->collect_needed;
+    reply_free(&r);
+    if (!needed) {
+        fail("Alloc 1 of a chunk whose only block is released: no collect_needed");
+        goto out;
+    }
+    v[0] = own.chunk;
+    v[1] = o0;
+    if (send_free_rec(&b, NULL, 0, 1, v, 2) ||
+        expect_error(&b, HEAPD__ERR_CODE__ERR_ASYMMETRY, "a record of allocation 1 where heapd asked for a collect"))
+        goto out;
+    if (poisoned(&b, 1, o0, "after a record where a collect is owed"))
+        goto out;
+    rc = other_heap_works();
+out:
+    rc_close(&a);
+    rc_close(&b);
+    return rc;
+}
+
+/* (g) Truthful records are taken: the offsets a twin heap's heapd decided
+ * (normal Allocs), sent again (skipped), and the rank holds their blocks. */
+static int case_replica_truth(void)
+{
+    static const uint64_t size[5] = {4096, 8192, 4096, 512, 4096};
+    rconn t, o;
+    char nt[64], no[64];
+    heap_name(nt, sizeof nt, "rtruth");
+    heap_name(no, sizeof no, "rtwin");
+    t.fd = o.fd = -1;
+    memset(&t.rd, 0, sizeof t.rd);
+    memset(&o.rd, 0, sizeof o.rd);
+    int rc = -1;
+    uint64_t p[5], x, v[4];
+    reply r;
+    if (open_hello(&o) || attach_le(&o, no))
+        goto out;
+    for (int i = 0; i < 5; i++)
+        if (alloc1(&o, (uint64_t)i, size[i], &p[i]))
+            goto out;
+    if (open_hello(&t) || attach_le(&t, nt) || alloc1(&t, 0, size[0], &x))
+        goto out;
+    if (x != p[0]) {
+        fail("allocation 0 of two heaps of the same parameters: offsets %" PRIu64 " and %" PRIu64, x, p[0]);
+        goto out;
+    }
+    v[0] = size[1], v[1] = p[1], v[2] = size[2], v[3] = p[2];
+    if (send_free_rec(&t, NULL, 0, 1, v, 2) ||
+        expect_body(&t, HEAPD__FRAME__BODY_FREE_REPLY, "a Free carrying the true record of allocation 1", NULL))
+        goto out;
+    if (send_free_rec(&t, NULL, 0, 1, v, 4) ||
+        expect_body(&t, HEAPD__FRAME__BODY_FREE_REPLY, "a Free carrying records 1 (sent again) and 2", NULL))
+        goto out;
+    if (send_alloc_rec(&t, 3, size[3], 1, v, 4) ||
+        expect_body(&t, HEAPD__FRAME__BODY_ALLOC_REPLY, "Alloc 3 carrying records 1 and 2 (sent again)", &r))
+        goto out;
+    x = r.f->alloc_reply->offset;
+    reply_free(&r);
+    if (alloc1(&t, 4, size[4], &p[0]))
+        goto out;
+    if (x != p[3] || p[0] != p[4]) {
+        fail("allocations 3 and 4 after true records at %" PRIu64 " and %" PRIu64 ", the twin heap's at %" PRIu64
+             " and %" PRIu64,
+             x, p[0], p[3], p[4]);
+        goto out;
+    }
+    if (send_free(&t, &v[1], 1) || expect_body(&t, HEAPD__FRAME__BODY_FREE_REPLY, "Free of allocation 1's block", &r))
+        goto out;
+    x = r.f->free_reply->accepted;
+    reply_free(&r);
+    if (x != 1) {
+        fail("Free of allocation 1's block (a record): accepted %" PRIu64, x);
+        goto out;
+    }
+    rc = still_works(&t, "true records");
+out:
+    rc_close(&t);
+    rc_close(&o);
+    return rc;
+}
+
+/* A rank waiting in a Collect when another rank's record poisons the heap
+ * learns it (ERR_ASYMMETRY), as with a poison by sizes. heapd today: not
+ * ended, ERR_TIMEOUT after collect_timeout_ms naming the poisoning rank
+ * (it_badinput.sh's KNOWN_BAD). */
+static int case_replica_collect(void)
+{
+    rconn r0, r1;
+    char name[64];
+    heap_name(name, sizeof name, "rcollwait");
+    r0.fd = r1.fd = -1;
+    memset(&r0.rd, 0, sizeof r0.rd);
+    memset(&r1.rd, 0, sizeof r1.rd);
+    int rc = -1;
+    uint64_t p0, q0, v[2] = {4096, LIE};
+    if (open_hello(&r0) || open_hello(&r1) || send_attach_le(&r0, name, 0, 2, LE) ||
+        send_attach_le(&r1, name, 1, 2, LE) || attach_le_reply(&r0, LE, "Attach rank 0 of 2") ||
+        attach_le_reply(&r1, LE, "Attach rank 1 of 2"))
+        goto out;
+    if (alloc1(&r0, 0, 4096, &p0) || alloc1(&r1, 0, 4096, &q0))
+        goto out;
+    if (send_collect(&r1, 1))
+        goto out;
+    uint64_t waiting = r1.last_id; /* a Stats answered after it: heapd has the Collect */
+    if (send_stats(&r1, "") || expect_body(&r1, HEAPD__FRAME__BODY_STATS_REPLY, "Stats while in a Collect", NULL))
+        goto out;
+    if (send_free_rec(&r0, NULL, 0, 1, v, 2) ||
+        expect_error(&r0, HEAPD__ERR_CODE__ERR_ASYMMETRY, "rank 0's lying record while rank 1 waits in a Collect"))
+        goto out;
+    if (expect_error_id(&r1, HEAPD__ERR_CODE__ERR_ASYMMETRY, waiting,
+                        "rank 1's Collect, waiting when rank 0's record poisoned the heap"))
+        goto out;
+    rc = still_works(&r1, "a Collect ended by a poison");
+out:
+    rc_close(&r0);
+    rc_close(&r1);
+    return rc;
+}
+
 /* ---- driver ------------------------------------------------------------------- */
 
 typedef struct tcase {
@@ -2008,6 +2540,17 @@ static const tcase cases[] = {
     {"big_frame", case_big_frame, "a 4 MiB frame: answered"},
     {"hangup", case_hangup, "hang up with requests in flight: heap destroyed"},
     {"partial_heap", case_partial_heap, "destroy of a heap with ranks never attached: others unaffected"},
+    {"replica_no_local", case_replica_no_local, "replica records on a heap of local_every 0: ERR_PROTOCOL"},
+    {"replica_gap", case_replica_gap, "replica records past the next allocation number: ERR_PROTOCOL"},
+    {"replica_odd", case_replica_odd, "replica records of 1, 3, 5 values: ERR_PROTOCOL"},
+    {"replica_many", case_replica_many, "4097 and 65536 replica records: ERR_PROTOCOL"},
+    {"replica_at_round", case_replica_at_round, "replica records of allocations 0 and 8 (local_every 8): ERR_PROTOCOL"},
+    {"replica_size", case_replica_size, "replica records of 0, va_size + 1, 2^64-1 bytes: ERR_PROTOCOL"},
+    {"replica_lie", case_replica_lie, "a replica's wrong offset: ERR_ASYMMETRY, heap poisoned, others fine"},
+    {"replica_lie_size", case_replica_lie_size, "a record's size differs from a peer's: ERR_ASYMMETRY, poisoned"},
+    {"replica_lie_step", case_replica_lie_step, "records where heapd must grow or collect: ERR_ASYMMETRY"},
+    {"replica_truth", case_replica_truth, "true replica records (and resent ones) taken, blocks held"},
+    {"replica_collect", case_replica_collect, "a record's poison ends a peer's waiting Collect: ERR_ASYMMETRY"},
     {"flood", case_flood, "200000 requests without reading a reply"},
 };
 #define NCASES (sizeof cases / sizeof cases[0])

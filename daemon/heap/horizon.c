@@ -109,8 +109,10 @@ static int lr_keep(hd_heap *h, uint64_t at, uint64_t *offs, size_t n)
             break;
         free(h->lr[drop++].offsets);
     }
-    memmove(h->lr, h->lr + drop, (h->nlr - drop) * sizeof *h->lr);
-    h->nlr -= drop;
+    if (drop) { /* (h->lr may still be NULL) */
+        memmove(h->lr, h->lr + drop, (h->nlr - drop) * sizeof *h->lr);
+        h->nlr -= drop;
+    }
     if (h->nlr == h->caplr) {
         size_t nc = h->caplr ? h->caplr * 2 : 8;
         struct hh_lround *nl = realloc(h->lr, nc * sizeof *nl);

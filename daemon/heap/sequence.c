@@ -239,6 +239,20 @@ static void alloc_failed(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint
                   ha_strerror(rc));
 }
 
+/* Issue 28: rank `rank`'s replica decided allocation seq (size bytes) at
+ * `said`, which heapd's core placed at `decided` (UINT64_MAX: it needs a
+ * step there, why): the heap is poisoned; the peer, and a collect in
+ * progress, get it. */
+static void poison_replica(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64_t size, uint64_t said,
+                           uint64_t decided, const char *why)
+{
+    hh_poison_replica(h, seq, hd_peer_binding(c)->rank, size, said, decided, why);
+    h->local_bad++;
+    hh_poison_reply(h, c, id);
+    if (h->coll_active)
+        h->coll_fail(h, HEAPD__ERR_CODE__ERR_ASYMMETRY, h->poison_msg);
+}
+
 /* Decides allocation `seq` (the next one) and logs it. Returns the
  * decision, or NULL once the peer got its answer (collect needed, error).
  * Issue 28: replica (a rank's replica decided it at that offset): no step
@@ -256,9 +270,7 @@ static const hd_decision *decide(hd_heap *h, hd_peer *c, uint64_t id, uint64_t s
             break;
         if (replica) {
             snprintf(err, sizeof err, "answers \"%s\" there", ha_strerror(rc));
-            hh_poison_replica(h, seq, rank, size, *replica, UINT64_MAX, err);
-            h->local_bad++;
-            hh_poison_reply(h, c, id);
+            poison_replica(h, c, id, seq, size, *replica, UINT64_MAX, err);
             return NULL;
         }
         if (rc == HA_NEED_COLLECT || rc == HA_NEED_TRIM) { /* issue 30: trim_threshold reached */
@@ -483,18 +495,14 @@ static int replica_one(hd_heap *h, hd_peer *c, uint64_t id, uint64_t seq, uint64
                           : h->trim_at == seq                                          ? "owes a trim there"
                                                                                        : NULL;
         if (why) {
-            hh_poison_replica(h, seq, b->rank, size, off, UINT64_MAX, why);
-            h->local_bad++;
-            hh_poison_reply(h, c, id);
+            poison_replica(h, c, id, seq, size, off, UINT64_MAX, why);
             return -1;
         }
         if (!(d = decide(h, c, id, seq, size, b->rank, NULL, &off)))
             return -1;
     }
     if (d->offset != off) {
-        hh_poison_replica(h, seq, b->rank, size, off, d->offset, NULL);
-        h->local_bad++;
-        hh_poison_reply(h, c, id);
+        poison_replica(h, c, id, seq, size, off, d->offset, NULL);
         return -1;
     }
     k->next_seq++;

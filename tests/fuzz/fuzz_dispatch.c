@@ -17,7 +17,9 @@
  *     session)   3 tick (1 ms timeouts)
  *   4 a request as in 0 that came with 1..3 fds (the transport closed them)
  *   5 round: every client bound to a heap sends Alloc of one size at its
- *     next number, and Collect when told to
+ *     next number, and Collect when told to; on a heap with local_every
+ *     (issue 28) a client decides what another was given without heapd and
+ *     tells it with its next Alloc (replica records)
  *   6 heapd stopping: the unsolicited ERR_SHUTDOWN (hd_dispatch_stop)
  * hd_heap_validate after every step; fuzz_wing.h's checks; a HelloReply
  * names the backend; a client told to close gets nothing more. */
@@ -91,14 +93,30 @@ static void f_attach(hd_peer *q, uint64_t id, const Heapd__AttachReply *r, int *
                        .status_index = extra ? (int)(before + r->n_chunks) : -1,
                        .next_seq = r->next_seq,
                        .backend = r->backend,
-                       .epoch = r->epoch};
+                       .epoch = r->epoch,
+                       .local_every = r->params ? r->params->local_every : 0};
     fw_sink.attach(q, id, &a);
     b->n = 0;
+}
+
+/* Issue 28: a reply's HeapOps (at most one) as the wing's sink sees them. */
+static const hd_op_out *f_op(Heapd__HeapOp **ops, size_t n, hd_op_out *o)
+{
+    CHECK(n <= 1, "a reply with %zu HeapOps", n);
+    if (!n)
+        return NULL;
+    *o = (hd_op_out){.at = ops[0]->at,
+                     .collect = ops[0]->collect,
+                     .asked = ops[0]->asked,
+                     .offsets = ops[0]->offsets,
+                     .n = ops[0]->n_offsets};
+    return o;
 }
 
 static void f_alloc(hd_peer *q, uint64_t id, const Heapd__AllocReply *r, int *fds, size_t nfds)
 {
     batch *b = &batches[fw_index(q)];
+    hd_op_out op;
     batch_take(b, r->new_chunks, r->n_new_chunks, fds, nfds, 0);
     hd_alloc_out a = {.seq = r->seq,
                       .offset = r->offset,
@@ -107,7 +125,8 @@ static void f_alloc(hd_peer *q, uint64_t id, const Heapd__AllocReply *r, int *fd
                       .collect_needed = r->collect_needed,
                       .new_chunks = b->refs,
                       .fds = b->fds,
-                      .nchunks = b->n};
+                      .nchunks = b->n,
+                      .op = f_op(r->ops, r->n_ops, &op)};
     fw_sink.alloc(q, id, &a);
     b->n = 0;
 }
@@ -182,10 +201,17 @@ static void f_frame(int i, hd_peer *q, const Heapd__Frame *f, int *fds, size_t n
     case HEAPD__FRAME__BODY_FREE_REPLY:
         fw_sink.free(q, f->id, f->free_reply->accepted);
         break;
-    case HEAPD__FRAME__BODY_COLLECT_REPLY:
-        fw_sink.collect(q, f->id, f->collect_reply->reclaimed_blocks, f->collect_reply->reclaimed_bytes,
-                        f->collect_reply->collects);
+    case HEAPD__FRAME__BODY_COLLECT_REPLY: {
+        const Heapd__CollectReply *c = f->collect_reply;
+        hd_op_out op;
+        hd_collect_out o = {.blocks = c->reclaimed_blocks,
+                            .bytes = c->reclaimed_bytes,
+                            .collects = c->collects,
+                            .op = f_op(c->ops, c->n_ops, &op),
+                            .omitted = c->ops_omitted};
+        fw_sink.collect(q, f->id, &o);
         break;
+    }
     case HEAPD__FRAME__BODY_DETACH_REPLY:
         fw_sink.detach(q, f->id);
         break;
@@ -269,10 +295,20 @@ static void send_frame(int i, const uint8_t *buf, size_t len, size_t nfds)
     hd_dispatch_frame(disp, sess[i], &fin);
 }
 
+static void fw_deliver_free(int i, Heapd__Free *m)
+{
+    uint8_t buf[64 + 2 * NPEND * 10];
+    Heapd__Frame f = HEAPD__FRAME__INIT;
+    f.id = 4;
+    f.body_case = HEAPD__FRAME__BODY_FREE;
+    f.free = m;
+    send_frame(i, buf, heapd__frame__pack(&f, buf), 0);
+}
+
 static void send_req(fw_input *in, int i, size_t nfds)
 {
     static fw_req r;
-    static uint8_t buf[4096];
+    static uint8_t buf[1 << 17]; /* issue 28: up to NREC records */
     fw_request(in, i, in8(in) % 9, &r);
     size_t len = heapd__frame__get_packed_size(&r.f);
     CHECK(len <= sizeof buf, "a %zu-byte request", len);
@@ -284,7 +320,12 @@ static void send_req(fw_input *in, int i, size_t nfds)
         size_t at = in16(in) % len;
         buf[at] ^= (uint8_t)(in8(in) | 1);
     }
+    if (m >= 200) /* what heapd got is not what the client asked for */
+        fw_cl[i].ask_seq = UINT64_MAX;
+    uint64_t before = fw_rank_next(i);
     send_frame(i, buf, len, nfds);
+    if (r.nrec)
+        fw_rec_after(i, before, r.rec_from, r.rec, r.nrec, m < 200);
 }
 
 static void round_all(fw_input *in)
@@ -296,21 +337,29 @@ static void round_all(fw_input *in)
         fw_sync(i);
         if (!fw_peer(i)->bind.heap)
             continue;
-        uint8_t buf[64];
+        if (fw_round_local(i, size))
+            continue;
+        uint8_t buf[64 + 2 * NPEND * 10];
+        fw_client *cl = &fw_cl[i];
         Heapd__Alloc m = HEAPD__ALLOC__INIT;
-        m.seq = fw_cl[i].next_seq;
-        m.size = size;
+        m.seq = cl->ask_seq = cl->next_seq + cl->npend;
+        m.size = cl->ask_size = size;
+        m.decided_from = cl->next_seq; /* issue 28: its pending records */
+        m.decided = cl->pend;
+        m.n_decided = 2 * cl->npend;
         Heapd__Frame f = HEAPD__FRAME__INIT;
         f.id = 1;
         f.body_case = HEAPD__FRAME__BODY_ALLOC;
         f.alloc = &m;
-        uint64_t before = fw_cl[i].next_seq;
+        uint64_t before = fw_rank_next(i);
         send_frame(i, buf, heapd__frame__pack(&f, buf), 0);
+        if (m.n_decided)
+            fw_rec_after(i, before, m.decided_from, m.decided, m.n_decided, 1);
         fw_validate("a round's alloc");
         fw_sync(i);
-        if (fw_peer(i)->bind.heap && fw_cl[i].next_seq == before) {
+        if (fw_peer(i)->bind.heap && fw_cl[i].next_seq <= m.seq) {
             Heapd__Collect c = HEAPD__COLLECT__INIT;
-            c.seq = before;
+            c.seq = fw_cl[i].next_seq;
             f.id = 2;
             f.body_case = HEAPD__FRAME__BODY_COLLECT;
             f.collect = &c;

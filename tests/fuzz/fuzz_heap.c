@@ -10,7 +10,9 @@
  *   another uid)   9 tick (the due timers: 1 ms timeouts)
  *   10 round: every client bound to a heap asks for the same size at its
  *      next allocation number, collecting when told to (how real ranks
- *      move a heap forward; a random sequence rarely does)
+ *      move a heap forward; a random sequence rarely does); on a heap with
+ *      local_every (issue 28) a client decides what another was given
+ *      without heapd and tells it with its next Alloc (replica records)
  *   11 burst: 1..64 rounds of one size, or (rarely: a count byte above
  *      239) 1..8192 (the decision log's trim at 4096 decisions), every
  *      client freeing its blocks every 2^k rounds
@@ -21,6 +23,7 @@
 static hd_peer peers[NPEER];
 
 static hd_peer *fw_peer(int i) { return &peers[i]; }
+static void fw_deliver_free(int i, Heapd__Free *m) { hd_heap_free(fw_reg, &peers[i], 4, m); }
 
 /* Request r->f from client i, straight into the wing. */
 static void deliver(int i, const fw_req *r)
@@ -57,24 +60,39 @@ static void deliver(int i, const fw_req *r)
     }
 }
 
+/* Request r from client i, and what heapd made of the records it carried. */
+static void deliver_rec(int i, const fw_req *r)
+{
+    uint64_t before = fw_rank_next(i);
+    deliver(i, r);
+    if (r->nrec)
+        fw_rec_after(i, before, r->rec_from, r->rec, r->nrec, 1);
+}
+
 static void round_size(uint64_t size, int start)
 {
     for (int k = 0; k < NPEER; k++) {
         int i = (start + k) % NPEER;
         fw_sync(i);
-        if (!peers[i].bind.heap)
+        if (!peers[i].bind.heap || fw_round_local(i, size))
             continue;
+        fw_client *cl = &fw_cl[i];
         Heapd__Alloc m = HEAPD__ALLOC__INIT;
-        m.seq = fw_cl[i].next_seq;
-        m.size = size;
-        uint64_t before = fw_cl[i].next_seq;
+        m.seq = cl->ask_seq = cl->next_seq + cl->npend;
+        m.size = cl->ask_size = size;
+        m.decided_from = cl->next_seq; /* issue 28: its pending records */
+        m.decided = cl->pend;
+        m.n_decided = 2 * cl->npend;
+        uint64_t before = fw_rank_next(i);
         hd_heap_alloc(fw_reg, &peers[i], 1, &m);
+        if (m.n_decided)
+            fw_rec_after(i, before, m.decided_from, m.decided, m.n_decided, 1);
         fw_validate("a round's alloc");
         fw_sync(i);
-        if (peers[i].bind.heap && fw_cl[i].next_seq == before) {
+        if (peers[i].bind.heap && fw_cl[i].next_seq <= m.seq) {
             /* collect_needed, or an error: collect at that number */
             Heapd__Collect c = HEAPD__COLLECT__INIT;
-            c.seq = before;
+            c.seq = fw_cl[i].next_seq;
             hd_heap_collect(fw_reg, &peers[i], 2, &c);
             fw_validate("a round's collect");
         }
@@ -104,7 +122,13 @@ static void burst(fw_input *in)
             Heapd__Free m = HEAPD__FREE__INIT;
             m.n_offsets = (size_t)fw_cl[i].noffs;
             m.offsets = fw_cl[i].offs;
+            m.decided_from = fw_cl[i].next_seq; /* issue 28: its pending records first */
+            m.decided = fw_cl[i].pend;
+            m.n_decided = 2 * fw_cl[i].npend;
+            uint64_t before = fw_rank_next(i);
             hd_heap_free(fw_reg, &peers[i], 3, &m);
+            if (m.n_decided)
+                fw_rec_after(i, before, m.decided_from, m.decided, m.n_decided, 1);
             fw_cl[i].noffs = fw_cl[i].nputoff = 0;
             fw_validate("a burst's free");
         }
@@ -158,7 +182,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         default:
             fw_request(&in, i, k, &r);
-            deliver(i, &r);
+            deliver_rec(i, &r);
             break;
         }
         fw_validate(what[k]);

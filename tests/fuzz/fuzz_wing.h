@@ -10,7 +10,10 @@
  * is an opcode byte and its arguments, read with in8/in16/in64 (past the end:
  * zeros). Requests come from NPEER clients (hostile ones: any order, any
  * seq, any size, names of 0..355 bytes of any content, ranks and world sizes
- * out of range, parameters that do not divide, 1 ms timeouts).
+ * out of range, parameters that do not divide, 1 ms timeouts). Issue 28:
+ * heaps with local_every, Allocs and Frees carrying replica records (see
+ * fw_records; rounds' records are true: a lagging client decides what a
+ * peer was given, and tells heapd with its next Alloc, as libheapc does).
  *
  * Checked, aborting with a message (libFuzzer saves the input):
  *   - hd_heap_validate after every step (heap_int.h's invariants);
@@ -18,13 +21,18 @@
  *     every fd handed to the sink is open (then the sink closes it); an
  *     AttachReply's fds are its chunks plus the status page; an allocation
  *     lies inside the mapped extent, and two clients bound to the same heap
- *     get the same offset and size for the same allocation number;
+ *     get the same offset and size for the same allocation number (and had
+ *     asked for the same size); a replica record heapd applied (its rank's
+ *     next allocation number moved past it) is the decision every other
+ *     client of the heap was given for that number; a HeapOp (AllocReply,
+ *     CollectReply) is at the allocation it answers, offsets ascending;
  *   - after the input: every client gone and the registry destroyed, no
  *     libuv handle is left and the process has the fds it had before (no
  *     chunk, status page or timer leaked).
  * Plus ASan and UBSan on everything (-fno-sanitize-recover).
  * FUZZ_WING_TRACE=1 in the environment prints every reply (to see how far
- * an input gets: build/fuzz/fuzz_heap FILE). */
+ * an input gets: build/fuzz/fuzz_heap FILE); FUZZ_WING_NO_LOCAL=1: no Attach
+ * asks for local_every (records still go, to heaps that refuse them). */
 #ifndef HEAPD_FUZZ_WING_H
 #define HEAPD_FUZZ_WING_H
 
@@ -43,11 +51,17 @@
 
 #include "heap.h"
 #include "log.h"
+#ifdef __clang__ /* heap_int.h silences a gcc warning clang does not know */
+#pragma clang diagnostic ignored "-Wunknown-warning-option"
+#endif
+#include "heap_int.h" /* issue 28: a rank's next allocation number, to see which records heapd applied */
 
 #define NPEER    6
 #define NDEC     32
 #define NOFF     32
 #define MAXTICKS 3
+#define NPEND    32   /* issue 28: records a client keeps before it tells heapd */
+#define NREC     4100 /* records one request may carry (over HW_DECIDED_MAX) */
 
 #define CHECK(cond, ...)                                                                                               \
     do {                                                                                                               \
@@ -70,18 +84,24 @@ static inline uint32_t in32(fw_input *in) { return (uint32_t)in16(in) | (uint32_
 static inline uint64_t in64(fw_input *in) { return (uint64_t)in32(in) | (uint64_t)in32(in) << 32; }
 static inline bool in_done(const fw_input *in) { return in->i >= in->n; }
 
-/* What a client learned: its decisions since it bound to its heap. */
+/* What a client learned: its decisions since it bound to its heap (size:
+ * the block's, 0 unknown; ask: the size asked for, 0 unknown). */
 typedef struct fw_dec {
-    uint64_t seq, off, size;
+    uint64_t seq, off, size, ask;
 } fw_dec;
 
 typedef struct fw_client {
     const hd_heap *heap; /* the binding the records below belong to */
+    uint64_t epoch;      /* its heap's (a heap made where a gone one was is another) */
     fw_dec dec[NDEC];    /* the last NDEC (ndec of them; nputdec put) */
     int ndec, nputdec;
     uint64_t offs[NOFF]; /* the last NOFF offsets it was given (for frees) */
     int noffs, nputoff;
     uint64_t next_seq;
+    uint32_t le;                /* issue 28: the heap's local_every (AttachReply) */
+    uint64_t ask_seq, ask_size; /* its last Alloc (ask_seq UINT64_MAX: none known) */
+    uint64_t pend[2 * NPEND];   /* records from next_seq on, not yet told heapd */
+    size_t npend;
 } fw_client;
 
 static uv_loop_t fw_loop;
@@ -90,15 +110,17 @@ static hd_registry *fw_reg;
 static fw_client fw_cl[NPEER];
 static int fw_ticks;
 static struct rlimit fw_nofile; /* the limit to restore after an input */
-static int fw_trace;
+static int fw_trace, fw_no_local;
 
 #define TRACE(...)                                                                                                     \
     do {                                                                                                               \
         if (fw_trace)                                                                                                  \
             fprintf(stderr, __VA_ARGS__);                                                                              \
     } while (0)
-/* The fuzzer's: client i's peer as the wing sees it now. */
+/* The fuzzer's: client i's peer as the wing sees it now; a Free from client
+ * i, delivered as its other requests are. */
 static hd_peer *fw_peer(int i);
+static void fw_deliver_free(int i, Heapd__Free *m);
 
 static int fw_count_fds(void)
 {
@@ -117,9 +139,11 @@ static int fw_count_fds(void)
 static void fw_sync(int i)
 {
     const hd_heap *h = fw_peer(i)->bind.heap;
-    if (fw_cl[i].heap != h) {
+    if (fw_cl[i].heap != h || (h && fw_cl[i].epoch != h->epoch)) {
         memset(&fw_cl[i], 0, sizeof fw_cl[i]);
         fw_cl[i].heap = h;
+        fw_cl[i].epoch = h ? h->epoch : 0;
+        fw_cl[i].ask_seq = UINT64_MAX;
     }
 }
 
@@ -145,9 +169,10 @@ static void s_error(hd_peer *p, uint64_t id, Heapd__ErrCode code, const char *ms
     CHECK(protobuf_c_enum_descriptor_get_value(&heapd__err_code__descriptor, (int)code), "unknown error code %d",
           (int)code);
     CHECK(msg && *msg && strlen(msg) < 1500, "error %d: empty or overlong message", (int)code);
-    /* Issue 29: a name asymmetry may have equal sizes. */
+    /* Issue 29: a name asymmetry may have equal sizes; issue 28: a replica's
+     * record that heapd decided otherwise names its rank twice. */
     CHECK(!asym || (code == HEAPD__ERR_CODE__ERR_ASYMMETRY && asym->nranks == HD_ASYM_RANKS &&
-                    (asym->with_names || asym->sizes[0] != asym->sizes[1])),
+                    (asym->with_names || asym->sizes[0] != asym->sizes[1] || asym->ranks[0] == asym->ranks[1])),
           "error %d: asymmetry fields on another error, or not two ranks of different sizes or names", (int)code);
 }
 
@@ -165,9 +190,22 @@ static void s_attach(hd_peer *p, uint64_t id, const hd_attach_out *a)
         CHECK(a->chunks[k].rank < a->world_size, "chunk of rank %u in a world of %u", a->chunks[k].rank, a->world_size);
     CHECK(a->ap->chunk_size && a->mapped % a->ap->chunk_size == 0, "mapped %llu, chunk %llu",
           (unsigned long long)a->mapped, (unsigned long long)a->ap->chunk_size);
+    CHECK(a->local_every <= HD_LOCAL_EVERY_MAX, "AttachReply: local_every %u", a->local_every);
     fw_take_fds(a->fds, a->nfds, "AttachReply");
     fw_sync(i);
     fw_cl[i].next_seq = a->next_seq;
+    fw_cl[i].le = a->local_every;
+}
+
+/* Issue 28: a HeapOp at allocation `at` (UINT64_MAX: any), offsets ascending. */
+static void fw_check_op(const hd_op_out *op, uint64_t at, const char *what)
+{
+    if (!op)
+        return;
+    CHECK(at == UINT64_MAX || op->at == at, "%s: a HeapOp at %llu", what, (unsigned long long)op->at);
+    for (size_t k = 1; k < op->n; k++)
+        CHECK(op->offsets[k - 1] < op->offsets[k], "%s: HeapOp offsets %llu then %llu", what,
+              (unsigned long long)op->offsets[k - 1], (unsigned long long)op->offsets[k]);
 }
 
 static void s_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
@@ -178,9 +216,11 @@ static void s_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
           a->collect_needed ? "collect needed," : "", (unsigned long long)a->offset, (unsigned long long)a->block_size,
           (unsigned long long)a->mapped);
     fw_take_fds(a->fds, a->nchunks, "AllocReply");
+    fw_check_op(a->op, a->seq, "AllocReply");
     fw_sync(i);
     if (a->collect_needed)
         return;
+    uint64_t ask = a->seq == fw_cl[i].ask_seq ? fw_cl[i].ask_size : 0;
     CHECK(a->block_size && a->offset + a->block_size <= a->mapped && a->offset < a->offset + a->block_size,
           "allocation %llu: [%llu, +%llu) outside the %llu mapped bytes", (unsigned long long)a->seq,
           (unsigned long long)a->offset, (unsigned long long)a->block_size, (unsigned long long)a->mapped);
@@ -192,14 +232,18 @@ static void s_alloc(hd_peer *p, uint64_t id, const hd_alloc_out *a)
         if (fw_cl[j].heap != fw_cl[i].heap)
             continue;
         for (int k = 0; k < fw_cl[j].ndec; k++)
-            if (fw_cl[j].dec[k].seq == a->seq)
-                CHECK(fw_cl[j].dec[k].off == a->offset && fw_cl[j].dec[k].size == a->block_size,
+            if (fw_cl[j].dec[k].seq == a->seq) {
+                const fw_dec *d = &fw_cl[j].dec[k];
+                CHECK(d->off == a->offset && (!d->size || d->size == a->block_size),
                       "allocation %llu: offset %llu size %llu to one client, %llu %llu to another",
                       (unsigned long long)a->seq, (unsigned long long)a->offset, (unsigned long long)a->block_size,
-                      (unsigned long long)fw_cl[j].dec[k].off, (unsigned long long)fw_cl[j].dec[k].size);
+                      (unsigned long long)d->off, (unsigned long long)d->size);
+                CHECK(!d->ask || !ask || d->ask == ask, "allocation %llu: asked for %llu and %llu, both given",
+                      (unsigned long long)a->seq, (unsigned long long)ask, (unsigned long long)d->ask);
+            }
     }
     fw_client *c = &fw_cl[i];
-    c->dec[c->nputdec++ % NDEC] = (fw_dec){a->seq, a->offset, a->block_size};
+    c->dec[c->nputdec++ % NDEC] = (fw_dec){a->seq, a->offset, a->block_size, ask};
     c->ndec = c->ndec < NDEC ? c->ndec + 1 : NDEC;
     c->offs[c->nputoff++ % NOFF] = a->offset;
     c->noffs = c->noffs < NOFF ? c->noffs + 1 : NOFF;
@@ -215,7 +259,9 @@ static void s_collect(hd_peer *p, uint64_t id, const hd_collect_out *o)
 {
     TRACE("%d: collect %llu: %llu blocks\n", fw_index(p), (unsigned long long)o->collects,
           (unsigned long long)o->blocks);
-    (void)p, (void)id, (void)o;
+    CHECK(!o->omitted || !o->op, "CollectReply: ops omitted and given");
+    fw_check_op(o->op, UINT64_MAX, "CollectReply");
+    (void)id;
 }
 static void s_detach(hd_peer *p, uint64_t id)
 {
@@ -297,6 +343,7 @@ static void fw_init(void)
     char err[256];
     hd_log_set_level(-1);
     fw_trace = getenv("FUZZ_WING_TRACE") != NULL;
+    fw_no_local = getenv("FUZZ_WING_NO_LOCAL") != NULL;
     CHECK(uv_loop_init(&fw_loop) == 0, "uv_loop_init");
     CHECK(hb_open("host", &fw_be, err, sizeof err) == 0, "hb_open: %s", err);
 }
@@ -358,6 +405,8 @@ static void fw_tick(void)
     nanosleep(&ts, NULL);
     uv_run(&fw_loop, UV_RUN_NOWAIT);
 }
+
+#include "fuzz_wing_replica.h" /* issue 28: replica records */
 
 /* ---- requests from bytes ---------------------------------------------------- */
 
@@ -423,76 +472,170 @@ typedef struct fw_req {
     uint64_t offs[8];
     char name[356];
     char job[16];
+    uint64_t rec[2 * NREC + 1]; /* issue 28: the Alloc's or Free's records */
+    size_t nrec;
+    uint64_t rec_from;
 } fw_req;
+
+/* Issue 28: the records client i's Alloc or Free carries (r->rec[0..nrec)
+ * from r->rec_from), by selector b: below 128 its pending ones (often
+ * none); 128..191 true ones: what other clients were given from its next
+ * number on (b & 8: then one guessed, past its last block); 192..223 the
+ * same after 1..8 sent again; 224..255 hostile: any start (gaps, resends,
+ * anything), any count (odd; or near and over the limit), any sizes and
+ * offsets. Returns the allocation number after them (hostile: the client's). */
+static uint64_t fw_records(fw_input *in, int i, uint8_t b, fw_req *r)
+{
+    fw_client *c = &fw_cl[i];
+    size_t n = 0;
+    r->rec_from = c->next_seq;
+    if (b < 128) {
+        memcpy(r->rec, c->pend, c->npend * 2 * sizeof *r->rec);
+        r->nrec = 2 * c->npend;
+        return c->next_seq + c->npend;
+    }
+    if (b >= 224) {
+        uint8_t f = in8(in), nb = in8(in);
+        r->rec_from = f < 64 ? c->next_seq + (f & 7) : f < 128 ? c->next_seq - (f & 7) : in64(in);
+        n = nb < 250 ? nb % 9u : nb < 255 ? 2u * 4096 - 2 + (nb - 250u) : in16(in) % (2u * NREC);
+        for (size_t k = 0; k < n; k++) {
+            uint8_t x = in8(in);
+            r->rec[k] = x < 200 ? (uint64_t)x << (k % 2 ? 12 : 8) : k % 2 ? in64(in) : fw_size(in);
+        }
+        r->nrec = n;
+        return c->next_seq;
+    }
+    uint64_t s = c->next_seq, back = b >= 192 ? 1u + (b & 7u) : 0;
+    for (r->rec_from = s > back ? s - back : 0; r->rec_from + n / 2 < s; n += 2) {
+        r->rec[n] = in8(in) + 1u; /* heapd skips those: anything */
+        r->rec[n + 1] = in64(in);
+    }
+    fw_dec d;
+    for (; n < 2 * NPEND && (!c->le || s % c->le) && fw_known(i, s, &d); s++, n += 2) {
+        r->rec[n] = d.ask;
+        r->rec[n + 1] = d.off;
+    }
+    if (b & 8 && (!c->le || s % c->le)) {
+        const fw_dec *l = c->ndec ? &c->dec[(c->nputdec - 1) % NDEC] : NULL;
+        r->rec[n] = l && l->ask ? l->ask : 4096;
+        r->rec[n + 1] = l ? l->off + l->size : 0;
+        n += 2;
+    }
+    r->nrec = n;
+    return r->rec_from + n / 2;
+}
+
+/* An Attach into r->at (r->hp its parameters, when it has some). */
+static void fw_req_attach(fw_input *in, fw_req *r)
+{
+    heapd__attach__init(&r->at);
+    r->at.heap = fw_name(in, r->name, sizeof r->name);
+    r->at.world_size = fw_world(in);
+    uint8_t b = in8(in);
+    r->at.rank = b < 200 ? b % 4 : in32(in);
+    uint8_t pb = in8(in);
+    if (pb & 1) {
+        heapd__heap_params__init(&r->hp);
+        if (pb & 2)
+            r->hp.chunk_size = pb & 4 ? fw_size(in) : (uint64_t)64 << 10 << (in8(in) & 3);
+        if (pb & 8)
+            r->hp.initial_size = fw_size(in);
+        if (pb & 16)
+            r->hp.va_size = pb & 4 ? fw_size(in) : (uint64_t)1 << (20 + in8(in) % 6);
+        if (pb & 32)
+            r->hp.min_block = fw_size(in);
+        uint8_t pol = in8(in);
+        r->hp.policy = (Heapd__Policy)(pol % 3);
+        if (pol & 0x80) /* issue 28 */
+            r->hp.local_every = pol & 0x40 ? in32(in) : 2u + (pol >> 2 & 15u);
+        r->hp.collect_timeout_ms = pb & 64 ? 1 : (pb & 128 ? in32(in) : 0);
+        r->at.params = &r->hp;
+    }
+    uint8_t lb = in8(in);
+    r->at.local_size = lb < 250 ? 0 : in32(in);
+    if (lb >= 200 && lb < 250) { /* issue 28: local_every 2..16 */
+        if (!r->at.params) {
+            heapd__heap_params__init(&r->hp);
+            r->at.params = &r->hp;
+        }
+        r->hp.local_every = 2u + lb % 15u;
+    }
+    if (lb == 255) {
+        snprintf(r->job, sizeof r->job, "j%u", in8(in));
+        r->at.job = r->job;
+    }
+    if (fw_no_local)
+        r->hp.local_every = 0;
+    r->f.body_case = HEAPD__FRAME__BODY_ATTACH;
+    r->f.attach = &r->at;
+}
+
+/* An Alloc from client i into r->al, maybe carrying records (issue 28). */
+static void fw_req_alloc(fw_input *in, int i, fw_req *r)
+{
+    fw_client *c = &fw_cl[i];
+    heapd__alloc__init(&r->al);
+    uint8_t b = in8(in);
+    uint64_t next = fw_records(in, i, in8(in), r);
+    r->al.decided_from = r->rec_from;
+    r->al.decided = r->rec;
+    r->al.n_decided = r->nrec;
+    r->al.seq = b < 200 ? next : b < 230 ? next + (b & 3) - 1 : in64(in);
+    r->al.size = fw_size(in);
+    c->ask_seq = r->al.seq;
+    c->ask_size = r->al.size;
+    if (b >= 180 && b < 200) /* issue 29: a name, valid or not */
+        r->al.name = fw_name(in, r->name, sizeof r->name);
+    r->f.body_case = HEAPD__FRAME__BODY_ALLOC;
+    r->f.alloc = &r->al;
+}
+
+/* A Free from client i into r->fr, maybe carrying records (issue 28). */
+static void fw_req_free(fw_input *in, int i, fw_req *r)
+{
+    fw_client *c = &fw_cl[i];
+    heapd__free__init(&r->fr);
+    uint8_t nb = in8(in);
+    size_t n = (nb & 0x7f) % 9;
+    fw_records(in, i, nb & 0x80 ? in8(in) : 0, r); /* issue 28 */
+    r->fr.decided_from = r->rec_from;
+    r->fr.decided = r->rec;
+    r->fr.n_decided = r->nrec;
+    for (size_t k = 0; k < n; k++) {
+        uint8_t b = in8(in);
+        if (b < 200 && c->noffs)
+            r->offs[k] = c->offs[b % c->noffs];
+        else
+            r->offs[k] = b < 230 ? (uint64_t)in16(in) << 8 : in64(in);
+    }
+    r->fr.n_offsets = n;
+    r->fr.offsets = r->offs;
+    r->f.body_case = HEAPD__FRAME__BODY_FREE;
+    r->f.free = &r->fr;
+}
 
 /* The next request for client i into r->f (its body_case, id). kind: 0
  * attach, 1 alloc, 2 free, 3 collect, 4 force, 5 detach, 6 stats, 7 hello,
  * 8 commit (issue 29). */
 static void fw_request(fw_input *in, int i, int kind, fw_req *r)
 {
+    if (kind == 3 || kind == 5 || kind == 8)
+        fw_flush(i);
     fw_sync(i);
     fw_client *c = &fw_cl[i];
     heapd__frame__init(&r->f);
     r->f.id = in8(in);
+    r->nrec = 0;
     switch (kind) {
-    case 0: {
-        heapd__attach__init(&r->at);
-        r->at.heap = fw_name(in, r->name, sizeof r->name);
-        r->at.world_size = fw_world(in);
-        uint8_t b = in8(in);
-        r->at.rank = b < 200 ? b % 4 : in32(in);
-        uint8_t pb = in8(in);
-        if (pb & 1) {
-            heapd__heap_params__init(&r->hp);
-            if (pb & 2)
-                r->hp.chunk_size = pb & 4 ? fw_size(in) : (uint64_t)64 << 10 << (in8(in) & 3);
-            if (pb & 8)
-                r->hp.initial_size = fw_size(in);
-            if (pb & 16)
-                r->hp.va_size = pb & 4 ? fw_size(in) : (uint64_t)1 << (20 + in8(in) % 6);
-            if (pb & 32)
-                r->hp.min_block = fw_size(in);
-            r->hp.policy = (Heapd__Policy)(in8(in) % 3);
-            r->hp.collect_timeout_ms = pb & 64 ? 1 : (pb & 128 ? in32(in) : 0);
-            r->at.params = &r->hp;
-        }
-        uint8_t lb = in8(in);
-        r->at.local_size = lb < 250 ? 0 : in32(in);
-        if (lb == 255) {
-            snprintf(r->job, sizeof r->job, "j%u", in8(in));
-            r->at.job = r->job;
-        }
-        r->f.body_case = HEAPD__FRAME__BODY_ATTACH;
-        r->f.attach = &r->at;
+    case 0:
+        fw_req_attach(in, r);
         break;
-    }
-    case 1: {
-        heapd__alloc__init(&r->al);
-        uint8_t b = in8(in);
-        r->al.seq = b < 200 ? c->next_seq : b < 230 ? c->next_seq + (b & 3) - 1 : in64(in);
-        r->al.size = fw_size(in);
-        if (b >= 180 && b < 200) /* issue 29: a name, valid or not */
-            r->al.name = fw_name(in, r->name, sizeof r->name);
-        r->f.body_case = HEAPD__FRAME__BODY_ALLOC;
-        r->f.alloc = &r->al;
+    case 1:
+        fw_req_alloc(in, i, r);
         break;
-    }
-    case 2: {
-        heapd__free__init(&r->fr);
-        size_t n = in8(in) % 9;
-        for (size_t k = 0; k < n; k++) {
-            uint8_t b = in8(in);
-            if (b < 200 && c->noffs)
-                r->offs[k] = c->offs[b % c->noffs];
-            else
-                r->offs[k] = b < 230 ? (uint64_t)in16(in) << 8 : in64(in);
-        }
-        r->fr.n_offsets = n;
-        r->fr.offsets = r->offs;
-        r->f.body_case = HEAPD__FRAME__BODY_FREE;
-        r->f.free = &r->fr;
+    case 2:
+        fw_req_free(in, i, r);
         break;
-    }
     case 3: {
         heapd__collect__init(&r->co);
         uint8_t b = in8(in);

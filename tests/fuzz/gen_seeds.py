@@ -151,9 +151,10 @@ def w_req(kind, args, id_=1):
     return bytes([id_]) + args
 
 
-def heap_steps(world, rounds, timeout=False, dispatch=False):
+def heap_steps(world, rounds, timeout=False, dispatch=False, local=0):
     """Clients 0..world-1 attach heap "a", then rounds of allocations,
-    frees, collects, stats, a forced collect, detach."""
+    frees, collects, stats, a forced collect, detach. local: the attach's
+    local byte (200..249: the heap asks for local_every 2..16, issue 28)."""
     out = bytearray()
 
     def step(peer, kind, args):
@@ -168,7 +169,7 @@ def heap_steps(world, rounds, timeout=False, dispatch=False):
             step(p, 7, bytes([0]))  # Hello, the protocol's version
     for p in range(world):
         params = bytes([0x41, 0]) if timeout else None  # 1 ms collect timeout
-        step(p, 0, w_attach(0, world, p, params))
+        step(p, 0, w_attach(0, world, p, params, local))
     for r in range(rounds):
         size_b = [0x83, 0x40 | 20, 0x81, 0x40 | 12][r % 4]
         args = bytes([size_b, 1 if size_b & 0x40 else 0, 0])
@@ -200,12 +201,15 @@ def heap_seeds():
     write("heap", "burst", bytes([0]) + attach_only + bytes([11, 0x40 | 8, 1, 0xF0]) + struct.pack("<H", 4200) + bytes([6]))
     # an fd budget of 4 + 2: chunk and status page creation fail
     write("heap", "fd-budget", bytes([0x80, 2]) + heap_steps(3, 4))
+    # issue 28: a heap whose ranks decide (local_every 13): records, rounds
+    write("heap", "local-every", bytes([0]) + heap_steps(3, 40, local=206))
 
 
 def dispatch_seeds():
     write("dispatch", "two-ranks", bytes([0]) + heap_steps(2, 8, dispatch=True))
     write("dispatch", "three-ranks", bytes([0x40]) + heap_steps(3, 6, dispatch=True))
     write("dispatch", "timeout", bytes([0x30]) + heap_steps(2, 3, timeout=True, dispatch=True))
+    write("dispatch", "local-every", bytes([0]) + heap_steps(2, 8, dispatch=True, local=206))
     # no Hello first; then a raw 5-byte frame
     write("dispatch", "no-hello", bytes([0, 0x00, 0, 1]) + w_attach() + bytes([0]) + bytes([0x01, 5, 0]) + b"\x08\x01\x12\x00\xff")
 
