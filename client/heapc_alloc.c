@@ -33,6 +33,16 @@ int heapc_set_device_sync(heapc *c, heapc_sync_fn fn, void *arg)
 
 /* ---- frees -------------------------------------------------------------- */
 
+/* The first n queued frees leave the queue (n may be 0: a Free that
+ * carried only the replica's records, where the queue may not exist). */
+static void fq_drop(heapc *c, size_t n)
+{
+    if (!n)
+        return;
+    memmove(c->fq, c->fq + n, (c->fq_n - n) * sizeof *c->fq);
+    c->fq_n -= n;
+}
+
 int hci_flush_locked(heapc *c)
 {
     /* Issue 28: the replica's records go first (a Free of no offsets when
@@ -53,8 +63,7 @@ int hci_flush_locked(heapc *c)
             if (rc != HEAPC_ECONN && rc != HEAPC_ENOREPLY) {
                 /* heapd applied none of the batch (docs/protocol.md: Free): drop
                  * it, else every later flush fails the same way. */
-                memmove(c->fq, c->fq + n, (c->fq_n - n) * sizeof *c->fq);
-                c->fq_n -= n;
+                fq_drop(c, n);
                 char msg[ERRSTR_LEN];
                 snprintf(msg, sizeof msg, "%s", c->errstr);
                 hci_set_err(c, rc, "%s (heapd refused a batch of %zu frees; they were dropped)", msg, n);
@@ -63,8 +72,7 @@ int hci_flush_locked(heapc *c)
         }
         hci_rpc_done(rep, &raw);
         hrp_records_done(&c->rep);
-        memmove(c->fq, c->fq + n, (c->fq_n - n) * sizeof *c->fq);
-        c->fq_n -= n;
+        fq_drop(c, n);
         c->ctr.free_batches++;
     }
     return HEAPC_OK;
