@@ -34,6 +34,7 @@ int hrp_start(hrp_replica *r, const Heapd__HeapParams *hp, uint32_t every)
         return -1;
     }
     r->every = every;
+    r->va_size = p.va_size;
     return 0;
 }
 
@@ -57,8 +58,8 @@ int hrp_wants(const hrp_replica *r) { return r->core && !r->lost && !r->asked &&
 
 int hrp_decide(hrp_replica *r, uint64_t size, uint64_t mapped, uint64_t *off, uint64_t *bsize)
 {
-    if (r->nrec >= r->every) /* records not carried yet (a round trip failed): heapd decides */
-        return 0;
+    if (r->nrec >= r->every || size > r->va_size) /* records not carried yet (a round trip failed), */
+        return 0;                                 /* or heapd refuses it undecided: heapd answers */
     ha_alloc_result res;
     int rc = ha_alloc(r->core, size, &res);
     if (rc == HA_NEED_COLLECT || rc == HA_NEED_GROW || rc == HA_NEED_TRIM) {

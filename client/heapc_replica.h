@@ -41,6 +41,7 @@ struct ha_heap;
 typedef struct hrp_replica {
     struct ha_heap *core; /* NULL: no replica (heapd decides every allocation) */
     uint32_t every;
+    uint64_t va_size; /* heapd refuses a larger allocation without deciding it */
     int lost;
     char why[160]; /* why it was lost */
     uint64_t pos;

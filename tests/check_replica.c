@@ -191,8 +191,11 @@ START_TEST(records_and_boundaries)
     hrp_records(&t.rep, &from, &v, &nv);
     ck_assert_uint_eq(nv, 0);
     ck_assert_uint_eq(from, L);
-    /* nothing fits below mapped: heapd must decide (no record) */
     ck_assert_int_eq(t.rep.pos, L);
+    round_trip(&t, 4 * KIB);
+    /* larger than va_size: heapd refuses it without deciding; the replica stays */
+    ck_assert_int_eq(hrp_decide(&t.rep, 65 * 1024 * KIB, mapped_of(t.core), &off, &bs), 0);
+    ck_assert(!t.rep.lost && !t.rep.asked && hrp_wants(&t.rep));
     twin_fini(&t);
 }
 END_TEST
