@@ -180,6 +180,9 @@ START_TEST(records_and_boundaries)
         ck_assert(hrp_wants(&t.rep));
         ck_assert_int_eq(hrp_decide(&t.rep, 4 * KIB, mapped_of(t.core), &off, &bs), 1);
         ck_assert_uint_ne(off, o0);
+        ha_alloc_result res; /* heapd applies the record */
+        ck_assert_int_eq(ha_alloc(t.core, 4 * KIB, &res), HA_OK);
+        ck_assert_uint_eq(res.offset, off);
     }
     ck_assert(!hrp_wants(&t.rep)); /* allocation L: a round trip */
     hrp_records(&t.rep, &from, &v, &nv);
