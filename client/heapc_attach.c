@@ -234,13 +234,10 @@ static int decide_env(heapc *c, const heapc_params *p, uint32_t *ask, int *use)
 
 /* attach, step 3: the Attach request and heapd's AttachReply. */
 static int attach_request(heapc *c, const char *heap, uint32_t rank, uint32_t world, const heapc_params *p,
-                          const char *uuid, Heapd__Frame **rep, hw_frame *raw)
+                          uint32_t local_every, const char *uuid, Heapd__Frame **rep, hw_frame *raw)
 {
     Heapd__HeapParams hp = HEAPD__HEAP_PARAMS__INIT;
-    int use;
-    int rc = decide_env(c, p, &hp.local_every, &use);
-    if (rc != HEAPC_OK)
-        return rc;
+    hp.local_every = local_every; /* issue 28: decide_env's */
     if (p) {
         hp.chunk_size = p->chunk_size;
         hp.initial_size = p->initial_size;
@@ -445,14 +442,18 @@ int hci_attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world,
 {
     char uuid[64] = "";
     int ordinal;
+    uint32_t ask; /* issue 28: the local_every to ask for, and whether to run a replica */
+    int use;
     int rc = attach_check(c, heap, rank, world);
+    if (rc == HEAPC_OK)
+        rc = decide_env(c, p, &ask, &use);
     if (rc == HEAPC_OK)
         rc = attach_device(c, p, uuid, &ordinal);
     if (rc != HEAPC_OK)
         return rc;
     Heapd__Frame *rep;
     hw_frame raw;
-    rc = attach_request(c, heap, rank, world, p, uuid, &rep, &raw);
+    rc = attach_request(c, heap, rank, world, p, ask, uuid, &rep, &raw);
     if (rc != HEAPC_OK)
         return rc;
     Heapd__AttachReply *ar = rep->attach_reply;
@@ -465,10 +466,7 @@ int hci_attach_locked(heapc *c, const char *heap, uint32_t rank, uint32_t world,
         goto fail;
     /* Issue 28: a replica of a fresh heap whose ranks decide (a later
      * attach, or HEAPC_DECIDE=daemon: heapd decides this rank's). */
-    uint32_t ask;
-    int use;
-    if (ar->params->local_every && ar->next_seq == 0 && ar->generation == 0 && !ar->released &&
-        decide_env(c, p, &ask, &use) == HEAPC_OK && use)
+    if (use && ar->params->local_every && ar->next_seq == 0 && ar->generation == 0 && !ar->released)
         (void)hrp_start(&c->rep, ar->params, ar->params->local_every); /* fails: heapd decides */
     memset(&c->ctr, 0, sizeof c->ctr);
     if ((rc = hci_map_chunks(c, v, ar->chunks, ar->n_chunks, &raw)) != HEAPC_OK)

@@ -130,9 +130,8 @@ static hd_heap *heap_create(hd_registry *r, const Heapd__Attach *m, hd_peer *c, 
         return NULL;
     /* Issue 28: replicas decide as on several nodes: reclaims at collects
      * and rounds, never at a release. */
-    uint32_t le = 0;
+    uint32_t le = rp ? rp->local_every : 0; /* within its bound: hh_heap_params */
     bool eager = ap.reclaim == HA_RECLAIM_EAGER;
-    (void)hh_local_every_of(rp ? rp->local_every : 0, ap.ranks, m->world_size, &le, NULL, 0);
     if (le) {
         ap.reclaim = HA_RECLAIM_COLLECT;
         ap.one_decider = false;
@@ -205,9 +204,7 @@ static bool params_differ(const hd_heap *h, const Heapd__Attach *m, char *why, s
         snprintf(why, len, "persist_s %u differs from the heap's %u seconds", p->persist_s, h->persist_s);
         return true;
     }
-    uint32_t le = 0;
-    if (p->local_every && (hh_local_every_of(p->local_every, h->local_size, h->world_size, &le, NULL, 0) ||
-                           le != h->local_every)) { /* issue 28 */
+    if (p->local_every && p->local_every != h->local_every) { /* issue 28 */
         snprintf(why, len, "local_every %u differs from the heap's %u (0: heapd decides)", p->local_every,
                  h->local_every);
         return true;

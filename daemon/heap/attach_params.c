@@ -107,6 +107,19 @@ static int trim_threshold_of(const hd_config *cfg, uint64_t ask, bool multi, uin
     return 0;
 }
 
+/* Issue 28: local_every within HD_LOCAL_EVERY_MAX (0: heapd decides). 0,
+ * or -1 with why. */
+static int local_every_check(uint32_t ask, char *why, size_t len)
+{
+    if (ask <= HD_LOCAL_EVERY_MAX)
+        return 0;
+    snprintf(why, len,
+             "local_every %u is over the limit of %u allocations between round trips; ask for at most %u, or 0 "
+             "for heapd to decide every allocation",
+             ask, HD_LOCAL_EVERY_MAX, HD_LOCAL_EVERY_MAX);
+    return -1;
+}
+
 /* The new heap's parameters: the request's, else heapd.conf's (the
  * seconds it persists into *persist). Returns 0, or -1 once the peer got
  * the error. */
@@ -142,10 +155,9 @@ int hh_heap_params(hd_registry *r, const Heapd__Attach *m, hd_peer *c, uint64_t 
     ap.extent_bound = rp && rp->extent_bound; /* issue 32 */
     ap.reclaim = hh_reclaim_of(cfg, rp ? (int)rp->reclaim : 0, local_size, m->world_size, ap.policy);
     char why[512];
-    uint32_t le;
     if (trim_threshold_of(cfg, rp ? rp->trim_threshold : 0, local_size < m->world_size, &ap.trim_threshold, why,
                           sizeof why) ||
-        hh_local_every_of(rp ? rp->local_every : 0, local_size, m->world_size, &le, why, sizeof why)) {
+        local_every_check(rp ? rp->local_every : 0, why, sizeof why)) {
         hd_peer_error(c, id, HEAPD__ERR_CODE__ERR_INVALID, "heap \"%s\": %s", m->heap, why);
         return -1;
     }

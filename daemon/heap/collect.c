@@ -94,6 +94,17 @@ static void collect_owed_done(hd_heap *h, uint64_t seq)
 /* Issue 28: a collect's blocks go to the replicas up to this many. */
 #define LOCAL_OPS_MAX 262144u
 
+/* Issue 28: the collect at coll_seq that reclaimed offsets[0..n), as the
+ * replicas apply it (asked: the allocator asked for it, not an operator). */
+static hd_op_out collect_op(const hd_heap *h, const uint64_t *offsets, size_t n)
+{
+    return (hd_op_out){.at = h->coll_seq,
+                       .collect = true,
+                       .asked = h->collect_at == h->coll_seq && !h->forced,
+                       .offsets = offsets,
+                       .n = n};
+}
+
 static void collect_reply_all(hd_heap *h, uint64_t blocks, uint64_t bytes, const hd_op_out *op)
 {
     hd_collect_out o = {.blocks = blocks, .op = op && op->n <= LOCAL_OPS_MAX ? op : NULL};
@@ -160,11 +171,7 @@ static void store_collect_cb(void *arg, int status, const char *errmsg, const ui
         return;
     }
     hh_horizon_collected(h, offsets, n);
-    hd_op_out op = {.at = h->coll_seq,
-                    .collect = true,
-                    .asked = h->collect_at == h->coll_seq && !h->forced,
-                    .offsets = offsets,
-                    .n = n}; /* issue 28: the same list on every node */
+    hd_op_out op = collect_op(h, offsets, n); /* issue 28: the same list on every node */
     collect_reply_all(h, n, bytes, h->local_every ? &op : NULL);
 }
 
@@ -179,11 +186,7 @@ static void collect_finish(hd_heap *h)
             return;
         }
         hh_horizon_collected(h, offs, n);
-        hd_op_out op = {.at = h->coll_seq,
-                        .collect = true,
-                        .asked = h->collect_at == h->coll_seq && !h->forced,
-                        .offsets = offs,
-                        .n = n};
+        hd_op_out op = collect_op(h, offs, n);
         collect_reply_all(h, n, bytes, &op);
         free(offs);
         return;

@@ -514,9 +514,6 @@ int hh_horizon_gate(hd_heap *h, uint64_t seq, char *err, size_t errlen);
 /* A collect reclaimed offsets[0..n) (a cross-node one: the same on every
  * node): the round in hand must not reclaim them again. */
 void hh_horizon_collected(hd_heap *h, const uint64_t *offsets, size_t n);
-/* Issue 28: the local_every a heap of these ranks gets for the ask (0 where
- * it spans nodes), into *out; 0, or -1 with why (over the limit). */
-int hh_local_every_of(uint32_t ask, uint32_t local_size, uint32_t world_size, uint32_t *out, char *why, size_t len);
 /* The round applied at horizon seq for rank k, once (NULL: none, or sent);
  * *op is filled. Rounds every attached rank has passed are dropped. */
 const hd_op_out *hh_local_round(hd_heap *h, hd_rank *k, uint64_t seq, hd_op_out *op);

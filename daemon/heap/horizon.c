@@ -139,20 +139,6 @@ const hd_op_out *hh_local_round(hd_heap *h, hd_rank *k, uint64_t seq, hd_op_out 
     return NULL;
 }
 
-int hh_local_every_of(uint32_t ask, uint32_t local_size, uint32_t world_size, uint32_t *out, char *why, size_t len)
-{
-    if (ask > HD_LOCAL_EVERY_MAX) {
-        snprintf(why, len,
-                 "local_every %u is over the limit of %u allocations between round trips; ask for at most %u, or 0 "
-                 "for heapd to decide every allocation",
-                 ask, HD_LOCAL_EVERY_MAX, HD_LOCAL_EVERY_MAX);
-        return -1;
-    }
-    (void)local_size, (void)world_size; /* across nodes too: the store's rounds, kept alike */
-    *out = ask;
-    return 0;
-}
-
 static int hz_apply(hd_heap *h, uint64_t at);
 
 /* Issue 28: this node's own round at `at`: the blocks every local rank
